@@ -1,0 +1,51 @@
+/* Backends: a vtable per device kind (alloc, free, copy, kernel table, sync). The CPU backend is
+ * built always; a CUDA backend plugs in behind the same table without changes to callers, and
+ * its headers never appear here. */
+#ifndef CTRAIN_BACKEND_H
+#define CTRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/status.h"
+#include "ctrain/tensor.h"
+
+typedef struct ct_node ct_node;
+
+/* What a kernel may know about the step it runs in: randomness keys and thread budget. */
+typedef struct ct_kctx {
+    const ct_backend *backend;
+    uint64_t seed;    /* job seed */
+    uint64_t step;    /* global step, part of every random stream */
+    uint32_t replica; /* replica id, part of every random stream */
+    int threads;      /* threads the kernel may use */
+} ct_kctx;
+
+/* A kernel computes node->out (and node->aux) from its inputs' outputs. */
+typedef void (*ct_kernel_fn)(const ct_kctx *ctx, ct_node *node, ct_node *const *inputs);
+
+typedef struct ct_backend_vtable {
+    const char *name;
+    void *(*alloc)(const ct_backend *be, size_t bytes);
+    void (*free)(const ct_backend *be, void *ptr);
+    void (*memset0)(const ct_backend *be, void *ptr, size_t bytes);
+    void (*copy)(const ct_backend *be, void *dst, const void *src, size_t bytes);
+    void (*sync)(const ct_backend *be);
+    const ct_kernel_fn *kernels; /* indexed by ct_op; NULL: no kernel on this backend */
+} ct_backend_vtable;
+
+struct ct_backend {
+    const ct_backend_vtable *vt;
+    int device;  /* device index: /CPU:0 */
+    int threads; /* threads for kernels and BLAS */
+};
+
+/* Creates the CPU backend using `threads` threads (0: all cores). Returns an owned backend. */
+ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err);
+void ct_backend_destroy(ct_backend *be);
+
+/* Allocates zeroed, 64-byte aligned memory on `be`; NULL on failure. */
+void *ct_backend_alloc(const ct_backend *be, size_t bytes);
+void ct_backend_free(const ct_backend *be, void *ptr);
+
+#endif

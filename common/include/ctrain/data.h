@@ -1,0 +1,98 @@
+/* Input: IDX files (MNIST, Fashion-MNIST; gzip or raw), an in-memory dataset of f32 examples and
+ * i32 labels, and a loader that shuffles (seeded, per epoch), batches, and prepares batches on a
+ * background thread so input overlaps compute. The tf.data-style pipeline grows here later. */
+#ifndef CTRAIN_DATA_H
+#define CTRAIN_DATA_H
+
+#include <stdint.h>
+
+#include "ctrain/status.h"
+
+#define CT_IDX_MAX_DIMS 4
+
+/* One IDX file, decoded: `type` is the IDX type byte (0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32,
+ * 0x0D f32, 0x0E f64); data is host-endian, `count` elements of `elem_size` bytes. */
+typedef struct ct_idx {
+    int type;
+    int ndims;
+    int64_t dims[CT_IDX_MAX_DIMS];
+    int64_t count;
+    int elem_size;
+    void *data;
+} ct_idx;
+
+/* Reads an IDX file, gzip-compressed or raw (detected by the gzip magic). Checks the magic, the
+ * type, the dims and that the data is exactly the size the header promises. Errors (CT_EIO for
+ * unreadable, CT_EFORMAT for malformed) name the path and the byte offset: "train.gz: byte 4:
+ * truncated: header promises 47040000 data bytes, file has 1000". Returns an owned ct_idx in
+ * *ret (free with ct_idx_finish). Thread-safe. */
+ct_status ct_idx_read(const char *path, ct_idx *ret, ct_err *err);
+void ct_idx_finish(ct_idx *idx);
+
+/* Examples as f32 (u8 pixels scaled by 1/255, as in the Keras tutorials) with i32 labels.
+ * example_shape is the shape of one example: [28, 28, 1] for IDX images (a channel axis is added
+ * so conv layers see NHWC). */
+typedef struct ct_dataset {
+    int64_t n;
+    int rank;
+    int64_t example_shape[CT_IDX_MAX_DIMS];
+    int64_t example_size; /* product of example_shape */
+    float *x;             /* [n, example_size] */
+    int32_t *y;           /* [n] */
+    int n_classes;        /* 1 + the largest label */
+} ct_dataset;
+
+/* Loads images and labels from two IDX files; checks that the counts match and that labels are
+ * in [0, 255]. `limit` > 0 keeps only the first `limit` examples. Returns an owned dataset.
+ * Errors name the file. Thread-safe. */
+ct_status ct_dataset_load_idx(const char *images_path, const char *labels_path, int64_t limit,
+                              ct_dataset **ret, ct_err *err);
+
+/* Builds a dataset by copying n examples from memory (tests, C API users). */
+ct_status ct_dataset_from_memory(const float *x, const int32_t *y, int64_t n, int rank,
+                                 const int64_t *example_shape, ct_dataset **ret, ct_err *err);
+void ct_dataset_destroy(ct_dataset *ds);
+
+typedef struct ct_loader_options {
+    int64_t batch_size;  /* > 0 */
+    int shuffle;         /* reshuffle every epoch with ct_rng_permutation(seed, epoch stream) */
+    uint64_t seed;
+    int drop_remainder;  /* 0: the last batch of an epoch may be smaller */
+    int prefetch;        /* batches prepared ahead by a background thread; 0 = in the caller */
+} ct_loader_options;
+
+/* A batch: x is [size, example_size] f32, y is [size] i32, both valid until the next call to
+ * ct_loader_next or ct_loader_destroy. */
+typedef struct ct_batch {
+    int64_t size;  /* 0 at the end of the epoch */
+    int64_t epoch;
+    int64_t index; /* batch number within the epoch */
+    const float *x;
+    const int32_t *y;
+} ct_batch;
+
+typedef struct ct_loader ct_loader;
+
+/* Creates a loader over `ds` (borrowed: must outlive the loader). Returns CT_EINVAL for bad
+ * options, CT_ENOMEM. Not thread-safe: one consumer thread. */
+ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, ct_loader **ret,
+                           ct_err *err);
+
+/* Starts epoch `epoch` (0-based): its order is a function of (seed, epoch) only, so a resumed
+ * run sees the same order. `start_batch` skips that many batches (resume mid-epoch). */
+ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch);
+
+/* Returns the next batch of the current epoch in *ret_batch (size 0 at the end). Waits for the
+ * prefetch thread when it is behind; the time spent waiting is added to ct_loader_wait_seconds. */
+ct_status ct_loader_next(ct_loader *l, ct_batch *ret_batch);
+
+/* Batches per epoch (counts the smaller last batch unless drop_remainder). */
+int64_t ct_loader_batches_per_epoch(const ct_loader *l);
+
+/* Total seconds the consumer waited in ct_loader_next since creation. */
+double ct_loader_wait_seconds(const ct_loader *l);
+
+/* Stops the prefetch thread and frees everything; accepts NULL. */
+void ct_loader_destroy(ct_loader *l);
+
+#endif

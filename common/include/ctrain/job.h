@@ -1,0 +1,147 @@
+/* The job file: a YAML (or JSON) description of model, loss, metrics, optimizer, data and
+ * training options, with `--set key=value` overrides. Parsing keeps file and line numbers so that
+ * every error names the file, the line and the dotted key. */
+#ifndef CTRAIN_JOB_H
+#define CTRAIN_JOB_H
+
+#include <stdint.h>
+
+#include "ctrain/status.h"
+
+#define CT_JOB_MAX_LAYERS 64
+#define CT_JOB_MAX_RANK 4
+#define CT_JOB_PATH_MAX 1024
+
+typedef enum ct_layer_type {
+    CT_LAYER_DENSE,
+    CT_LAYER_CONV2D,
+    CT_LAYER_MAX_POOL2D,
+    CT_LAYER_AVG_POOL2D,
+    CT_LAYER_DROPOUT,
+    CT_LAYER_FLATTEN,
+    CT_LAYER_BATCH_NORM,
+    CT_LAYER_EMBEDDING,
+    CT_LAYER_ACTIVATION,
+} ct_layer_type;
+
+/* Activation functions, as names in job files: none (linear), relu, gelu, sigmoid, tanh, softmax. */
+typedef enum ct_activation {
+    CT_ACT_NONE,
+    CT_ACT_RELU,
+    CT_ACT_GELU,
+    CT_ACT_SIGMOID,
+    CT_ACT_TANH,
+    CT_ACT_SOFTMAX,
+} ct_activation;
+
+/* Initializers, as names in job files: glorot_uniform, he_normal, zeros, ones. */
+typedef enum ct_init {
+    CT_INIT_GLOROT_UNIFORM,
+    CT_INIT_HE_NORMAL,
+    CT_INIT_ZEROS,
+    CT_INIT_ONES,
+} ct_init;
+
+/* One entry of model.layers: `- dense: {units: 128, activation: relu}`. Fields that do not apply
+ * to a layer type keep their defaults. */
+typedef struct ct_layer_spec {
+    ct_layer_type type;
+    int line;                /* line of the entry in the job file (0 when built in C) */
+    int units;               /* dense: > 0 */
+    int filters;             /* conv2d: > 0 */
+    int kernel_size[2];      /* conv2d: default 3x3; an int means square */
+    int strides[2];          /* conv2d default 1x1; pools default = pool_size */
+    int pool_size[2];        /* pools: default 2x2 */
+    int padding_same;        /* conv2d/pools: "same" (1) or "valid" (0, the default) */
+    ct_activation activation; /* dense/conv2d/activation: default none */
+    int use_bias;             /* dense/conv2d: default 1 */
+    ct_init kernel_init;      /* default glorot_uniform */
+    ct_init bias_init;        /* default zeros */
+    float rate;               /* dropout: in [0, 1) */
+    float momentum;           /* batch_norm: default 0.99 (Keras) */
+    float epsilon;            /* batch_norm: default 1e-3 (Keras) */
+    int input_dim;            /* embedding: vocabulary size > 0 */
+    int output_dim;           /* embedding: vector size > 0 */
+} ct_layer_spec;
+
+typedef enum ct_optimizer_type { CT_OPT_SGD, CT_OPT_ADAM, CT_OPT_ADAMW, CT_OPT_RMSPROP } ct_optimizer_type;
+typedef enum ct_schedule_type { CT_SCHED_CONSTANT, CT_SCHED_STEP, CT_SCHED_COSINE } ct_schedule_type;
+
+typedef struct ct_optimizer_spec {
+    ct_optimizer_type type;  /* optimizer.type: sgd, adam, adamw, rmsprop */
+    float learning_rate;     /* optimizer.learning_rate: > 0; default 1e-3 */
+    float momentum;          /* sgd, rmsprop: default 0 */
+    int nesterov;            /* sgd: default false */
+    float beta1, beta2;      /* adam(w): default 0.9, 0.999 */
+    float epsilon;           /* adam(w): 1e-7 (Keras); rmsprop: 1e-7 */
+    float rho;               /* rmsprop: default 0.9 */
+    float weight_decay;      /* adamw: default 0.004 (Keras); others: 0 */
+    float decay;             /* Keras-style time decay: lr / (1 + decay * step); default 0 */
+    float clip_norm;         /* global-norm clipping; 0 = off */
+    ct_schedule_type schedule;   /* optimizer.schedule.type: constant, step, cosine */
+    int64_t warmup_steps;        /* optimizer.schedule.warmup_steps: linear warm-up; default 0 */
+    int64_t step_size;           /* step: multiply by gamma every step_size steps */
+    float gamma;                 /* step: default 0.1 */
+    int64_t decay_steps;         /* cosine: steps from peak to min_lr (0: the whole run) */
+    float min_lr;                /* cosine: default 0 */
+} ct_optimizer_spec;
+
+typedef enum ct_data_format { CT_DATA_IDX } ct_data_format;
+
+typedef struct ct_data_spec {
+    ct_data_format format;             /* format: idx */
+    char images[CT_JOB_PATH_MAX];      /* idx: images file (.gz or raw) */
+    char labels[CT_JOB_PATH_MAX];      /* idx: labels file (.gz or raw) */
+    int64_t limit;                     /* use the first `limit` examples; 0 = all */
+} ct_data_spec;
+
+typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;
+
+typedef struct ct_job {
+    char path[CT_JOB_PATH_MAX]; /* the file it came from ("<string>" when parsed from memory) */
+    uint64_t seed;              /* seed: default 42 */
+    int input_rank;             /* model.input_shape: 1..3 dims, per example (no batch dim) */
+    int64_t input_shape[CT_JOB_MAX_RANK];
+    int n_layers;
+    ct_layer_spec layers[CT_JOB_MAX_LAYERS];
+    int layers_line;            /* line of model.layers, for errors about the whole stack */
+    ct_loss_type loss;          /* loss: sparse_categorical_crossentropy (from logits) */
+    int metric_accuracy;        /* metrics: [accuracy] */
+    ct_optimizer_spec optimizer;
+    ct_data_spec train_data;    /* data.train */
+    ct_data_spec eval_data;     /* data.eval */
+    int has_eval_data;
+    int epochs;                 /* train.epochs: default 1 */
+    int batch_size;             /* train.batch_size: default 32 */
+    int eval_batch_size;        /* train.eval_batch_size: default 1000 */
+    int shuffle;                /* train.shuffle: default true */
+    int threads;                /* train.threads: 0 = all cores */
+    int prefetch;               /* train.prefetch: batches prepared ahead; default 2 */
+    int64_t max_steps;          /* train.max_steps: stop early after this many steps; 0 = off */
+    int eager;                  /* train.eager: run op by op (debugging); default false */
+    char strategy[32];          /* strategy.type: local (mirrored, parameter_server: later) */
+    char run_dir[CT_JOB_PATH_MAX]; /* run_dir: default "runs/<job file stem>" */
+} ct_job;
+
+/* Fills `job` with the defaults listed above (no layers, no data). */
+void ct_job_defaults(ct_job *job);
+
+/* Parses the YAML/JSON job at `path`, then applies `n_sets` overrides "dotted.key=value" (value is
+ * a YAML scalar or flow collection; list items by index: model.layers.1.dense.units=64 or
+ * model.layers[1].dense.units=64). Validates every field. On failure returns CT_EINVAL (bad
+ * content) or CT_EIO (unreadable file) and `err` names the file, line and key: "job.yaml:12:
+ * model.layers[2].dense.units: must be a positive integer, got -3". Writes *ret_job only on
+ * success. Thread-safe (no shared state). */
+ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
+                      ct_err *err);
+
+/* As ct_job_load, for text in memory; `name` stands in for the path in messages. */
+ct_status ct_job_parse(const char *text, size_t len, const char *name, const char *const *sets,
+                       int n_sets, ct_job *ret_job, ct_err *err);
+
+/* Names used in job files, for messages and `ctrain` output. */
+const char *ct_layer_type_name(ct_layer_type type);
+const char *ct_activation_name(ct_activation act);
+const char *ct_optimizer_type_name(ct_optimizer_type type);
+
+#endif

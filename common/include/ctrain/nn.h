@@ -1,0 +1,83 @@
+/* Parameters and models. All parameters of a model live in one flat buffer (and their gradients
+ * in a second one) with named views carved out, so optimizers, all-reduce, checkpoints and PS
+ * sharding work on (offset, size) ranges. Trainable parameters come first, then non-trainable
+ * state (batch-norm running statistics), so the optimizer updates one contiguous range. */
+#ifndef CTRAIN_NN_H
+#define CTRAIN_NN_H
+
+#include <stdint.h>
+
+#include "ctrain/graph.h"
+#include "ctrain/job.h"
+#include "ctrain/status.h"
+
+typedef struct ct_param {
+    char name[64];  /* "dense_1/kernel" */
+    ct_shape shape;
+    int64_t offset; /* in floats, into data and grad; multiples of 16 (64 bytes) */
+    int64_t size;   /* elements */
+    int trainable;
+    ct_init init;
+    int64_t fan_in, fan_out;
+} ct_param;
+
+typedef struct ct_params {
+    ct_param *items;
+    int n;
+    int cap;
+    int64_t total;           /* floats in data (all parameters, padded) */
+    int64_t trainable_total; /* floats in [0, trainable_total) hold trainable parameters */
+    float *data;             /* [total] */
+    float *grad;             /* [total] (only the trainable range is used) */
+} ct_params;
+
+/* Empty parameter set; ct_params_finish frees it (accepts zeroed or half-built sets). */
+void ct_params_init(ct_params *p);
+void ct_params_finish(ct_params *p);
+
+/* Declares a parameter (before ct_params_allocate); returns its index or -1 (CT_ENOMEM). */
+int ct_params_declare(ct_params *p, const char *name, const ct_shape *shape, int trainable,
+                      ct_init init, int64_t fan_in, int64_t fan_out);
+
+/* Lays out declared parameters (trainable first), allocates data and zeroed grad, and fills data
+ * with each parameter's initializer from (seed, parameter index): the same seed gives the same
+ * weights on every machine. */
+ct_status ct_params_allocate(ct_params *p, uint64_t seed, ct_err *err);
+
+/* Index of the parameter named `name`, or -1. */
+int ct_params_find(const ct_params *p, const char *name);
+static inline float *ct_params_data(const ct_params *p, int i) {
+    return p->data + p->items[i].offset;
+}
+static inline float *ct_params_grad(const ct_params *p, int i) {
+    return p->grad + p->items[i].offset;
+}
+/* Sets every gradient to zero. */
+void ct_params_zero_grad(ct_params *p);
+
+typedef struct ct_model ct_model;
+
+/* Builds a model from a layer stack on inputs of `input_shape` (per example), validating every
+ * layer's shape; errors name the job file, the layer's line and index ("job.yaml:14:
+ * model.layers[3] (conv2d): window 3x3 larger than input 2x2 with valid padding"). `job` supplies
+ * layers, input shape, seed and the file name. Returns an owned model with allocated parameters. */
+ct_status ct_model_create(const ct_job *job, ct_model **ret, ct_err *err);
+void ct_model_destroy(ct_model *m);
+
+ct_params *ct_model_params(ct_model *m);
+/* Number of outputs per example (logits). */
+int64_t ct_model_output_size(const ct_model *m);
+/* Shape of the model's output per example, and of layer i's output. */
+ct_shape ct_model_output_shape(const ct_model *m);
+/* Input dtype the model expects (f32, or i32 when it starts with an embedding). */
+ct_dtype ct_model_input_dtype(const ct_model *m);
+
+/* Adds the model's forward pass on input node x ([batch, input_shape...]) to g and returns the
+ * logits node. ret_var_nodes (n = params.n entries) receives the VARIABLE node of each parameter.
+ * `training` selects dropout and batch statistics. Errors are recorded in g. */
+int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var_nodes);
+
+/* One line per layer: type, output shape, parameter count (for `ctrain` and the README). */
+void ct_model_summary(const ct_model *m, void *out);
+
+#endif

@@ -1,0 +1,35 @@
+/* Optimizers over the flat parameter buffer: SGD (momentum, Nesterov), Adam, AdamW, RMSprop,
+ * with learning-rate schedules (constant, step, cosine with warm-up), Keras-style time decay and
+ * global-norm clipping. Slots (momenta, second moments) are flat buffers parallel to the
+ * parameters, so one vectorized loop updates the whole model. */
+#ifndef CTRAIN_OPTIM_H
+#define CTRAIN_OPTIM_H
+
+#include <stdint.h>
+
+#include "ctrain/job.h"
+#include "ctrain/nn.h"
+#include "ctrain/status.h"
+
+typedef struct ct_optimizer ct_optimizer;
+
+/* Creates an optimizer for `params` (borrowed for sizes only) with zeroed slots. */
+ct_status ct_optimizer_create(const ct_optimizer_spec *spec, const ct_params *params,
+                              ct_optimizer **ret, ct_err *err);
+void ct_optimizer_destroy(ct_optimizer *o);
+
+/* The learning rate used at `step` (0-based) of a run of `total_steps` steps. Thread-safe. */
+float ct_optimizer_learning_rate(const ct_optimizer *o, int64_t step, int64_t total_steps);
+
+/* Applies one update from params->grad to params->data, as update number `step` (0-based).
+ * Zeroes the gradients it consumed when zero_grad is set. Checks gradients: NaN or Inf returns
+ * CT_ENUMERIC naming the variable (the parameters are then not to be trusted). Not thread-safe. */
+ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
+                             int64_t total_steps, int zero_grad, ct_err *err);
+
+/* Slot buffers (for checkpoints): n_slots flat buffers of params->total floats each. */
+int ct_optimizer_slot_count(const ct_optimizer *o);
+float *ct_optimizer_slot(ct_optimizer *o, int k);
+const char *ct_optimizer_slot_name(const ct_optimizer *o, int k);
+
+#endif

@@ -1,0 +1,48 @@
+/* Tensors: dtype, shape, byte strides, a buffer owned by a backend, a name. Kernels work on
+ * contiguous row-major tensors; views (parameter slices of a flat buffer) share the buffer. */
+#ifndef CTRAIN_TENSOR_H
+#define CTRAIN_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/status.h"
+
+#define CT_MAX_DIMS 6
+
+typedef enum ct_dtype { CT_F32, CT_I32, CT_I64, CT_U8 } ct_dtype;
+
+typedef struct ct_shape {
+    int rank;
+    int64_t dims[CT_MAX_DIMS];
+} ct_shape;
+
+typedef struct ct_backend ct_backend;
+
+typedef struct ct_tensor {
+    ct_dtype dtype;
+    ct_shape shape;
+    int64_t strides[CT_MAX_DIMS]; /* bytes; contiguous row-major unless a view says otherwise */
+    void *data;                   /* NULL until allocated or bound */
+    const ct_backend *backend;    /* owner of `data` (NULL: borrowed or not allocated) */
+    char name[64];
+} ct_tensor;
+
+/* Size in bytes of one element of `dtype`. */
+size_t ct_dtype_size(ct_dtype dtype);
+const char *ct_dtype_name(ct_dtype dtype);
+
+/* Builds a shape from `rank` dims (rank <= CT_MAX_DIMS). */
+ct_shape ct_shape_make(int rank, const int64_t *dims);
+/* Number of elements (1 for rank 0). */
+int64_t ct_shape_numel(const ct_shape *shape);
+int ct_shape_equal(const ct_shape *a, const ct_shape *b);
+/* Writes "[60, 28, 28, 1]" into buf (always NUL-terminated); returns buf. */
+char *ct_shape_str(const ct_shape *shape, char *buf, size_t size);
+
+/* Sets dtype and shape and contiguous strides; leaves data alone. */
+void ct_tensor_set_shape(ct_tensor *t, ct_dtype dtype, const ct_shape *shape);
+int64_t ct_tensor_numel(const ct_tensor *t);
+size_t ct_tensor_bytes(const ct_tensor *t);
+
+#endif

@@ -1,0 +1,76 @@
+/* The training loop: one loop for every strategy (local now; mirrored and parameter-server plug
+ * in as gradient exchanges). A trainer owns the backend, the model, the optimizer and one
+ * prepared graph per batch size (forward, loss, backward into the flat gradient buffer, metrics),
+ * so a steady-state step allocates nothing. */
+#ifndef CTRAIN_TRAIN_H
+#define CTRAIN_TRAIN_H
+
+#include <stdint.h>
+
+#include "ctrain/data.h"
+#include "ctrain/job.h"
+#include "ctrain/nn.h"
+#include "ctrain/optim.h"
+#include "ctrain/status.h"
+
+typedef struct ct_trainer ct_trainer;
+
+/* Progress after each step (for progress bars) and at the end of each epoch. */
+typedef struct ct_train_progress {
+    int epoch;           /* 0-based */
+    int epochs;
+    int64_t step;        /* batch within the epoch, 1-based after the step */
+    int64_t steps;       /* batches per epoch */
+    int64_t global_step; /* steps done in the whole run */
+    double loss;         /* running mean over the epoch so far */
+    double accuracy;
+    double samples_per_s;
+    double eta_s;        /* seconds left in this epoch */
+    int end_of_epoch;    /* 1: the eval fields are set */
+    double epoch_seconds;
+    double test_loss, test_accuracy; /* NaN when there is no eval data */
+    double input_wait_fraction;      /* fraction of the epoch spent waiting for input */
+} ct_train_progress;
+
+typedef void (*ct_progress_fn)(const ct_train_progress *p, void *user);
+
+typedef struct ct_train_result {
+    int epochs;
+    int64_t steps;
+    double train_loss, train_accuracy; /* last epoch's running means */
+    double test_loss, test_accuracy;   /* NaN without eval data */
+    double seconds;                    /* training time, evaluation excluded */
+    double samples_per_s;
+} ct_train_result;
+
+/* Creates a trainer for `job`: CPU backend with job->threads, the model (validated), the
+ * optimizer. Loads no data. */
+ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err);
+void ct_trainer_destroy(ct_trainer *t);
+
+ct_model *ct_trainer_model(ct_trainer *t);
+ct_params *ct_trainer_params(ct_trainer *t);
+
+/* One optimizer step on a batch: x is [batch, input...] f32, y is [batch] i32 labels. Returns the
+ * batch loss and accuracy before the update. Labels must be in [0, outputs): CT_EINVAL otherwise.
+ * NaN/Inf gradients: CT_ENUMERIC naming the step and the variable. */
+ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                          float *ret_loss, float *ret_accuracy, ct_err *err);
+
+/* Forward pass only (inference mode) over n examples in batches of job->eval_batch_size;
+ * returns the mean loss and accuracy. */
+ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
+                              double *ret_loss, double *ret_accuracy, ct_err *err);
+
+/* Logits of a forward pass in inference mode: out is [batch, outputs]. */
+ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out,
+                             ct_err *err);
+
+/* Trains job->epochs epochs over `train` (shuffled per epoch from the job seed, prefetched),
+ * evaluating on `eval` (may be NULL) after each epoch. `progress` may be NULL. `stop` (may be
+ * NULL) is polled between steps: when it becomes non-zero the loop ends early with CT_EINTR. */
+ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_dataset *eval,
+                         ct_progress_fn progress, void *user, volatile int *stop,
+                         ct_train_result *ret, ct_err *err);
+
+#endif

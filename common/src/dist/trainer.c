@@ -1,0 +1,405 @@
+/* The training loop (local strategy): a graph per (batch size, mode) built once and run each step
+ * with zero-copy input binding, gradients accumulated straight into the flat gradient buffer, one
+ * fused optimizer pass; evaluation in inference mode; progress reported through a callback. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrain/backend.h"
+#include "ctrain/train.h"
+
+#define CACHE_SLOTS 4
+
+typedef struct step_graph {
+    ct_graph *g;
+    int64_t batch;
+    int training;
+    int x, y, loss, accuracy, logits;
+    uint64_t last_used;
+} step_graph;
+
+struct ct_trainer {
+    ct_job job;
+    ct_backend *be;
+    ct_model *model;
+    ct_optimizer *opt;
+    step_graph cache[CACHE_SLOTS];
+    uint64_t uses;
+    int *vars;
+    int64_t step;
+    int64_t total_steps;
+    int64_t classes;
+    int32_t *ids; /* inputs converted to ids for models that start with an embedding */
+    int64_t ids_cap;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err) {
+    ct_status st;
+    ct_trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    t->job = *job;
+    if ((st = ct_backend_cpu_create(job->threads, &t->be, err)) != CT_OK ||
+        (st = ct_model_create(job, &t->model, err)) != CT_OK) {
+        goto fail;
+    }
+    ct_shape out = ct_model_output_shape(t->model);
+    if (out.rank != 1 || out.dims[0] < 2) {
+        char s[96];
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s:%d: model.layers: the last layer must output a vector of class "
+                        "scores per example, got %s (add flatten and a dense layer)",
+                        job->path, job->layers[job->n_layers - 1].line,
+                        ct_shape_str(&out, s, sizeof s));
+        goto fail;
+    }
+    t->classes = out.dims[0];
+    ct_params *p = ct_model_params(t->model);
+    t->vars = calloc((size_t)(p->n ? p->n : 1), sizeof *t->vars);
+    if (!t->vars) {
+        st = ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+        goto fail;
+    }
+    if ((st = ct_optimizer_create(&job->optimizer, p, &t->opt, err)) != CT_OK) {
+        goto fail;
+    }
+    *ret = t;
+    return CT_OK;
+fail:
+    ct_trainer_destroy(t);
+    return st;
+}
+
+void ct_trainer_destroy(ct_trainer *t) {
+    if (!t) {
+        return;
+    }
+    for (int k = 0; k < CACHE_SLOTS; k++) {
+        ct_graph_destroy(t->cache[k].g);
+    }
+    ct_optimizer_destroy(t->opt);
+    ct_model_destroy(t->model);
+    ct_backend_destroy(t->be);
+    free(t->vars);
+    free(t->ids);
+    free(t);
+}
+
+ct_model *ct_trainer_model(ct_trainer *t) {
+    return t->model;
+}
+
+ct_params *ct_trainer_params(ct_trainer *t) {
+    return ct_model_params(t->model);
+}
+
+/* Adds the step's nodes to g: inputs, forward, loss, accuracy and (training) backward into the
+ * flat gradient buffer. With `x_data` set (eager graphs), inputs are bound before ops run. */
+static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
+                            const int32_t *y_data, ct_err *err) {
+    ct_graph *g = sg->g;
+    ct_params *p = ct_model_params(t->model);
+    ct_shape xs = {.rank = t->job.input_rank + 1, .dims = {sg->batch}};
+    for (int k = 0; k < t->job.input_rank; k++) {
+        xs.dims[k + 1] = t->job.input_shape[k];
+    }
+    ct_shape ys = {.rank = 1, .dims = {sg->batch}};
+    sg->x = ct_placeholder(g, ct_model_input_dtype(t->model), &xs, "input");
+    sg->y = ct_placeholder(g, CT_I32, &ys, "labels");
+    if (x_data && sg->x >= 0 && sg->y >= 0) {
+        ct_graph_bind(g, sg->x, (void *)x_data);
+        ct_graph_bind(g, sg->y, (void *)y_data);
+    }
+    sg->logits = ct_model_forward(t->model, g, sg->x, sg->training, t->vars);
+    sg->loss = ct_softmax_xent(g, sg->logits, sg->y);
+    sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, sg->logits), sg->y), 0, 0);
+    if (sg->training && sg->loss >= 0) {
+        int *sources = malloc((size_t)p->n * sizeof *sources);
+        int *grads = malloc((size_t)p->n * sizeof *grads);
+        if (!sources || !grads) {
+            free(sources);
+            free(grads);
+            return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+        }
+        for (int k = 0; k < p->n; k++) {
+            sources[k] = p->items[k].trainable ? t->vars[k] : -1;
+        }
+        ct_graph_gradients(g, sg->loss, -1, p->n, sources, grads, NULL);
+        for (int k = 0; k < p->n; k++) {
+            if (sources[k] >= 0 && grads[k] >= 0) {
+                ct_graph_accumulate_into(g, grads[k], ct_params_grad(p, k));
+            }
+        }
+        free(sources);
+        free(grads);
+    }
+    if (ct_graph_status(g, err) != CT_OK) {
+        return ct_err_prefix(err, "%s: building the %s graph", t->job.path,
+                             sg->training ? "training" : "evaluation");
+    }
+    return ct_graph_prepare(g, err);
+}
+
+/* The cached graph for (batch, training), built on first use; evicts the least recently used. */
+static ct_status get_graph(ct_trainer *t, int64_t batch, int training, step_graph **ret,
+                           ct_err *err) {
+    step_graph *victim = &t->cache[0];
+    for (int k = 0; k < CACHE_SLOTS; k++) {
+        step_graph *sg = &t->cache[k];
+        if (sg->g && sg->batch == batch && sg->training == training) {
+            sg->last_used = ++t->uses;
+            *ret = sg;
+            return CT_OK;
+        }
+        if (!sg->g || (victim->g && sg->last_used < victim->last_used)) {
+            victim = sg;
+        }
+    }
+    ct_graph_destroy(victim->g);
+    memset(victim, 0, sizeof *victim);
+    ct_status st = ct_graph_create(t->be, 0, &victim->g, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    victim->batch = batch;
+    victim->training = training;
+    if ((st = build_step(t, victim, NULL, NULL, err)) != CT_OK) {
+        ct_graph_destroy(victim->g);
+        victim->g = NULL;
+        return st;
+    }
+    victim->last_used = ++t->uses;
+    *ret = victim;
+    return CT_OK;
+}
+
+static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
+    for (int64_t i = 0; i < n; i++) {
+        if (y[i] < 0 || y[i] >= t->classes) {
+            return ct_err_set(err, CT_EINVAL,
+                              "label %d of example %lld is outside [0, %lld): the model's last "
+                              "layer needs at least %d units",
+                              y[i], (long long)i, (long long)t->classes, y[i] + 1);
+        }
+    }
+    return CT_OK;
+}
+
+/* Input data as the graph wants it: f32 as is, or converted to ids for embedding models. */
+static const void *input_data(ct_trainer *t, const float *x, int64_t batch, ct_err *err) {
+    if (ct_model_input_dtype(t->model) == CT_F32) {
+        return x;
+    }
+    int64_t n = batch;
+    for (int k = 0; k < t->job.input_rank; k++) {
+        n *= t->job.input_shape[k];
+    }
+    if (n > t->ids_cap) {
+        int32_t *ids = realloc(t->ids, (size_t)n * sizeof *ids);
+        if (!ids) {
+            ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+            return NULL;
+        }
+        t->ids = ids;
+        t->ids_cap = n;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        t->ids[i] = (int32_t)lrintf(x[i]);
+    }
+    return t->ids;
+}
+
+/* Runs one forward (and backward when training) pass; loss and accuracy out. */
+static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                           int training, float *ret_loss, float *ret_accuracy, ct_err *err) {
+    ct_status st = check_labels(t, y, batch, err);
+    const void *xd = st == CT_OK ? input_data(t, x, batch, err) : NULL;
+    if (!xd) {
+        return st != CT_OK ? st : CT_ENOMEM;
+    }
+    step_graph eager = {.batch = batch, .training = training}, *sg = &eager;
+    if (t->job.eager) {
+        if ((st = ct_graph_create(t->be, 1, &eager.g, err)) != CT_OK) {
+            return st;
+        }
+        ct_kctx *ctx = ct_graph_ctx(eager.g);
+        ctx->seed = t->job.seed;
+        ctx->step = (uint64_t)t->step;
+        st = build_step(t, &eager, xd, y, err);
+    } else if ((st = get_graph(t, batch, training, &sg, err)) == CT_OK) {
+        ct_kctx *ctx = ct_graph_ctx(sg->g);
+        ctx->seed = t->job.seed;
+        ctx->step = (uint64_t)t->step;
+        ct_graph_bind(sg->g, sg->x, (void *)xd);
+        ct_graph_bind(sg->g, sg->y, (void *)y);
+        st = ct_graph_run(sg->g, 0, ct_graph_size(sg->g), err);
+    }
+    if (st == CT_OK) {
+        *ret_loss = *(float *)ct_graph_node(sg->g, sg->loss)->out.data;
+        *ret_accuracy = *(float *)ct_graph_node(sg->g, sg->accuracy)->out.data;
+    }
+    ct_graph_destroy(eager.g);
+    return st;
+}
+
+ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                          float *ret_loss, float *ret_accuracy, ct_err *err) {
+    float loss, accuracy;
+    ct_status st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
+    if (st == CT_OK) {
+        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 1,
+                                err);
+    }
+    if (st != CT_OK) {
+        return st;
+    }
+    t->step++;
+    *ret_loss = loss;
+    *ret_accuracy = accuracy;
+    return CT_OK;
+}
+
+ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
+                              double *ret_loss, double *ret_accuracy, ct_err *err) {
+    double loss_sum = 0.0, acc_sum = 0.0;
+    int64_t bs = t->job.eval_batch_size > 0 ? t->job.eval_batch_size : 1000;
+    int64_t example = 1;
+    for (int k = 0; k < t->job.input_rank; k++) {
+        example *= t->job.input_shape[k];
+    }
+    for (int64_t i = 0; i < n; i += bs) {
+        int64_t b = n - i < bs ? n - i : bs;
+        float loss, acc;
+        ct_status st = run_batch(t, x + i * example, y + i, b, 0, &loss, &acc, err);
+        if (st != CT_OK) {
+            return st;
+        }
+        loss_sum += (double)loss * (double)b;
+        acc_sum += (double)acc * (double)b;
+    }
+    *ret_loss = n ? loss_sum / (double)n : NAN;
+    *ret_accuracy = n ? acc_sum / (double)n : NAN;
+    return CT_OK;
+}
+
+ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out,
+                             ct_err *err) {
+    step_graph *sg;
+    const void *xd = input_data(t, x, batch, err);
+    if (!xd) {
+        return CT_ENOMEM;
+    }
+    int32_t *zeros = calloc((size_t)(batch ? batch : 1), sizeof *zeros);
+    if (!zeros) {
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    ct_status st = get_graph(t, batch, 0, &sg, err);
+    if (st == CT_OK) {
+        ct_graph_bind(sg->g, sg->x, (void *)xd);
+        ct_graph_bind(sg->g, sg->y, zeros);
+        st = ct_graph_run(sg->g, 0, sg->logits + 1, err);
+    }
+    if (st == CT_OK) {
+        memcpy(out, ct_graph_node(sg->g, sg->logits)->out.data,
+               (size_t)(batch * t->classes) * sizeof *out);
+    }
+    free(zeros);
+    return st;
+}
+
+ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_dataset *eval,
+                         ct_progress_fn progress, void *user, volatile int *stop,
+                         ct_train_result *ret, ct_err *err) {
+    ct_loader *loader = NULL;
+    ct_loader_options lo = {.batch_size = t->job.batch_size,
+                            .shuffle = t->job.shuffle,
+                            .seed = t->job.seed,
+                            .drop_remainder = 0,
+                            .prefetch = t->job.prefetch};
+    ct_train_result r = {.test_loss = NAN, .test_accuracy = NAN};
+    ct_status st = ct_loader_create(train, &lo, &loader, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    int64_t steps = ct_loader_batches_per_epoch(loader);
+    t->total_steps = t->job.max_steps > 0 ? t->job.max_steps : steps * t->job.epochs;
+    double train_seconds = 0.0;
+    int64_t samples = 0;
+    for (int epoch = 0; epoch < t->job.epochs && st == CT_OK; epoch++) {
+        ct_train_progress p = {.epoch = epoch, .epochs = t->job.epochs, .steps = steps};
+        double start = now_s(), wait0 = ct_loader_wait_seconds(loader);
+        double loss_sum = 0.0, acc_sum = 0.0;
+        int64_t seen = 0;
+        st = ct_loader_start_epoch(loader, epoch, 0);
+        while (st == CT_OK) {
+            if (stop && *stop) {
+                st = ct_err_set(err, CT_EINTR, "interrupted at step %lld", (long long)t->step);
+                break;
+            }
+            if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
+                break;
+            }
+            ct_batch b;
+            if ((st = ct_loader_next(loader, &b)) != CT_OK || b.size == 0) {
+                break;
+            }
+            float loss, acc;
+            if ((st = ct_trainer_step(t, b.x, b.y, b.size, &loss, &acc, err)) != CT_OK) {
+                break;
+            }
+            loss_sum += (double)loss * (double)b.size;
+            acc_sum += (double)acc * (double)b.size;
+            seen += b.size;
+            double elapsed = now_s() - start;
+            p.step = b.index + 1;
+            p.global_step = t->step;
+            p.loss = loss_sum / (double)seen;
+            p.accuracy = acc_sum / (double)seen;
+            p.samples_per_s = (double)seen / (elapsed > 0 ? elapsed : 1e-9);
+            p.eta_s = elapsed / (double)p.step * (double)(steps - p.step);
+            if (progress) {
+                progress(&p, user);
+            }
+        }
+        double epoch_seconds = now_s() - start;
+        train_seconds += epoch_seconds;
+        samples += seen;
+        if (st != CT_OK) {
+            break;
+        }
+        p.end_of_epoch = 1;
+        p.epoch_seconds = epoch_seconds;
+        p.input_wait_fraction =
+            (ct_loader_wait_seconds(loader) - wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
+        p.test_loss = p.test_accuracy = NAN;
+        if (eval && (st = ct_trainer_evaluate(t, eval->x, eval->y, eval->n, &p.test_loss,
+                                              &p.test_accuracy, err)) != CT_OK) {
+            break;
+        }
+        r.epochs = epoch + 1;
+        r.train_loss = p.loss;
+        r.train_accuracy = p.accuracy;
+        r.test_loss = p.test_loss;
+        r.test_accuracy = p.test_accuracy;
+        if (progress) {
+            progress(&p, user);
+        }
+        if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
+            break;
+        }
+    }
+    ct_loader_destroy(loader);
+    r.steps = t->step;
+    r.seconds = train_seconds;
+    r.samples_per_s = train_seconds > 0 ? (double)samples / train_seconds : 0.0;
+    *ret = r;
+    return st;
+}

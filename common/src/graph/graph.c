@@ -1,0 +1,526 @@
+/* Graph building, leaves, op builders, allocation, execution and printing. Autodiff lives in
+ * autodiff.c; shape inference and gradient builders per op family in ops_*.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/op_impl.h"
+
+struct ct_graph {
+    const ct_backend *be;
+    int eager;
+    ct_node *nodes;
+    int n, cap;
+    ct_kctx ctx;
+    ct_status status;
+    char msg[512];
+};
+
+static const char *const op_names[CT_OP_COUNT] = {
+#define CT__OP_NAME(e, name, diff) #name,
+    CT_OP_LIST(CT__OP_NAME)
+#undef CT__OP_NAME
+};
+
+static const int op_diff[CT_OP_COUNT] = {
+#define CT__OP_DIFF(e, name, diff) diff,
+    CT_OP_LIST(CT__OP_DIFF)
+#undef CT__OP_DIFF
+};
+
+const ct__shape_fn ct__shape_table[CT_OP_COUNT] = {
+#define CT__OP_SHAPE(e, name, diff) ct__shape_##name,
+    CT_OP_LIST(CT__OP_SHAPE)
+#undef CT__OP_SHAPE
+};
+
+const char *ct_op_name(ct_op op) {
+    return (op >= 0 && op < CT_OP_COUNT) ? op_names[op] : "?";
+}
+
+int ct_op_differentiable(ct_op op) {
+    return (op >= 0 && op < CT_OP_COUNT) ? op_diff[op] : 0;
+}
+
+ct_status ct_graph_create(const ct_backend *be, int eager, ct_graph **ret, ct_err *err) {
+    ct_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        return ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+    }
+    g->be = be;
+    g->eager = eager;
+    g->ctx.backend = be;
+    g->ctx.threads = be ? be->threads : 1;
+    *ret = g;
+    return CT_OK;
+}
+
+static void free_tensor(const ct_graph *g, ct_tensor *t) {
+    if (t->data && t->backend) {
+        ct_backend_free(g->be, t->data);
+    }
+    t->data = NULL;
+    t->backend = NULL;
+}
+
+void ct_graph_destroy(ct_graph *g) {
+    if (!g) {
+        return;
+    }
+    for (int i = 0; i < g->n; i++) {
+        free_tensor(g, &g->nodes[i].out);
+        free_tensor(g, &g->nodes[i].aux);
+    }
+    free(g->nodes);
+    free(g);
+}
+
+ct_status ct_graph_status(const ct_graph *g, ct_err *err) {
+    if (g->status != CT_OK) {
+        ct_err_set(err, g->status, "%s", g->msg);
+    }
+    return g->status;
+}
+
+int ct_graph_fail(ct_graph *g, ct_status code, const char *fmt, ...) {
+    if (g->status == CT_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g->msg, sizeof g->msg, fmt, ap);
+        va_end(ap);
+        g->status = code;
+    }
+    return -1;
+}
+
+int ct_graph_size(const ct_graph *g) {
+    return g->n;
+}
+
+ct_node *ct_graph_node(ct_graph *g, int id) {
+    CT_ASSERT(id >= 0 && id < g->n);
+    return &g->nodes[id];
+}
+
+const ct_backend *ct_graph_backend(const ct_graph *g) {
+    return g->be;
+}
+
+ct_kctx *ct_graph_ctx(ct_graph *g) {
+    return &g->ctx;
+}
+
+ct_shape ct__shape_of(ct_graph *g, int id) {
+    return ct_graph_node(g, id)->out.shape;
+}
+
+/* Allocates a tensor's buffer on the graph's backend unless it is bound or empty. */
+static int alloc_tensor(ct_graph *g, ct_tensor *t) {
+    if (t->data) {
+        return 0;
+    }
+    size_t bytes = ct_tensor_bytes(t);
+    if (bytes == 0) {
+        return 0;
+    }
+    t->data = ct_backend_alloc(g->be, bytes);
+    if (!t->data) {
+        return ct_graph_fail(g, CT_ENOMEM, "graph: cannot allocate %zu bytes", bytes);
+    }
+    t->backend = g->be;
+    return 0;
+}
+
+static int alloc_node(ct_graph *g, ct_node *n) {
+    if (!(n->flags & (CT_NODE_BOUND | CT_NODE_ALIAS)) && !n->out.data &&
+        alloc_tensor(g, &n->out) < 0) {
+        return -1;
+    }
+    if (n->aux.shape.rank > 0 && !n->aux.data && alloc_tensor(g, &n->aux) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static void gather_inputs(ct_graph *g, const ct_node *n, ct_node **ins) {
+    for (int k = 0; k < n->n_in; k++) {
+        ins[k] = &g->nodes[n->in[k]];
+    }
+}
+
+static int run_node(ct_graph *g, ct_node *n) {
+    ct_kernel_fn kernel = g->be->vt->kernels[n->op];
+    if (!kernel) {
+        return ct_graph_fail(g, CT_EUNSUPPORTED, "%s: no %s kernel", ct_op_name(n->op),
+                             g->be->vt->name);
+    }
+    ct_node *ins[CT_MAX_INPUTS];
+    gather_inputs(g, n, ins);
+    if (n->flags & CT_NODE_ALIAS) {
+        n->out.data = ins[0]->out.data;
+    }
+    kernel(&g->ctx, n, ins);
+    return 0;
+}
+
+/* Appends a node whose inputs are checked; returns a pointer to it (not yet counted). */
+static ct_node *new_node(ct_graph *g, ct_op op, int n_in, const int *in, const ct_attrs *attrs) {
+    if (g->status != CT_OK) {
+        return NULL;
+    }
+    if (n_in < 0 || n_in > CT_MAX_INPUTS) {
+        ct_graph_fail(g, CT_EINVAL, "%s: %d inputs (at most %d)", ct_op_name(op), n_in,
+                      CT_MAX_INPUTS);
+        return NULL;
+    }
+    for (int k = 0; k < n_in; k++) {
+        if (in[k] < 0 || in[k] >= g->n) {
+            ct_graph_fail(g, CT_EINVAL, "%s: input %d is not a node (%d)", ct_op_name(op), k,
+                          in[k]);
+            return NULL;
+        }
+    }
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        ct_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+        if (!nodes) {
+            ct_graph_fail(g, CT_ENOMEM, "graph: out of memory");
+            return NULL;
+        }
+        g->nodes = nodes;
+        g->cap = cap;
+    }
+    ct_node *n = &g->nodes[g->n];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->id = g->n;
+    n->n_in = n_in;
+    for (int k = 0; k < n_in; k++) {
+        n->in[k] = in[k];
+    }
+    if (attrs) {
+        n->attrs = *attrs;
+    }
+    return n;
+}
+
+/* Counts the node in; in eager mode allocates and runs it. */
+static int commit_node(ct_graph *g, ct_node *n) {
+    g->n++;
+    if (g->eager) {
+        if (alloc_node(g, n) < 0 || run_node(g, n) < 0) {
+            return -1;
+        }
+    }
+    return n->id;
+}
+
+int ct_graph_add(ct_graph *g, ct_op op, int n_in, const int *in, const ct_attrs *attrs) {
+    CT_ASSERT(op > CT_OP_CONST && op < CT_OP_COUNT);
+    ct_node *n = new_node(g, op, n_in, in, attrs);
+    if (!n) {
+        return -1;
+    }
+    ct_node *ins[CT_MAX_INPUTS];
+    gather_inputs(g, n, ins);
+    if (ct__shape_table[op](g, n, ins) < 0) {
+        return -1;
+    }
+    return commit_node(g, n);
+}
+
+int ct__add1(ct_graph *g, ct_op op, int a, const ct_attrs *attrs) {
+    return a < 0 ? -1 : ct_graph_add(g, op, 1, &a, attrs);
+}
+
+int ct__add2(ct_graph *g, ct_op op, int a, int b, const ct_attrs *attrs) {
+    int in[2] = {a, b};
+    return (a < 0 || b < 0) ? -1 : ct_graph_add(g, op, 2, in, attrs);
+}
+
+int ct__add3(ct_graph *g, ct_op op, int a, int b, int c, const ct_attrs *attrs) {
+    int in[3] = {a, b, c};
+    return (a < 0 || b < 0 || c < 0) ? -1 : ct_graph_add(g, op, 3, in, attrs);
+}
+
+static int add_leaf(ct_graph *g, ct_op op, ct_dtype dtype, const ct_shape *shape, void *data,
+                    unsigned flags, const char *name) {
+    ct_node *n = new_node(g, op, 0, NULL, NULL);
+    if (!n) {
+        return -1;
+    }
+    ct_tensor_set_shape(&n->out, dtype, shape);
+    n->out.data = data;
+    n->flags = flags;
+    if (name) {
+        snprintf(n->out.name, sizeof n->out.name, "%s", name);
+    }
+    return commit_node(g, n);
+}
+
+int ct_placeholder(ct_graph *g, ct_dtype dtype, const ct_shape *shape, const char *name) {
+    return add_leaf(g, CT_OP_PLACEHOLDER, dtype, shape, NULL, CT_NODE_BOUND, name);
+}
+
+int ct_variable(ct_graph *g, const ct_shape *shape, float *data, const char *name) {
+    return add_leaf(g, CT_OP_VARIABLE, CT_F32, shape, data, CT_NODE_BOUND, name);
+}
+
+int ct_constant(ct_graph *g, ct_dtype dtype, const ct_shape *shape, const void *data) {
+    int id = add_leaf(g, CT_OP_CONST, dtype, shape, NULL, 0, NULL);
+    if (id < 0) {
+        return -1;
+    }
+    ct_node *n = &g->nodes[id];
+    if (!n->out.data && alloc_node(g, n) < 0) {
+        return -1;
+    }
+    if (ct_tensor_bytes(&n->out) > 0) {
+        g->be->vt->copy(g->be, n->out.data, data, ct_tensor_bytes(&n->out));
+    }
+    return id;
+}
+
+int ct_scalar(ct_graph *g, float value) {
+    ct_shape s = ct_shape_make(0, NULL);
+    return ct_constant(g, CT_F32, &s, &value);
+}
+
+void ct_graph_bind(ct_graph *g, int id, void *data) {
+    ct_node *n = ct_graph_node(g, id);
+    CT_ASSERT(n->flags & CT_NODE_BOUND);
+    n->out.data = data;
+}
+
+int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst) {
+    if (grad < 0) {
+        return -1;
+    }
+    ct_node *n = &g->nodes[grad];
+    int can = (n->op == CT_OP_MATMUL || n->op == CT_OP_SUM_TO ||
+               n->op == CT_OP_CONV2D_GRAD_FILTER || n->op == CT_OP_EMBEDDING_GRAD ||
+               n->op == CT_OP_AUX_ROW) &&
+              !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE)) && !g->eager;
+    for (int i = grad + 1; can && i < g->n; i++) {
+        for (int k = 0; k < g->nodes[i].n_in; k++) {
+            can = can && g->nodes[i].in[k] != grad;
+        }
+    }
+    if (can) {
+        free_tensor(g, &n->out);
+        n->out.data = dst;
+        n->flags |= CT_NODE_BOUND | CT_NODE_ACCUMULATE;
+        return grad;
+    }
+    ct_node *acc = new_node(g, CT_OP_ACCUMULATE, 1, &grad, NULL);
+    if (!acc) {
+        return -1;
+    }
+    acc->out = g->nodes[grad].out;
+    acc->out.data = dst;
+    acc->out.backend = NULL;
+    acc->flags = CT_NODE_BOUND | CT_NODE_ACCUMULATE;
+    return commit_node(g, acc);
+}
+
+ct_status ct_graph_prepare(ct_graph *g, ct_err *err) {
+    for (int i = 0; i < g->n && g->status == CT_OK; i++) {
+        alloc_node(g, &g->nodes[i]);
+    }
+    return ct_graph_status(g, err);
+}
+
+ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err) {
+    for (int i = first; i < last && g->status == CT_OK; i++) {
+        ct_node *n = &g->nodes[i];
+        if (!n->out.data && !(n->flags & CT_NODE_ALIAS) && ct_tensor_numel(&n->out) > 0) {
+            ct_graph_fail(g, CT_EINVAL, "%s node %d '%s' has no data (placeholder not bound?)",
+                          ct_op_name(n->op), i, n->out.name);
+            break;
+        }
+        if (n->op > CT_OP_CONST) {
+            run_node(g, n);
+        }
+    }
+    return ct_graph_status(g, err);
+}
+
+void ct_graph_print(const ct_graph *g, void *out) {
+    FILE *f = out;
+    for (int i = 0; i < g->n; i++) {
+        const ct_node *n = &g->nodes[i];
+        char shape[96];
+        fprintf(f, "%%%d = %s(", i, ct_op_name(n->op));
+        for (int k = 0; k < n->n_in; k++) {
+            fprintf(f, "%s%%%d", k ? ", " : "", n->in[k]);
+        }
+        fprintf(f, ") %s%s%s%s\n", ct_dtype_name(n->out.dtype),
+                ct_shape_str(&n->out.shape, shape, sizeof shape), n->out.name[0] ? " " : "",
+                n->out.name);
+    }
+}
+
+/* ---- builders ---- */
+
+int ct_identity(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_IDENTITY, x, NULL);
+}
+
+int ct_matmul(ct_graph *g, int a, int b, int transpose_a, int transpose_b) {
+    ct_attrs at = {.i = {transpose_a, transpose_b}};
+    return ct__add2(g, CT_OP_MATMUL, a, b, &at);
+}
+
+int ct_add(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_ADD, a, b, NULL);
+}
+
+int ct_sub(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_SUB, a, b, NULL);
+}
+
+int ct_mul(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_MUL, a, b, NULL);
+}
+
+int ct_div(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_DIV, a, b, NULL);
+}
+
+int ct_scale(ct_graph *g, int x, float alpha) {
+    ct_attrs at = {.f = {alpha}};
+    return ct__add1(g, CT_OP_SCALE, x, &at);
+}
+
+int ct_relu(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_RELU, x, NULL);
+}
+
+int ct_gelu(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_GELU, x, NULL);
+}
+
+int ct_sigmoid(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_SIGMOID, x, NULL);
+}
+
+int ct_tanh(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_TANH, x, NULL);
+}
+
+int ct_softmax(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_SOFTMAX, x, NULL);
+}
+
+int ct_log_softmax(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_LOG_SOFTMAX, x, NULL);
+}
+
+int ct_softmax_xent(ct_graph *g, int logits, int labels) {
+    return ct__add2(g, CT_OP_SOFTMAX_XENT, logits, labels, NULL);
+}
+
+static int reduce(ct_graph *g, ct_op op, int x, unsigned axes_mask, int keepdims) {
+    ct_attrs at = {.i = {(int64_t)axes_mask, keepdims}};
+    return ct__add1(g, op, x, &at);
+}
+
+int ct_sum(ct_graph *g, int x, unsigned axes_mask, int keepdims) {
+    return reduce(g, CT_OP_SUM, x, axes_mask, keepdims);
+}
+
+int ct_mean(ct_graph *g, int x, unsigned axes_mask, int keepdims) {
+    return reduce(g, CT_OP_MEAN, x, axes_mask, keepdims);
+}
+
+int ct_max(ct_graph *g, int x, unsigned axes_mask, int keepdims) {
+    return reduce(g, CT_OP_MAX, x, axes_mask, keepdims);
+}
+
+int ct_argmax(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_ARGMAX, x, NULL);
+}
+
+int ct_equal(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_EQUAL, a, b, NULL);
+}
+
+int ct_reshape(ct_graph *g, int x, int rank, const int64_t *dims) {
+    if (rank < 0 || rank > CT_MAX_DIMS) {
+        return ct_graph_fail(g, CT_EINVAL, "reshape: rank %d out of range", rank);
+    }
+    ct_attrs at = {.i = {rank}};
+    for (int k = 0; k < rank; k++) {
+        at.i[1 + k] = dims[k];
+    }
+    return ct__add1(g, CT_OP_RESHAPE, x, &at);
+}
+
+int ct_transpose(ct_graph *g, int x, const int *perm) {
+    if (x < 0) {
+        return -1;
+    }
+    ct_attrs at = {0};
+    int rank = ct__shape_of(g, x).rank;
+    for (int k = 0; k < rank; k++) {
+        at.i[k] = perm[k];
+    }
+    return ct__add1(g, CT_OP_TRANSPOSE, x, &at);
+}
+
+int ct_concat(ct_graph *g, int n, const int *xs, int axis) {
+    for (int k = 0; k < n; k++) {
+        if (xs[k] < 0) {
+            return -1;
+        }
+    }
+    ct_attrs at = {.i = {axis}};
+    return ct_graph_add(g, CT_OP_CONCAT, n, xs, &at);
+}
+
+int ct_slice(ct_graph *g, int x, int axis, int64_t begin, int64_t size) {
+    ct_attrs at = {.i = {axis, begin, size}};
+    return ct__add1(g, CT_OP_SLICE, x, &at);
+}
+
+int ct_conv2d(ct_graph *g, int x, int w, int stride_h, int stride_w, int same) {
+    ct_attrs at = {.i = {stride_h, stride_w, same}};
+    return ct__add2(g, CT_OP_CONV2D, x, w, &at);
+}
+
+static int pool(ct_graph *g, ct_op op, int x, int wh, int ww, int sh, int sw, int same) {
+    ct_attrs at = {.i = {wh, ww, sh, sw, same}};
+    return ct__add1(g, op, x, &at);
+}
+
+int ct_max_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
+                int same) {
+    return pool(g, CT_OP_MAX_POOL, x, window_h, window_w, stride_h, stride_w, same);
+}
+
+int ct_avg_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
+                int same) {
+    return pool(g, CT_OP_AVG_POOL, x, window_h, window_w, stride_h, stride_w, same);
+}
+
+int ct_dropout(ct_graph *g, int x, float rate, int training) {
+    ct_attrs at = {.i = {training}, .f = {rate}};
+    return ct__add1(g, CT_OP_DROPOUT, x, &at);
+}
+
+int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
+                  float momentum, float epsilon, int training) {
+    int in[5] = {x, gamma, beta, running_mean, running_var};
+    for (int k = 0; k < 5; k++) {
+        if (in[k] < 0) {
+            return -1;
+        }
+    }
+    ct_attrs at = {.i = {training}, .f = {momentum, epsilon}};
+    return ct_graph_add(g, CT_OP_BATCH_NORM, 5, in, &at);
+}
+
+int ct_embedding(ct_graph *g, int table, int ids) {
+    return ct__add2(g, CT_OP_EMBEDDING, table, ids, NULL);
+}

@@ -1,0 +1,285 @@
+/* Models from a layer stack (job file or C): shape propagation with errors that name the layer,
+ * parameter declaration (Keras names, initializers and fan-in/out), and the forward pass as graph
+ * nodes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/nn.h"
+
+struct ct_model {
+    ct_job job; /* copy: layers, input shape, seed, file name */
+    ct_params params;
+    int first_param[CT_JOB_MAX_LAYERS]; /* index of each layer's first parameter (-1: none) */
+    int n_params[CT_JOB_MAX_LAYERS];    /* how many parameters each layer declared */
+    ct_shape shapes[CT_JOB_MAX_LAYERS + 1]; /* per-example shapes: input, then each layer's */
+};
+
+static ct_status layer_error(const ct_job *job, int i, ct_err *err, const char *fmt,
+                             const char *detail) {
+    char where[CT_JOB_PATH_MAX + 64];
+    snprintf(where, sizeof where, "%s:%d: model.layers[%d] (%s)", job->path, job->layers[i].line,
+             i, ct_layer_type_name(job->layers[i].type));
+    return ct_err_set(err, CT_EINVAL, "%s: %s%s", where, fmt, detail ? detail : "");
+}
+
+/* Output size of a windowed op along one axis (TensorFlow SAME/VALID rules); -1 if it does
+ * not fit. */
+static int64_t window_out(int64_t in, int window, int stride, int same) {
+    if (same) {
+        return (in + stride - 1) / stride;
+    }
+    return in < window ? -1 : (in - window) / stride + 1;
+}
+
+/* Declares layer i's parameters and computes its output shape from `in`. */
+static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
+    const ct_layer_spec *l = &m->job.layers[i];
+    char name[64], shape_str[96];
+    ct_params *p = &m->params;
+    int64_t last = in->rank ? in->dims[in->rank - 1] : 1;
+    *out = *in;
+    m->first_param[i] = -1;
+    ct_shape_str(in, shape_str, sizeof shape_str);
+#define DECLARE(suffix, shape, trainable, init, fi, fo)                                           \
+    do {                                                                                          \
+        snprintf(name, sizeof name, "%s_%d/%s", ct_layer_type_name(l->type), i, suffix);          \
+        int idx_ = ct_params_declare(p, name, shape, trainable, init, fi, fo);                    \
+        if (idx_ < 0) {                                                                           \
+            return ct_err_set(err, CT_ENOMEM, "model: out of memory");                             \
+        }                                                                                         \
+        if (m->first_param[i] < 0) {                                                              \
+            m->first_param[i] = idx_;                                                             \
+        }                                                                                         \
+    } while (0)
+    switch (l->type) {
+    case CT_LAYER_DENSE: {
+        if (in->rank < 1) {
+            return layer_error(&m->job, i, err, "needs an input with a feature axis", NULL);
+        }
+        ct_shape w = {.rank = 2, .dims = {last, l->units}}, b = {.rank = 1, .dims = {l->units}};
+        DECLARE("kernel", &w, 1, l->kernel_init, last, l->units);
+        if (l->use_bias) {
+            DECLARE("bias", &b, 1, l->bias_init, last, l->units);
+        }
+        out->dims[out->rank - 1] = l->units;
+        return CT_OK;
+    }
+    case CT_LAYER_CONV2D:
+    case CT_LAYER_MAX_POOL2D:
+    case CT_LAYER_AVG_POOL2D: {
+        if (in->rank != 3) {
+            return layer_error(&m->job, i, err, "needs a [height, width, channels] input, got ",
+                               shape_str);
+        }
+        int conv = l->type == CT_LAYER_CONV2D;
+        const int *win = conv ? l->kernel_size : l->pool_size;
+        int64_t oh = window_out(in->dims[0], win[0], l->strides[0], l->padding_same);
+        int64_t ow = window_out(in->dims[1], win[1], l->strides[1], l->padding_same);
+        if (oh <= 0 || ow <= 0) {
+            char detail[160];
+            snprintf(detail, sizeof detail, "%dx%d larger than input %s with valid padding",
+                     win[0], win[1], shape_str);
+            return layer_error(&m->job, i, err, "window ", detail);
+        }
+        out->dims[0] = oh;
+        out->dims[1] = ow;
+        if (conv) {
+            ct_shape w = {.rank = 4, .dims = {win[0], win[1], last, l->filters}};
+            ct_shape b = {.rank = 1, .dims = {l->filters}};
+            int64_t area = (int64_t)win[0] * win[1];
+            DECLARE("kernel", &w, 1, l->kernel_init, area * last, area * l->filters);
+            if (l->use_bias) {
+                DECLARE("bias", &b, 1, l->bias_init, area * last, area * l->filters);
+            }
+            out->dims[2] = l->filters;
+        }
+        return CT_OK;
+    }
+    case CT_LAYER_FLATTEN:
+        out->rank = 1;
+        out->dims[0] = ct_shape_numel(in);
+        return CT_OK;
+    case CT_LAYER_BATCH_NORM: {
+        ct_shape c = {.rank = 1, .dims = {last}};
+        DECLARE("gamma", &c, 1, CT_INIT_ONES, 0, 0);
+        DECLARE("beta", &c, 1, CT_INIT_ZEROS, 0, 0);
+        DECLARE("moving_mean", &c, 0, CT_INIT_ZEROS, 0, 0);
+        DECLARE("moving_variance", &c, 0, CT_INIT_ONES, 0, 0);
+        return CT_OK;
+    }
+    case CT_LAYER_EMBEDDING: {
+        if (i != 0) {
+            return layer_error(&m->job, i, err, "must be the first layer (it reads integer ids)",
+                               NULL);
+        }
+        ct_shape t = {.rank = 2, .dims = {l->input_dim, l->output_dim}};
+        DECLARE("embeddings", &t, 1, CT_INIT_GLOROT_UNIFORM, l->input_dim, l->output_dim);
+        if (out->rank >= CT_MAX_DIMS - 1) {
+            return layer_error(&m->job, i, err, "input rank too large", NULL);
+        }
+        out->dims[out->rank++] = l->output_dim;
+        return CT_OK;
+    }
+    case CT_LAYER_DROPOUT:
+    case CT_LAYER_ACTIVATION:
+        return CT_OK;
+    }
+#undef DECLARE
+    return layer_error(&m->job, i, err, "unknown layer type", NULL);
+}
+
+ct_status ct_model_create(const ct_job *job, ct_model **ret, ct_err *err) {
+    ct_status st;
+    ct_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        return ct_err_set(err, CT_ENOMEM, "model: out of memory");
+    }
+    m->job = *job;
+    ct_params_init(&m->params);
+    if (job->n_layers < 1) {
+        st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer",
+                        job->path, job->layers_line);
+        goto fail;
+    }
+    m->shapes[0] = ct_shape_make(job->input_rank, job->input_shape);
+    for (int i = 0; i < job->n_layers; i++) {
+        int before = m->params.n;
+        if ((st = plan_layer(m, i, &m->shapes[i], &m->shapes[i + 1], err)) != CT_OK) {
+            goto fail;
+        }
+        m->n_params[i] = m->params.n - before;
+    }
+    if ((st = ct_params_allocate(&m->params, job->seed, err)) != CT_OK) {
+        goto fail;
+    }
+    *ret = m;
+    return CT_OK;
+fail:
+    ct_model_destroy(m);
+    return st;
+}
+
+void ct_model_destroy(ct_model *m) {
+    if (!m) {
+        return;
+    }
+    ct_params_finish(&m->params);
+    free(m);
+}
+
+ct_params *ct_model_params(ct_model *m) {
+    return &m->params;
+}
+
+ct_shape ct_model_output_shape(const ct_model *m) {
+    return m->shapes[m->job.n_layers];
+}
+
+int64_t ct_model_output_size(const ct_model *m) {
+    ct_shape s = ct_model_output_shape(m);
+    return ct_shape_numel(&s);
+}
+
+ct_dtype ct_model_input_dtype(const ct_model *m) {
+    return m->job.layers[0].type == CT_LAYER_EMBEDDING ? CT_I32 : CT_F32;
+}
+
+static int activation(ct_graph *g, int x, ct_activation act) {
+    switch (act) {
+    case CT_ACT_NONE:
+        return x;
+    case CT_ACT_RELU:
+        return ct_relu(g, x);
+    case CT_ACT_GELU:
+        return ct_gelu(g, x);
+    case CT_ACT_SIGMOID:
+        return ct_sigmoid(g, x);
+    case CT_ACT_TANH:
+        return ct_tanh(g, x);
+    case CT_ACT_SOFTMAX:
+        return ct_softmax(g, x);
+    }
+    return x;
+}
+
+/* The VARIABLE node of parameter `index`, created once per graph. */
+static int var(ct_model *m, ct_graph *g, int index, int *vars) {
+    if (vars[index] < 0) {
+        const ct_param *q = &m->params.items[index];
+        vars[index] = ct_variable(g, &q->shape, ct_params_data(&m->params, index), q->name);
+    }
+    return vars[index];
+}
+
+int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var_nodes) {
+    for (int k = 0; k < m->params.n; k++) {
+        ret_var_nodes[k] = -1;
+    }
+    for (int i = 0; i < m->job.n_layers && x >= 0; i++) {
+        const ct_layer_spec *l = &m->job.layers[i];
+        int p = m->first_param[i];
+        switch (l->type) {
+        case CT_LAYER_DENSE:
+            x = ct_matmul(g, x, var(m, g, p, ret_var_nodes), 0, 0);
+            if (l->use_bias) {
+                x = ct_add(g, x, var(m, g, p + 1, ret_var_nodes));
+            }
+            x = activation(g, x, l->activation);
+            break;
+        case CT_LAYER_CONV2D:
+            x = ct_conv2d(g, x, var(m, g, p, ret_var_nodes), l->strides[0], l->strides[1],
+                          l->padding_same);
+            if (l->use_bias) {
+                x = ct_add(g, x, var(m, g, p + 1, ret_var_nodes));
+            }
+            x = activation(g, x, l->activation);
+            break;
+        case CT_LAYER_MAX_POOL2D:
+            x = ct_max_pool(g, x, l->pool_size[0], l->pool_size[1], l->strides[0], l->strides[1],
+                            l->padding_same);
+            break;
+        case CT_LAYER_AVG_POOL2D:
+            x = ct_avg_pool(g, x, l->pool_size[0], l->pool_size[1], l->strides[0], l->strides[1],
+                            l->padding_same);
+            break;
+        case CT_LAYER_DROPOUT:
+            x = ct_dropout(g, x, l->rate, training);
+            break;
+        case CT_LAYER_FLATTEN: {
+            int64_t dims[2] = {ct_graph_node(g, x)->out.shape.dims[0], -1};
+            x = ct_reshape(g, x, 2, dims);
+            break;
+        }
+        case CT_LAYER_BATCH_NORM:
+            x = ct_batch_norm(g, x, var(m, g, p, ret_var_nodes), var(m, g, p + 1, ret_var_nodes),
+                              var(m, g, p + 2, ret_var_nodes), var(m, g, p + 3, ret_var_nodes),
+                              l->momentum, l->epsilon, training);
+            break;
+        case CT_LAYER_EMBEDDING:
+            x = ct_embedding(g, var(m, g, p, ret_var_nodes), x);
+            break;
+        case CT_LAYER_ACTIVATION:
+            x = activation(g, x, l->activation);
+            break;
+        }
+    }
+    return x;
+}
+
+void ct_model_summary(const ct_model *m, void *out) {
+    FILE *f = out;
+    char s[96];
+    int64_t total = 0;
+    fprintf(f, "%-4s %-12s %-20s %s\n", "#", "layer", "output", "parameters");
+    for (int i = 0; i < m->job.n_layers; i++) {
+        int64_t count = 0;
+        for (int k = m->first_param[i]; k >= 0 && k < m->first_param[i] + m->n_params[i]; k++) {
+            count += m->params.items[k].size;
+        }
+        total += count;
+        fprintf(f, "%-4d %-12s %-20s %lld\n", i, ct_layer_type_name(m->job.layers[i].type),
+                ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count);
+    }
+    fprintf(f, "total parameters: %lld\n", (long long)total);
+}

@@ -1,0 +1,217 @@
+/* Optimizer updates, schedules and clipping. The Adam family follows PyTorch's formulas (bias
+ * correction inside the step, epsilon added to the corrected root), so runs compare exactly with
+ * torch.optim; Keras' defaults (epsilon 1e-7, rho 0.9) are the job-file defaults. Each update is
+ * one pass over the trainable range that also sums g^2 to detect NaN/Inf for free. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/optim.h"
+
+struct ct_optimizer {
+    ct_optimizer_spec spec;
+    int64_t total;
+    int n_slots;
+    float *slots[2];
+};
+
+static int slots_needed(const ct_optimizer_spec *s) {
+    switch (s->type) {
+    case CT_OPT_SGD:
+        return s->momentum > 0.0f ? 1 : 0;
+    case CT_OPT_ADAM:
+    case CT_OPT_ADAMW:
+        return 2;
+    case CT_OPT_RMSPROP:
+        return s->momentum > 0.0f ? 2 : 1;
+    }
+    return 0;
+}
+
+ct_status ct_optimizer_create(const ct_optimizer_spec *spec, const ct_params *params,
+                              ct_optimizer **ret, ct_err *err) {
+    ct_optimizer *o = calloc(1, sizeof *o);
+    if (!o) {
+        return ct_err_set(err, CT_ENOMEM, "optimizer: out of memory");
+    }
+    o->spec = *spec;
+    o->total = params->total;
+    o->n_slots = slots_needed(spec);
+    for (int k = 0; k < o->n_slots; k++) {
+        size_t bytes = (size_t)(o->total ? o->total : 16) * sizeof(float);
+        o->slots[k] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (!o->slots[k]) {
+            ct_optimizer_destroy(o);
+            return ct_err_set(err, CT_ENOMEM, "optimizer: cannot allocate slots");
+        }
+        memset(o->slots[k], 0, bytes);
+    }
+    *ret = o;
+    return CT_OK;
+}
+
+void ct_optimizer_destroy(ct_optimizer *o) {
+    if (!o) {
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        free(o->slots[k]);
+    }
+    free(o);
+}
+
+int ct_optimizer_slot_count(const ct_optimizer *o) {
+    return o->n_slots;
+}
+
+float *ct_optimizer_slot(ct_optimizer *o, int k) {
+    return (k >= 0 && k < o->n_slots) ? o->slots[k] : NULL;
+}
+
+const char *ct_optimizer_slot_name(const ct_optimizer *o, int k) {
+    switch (o->spec.type) {
+    case CT_OPT_SGD:
+        return "momentum";
+    case CT_OPT_ADAM:
+    case CT_OPT_ADAMW:
+        return k == 0 ? "m" : "v";
+    case CT_OPT_RMSPROP:
+        return k == 0 ? "rms" : "momentum";
+    }
+    return "?";
+}
+
+float ct_optimizer_learning_rate(const ct_optimizer *o, int64_t step, int64_t total_steps) {
+    const ct_optimizer_spec *s = &o->spec;
+    double lr = s->learning_rate;
+    if (s->warmup_steps > 0 && step < s->warmup_steps) {
+        lr *= (double)(step + 1) / (double)s->warmup_steps;
+    } else if (s->schedule == CT_SCHED_STEP && s->step_size > 0) {
+        lr *= pow(s->gamma, (double)(step / s->step_size));
+    } else if (s->schedule == CT_SCHED_COSINE) {
+        int64_t span = s->decay_steps > 0 ? s->decay_steps : total_steps - s->warmup_steps;
+        double t = span > 0 ? (double)(step - s->warmup_steps) / (double)span : 1.0;
+        t = t < 0.0 ? 0.0 : (t > 1.0 ? 1.0 : t);
+        lr = s->min_lr + (lr - s->min_lr) * 0.5 * (1.0 + cos(3.141592653589793 * t));
+    }
+    if (s->decay > 0.0f) { /* Keras' legacy time-based decay */
+        lr /= 1.0 + s->decay * (double)step;
+    }
+    return (float)lr;
+}
+
+static double sum_squares(const float *restrict g, int64_t n) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 16; k++) {
+            acc[k] += g[i + k] * g[i + k];
+        }
+    }
+    double total = 0.0;
+    for (int k = 0; k < 16; k++) {
+        total += acc[k];
+    }
+    for (; i < n; i++) {
+        total += (double)g[i] * g[i];
+    }
+    return total;
+}
+
+/* Names the first parameter whose gradient is not finite. */
+static ct_status report_nonfinite(const ct_params *p, int64_t step, ct_err *err) {
+    for (int i = 0; i < p->n; i++) {
+        const float *g = ct_params_grad(p, i);
+        for (int64_t k = 0; p->items[i].trainable && k < p->items[i].size; k++) {
+            if (!isfinite(g[k])) {
+                return ct_err_set(err, CT_ENUMERIC,
+                                  "step %lld: gradient of '%s' is %s at element %lld",
+                                  (long long)step, p->items[i].name, isnan(g[k]) ? "NaN" : "Inf",
+                                  (long long)k);
+            }
+        }
+    }
+    return ct_err_set(err, CT_ENUMERIC, "step %lld: gradient norm is not finite",
+                      (long long)step);
+}
+
+ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
+                             int64_t total_steps, int zero_grad, ct_err *err) {
+    const ct_optimizer_spec *s = &o->spec;
+    const int64_t n = params->trainable_total;
+    float *restrict w = params->data;
+    float *restrict g = params->grad;
+    float *restrict s0 = o->slots[0];
+    float *restrict s1 = o->slots[1];
+    const float lr = ct_optimizer_learning_rate(o, step, total_steps);
+    float clip = 1.0f;
+    if (s->clip_norm > 0.0f) {
+        double norm = sqrt(sum_squares(g, n));
+        if (!isfinite(norm)) {
+            return report_nonfinite(params, step, err);
+        }
+        clip = norm > s->clip_norm ? (float)(s->clip_norm / norm) : 1.0f;
+    }
+    /* g2 accumulates g^2 in 16 lanes so the loop stays vectorized; NaN/Inf propagate into it. */
+    float g2[16] = {0};
+    const float b1 = s->beta1, b2 = s->beta2, eps = s->epsilon, mom = s->momentum;
+    const double t = (double)step + 1.0;
+    switch (s->type) {
+    case CT_OPT_SGD:
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i] * clip;
+            g2[i & 15] += gi * gi;
+            if (mom > 0.0f) {
+                float v = mom * s0[i] + gi; /* PyTorch form: v = mu v + g; w -= lr v */
+                s0[i] = v;
+                w[i] -= lr * (s->nesterov ? gi + mom * v : v);
+            } else {
+                w[i] -= lr * gi;
+            }
+        }
+        break;
+    case CT_OPT_ADAM:
+    case CT_OPT_ADAMW: {
+        const float c1 = (float)(1.0 / (1.0 - pow(b1, t)));
+        const float c2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
+        const float decay = s->type == CT_OPT_ADAMW ? 1.0f - lr * s->weight_decay : 1.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i] * clip;
+            g2[i & 15] += gi * gi;
+            float m = b1 * s0[i] + (1.0f - b1) * gi;
+            float v = b2 * s1[i] + (1.0f - b2) * gi * gi;
+            s0[i] = m;
+            s1[i] = v;
+            w[i] = w[i] * decay - lr * (m * c1) / (sqrtf(v) * c2 + eps);
+        }
+        break;
+    }
+    case CT_OPT_RMSPROP: {
+        const float rho = s->rho;
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i] * clip;
+            g2[i & 15] += gi * gi;
+            float ms = rho * s0[i] + (1.0f - rho) * gi * gi;
+            s0[i] = ms;
+            float step_i = gi / (sqrtf(ms) + eps);
+            if (mom > 0.0f) {
+                s1[i] = mom * s1[i] + step_i;
+                step_i = s1[i];
+            }
+            w[i] -= lr * step_i;
+        }
+        break;
+    }
+    }
+    float total = 0.0f;
+    for (int k = 0; k < 16; k++) {
+        total += g2[k];
+    }
+    if (!isfinite(total)) {
+        return report_nonfinite(params, step, err);
+    }
+    if (zero_grad) {
+        memset(g, 0, (size_t)n * sizeof *g);
+    }
+    return CT_OK;
+}

@@ -1,0 +1,286 @@
+/* ctrain: the standalone launcher. `ctrain train [JOB] [--set key=value ...]` trains a job on
+ * this machine; `ctrain summary JOB` prints the model. A thin main: parse flags, load the job and
+ * data through the library, run, print, map the status to an exit code (0 ok, 1 runtime failure,
+ * 2 bad input, 130 interrupted). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctrain/ctrain.h"
+
+#define EXIT_RUNTIME 1
+#define EXIT_BAD_INPUT 2
+#define EXIT_INTERRUPTED 130
+#define MAX_SETS 64
+
+static volatile int stop_requested = 0;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train [JOB.yaml]    train a job on this machine (default job: the Fashion-MNIST MLP,\n"
+            "                      %s)\n"
+            "  summary [JOB.yaml]  print the model's layers, output shapes and parameter counts\n"
+            "  version             print the version\n"
+            "\n"
+            "Run 'ctrain <command> --help' for the options of a command.\n",
+            CT_DEFAULT_JOB);
+}
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain train [JOB.yaml] [options]\n"
+            "\n"
+            "Trains JOB (YAML or JSON; default %s) and evaluates on data.eval after each epoch.\n"
+            "\n"
+            "options:\n"
+            "  --set KEY=VALUE   override a job field by its dotted name, e.g. --set train.epochs=1,\n"
+            "                    --set model.layers[1].dense.units=64 (repeatable)\n"
+            "  --eager           run op by op instead of the prepared graph (= --set train.eager=true)\n"
+            "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
+            "  --quiet           print only the final summary line\n"
+            "  -h, --help        show this help\n"
+            "\n"
+            "The last line printed is a stable summary for scripts:\n"
+            "  done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R\n"
+            "exit codes: 0 success, 1 runtime failure, 2 bad input (job, flags, data), 130 "
+            "interrupted\n",
+            CT_DEFAULT_JOB);
+}
+
+typedef struct progress_state {
+    int tty;
+    int quiet;
+    double last_draw;
+} progress_state;
+
+static void print_progress(const ct_train_progress *p, void *user) {
+    progress_state *s = user;
+    if (s->quiet) {
+        return;
+    }
+    if (!p->end_of_epoch) {
+        if (!s->tty || (p->step != p->steps && p->step % 20 != 0)) {
+            return;
+        }
+        int width = 30, filled = (int)(width * p->step / (p->steps ? p->steps : 1));
+        char bar[64];
+        for (int i = 0; i < width; i++) {
+            bar[i] = i < filled ? '=' : (i == filled ? '>' : '.');
+        }
+        bar[width] = '\0';
+        printf("\repoch %d/%d %6lld/%lld [%s] loss %.4f accuracy %.4f %.0f samples/s ETA %.0fs ",
+               p->epoch + 1, p->epochs, (long long)p->step, (long long)p->steps, bar, p->loss,
+               p->accuracy, p->samples_per_s, p->eta_s);
+        fflush(stdout);
+        return;
+    }
+    if (s->tty) {
+        printf("\r\033[K");
+    }
+    printf("epoch %d/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f test_accuracy=%.4f "
+           "seconds=%.1f samples_per_s=%.0f input_wait=%.1f%%\n",
+           p->epoch + 1, p->epochs, (long long)p->steps, p->loss, p->accuracy, p->test_loss,
+           p->test_accuracy, p->epoch_seconds, p->samples_per_s, 100.0 * p->input_wait_fraction);
+    fflush(stdout);
+}
+
+typedef struct cli {
+    const char *job_path;
+    const char *sets[MAX_SETS + 2];
+    int n_sets;
+    int quiet;
+    char threads_set[64];
+} cli;
+
+/* Parses train/summary flags; returns 0, or the exit code to leave with. */
+static int parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return -1;
+        } else if (!strcmp(a, "--set") || !strcmp(a, "--threads")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: %s needs a value (see --help)\n", a);
+                return EXIT_BAD_INPUT;
+            }
+            if (c->n_sets >= MAX_SETS) {
+                fprintf(stderr, "ctrain: too many --set options (at most %d)\n", MAX_SETS);
+                return EXIT_BAD_INPUT;
+            }
+            if (!strcmp(a, "--threads")) {
+                snprintf(c->threads_set, sizeof c->threads_set, "train.threads=%s", argv[++i]);
+                c->sets[c->n_sets++] = c->threads_set;
+            } else {
+                c->sets[c->n_sets++] = argv[++i];
+            }
+        } else if (!strncmp(a, "--set=", 6)) {
+            c->sets[c->n_sets++] = a + 6;
+        } else if (!strcmp(a, "--eager")) {
+            c->sets[c->n_sets++] = "train.eager=true";
+        } else if (!strcmp(a, "--quiet")) {
+            c->quiet = 1;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "ctrain: unknown option '%s' (see --help)\n", a);
+            return EXIT_BAD_INPUT;
+        } else if (!c->job_path) {
+            c->job_path = a;
+        } else {
+            fprintf(stderr, "ctrain: unexpected argument '%s' (one job file at most)\n", a);
+            return EXIT_BAD_INPUT;
+        }
+    }
+    if (!c->job_path) {
+        c->job_path = access("examples/fashion_mnist_mlp.yaml", R_OK) == 0
+                          ? "examples/fashion_mnist_mlp.yaml"
+                          : CT_DEFAULT_JOB;
+    }
+    return 0;
+}
+
+/* Loads one data split; NULL (and a message) on failure. */
+static ct_dataset *load_split(const ct_job *job, const ct_data_spec *d, const char *key) {
+    ct_dataset *ds = NULL;
+    ct_err err = {0};
+    if (ct_dataset_load_idx(d->images, d->labels, d->limit, &ds, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s: %s: %s\n", job->path, key, err.msg);
+        return NULL;
+    }
+    int64_t want = 1;
+    for (int k = 0; k < job->input_rank; k++) {
+        want *= job->input_shape[k];
+    }
+    if (ds->example_size != want) {
+        char s[96];
+        ct_shape es = ct_shape_make(ds->rank, ds->example_shape);
+        fprintf(stderr,
+                "ctrain: %s: model.input_shape has %lld values per example but %s (%s) has %s "
+                "= %lld\n",
+                job->path, (long long)want, key, d->images, ct_shape_str(&es, s, sizeof s),
+                (long long)ds->example_size);
+        ct_dataset_destroy(ds);
+        return NULL;
+    }
+    return ds;
+}
+
+static int cmd_train(int argc, char **argv) {
+    cli c = {0};
+    int rc = parse_flags(argc, argv, &c, train_usage);
+    if (rc) {
+        return rc < 0 ? 0 : rc;
+    }
+    ct_job job;
+    ct_err err = {0};
+    if (ct_job_load(c.job_path, c.sets, c.n_sets, &job, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    ct_trainer *t = NULL;
+    ct_dataset *train = NULL, *eval = NULL;
+    rc = EXIT_BAD_INPUT;
+    if (ct_trainer_create(&job, &t, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        goto done;
+    }
+    if (!(train = load_split(&job, &job.train_data, "data.train")) ||
+        (job.has_eval_data && !(eval = load_split(&job, &job.eval_data, "data.eval")))) {
+        goto done;
+    }
+    int64_t outputs = ct_model_output_size(ct_trainer_model(t));
+    if (train->n_classes > outputs || (eval && eval->n_classes > outputs)) {
+        fprintf(stderr, "ctrain: %s: the data has %d classes but the model outputs %lld scores "
+                        "(set the last dense layer's units to at least %d)\n",
+                job.path, eval && eval->n_classes > train->n_classes ? eval->n_classes
+                                                                     : train->n_classes,
+                (long long)outputs, train->n_classes);
+        goto done;
+    }
+    if (!c.quiet) {
+        printf("job %s: %lld training and %lld test examples, %lld parameters, %d epochs of "
+               "batch %d\n",
+               job.path, (long long)train->n, eval ? (long long)eval->n : 0LL,
+               (long long)ct_trainer_params(t)->trainable_total, job.epochs, job.batch_size);
+        fflush(stdout);
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    progress_state ps = {.tty = isatty(STDOUT_FILENO), .quiet = c.quiet};
+    ct_train_result r;
+    ct_status st = ct_trainer_fit(t, train, eval, print_progress, &ps, &stop_requested, &r, &err);
+    if (st != CT_OK) {
+        fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
+        rc = st == CT_EINTR ? EXIT_INTERRUPTED : (st == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME);
+        goto done;
+    }
+    printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
+           "samples_per_s=%.1f\n",
+           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds,
+           r.samples_per_s);
+    rc = 0;
+done:
+    ct_dataset_destroy(train);
+    ct_dataset_destroy(eval);
+    ct_trainer_destroy(t);
+    return rc;
+}
+
+static void summary_usage(FILE *f) {
+    fprintf(f, "usage: ctrain summary [JOB.yaml] [--set KEY=VALUE ...]\n"
+               "Prints each layer's output shape and parameter count (default job: %s).\n",
+            CT_DEFAULT_JOB);
+}
+
+static int cmd_summary(int argc, char **argv) {
+    cli c = {0};
+    int rc = parse_flags(argc, argv, &c, summary_usage);
+    if (rc) {
+        return rc < 0 ? 0 : rc;
+    }
+    ct_job job;
+    ct_err err = {0};
+    ct_model *m = NULL;
+    if (ct_job_load(c.job_path, c.sets, c.n_sets, &job, &err) != CT_OK ||
+        ct_model_create(&job, &m, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    ct_model_summary(m, stdout);
+    ct_model_destroy(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_BAD_INPUT;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("ctrain %s\n", CT_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "train")) {
+        return cmd_train(argc - 2, argv + 2);
+    }
+    if (!strcmp(cmd, "summary")) {
+        return cmd_summary(argc - 2, argv + 2);
+    }
+    fprintf(stderr, "ctrain: unknown command '%s' (commands: train, summary, version)\n", cmd);
+    return EXIT_BAD_INPUT;
+}

@@ -1,0 +1,81 @@
+/* The CPU backend: aligned host memory and the CPU kernel table generated from CT_OP_LIST. The
+ * BLAS gets the backend's thread count. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graph/op_impl.h"
+
+const ct_kernel_fn ct__cpu_kernels[CT_OP_COUNT] = {
+#define CT__OP_CPU(e, name, diff) ct__cpu_##name,
+    CT_OP_LIST(CT__OP_CPU)
+#undef CT__OP_CPU
+};
+
+static void *cpu_alloc(const ct_backend *be, size_t bytes) {
+    (void)be;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p) {
+        memset(p, 0, rounded);
+    }
+    return p;
+}
+
+static void cpu_free(const ct_backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_memset0(const ct_backend *be, void *ptr, size_t bytes) {
+    (void)be;
+    memset(ptr, 0, bytes);
+}
+
+static void cpu_copy(const ct_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memmove(dst, src, bytes);
+}
+
+static void cpu_sync(const ct_backend *be) {
+    (void)be;
+}
+
+static const ct_backend_vtable cpu_vtable = {
+    .name = "CPU",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .kernels = ct__cpu_kernels,
+};
+
+ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err) {
+    ct_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        return ct_err_set(err, CT_ENOMEM, "backend: out of memory");
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    be->vt = &cpu_vtable;
+    be->device = 0;
+    be->threads = threads > 0 ? threads : (cores > 0 ? (int)cores : 1);
+    openblas_set_num_threads(be->threads);
+    *ret = be;
+    return CT_OK;
+}
+
+void ct_backend_destroy(ct_backend *be) {
+    free(be);
+}
+
+void *ct_backend_alloc(const ct_backend *be, size_t bytes) {
+    return be->vt->alloc(be, bytes);
+}
+
+void ct_backend_free(const ct_backend *be, void *ptr) {
+    if (ptr) {
+        be->vt->free(be, ptr);
+    }
+}

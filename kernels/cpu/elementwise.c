@@ -1,0 +1,157 @@
+/* CPU kernels: broadcasting add/sub/mul/div, scale, identity, accumulate, and the activations
+ * with their gradients. Loops are written so the compiler vectorizes them (restrict pointers,
+ * unit strides); broadcasting has fast paths for same-shape, scalar and row (bias) operands. */
+#include <math.h>
+#include <string.h>
+
+#include "graph/op_impl.h"
+
+/* Strides (in elements) of `s` seen as a broadcast operand of the rank-`rank` shape `out`. */
+static void broadcast_strides(const ct_shape *s, const ct_shape *out, int64_t *strides) {
+    int64_t stride = 1;
+    for (int k = out->rank - 1; k >= 0; k--) {
+        int ks = s->rank - out->rank + k;
+        int64_t d = ks >= 0 ? s->dims[ks] : 1;
+        strides[k] = d == 1 ? 0 : stride;
+        stride *= d;
+    }
+}
+
+/* True when `s` equals the trailing dims of `out` (after leading ones): a bias row. */
+static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
+    int64_t n = ct_shape_numel(s);
+    int k = 0;
+    while (k < s->rank && s->dims[k] == 1) {
+        k++;
+    }
+    int trailing = s->rank - k;
+    if (trailing > out->rank) {
+        return 0;
+    }
+    for (int j = 0; j < trailing; j++) {
+        if (s->dims[k + j] != out->dims[out->rank - trailing + j]) {
+            return 0;
+        }
+    }
+    *row = n;
+    return 1;
+}
+
+#define CT__BINARY_KERNEL(name, EXPR)                                                             \
+    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
+        (void)ctx;                                                                                \
+        const ct_shape *so = &n->out.shape, *sa = &in[0]->out.shape, *sb = &in[1]->out.shape;     \
+        const float *restrict a = CT__F32(&in[0]->out), *restrict b = CT__F32(&in[1]->out);      \
+        float *restrict o = CT__F32(&n->out);                                                     \
+        int64_t total = ct_shape_numel(so), na = ct_shape_numel(sa), nb = ct_shape_numel(sb);    \
+        int64_t row;                                                                              \
+        if (na == total && nb == total) {                                                         \
+            for (int64_t i = 0; i < total; i++) {                                                 \
+                float x = a[i], y = b[i];                                                         \
+                o[i] = (EXPR);                                                                    \
+            }                                                                                     \
+        } else if (na == total && nb == 1) {                                                      \
+            const float y = b[0];                                                                 \
+            for (int64_t i = 0; i < total; i++) {                                                 \
+                float x = a[i];                                                                   \
+                o[i] = (EXPR);                                                                    \
+            }                                                                                     \
+        } else if (nb == total && na == 1) {                                                      \
+            const float x = a[0];                                                                 \
+            for (int64_t i = 0; i < total; i++) {                                                 \
+                float y = b[i];                                                                   \
+                o[i] = (EXPR);                                                                    \
+            }                                                                                     \
+        } else if (na == total && nb > 0 && is_row_of(sb, so, &row)) {                            \
+            for (int64_t r = 0; r < total; r += row) {                                            \
+                for (int64_t c = 0; c < row; c++) {                                               \
+                    float x = a[r + c], y = b[c];                                                 \
+                    o[r + c] = (EXPR);                                                            \
+                }                                                                                 \
+            }                                                                                     \
+        } else {                                                                                  \
+            int64_t stra[CT_MAX_DIMS], strb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};                \
+            broadcast_strides(sa, so, stra);                                                      \
+            broadcast_strides(sb, so, strb);                                                      \
+            int64_t ia = 0, ib = 0;                                                               \
+            for (int64_t i = 0; i < total; i++) {                                                 \
+                float x = a[ia], y = b[ib];                                                       \
+                o[i] = (EXPR);                                                                    \
+                for (int k = so->rank - 1; k >= 0; k--) {                                         \
+                    ia += stra[k];                                                                \
+                    ib += strb[k];                                                                \
+                    if (++idx[k] < so->dims[k]) {                                                 \
+                        break;                                                                    \
+                    }                                                                             \
+                    ia -= stra[k] * so->dims[k];                                                  \
+                    ib -= strb[k] * so->dims[k];                                                  \
+                    idx[k] = 0;                                                                   \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+CT__BINARY_KERNEL(add, x + y)
+CT__BINARY_KERNEL(sub, x - y)
+CT__BINARY_KERNEL(mul, x *y)
+CT__BINARY_KERNEL(div, x / y)
+#undef CT__BINARY_KERNEL
+
+/* out = f(x) over the whole tensor; accumulating nodes add into out. */
+#define CT__UNARY_KERNEL(name, EXPR)                                                              \
+    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
+        (void)ctx;                                                                                \
+        const float *restrict a = CT__F32(&in[0]->out);                                           \
+        float *restrict o = CT__F32(&n->out);                                                     \
+        int64_t total = ct_tensor_numel(&n->out);                                                 \
+        const float alpha = n->attrs.f[0];                                                        \
+        (void)alpha;                                                                              \
+        for (int64_t i = 0; i < total; i++) {                                                     \
+            float x = a[i];                                                                       \
+            o[i] = (EXPR);                                                                        \
+        }                                                                                         \
+    }
+
+CT__UNARY_KERNEL(scale, alpha *x)
+CT__UNARY_KERNEL(relu, x > 0.0f ? x : 0.0f)
+CT__UNARY_KERNEL(gelu, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))
+CT__UNARY_KERNEL(sigmoid, 1.0f / (1.0f + expf(-x)))
+CT__UNARY_KERNEL(tanh, tanhf(x))
+#undef CT__UNARY_KERNEL
+
+void ct__cpu_identity(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    if (n->out.data != in[0]->out.data) {
+        memcpy(n->out.data, in[0]->out.data, ct_tensor_bytes(&n->out));
+    }
+}
+
+void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const float *restrict a = CT__F32(&in[0]->out);
+    float *restrict o = CT__F32(&n->out);
+    int64_t total = ct_tensor_numel(&n->out);
+    for (int64_t i = 0; i < total; i++) {
+        o[i] += a[i];
+    }
+}
+
+/* Gradient kernels: out = dy * f'(saved), where saved is y or x (see ops.h). */
+#define CT__GRAD_KERNEL(name, EXPR)                                                               \
+    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
+        (void)ctx;                                                                                \
+        const float *restrict d = CT__F32(&in[0]->out), *restrict s = CT__F32(&in[1]->out);       \
+        float *restrict o = CT__F32(&n->out);                                                     \
+        int64_t total = ct_tensor_numel(&n->out);                                                 \
+        for (int64_t i = 0; i < total; i++) {                                                     \
+            float dy = d[i], v = s[i];                                                            \
+            o[i] = (EXPR);                                                                        \
+        }                                                                                         \
+    }
+
+CT__GRAD_KERNEL(relu_grad, v > 0.0f ? dy : 0.0f)
+CT__GRAD_KERNEL(sigmoid_grad, dy *v *(1.0f - v))
+CT__GRAD_KERNEL(tanh_grad, dy *(1.0f - v * v))
+CT__GRAD_KERNEL(gelu_grad, dy *(0.5f * (1.0f + erff(v * (float)M_SQRT1_2)) +
+                                v * 0.3989422804014327f * expf(-0.5f * v * v)))
+#undef CT__GRAD_KERNEL

@@ -1,0 +1,122 @@
+/* CPU kernels: softmax and log-softmax along the last axis with their gradients, and the fused
+ * softmax cross-entropy with sparse labels (mean over the batch; probabilities saved in aux for
+ * the backward pass). Row maxima are subtracted for stability. */
+#include <math.h>
+
+#include "graph/op_impl.h"
+
+static void rows_cols(const ct_tensor *t, int64_t *rows, int64_t *cols) {
+    *cols = t->shape.rank ? t->shape.dims[t->shape.rank - 1] : 1;
+    *rows = *cols ? ct_tensor_numel(t) / *cols : 0;
+}
+
+/* p = softmax(x) for one row; returns log(sum(exp(x - max))) + max (the log-partition). */
+static float softmax_row(const float *restrict x, float *restrict p, int64_t cols) {
+    float m = x[0];
+    for (int64_t c = 1; c < cols; c++) {
+        m = x[c] > m ? x[c] : m;
+    }
+    float s = 0.0f;
+    for (int64_t c = 0; c < cols; c++) {
+        p[c] = expf(x[c] - m);
+        s += p[c];
+    }
+    float inv = 1.0f / s;
+    for (int64_t c = 0; c < cols; c++) {
+        p[c] *= inv;
+    }
+    return m + logf(s);
+}
+
+void ct__cpu_softmax(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    int64_t rows, cols;
+    rows_cols(&n->out, &rows, &cols);
+    for (int64_t r = 0; r < rows; r++) {
+        softmax_row(CT__F32(&in[0]->out) + r * cols, CT__F32(&n->out) + r * cols, cols);
+    }
+}
+
+void ct__cpu_log_softmax(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    int64_t rows, cols;
+    rows_cols(&n->out, &rows, &cols);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = CT__F32(&in[0]->out) + r * cols;
+        float *o = CT__F32(&n->out) + r * cols;
+        float lse = softmax_row(x, o, cols);
+        for (int64_t c = 0; c < cols; c++) {
+            o[c] = x[c] - lse;
+        }
+    }
+}
+
+void ct__cpu_softmax_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    int64_t rows, cols;
+    rows_cols(&n->out, &rows, &cols);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dy = CT__F32(&in[0]->out) + r * cols, *y = CT__F32(&in[1]->out) + r * cols;
+        float *o = CT__F32(&n->out) + r * cols;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            dot += dy[c] * y[c];
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            o[c] = y[c] * (dy[c] - dot);
+        }
+    }
+}
+
+void ct__cpu_log_softmax_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    int64_t rows, cols;
+    rows_cols(&n->out, &rows, &cols);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dy = CT__F32(&in[0]->out) + r * cols, *y = CT__F32(&in[1]->out) + r * cols;
+        float *o = CT__F32(&n->out) + r * cols;
+        float sum = 0.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            sum += dy[c];
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            o[c] = dy[c] - expf(y[c]) * sum;
+        }
+    }
+}
+
+void ct__cpu_softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    int64_t rows, cols;
+    rows_cols(&in[0]->out, &rows, &cols);
+    const int32_t *labels = CT__I32(&in[1]->out);
+    double loss = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = CT__F32(&in[0]->out) + r * cols;
+        float lse = softmax_row(x, CT__F32(&n->aux) + r * cols, cols);
+        int32_t label = labels[r];
+        /* A label outside [0, classes) makes the loss NaN, which the trainer reports. */
+        loss += (label >= 0 && label < cols) ? (double)(lse - x[label]) : (double)NAN;
+    }
+    CT__F32(&n->out)[0] = rows ? (float)(loss / (double)rows) : 0.0f;
+}
+
+/* Inputs (dloss, forward node, labels): dlogits = (p - onehot(labels)) * dloss / batch. */
+void ct__cpu_softmax_xent_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const ct_node *fwd = in[1];
+    int64_t rows, cols;
+    rows_cols(&fwd->aux, &rows, &cols);
+    float scale = CT__F32(&in[0]->out)[0] / (float)(rows ? rows : 1);
+    const float *p = CT__F32(&fwd->aux);
+    float *o = CT__F32(&n->out);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        o[i] = p[i] * scale;
+    }
+    const int32_t *y = CT__I32(&in[2]->out);
+    for (int64_t r = 0; r < rows; r++) {
+        if (y[r] >= 0 && y[r] < cols) {
+            o[r * cols + y[r]] -= scale;
+        }
+    }
+}

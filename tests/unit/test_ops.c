@@ -1,0 +1,220 @@
+/* Finite-difference gradient checks and forward checks of the core ops: matmul, broadcasting
+ * arithmetic, activations, softmax family, reductions and shape ops. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "gradcheck.h"
+
+#define TOL_ATOL 1e-3
+#define TOL_RTOL 1e-2
+
+typedef struct case_ctx {
+    ct_op op;
+    ct_attrs attrs;
+    int n_in;
+} case_ctx;
+
+static int build_generic(ct_graph *g, const int *ins, void *user) {
+    case_ctx *c = user;
+    return ct_graph_add(g, c->op, c->n_in, ins, &c->attrs);
+}
+
+/* Checks op on f32 inputs of the given shapes filled uniformly in [lo, hi). */
+static void check_op(ct_op op, ct_attrs attrs, int n_in, const ct_shape *shapes, float lo,
+                     float hi, int distinct) {
+    gc_input inputs[GC_MAX_INPUTS];
+    float *vals[GC_MAX_INPUTS];
+    for (int k = 0; k < n_in; k++) {
+        int64_t n = ct_shape_numel(&shapes[k]);
+        vals[k] = malloc((size_t)(n ? n : 1) * sizeof(float));
+        if (distinct) {
+            gc_fill_distinct(vals[k], n, 0.05f, 11 + (uint64_t)k);
+        } else {
+            gc_fill_uniform(vals[k], n, lo, hi, 11 + (uint64_t)k);
+        }
+        inputs[k] = (gc_input){.shape = shapes[k], .dtype = CT_F32, .value = vals[k], .check = 1};
+    }
+    case_ctx c = {.op = op, .attrs = attrs, .n_in = n_in};
+    char msg[256];
+    double e = gradcheck(build_generic, &c, n_in, inputs, 1e-2f, TOL_ATOL, TOL_RTOL, msg,
+                         sizeof msg);
+    cr_expect(e <= 1.0, "%s: error %.3g: %s", ct_op_name(op), e, msg);
+    for (int k = 0; k < n_in; k++) {
+        free(vals[k]);
+    }
+}
+
+#define S(...) ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
+                           .dims = {__VA_ARGS__}})
+
+Test(ops, matmul_grads) {
+    ct_shape ab[2];
+    int ta_tb[4][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+    for (int v = 0; v < 4; v++) {
+        int ta = ta_tb[v][0], tb = ta_tb[v][1];
+        ab[0] = ta ? S(4, 3) : S(3, 4);
+        ab[1] = tb ? S(5, 4) : S(4, 5);
+        check_op(CT_OP_MATMUL, (ct_attrs){.i = {ta, tb}}, 2, ab, -1, 1, 0);
+    }
+    ct_shape folded[2] = {S(2, 3, 4), S(4, 5)};
+    check_op(CT_OP_MATMUL, (ct_attrs){0}, 2, folded, -1, 1, 0);
+}
+
+Test(ops, broadcast_arith_grads) {
+    ct_shape pairs[][2] = {{S(3, 4), S(3, 4)}, {S(3, 4), S(4)},    {S(3, 1), S(1, 4)},
+                           {S(2, 3, 4), S(3, 1)}, {S(4), S(2, 3, 4)}, {S(3, 4), S(1)}};
+    ct_op ops[] = {CT_OP_ADD, CT_OP_SUB, CT_OP_MUL, CT_OP_DIV};
+    for (size_t o = 0; o < 4; o++) {
+        for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+            /* div: keep the divisor away from zero */
+            float lo = ops[o] == CT_OP_DIV ? 0.5f : -1.0f;
+            check_op(ops[o], (ct_attrs){0}, 2, pairs[p], lo, 1.5f, 0);
+        }
+    }
+}
+
+Test(ops, unary_grads) {
+    ct_shape s[1] = {S(3, 7)};
+    check_op(CT_OP_SCALE, (ct_attrs){.f = {-2.5f}}, 1, s, -1, 1, 0);
+    check_op(CT_OP_RELU, (ct_attrs){0}, 1, s, 0, 0, 1); /* distinct values: no kink at 0 */
+    check_op(CT_OP_GELU, (ct_attrs){0}, 1, s, -3, 3, 0);
+    check_op(CT_OP_SIGMOID, (ct_attrs){0}, 1, s, -3, 3, 0);
+    check_op(CT_OP_TANH, (ct_attrs){0}, 1, s, -2, 2, 0);
+    check_op(CT_OP_SOFTMAX, (ct_attrs){0}, 1, s, -2, 2, 0);
+    check_op(CT_OP_LOG_SOFTMAX, (ct_attrs){0}, 1, s, -2, 2, 0);
+    ct_shape s3[1] = {S(2, 3, 5)};
+    check_op(CT_OP_SOFTMAX, (ct_attrs){0}, 1, s3, -2, 2, 0);
+    check_op(CT_OP_IDENTITY, (ct_attrs){0}, 1, s3, -2, 2, 0);
+}
+
+Test(ops, reduction_grads) {
+    ct_shape s[1] = {S(2, 3, 4)};
+    unsigned masks[] = {0, 1, 2, 4, 5, 6};
+    ct_op ops[] = {CT_OP_SUM, CT_OP_MEAN, CT_OP_MAX};
+    for (int o = 0; o < 3; o++) {
+        for (int m = 0; m < 6; m++) {
+            for (int keep = 0; keep < 2; keep++) {
+                check_op(ops[o], (ct_attrs){.i = {masks[m], keep}}, 1, s, -1, 1,
+                         ops[o] == CT_OP_MAX);
+            }
+        }
+    }
+}
+
+Test(ops, shape_op_grads) {
+    ct_shape s[1] = {S(2, 3, 4)};
+    check_op(CT_OP_RESHAPE, (ct_attrs){.i = {2, 6, -1}}, 1, s, -1, 1, 0);
+    check_op(CT_OP_TRANSPOSE, (ct_attrs){.i = {2, 0, 1}}, 1, s, -1, 1, 0);
+    check_op(CT_OP_TRANSPOSE, (ct_attrs){.i = {0, 2, 1}}, 1, s, -1, 1, 0);
+    for (int axis = 0; axis < 3; axis++) {
+        check_op(CT_OP_SLICE, (ct_attrs){.i = {axis, 1, 1}}, 1, s, -1, 1, 0);
+    }
+    ct_shape cat[3] = {S(2, 3, 4), S(2, 1, 4), S(2, 2, 4)};
+    check_op(CT_OP_CONCAT, (ct_attrs){.i = {1}}, 3, cat, -1, 1, 0);
+    ct_shape cat0[2] = {S(1, 3), S(2, 3)};
+    check_op(CT_OP_CONCAT, (ct_attrs){.i = {0}}, 2, cat0, -1, 1, 0);
+}
+
+typedef struct xent_ctx {
+    const int32_t *labels;
+    int64_t n;
+} xent_ctx;
+
+static int build_xent(ct_graph *g, const int *ins, void *user) {
+    (void)user;
+    return ct_softmax_xent(g, ins[0], ins[1]);
+}
+
+Test(ops, softmax_xent_grad_and_value) {
+    float logits[4 * 5];
+    int32_t labels[4] = {0, 4, 2, 2};
+    gc_fill_uniform(logits, 20, -2, 2, 5);
+    gc_input in[2] = {{.shape = S(4, 5), .dtype = CT_F32, .value = logits, .check = 1},
+                      {.shape = S(4), .dtype = CT_I32, .value = labels, .check = 0}};
+    char msg[256];
+    double e = gradcheck(build_xent, NULL, 2, in, 1e-2f, TOL_ATOL, TOL_RTOL, msg, sizeof msg);
+    cr_expect(e <= 1.0, "softmax_xent: %s", msg);
+
+    /* value: mean of logsumexp - logit[label], computed here in double */
+    double want = 0;
+    for (int r = 0; r < 4; r++) {
+        double m = -1e30, s = 0;
+        for (int c = 0; c < 5; c++) {
+            m = fmax(m, logits[r * 5 + c]);
+        }
+        for (int c = 0; c < 5; c++) {
+            s += exp(logits[r * 5 + c] - m);
+        }
+        want += m + log(s) - logits[r * 5 + labels[r]];
+    }
+    want /= 4;
+    ct_backend *be;
+    ct_graph *g;
+    ct_backend_cpu_create(1, &be, NULL);
+    ct_graph_create(be, 1, &g, NULL);
+    int x = ct_constant(g, CT_F32, &in[0].shape, logits);
+    int y = ct_constant(g, CT_I32, &in[1].shape, labels);
+    int loss = ct_softmax_xent(g, x, y);
+    cr_assert_geq(loss, 0);
+    float got = *(float *)ct_graph_node(g, loss)->out.data;
+    cr_expect(fabs(got - want) < 1e-5 * fabs(want) + 1e-6, "loss %f want %f", got, want);
+    ct_graph_destroy(g);
+    ct_backend_destroy(be);
+}
+
+Test(ops, argmax_equal_forward) {
+    ct_backend *be;
+    ct_graph *g;
+    ct_backend_cpu_create(1, &be, NULL);
+    ct_graph_create(be, 1, &g, NULL);
+    float x[6] = {0.1f, 0.7f, 0.2f, 0.9f, -1.0f, 0.0f};
+    int32_t y[2] = {1, 2};
+    ct_shape sx = S(2, 3), sy = S(2);
+    int a = ct_argmax(g, ct_constant(g, CT_F32, &sx, x));
+    int eq = ct_equal(g, a, ct_constant(g, CT_I32, &sy, y));
+    int acc = ct_mean(g, eq, 0, 0);
+    cr_assert_geq(acc, 0);
+    int32_t *am = ct_graph_node(g, a)->out.data;
+    cr_expect_eq(am[0], 1);
+    cr_expect_eq(am[1], 0);
+    cr_expect_float_eq(*(float *)ct_graph_node(g, acc)->out.data, 0.5f, 1e-7);
+    ct_graph_destroy(g);
+    ct_backend_destroy(be);
+}
+
+Test(ops, shape_errors_name_the_op) {
+    ct_backend *be;
+    ct_graph *g;
+    ct_err err = {0};
+    ct_backend_cpu_create(1, &be, NULL);
+    ct_graph_create(be, 0, &g, NULL);
+    ct_shape a = S(3, 4), b = S(5, 6);
+    int x = ct_placeholder(g, CT_F32, &a, "a");
+    int y = ct_placeholder(g, CT_F32, &b, "b");
+    cr_expect_eq(ct_matmul(g, x, y, 0, 0), -1);
+    cr_expect_eq(ct_graph_status(g, &err), CT_ESHAPE);
+    cr_expect(strstr(err.msg, "matmul") && strstr(err.msg, "[3, 4]"), "%s", err.msg);
+    /* sticky: later builders fail without overwriting the first message */
+    cr_expect_eq(ct_add(g, x, y), -1);
+    ct_graph_status(g, &err);
+    cr_expect(strstr(err.msg, "matmul") != NULL, "%s", err.msg);
+    ct_graph_destroy(g);
+
+    ct_graph_create(be, 0, &g, NULL);
+    x = ct_placeholder(g, CT_F32, &a, "a");
+    y = ct_placeholder(g, CT_F32, &b, "b");
+    cr_expect_eq(ct_add(g, x, y), -1);
+    ct_graph_status(g, &err);
+    cr_expect(strstr(err.msg, "do not broadcast") != NULL, "%s", err.msg);
+    ct_graph_destroy(g);
+
+    ct_graph_create(be, 0, &g, NULL);
+    x = ct_placeholder(g, CT_F32, &a, "a");
+    int64_t dims[2] = {5, 5};
+    cr_expect_eq(ct_reshape(g, x, 2, dims), -1);
+    ct_graph_status(g, &err);
+    cr_expect(strstr(err.msg, "reshape") != NULL, "%s", err.msg);
+    ct_graph_destroy(g);
+    ct_backend_destroy(be);
+}
