@@ -125,6 +125,12 @@ ct_status ct_graph_prepare(ct_graph *g, ct_err *err);
  * thread-safe per graph. */
 ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err);
 
+/* Copies node `id`'s output (bytes = its size) into host memory `dst`. Returns CT_EINVAL when
+ * sizes differ or the node has no data yet. For tools and tests; works on any backend. */
+ct_status ct_graph_read(ct_graph *g, int id, void *dst, size_t bytes, ct_err *err);
+/* Writes node `id`'s shape into dims (CT_MAX_DIMS entries) and returns its rank (-1: no node). */
+int ct_graph_shape(ct_graph *g, int id, int64_t *dims);
+
 /* Prints one line per node ("%5 = matmul(%2, %4) f32[60, 128]") to `out` (a FILE *). */
 void ct_graph_print(const ct_graph *g, void *out);
 

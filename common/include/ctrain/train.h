@@ -48,6 +48,16 @@ typedef struct ct_train_result {
 ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err);
 void ct_trainer_destroy(ct_trainer *t);
 
+/* ct_job_load + ct_trainer_create in one call (for embedding users and language bindings). */
+ct_status ct_trainer_load(const char *job_path, const char *const *sets, int n_sets,
+                          ct_trainer **ret, ct_err *err);
+
+/* Copies parameter `name` ("dense_1/kernel") out of / into the model; n must be its size. */
+ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n,
+                               ct_err *err);
+ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src, int64_t n,
+                               ct_err *err);
+
 ct_model *ct_trainer_model(ct_trainer *t);
 ct_params *ct_trainer_params(ct_trainer *t);
 

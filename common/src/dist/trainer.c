@@ -93,6 +93,55 @@ void ct_trainer_destroy(ct_trainer *t) {
     free(t);
 }
 
+ct_status ct_trainer_load(const char *job_path, const char *const *sets, int n_sets,
+                          ct_trainer **ret, ct_err *err) {
+    ct_job *job = malloc(sizeof *job);
+    if (!job) {
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    ct_status st = ct_job_load(job_path, sets, n_sets, job, err);
+    if (st == CT_OK) {
+        st = ct_trainer_create(job, ret, err);
+    }
+    free(job);
+    return st;
+}
+
+/* The parameter named `name` with size n, or an error naming what was wrong. */
+static ct_status find_param(ct_trainer *t, const char *name, int64_t n, int *ret, ct_err *err) {
+    ct_params *p = ct_model_params(t->model);
+    int i = ct_params_find(p, name);
+    if (i < 0) {
+        return ct_err_set(err, CT_ENOENT, "no parameter named '%s'", name);
+    }
+    if (p->items[i].size != n) {
+        return ct_err_set(err, CT_ESHAPE, "parameter '%s' has %lld elements, not %lld", name,
+                          (long long)p->items[i].size, (long long)n);
+    }
+    *ret = i;
+    return CT_OK;
+}
+
+ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n,
+                               ct_err *err) {
+    int i;
+    ct_status st = find_param(t, name, n, &i, err);
+    if (st == CT_OK) {
+        memcpy(dst, ct_params_data(ct_model_params(t->model), i), (size_t)n * sizeof *dst);
+    }
+    return st;
+}
+
+ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src, int64_t n,
+                               ct_err *err) {
+    int i;
+    ct_status st = find_param(t, name, n, &i, err);
+    if (st == CT_OK) {
+        memcpy(ct_params_data(ct_model_params(t->model), i), src, (size_t)n * sizeof *src);
+    }
+    return st;
+}
+
 ct_model *ct_trainer_model(ct_trainer *t) {
     return t->model;
 }

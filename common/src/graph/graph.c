@@ -346,6 +346,31 @@ ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err) {
     return ct_graph_status(g, err);
 }
 
+ct_status ct_graph_read(ct_graph *g, int id, void *dst, size_t bytes, ct_err *err) {
+    if (id < 0 || id >= g->n) {
+        return ct_err_set(err, CT_EINVAL, "read: %d is not a node", id);
+    }
+    ct_node *n = &g->nodes[id];
+    if (!n->out.data || ct_tensor_bytes(&n->out) != bytes) {
+        return ct_err_set(err, CT_EINVAL, "read: node %d holds %zu bytes%s, asked for %zu", id,
+                          ct_tensor_bytes(&n->out), n->out.data ? "" : " (not computed)", bytes);
+    }
+    g->be->vt->sync(g->be);
+    g->be->vt->copy(g->be, dst, n->out.data, bytes);
+    return CT_OK;
+}
+
+int ct_graph_shape(ct_graph *g, int id, int64_t *dims) {
+    if (id < 0 || id >= g->n) {
+        return -1;
+    }
+    const ct_shape *s = &g->nodes[id].out.shape;
+    for (int k = 0; k < s->rank; k++) {
+        dims[k] = s->dims[k];
+    }
+    return s->rank;
+}
+
 void ct_graph_print(const ct_graph *g, void *out) {
     FILE *f = out;
     for (int i = 0; i < g->n; i++) {

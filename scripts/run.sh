@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and trains a job; with no arguments, the default job: the seed MLP
+# on Fashion-MNIST from Debian's dataset-fashion-mnist package.
+#   scripts/run.sh [JOB.yaml] [ctrain train options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec "${CTRAIN_BUILD_DIR:-build}/coordinator/ctrain" train "$@"

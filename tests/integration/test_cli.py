@@ -1,0 +1,146 @@
+"""The `ctrain` command as a user runs it: help, bad input (job files, flags, data) with exit code
+2 and a one-line message naming what and where, and convergence on the real Fashion-MNIST data."""
+import glob
+import gzip
+import os
+import re
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CTRAIN = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "coordinator", "ctrain")
+DATA = "/usr/share/datasets/fashion-mnist"
+TRAIN_IMAGES = f"{DATA}/train-images-idx3-ubyte.gz"
+TRAIN_LABELS = f"{DATA}/train-labels-idx1-ubyte.gz"
+
+
+def ctrain(*args, timeout=3000):
+    return subprocess.run([CTRAIN, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def done_line(out):
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("done: "), last
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.eEnaif]+)", last)}
+
+
+def test_help():
+    for args in (["--help"], ["train", "--help"], ["summary", "--help"]):
+        r = ctrain(*args)
+        assert r.returncode == 0
+        assert "usage: ctrain" in r.stdout
+    r = ctrain("train", "--help")
+    for flag in ("--set", "--eager", "--threads", "--quiet", "done: epochs="):
+        assert flag in r.stdout
+
+
+def test_unknown_flag_and_command():
+    r = ctrain("train", "--bogus")
+    assert r.returncode == 2 and "--bogus" in r.stderr
+    r = ctrain("fly")
+    assert r.returncode == 2 and "fly" in r.stderr
+
+
+def test_summary_of_examples():
+    r = ctrain("summary", "examples/fashion_mnist_cnn.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "[5, 5, 64]" in r.stdout and "total parameters: 889834" in r.stdout
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "tests/bad_input/jobs/*"))))
+def test_bad_job_files(path):
+    with open(path) as f:
+        first = f.readline()
+    m = re.match(r"#\s*expect:\s*(.*)", first)
+    assert m, f"{path}: first line must be '# expect: ...'"
+    r = ctrain("train", path, "--quiet")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert m.group(1).strip() in lines[0], lines[0]
+    assert os.path.basename(path) in lines[0], lines[0]
+
+
+def write_job(tmp_path, images, labels, extra=""):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"""
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - flatten: {{}}
+    - dense: {{units: 10}}
+loss: sparse_categorical_crossentropy
+optimizer: {{type: sgd, learning_rate: 0.1}}
+data:
+  train: {{format: idx, images: {images}, labels: {labels}}}
+train: {{epochs: 1, batch_size: 32}}
+run_dir: {tmp_path}/run
+{extra}""")
+    return str(job)
+
+
+def idx_bytes(path):
+    with gzip.open(path) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("case", ["truncated", "wrong_magic", "missing", "count_mismatch"])
+def test_bad_data_files(tmp_path, case):
+    images = tmp_path / "images.idx"
+    labels = TRAIN_LABELS
+    raw = idx_bytes(TRAIN_IMAGES)
+    expect = str(images)
+    if case == "truncated":
+        images.write_bytes(raw[:16 + 784 * 10 + 5])
+        expect_bits = ["byte", "truncated"]
+    elif case == "wrong_magic":
+        images.write_bytes(b"\x12\x34" + raw[2:16 + 784 * 3])
+        expect_bits = ["byte 0", "magic"]
+    elif case == "missing":
+        expect_bits = ["cannot open"]
+    else:
+        images.write_bytes(raw[:4] + (100).to_bytes(4, "big") + raw[8:16 + 784 * 100])
+        expect_bits = ["100"]
+    r = ctrain("train", write_job(tmp_path, images, labels), "--quiet")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert expect in lines[0], lines[0]
+    for bit in expect_bits:
+        assert bit in lines[0], lines[0]
+
+
+def test_data_shape_mismatch(tmp_path):
+    job = write_job(tmp_path, TRAIN_IMAGES, TRAIN_LABELS)
+    r = ctrain("train", job, "--set", "model.input_shape=[32,32,3]", "--quiet")
+    assert r.returncode == 2
+    assert "input_shape" in r.stderr and "[28, 28, 1]" in r.stderr, r.stderr
+
+
+def test_too_few_output_units(tmp_path):
+    job = write_job(tmp_path, TRAIN_IMAGES, TRAIN_LABELS)
+    r = ctrain("train", job, "--set", "model.layers[1].dense.units=5", "--quiet")
+    assert r.returncode == 2
+    assert "10 classes" in r.stderr, r.stderr
+
+
+def test_mlp_convergence():
+    """The default job (seed MLP, Adam 1e-3, batch 32) reaches 86.5% in 5 epochs."""
+    r = ctrain("train", "examples/fashion_mnist_mlp.yaml")
+    assert r.returncode == 0, r.stderr
+    d = done_line(r.stdout)
+    assert d["epochs"] == 5 and d["steps"] == 5 * 1875
+    assert d["test_accuracy"] >= 0.865, r.stdout
+    assert len(re.findall(r"^epoch \d/5: .*test_accuracy=", r.stdout, re.M)) == 5
+
+
+def test_cnn_convergence():
+    """The seed CNN; the epochs and the bar scale with CTRAIN_CNN_EPOCHS (see README)."""
+    epochs = int(os.environ.get("CTRAIN_CNN_EPOCHS", "1"))
+    bar = {1: 0.85, 2: 0.88, 3: 0.895}.get(epochs, 0.90)
+    r = ctrain("train", "examples/fashion_mnist_cnn.yaml", "--set", f"train.epochs={epochs}")
+    assert r.returncode == 0, r.stderr
+    d = done_line(r.stdout)
+    assert d["test_accuracy"] >= bar, r.stdout

@@ -1,0 +1,246 @@
+"""Every op's forward value and gradients against PyTorch (Debian python3-torch) on random
+inputs. The checked scalar is sum(op(inputs) * w) for a random w. Tolerance: max |ctrain - torch|
+<= 1e-5 * max |torch| per output or gradient (f32 relative error, scaled by the largest value)."""
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctrain_ffi import LIB, Graph
+
+torch.set_num_threads(1)
+RTOL = 1e-5
+rng = np.random.default_rng(1234)
+
+i64p = ctypes.POINTER(ctypes.c_int64)
+LIB.ct_reshape.argtypes = [ctypes.c_void_p, ctypes.c_int, i64p]
+LIB.ct_slice.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                         ctypes.c_int64]
+LIB.ct_transpose.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+LIB.ct_concat.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                          ctypes.c_int]
+
+
+def close(name, got, want):
+    want = want.detach().numpy() if isinstance(want, torch.Tensor) else want
+    assert got.shape == want.shape, f"{name}: shape {got.shape} vs {want.shape}"
+    scale = max(float(np.abs(want).max()) if want.size else 0.0, 1e-6)
+    err = float(np.abs(got - want).max()) / scale if want.size else 0.0
+    assert err <= RTOL, f"{name}: max error {err:.3g} (relative to {scale:.3g})"
+
+
+def check(name, inputs, ct_build, torch_fn, grads=True):
+    g = Graph()
+    try:
+        ids = [g.variable(a) if a.dtype == np.float32 else g.constant(a) for a in inputs]
+        out = ct_build(g, *ids)
+        got = g.value(out)
+        tins = [torch.tensor(a, requires_grad=(a.dtype == np.float32 and grads))
+                for a in inputs]
+        want = torch_fn(*tins)
+        close(name + " forward", got, want)
+        if not grads:
+            return
+        w = rng.uniform(-1, 1, got.shape).astype(np.float32)
+        loss = g.op("sum", g.op("mul", out, g.constant(w)), 0, 0)
+        fids = [i for i, a in zip(ids, inputs) if a.dtype == np.float32]
+        gids = g.gradients(loss, fids)
+        (want * torch.tensor(w)).sum().backward()
+        k = 0
+        for a, t in zip(inputs, tins):
+            if a.dtype == np.float32:
+                close(f"{name} grad {k}", g.value(gids[k]), t.grad)
+                k += 1
+    finally:
+        g.close()
+
+
+def U(*shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_matmul(ta, tb):
+    a = U(7, 5) if ta else U(5, 7)
+    b = U(3, 7) if tb else U(7, 3)
+    check("matmul", [a, b], lambda g, x, y: g.op("matmul", x, y, ta, tb),
+          lambda x, y: (x.T if ta else x) @ (y.T if tb else y))
+
+
+def test_matmul_dense_layer_shapes():
+    check("dense", [U(60, 784), U(784, 128)], lambda g, x, y: g.op("matmul", x, y, 0, 0),
+          lambda x, y: x @ y)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("sa,sb", [((4, 5), (4, 5)), ((4, 5), (5,)), ((3, 1, 5), (4, 1)),
+                                   ((5,), (2, 3, 5)), ((4, 5), (1,))])
+def test_broadcast_arith(op, sa, sb):
+    a = U(*sa)
+    b = U(*sb, lo=0.5, hi=2.0) if op == "div" else U(*sb)
+    fn = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[op]
+    check(op, [a, b], lambda g, x, y: g.op(op, x, y), fn)
+
+
+@pytest.mark.parametrize("op,fn", [
+    ("relu", torch.relu), ("gelu", F.gelu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
+    ("softmax", lambda x: torch.softmax(x, -1)), ("log_softmax", lambda x: F.log_softmax(x, -1)),
+])
+def test_unary(op, fn):
+    check(op, [U(6, 10, lo=-3, hi=3)], lambda g, x: g.op(op, x), fn)
+
+
+def test_scale():
+    check("scale", [U(4, 3)], lambda g, x: g.op("scale", x, -1.5), lambda x: -1.5 * x)
+
+
+def test_softmax_xent():
+    logits = U(32, 10, lo=-4, hi=4)
+    labels = rng.integers(0, 10, 32).astype(np.int32)
+    check("softmax_xent", [logits, labels], lambda g, x, y: g.op("softmax_xent", x, y),
+          lambda x, y: F.cross_entropy(x, y.long()))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+@pytest.mark.parametrize("axes", [(), (0,), (1,), (2,), (0, 2), (1, 2)])
+@pytest.mark.parametrize("keep", [0, 1])
+def test_reductions(op, axes, keep):
+    mask = sum(1 << a for a in axes)
+    dims = axes if axes else (0, 1, 2)
+    x = rng.permutation(60).astype(np.float32).reshape(3, 4, 5) * 0.1  # distinct: no ties
+    tfn = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax}[op]
+    check(op, [x], lambda g, a: g.op(op, a, mask, keep),
+          lambda a: tfn(a, dim=dims, keepdim=bool(keep)))
+
+
+def test_argmax_equal():
+    x = U(8, 10)
+    y = rng.integers(0, 10, 8).astype(np.int32)
+    g = Graph()
+    try:
+        am = g.op("argmax", g.constant(x))
+        assert (g.value(am, np.int32) == np.argmax(x, -1)).all()
+        eq = g.op("equal", am, g.constant(y))
+        assert (g.value(eq) == (np.argmax(x, -1) == y)).all()
+    finally:
+        g.close()
+
+
+def test_reshape_transpose_slice_concat():
+    x = U(2, 3, 4)
+    dims = (ctypes.c_int64 * 2)(6, -1)
+    check("reshape", [x], lambda g, a: g.op("reshape", a, 2, dims), lambda a: a.reshape(6, -1))
+    perm = (ctypes.c_int * 3)(2, 0, 1)
+    check("transpose", [x], lambda g, a: g.op("transpose", a, perm), lambda a: a.permute(2, 0, 1))
+    check("slice", [x], lambda g, a: g.op("slice", a, 2, 1, 2), lambda a: a[:, :, 1:3])
+    y = U(2, 5, 4)
+
+    def cat(g, a, b):
+        ids = (ctypes.c_int * 2)(a, b)
+        return g.op("concat", 2, ids, 1)
+    check("concat", [x, y], cat, lambda a, b: torch.cat([a, b], 1))
+
+
+def tf_pads(size, window, stride, same):
+    if not same:
+        return 0, 0
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + window - size, 0)
+    return total // 2, total - total // 2
+
+
+def nchw(x):
+    return x.permute(0, 3, 1, 2)
+
+
+def nhwc(x):
+    return x.permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("n,h,w,c,k,oc,stride,same", [
+    (2, 8, 8, 3, 3, 4, 1, 1), (2, 8, 8, 3, 3, 4, 1, 0), (2, 9, 7, 2, 3, 5, 2, 1),
+    (1, 9, 7, 2, 3, 5, 2, 0), (2, 6, 6, 4, 1, 3, 1, 0), (3, 28, 28, 1, 3, 8, 1, 1),
+])
+def test_conv2d(n, h, w, c, k, oc, stride, same):
+    x, wt = U(n, h, w, c), U(k, k, c, oc)
+
+    def torch_conv(x, wt):
+        pt, pb = tf_pads(h, k, stride, same)
+        pl, pr = tf_pads(w, k, stride, same)
+        xp = F.pad(nchw(x), (pl, pr, pt, pb))
+        return nhwc(F.conv2d(xp, wt.permute(3, 2, 0, 1), stride=stride))
+    check("conv2d", [x, wt], lambda g, a, b: g.op("conv2d", a, b, stride, stride, same),
+          torch_conv)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("h,w,win,stride,same", [
+    (8, 8, 2, 2, 0), (7, 9, 3, 2, 1), (7, 9, 3, 1, 0), (6, 6, 3, 2, 1), (5, 5, 2, 1, 1),
+])
+def test_pooling(kind, h, w, win, stride, same):
+    x = (rng.permutation(2 * h * w * 3).astype(np.float32) * 0.01).reshape(2, h, w, 3)
+
+    def torch_pool(x):
+        pt, pb = tf_pads(h, win, stride, same)
+        pl, pr = tf_pads(w, win, stride, same)
+        if kind == "max":
+            xp = F.pad(nchw(x), (pl, pr, pt, pb), value=-1e30)
+            return nhwc(F.max_pool2d(xp, win, stride))
+        xp = F.pad(nchw(x), (pl, pr, pt, pb))
+        ones = F.pad(torch.ones_like(nchw(x)), (pl, pr, pt, pb))
+        return nhwc(F.avg_pool2d(xp, win, stride) / F.avg_pool2d(ones, win, stride))
+    check(kind + "_pool", [x], lambda g, a: g.op(kind + "_pool", a, win, win, stride, stride, same),
+          torch_pool)
+
+
+def test_dropout_matches_its_mask():
+    x = U(64, 50, lo=0.5, hi=1.5)  # nonzero, so the mask is visible in the output
+    g = Graph()
+    try:
+        xi = g.variable(x)
+        out = g.op("dropout", xi, 0.3, 1)
+        y = g.value(out)
+        mask = (y != 0).astype(np.float32)
+        assert abs(mask.mean() - 0.7) < 0.02
+        close("dropout forward", y, x * mask / 0.7)
+        w = U(*y.shape)
+        loss = g.op("sum", g.op("mul", out, g.constant(w)), 0, 0)
+        (gx,) = g.gradients(loss, [xi])
+        close("dropout grad", g.value(gx), w * mask / 0.7)
+    finally:
+        g.close()
+
+
+def test_batch_norm_training():
+    x, gamma, beta = U(4, 5, 5, 6), U(6, lo=0.5, hi=1.5), U(6)
+    mean, var = np.zeros(6, np.float32), np.ones(6, np.float32)
+
+    def build(g, a, ga, be):
+        return g.op("batch_norm", a, ga, be, g.variable(mean), g.variable(var), 0.99, 1e-3, 1)
+
+    def torch_bn(a, ga, be):
+        flat = a.reshape(-1, 6)
+        return F.batch_norm(flat, None, None, ga, be, training=True, eps=1e-3).reshape(a.shape)
+    check("batch_norm", [x, gamma, beta], build, torch_bn)
+
+
+def test_batch_norm_inference():
+    x, gamma, beta = U(4, 6), U(6, lo=0.5, hi=1.5), U(6)
+    mean, var = U(6), U(6, lo=0.5, hi=2.0)
+
+    def build(g, a, ga, be):
+        return g.op("batch_norm", a, ga, be, g.constant(mean), g.constant(var), 0.99, 1e-3, 0)
+
+    def torch_bn(a, ga, be):
+        return F.batch_norm(a, torch.tensor(mean), torch.tensor(var), ga, be, training=False,
+                            eps=1e-3)
+    check("batch_norm inference", [x, gamma, beta], build, torch_bn)
+
+
+def test_embedding():
+    table = U(20, 8)
+    ids = rng.integers(0, 20, (4, 5)).astype(np.int32)
+    check("embedding", [table, ids], lambda g, t, i: g.op("embedding", t, i),
+          lambda t, i: F.embedding(i.long(), t))

@@ -1,0 +1,90 @@
+"""Short training runs against PyTorch: the seed MLP (5 SGD steps) and the seed CNN (3 SGD steps)
+start from identical weights (ctrain's seeded initialization, copied into torch) and see identical
+Fashion-MNIST batches; per-step losses and final weights must agree within 1e-4 relative.
+Dropout is set to 0 so both compute the same function."""
+import gzip
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ctrain_ffi import ROOT, Trainer
+
+torch.set_num_threads(1)
+DATA = "/usr/share/datasets/fashion-mnist"
+RTOL = 1e-4
+
+
+def load(n):
+    with gzip.open(os.path.join(DATA, "train-images-idx3-ubyte.gz")) as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16)[: n * 784]
+    with gzip.open(os.path.join(DATA, "train-labels-idx1-ubyte.gz")) as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)[:n]
+    return (x.reshape(n, 28, 28, 1) / np.float32(255)).astype(np.float32), y.astype(np.int32)
+
+
+def rel_err(got, want):
+    return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
+
+
+def run(job, sets, names_shapes, forward, batches, lr):
+    t = Trainer(os.path.join(ROOT, job), sets)
+    try:
+        params = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in names_shapes}
+        opt = torch.optim.SGD(list(params.values()), lr=lr)
+        for step, (x, y) in enumerate(batches):
+            ours = t.step(x, y)
+            opt.zero_grad()
+            loss = F.cross_entropy(forward(params, torch.tensor(x)), torch.tensor(y).long())
+            loss.backward()
+            opt.step()
+            theirs = float(loss)
+            assert abs(ours - theirs) <= RTOL * abs(theirs), f"step {step}: {ours} vs {theirs}"
+        for n, s in names_shapes:
+            err = rel_err(t.get(n, s), params[n].detach().numpy())
+            assert err <= RTOL, f"{n}: weights differ by {err:.3g} relative"
+    finally:
+        t.close()
+
+
+def test_mlp_five_sgd_steps():
+    x, y = load(300)
+    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    shapes = [("dense_1/kernel", (784, 128)), ("dense_1/bias", (128,)),
+              ("dense_3/kernel", (128, 10)), ("dense_3/bias", (10,))]
+
+    def forward(p, xb):
+        h = torch.relu(xb.reshape(len(xb), -1) @ p["dense_1/kernel"] + p["dense_1/bias"])
+        return h @ p["dense_3/kernel"] + p["dense_3/bias"]
+    sets = ["optimizer.type=sgd", "optimizer.learning_rate=0.1", "model.layers[2].dropout.rate=0"]
+    run("examples/fashion_mnist_mlp.yaml", sets, shapes, forward, batches, 0.1)
+
+
+def test_cnn_three_sgd_steps():
+    x, y = load(48)
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
+    shapes = [("conv2d_0/kernel", (3, 3, 1, 32)), ("conv2d_0/bias", (32,)),
+              ("conv2d_1/kernel", (3, 3, 32, 32)), ("conv2d_1/bias", (32,)),
+              ("conv2d_4/kernel", (3, 3, 32, 64)), ("conv2d_4/bias", (64,)),
+              ("conv2d_5/kernel", (3, 3, 64, 64)), ("conv2d_5/bias", (64,)),
+              ("dense_9/kernel", (1600, 512)), ("dense_9/bias", (512,)),
+              ("dense_11/kernel", (512, 10)), ("dense_11/bias", (10,))]
+
+    def conv(h, p, name, same):
+        w = p[name + "/kernel"].permute(3, 2, 0, 1)
+        return torch.relu(F.conv2d(h, w, p[name + "/bias"], padding=1 if same else 0))
+
+    def forward(p, xb):
+        h = xb.permute(0, 3, 1, 2)
+        h = conv(h, p, "conv2d_0", True)
+        h = F.max_pool2d(conv(h, p, "conv2d_1", False), 2)
+        h = conv(h, p, "conv2d_4", True)
+        h = F.max_pool2d(conv(h, p, "conv2d_5", False), 2)
+        h = h.permute(0, 2, 3, 1).reshape(len(xb), -1)  # ctrain flattens NHWC
+        h = torch.relu(h @ p["dense_9/kernel"] + p["dense_9/bias"])
+        return h @ p["dense_11/kernel"] + p["dense_11/bias"]
+    sets = ["optimizer.type=sgd", "optimizer.learning_rate=0.05",
+            "model.layers[3].dropout.rate=0", "model.layers[7].dropout.rate=0",
+            "model.layers[10].dropout.rate=0"]
+    run("examples/fashion_mnist_cnn.yaml", sets, shapes, forward, batches, 0.05)
