@@ -23,8 +23,8 @@ typedef struct ct_idx {
 
 /* Reads an IDX file, gzip-compressed or raw (detected by the gzip magic). Checks the magic, the
  * type, the dims and that the data is exactly the size the header promises. Errors (CT_EIO for
- * unreadable, CT_EFORMAT for malformed) name the path and the byte offset: "train.gz: byte 4:
- * truncated: header promises 47040000 data bytes, file has 1000". Returns an owned ct_idx in
+ * unreadable, CT_EFORMAT for malformed) name the path and the byte offset: "train.gz: byte 16:
+ * truncated: header promises 47040000 data bytes, found 1000". Returns an owned ct_idx in
  * *ret (free with ct_idx_finish). Thread-safe. */
 ct_status ct_idx_read(const char *path, ct_idx *ret, ct_err *err);
 void ct_idx_finish(ct_idx *idx);
