@@ -124,7 +124,7 @@ static ct_status find_param(ct_trainer *t, const char *name, int64_t n, int *ret
 
 ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n,
                                ct_err *err) {
-    int i;
+    int i = 0;
     ct_status st = find_param(t, name, n, &i, err);
     if (st == CT_OK) {
         memcpy(dst, ct_params_data(ct_model_params(t->model), i), (size_t)n * sizeof *dst);
@@ -134,7 +134,7 @@ ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int6
 
 ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src, int64_t n,
                                ct_err *err) {
-    int i;
+    int i = 0;
     ct_status st = find_param(t, name, n, &i, err);
     if (st == CT_OK) {
         memcpy(ct_params_data(ct_model_params(t->model), i), src, (size_t)n * sizeof *src);

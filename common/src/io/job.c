@@ -1,0 +1,1007 @@
+/* The job-file reader: YAML/JSON text -> generic tree (io/yaml_tree.c) -> `--set` overrides ->
+ * a validated ct_job. Every message is one line "FILE:LINE: dotted.key: what is wrong" (or
+ * "FILE: --set dotted.key: ..." for nodes that came from an override).
+ *
+ * Reading uses a sticky status: each getter does nothing once an error has been recorded, so the
+ * section readers are flat lists of fields and the first error wins. The file runs to about 1000
+ * lines because it holds the whole schema (every section, layer type and optimizer rule) in one
+ * place, next to the tables that name the accepted values; splitting it would scatter that. */
+#include "ctrain/job.h"
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "io/yaml_tree.h"
+
+#define KEY_CAP 256 /* dotted keys in messages */
+
+typedef struct name_value {
+    const char *name;
+    int value;
+} name_value;
+
+/* The first name of each value is the one ct_*_name() reports. */
+static const name_value layer_names[] = {
+    {"dense", CT_LAYER_DENSE},           {"conv2d", CT_LAYER_CONV2D},
+    {"max_pool2d", CT_LAYER_MAX_POOL2D}, {"avg_pool2d", CT_LAYER_AVG_POOL2D},
+    {"dropout", CT_LAYER_DROPOUT},       {"flatten", CT_LAYER_FLATTEN},
+    {"batch_norm", CT_LAYER_BATCH_NORM}, {"embedding", CT_LAYER_EMBEDDING},
+    {"activation", CT_LAYER_ACTIVATION}, {NULL, 0},
+};
+static const name_value activation_names[] = {
+    {"none", CT_ACT_NONE},       {"linear", CT_ACT_NONE},
+    {"relu", CT_ACT_RELU},       {"gelu", CT_ACT_GELU},
+    {"sigmoid", CT_ACT_SIGMOID}, {"tanh", CT_ACT_TANH},
+    {"softmax", CT_ACT_SOFTMAX}, {NULL, 0},
+};
+/* An activation layer must do something, so "none" is not offered there. */
+static const name_value function_names[] = {
+    {"relu", CT_ACT_RELU}, {"gelu", CT_ACT_GELU},       {"sigmoid", CT_ACT_SIGMOID},
+    {"tanh", CT_ACT_TANH}, {"softmax", CT_ACT_SOFTMAX}, {NULL, 0},
+};
+static const name_value init_names[] = {
+    {"glorot_uniform", CT_INIT_GLOROT_UNIFORM},
+    {"he_normal", CT_INIT_HE_NORMAL},
+    {"zeros", CT_INIT_ZEROS},
+    {"ones", CT_INIT_ONES},
+    {NULL, 0},
+};
+static const name_value padding_names[] = {{"valid", 0}, {"same", 1}, {NULL, 0}};
+static const name_value optimizer_names[] = {
+    {"sgd", CT_OPT_SGD},
+    {"adam", CT_OPT_ADAM},
+    {"adamw", CT_OPT_ADAMW},
+    {"rmsprop", CT_OPT_RMSPROP},
+    {NULL, 0},
+};
+static const name_value schedule_names[] = {
+    {"constant", CT_SCHED_CONSTANT},
+    {"step", CT_SCHED_STEP},
+    {"cosine", CT_SCHED_COSINE},
+    {NULL, 0},
+};
+static const name_value loss_names[] = {
+    {"sparse_categorical_crossentropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
+    {"softmax_cross_entropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
+    {NULL, 0},
+};
+static const name_value metric_names[] = {{"accuracy", 1}, {NULL, 0}};
+static const name_value format_names[] = {{"idx", CT_DATA_IDX}, {NULL, 0}};
+
+static const char *const top_keys[] = {"seed", "model", "loss",     "metrics", "optimizer",
+                                       "data", "train", "strategy", "run_dir", NULL};
+static const char *const model_keys[] = {"input_shape", "layers", NULL};
+static const char *const optimizer_keys[] = {
+    "type", "learning_rate", "momentum", "nesterov",  "beta1",    "beta2", "epsilon",
+    "rho",  "weight_decay",  "decay",    "clip_norm", "schedule", NULL};
+static const char *const schedule_keys[] = {"type",        "warmup_steps", "step_size", "gamma",
+                                            "decay_steps", "min_lr",       NULL};
+static const char *const data_keys[] = {"train", "eval", NULL};
+static const char *const split_keys[] = {"format", "images", "labels", "limit", NULL};
+static const char *const train_keys[] = {"epochs",    "batch_size", "eval_batch_size",
+                                         "shuffle",   "threads",    "prefetch",
+                                         "max_steps", "eager",      NULL};
+static const char *const strategy_keys[] = {"type", NULL};
+
+/* Option keys per layer type, indexed by ct_layer_type. */
+static const char *const dense_keys[] = {
+    "units", "activation", "use_bias", "kernel_initializer", "bias_initializer", NULL};
+static const char *const conv_keys[] = {
+    "filters",  "kernel_size",        "strides",          "padding", "activation",
+    "use_bias", "kernel_initializer", "bias_initializer", NULL};
+static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
+static const char *const dropout_keys[] = {"rate", NULL};
+static const char *const no_keys[] = {NULL};
+static const char *const batch_norm_keys[] = {"momentum", "epsilon", NULL};
+static const char *const embedding_keys[] = {"input_dim", "output_dim", NULL};
+static const char *const activation_keys[] = {"function", NULL};
+static const char *const *const layer_keys[] = {
+    [CT_LAYER_DENSE] = dense_keys,           [CT_LAYER_CONV2D] = conv_keys,
+    [CT_LAYER_MAX_POOL2D] = pool_keys,       [CT_LAYER_AVG_POOL2D] = pool_keys,
+    [CT_LAYER_DROPOUT] = dropout_keys,       [CT_LAYER_FLATTEN] = no_keys,
+    [CT_LAYER_BATCH_NORM] = batch_norm_keys, [CT_LAYER_EMBEDDING] = embedding_keys,
+    [CT_LAYER_ACTIVATION] = activation_keys,
+};
+
+/* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
+#define OPT_BIT(type) (1u << (type))
+static const struct {
+    const char *key;
+    unsigned types;
+} optimizer_key_users[] = {
+    {"momentum", OPT_BIT(CT_OPT_SGD) | OPT_BIT(CT_OPT_RMSPROP)},
+    {"nesterov", OPT_BIT(CT_OPT_SGD)},
+    {"beta1", OPT_BIT(CT_OPT_ADAM) | OPT_BIT(CT_OPT_ADAMW)},
+    {"beta2", OPT_BIT(CT_OPT_ADAM) | OPT_BIT(CT_OPT_ADAMW)},
+    {"epsilon", OPT_BIT(CT_OPT_ADAM) | OPT_BIT(CT_OPT_ADAMW) | OPT_BIT(CT_OPT_RMSPROP)},
+    {"rho", OPT_BIT(CT_OPT_RMSPROP)},
+    {"weight_decay", OPT_BIT(CT_OPT_ADAMW)},
+};
+
+typedef struct job_reader {
+    const char *file; /* name used in messages */
+    ct_err *err;
+    ct_status status; /* sticky: the first error */
+} job_reader;
+
+/* A mapping being read (NULL map: absent or empty) with its dotted path and the line that
+ * "required" messages point at. */
+typedef struct section {
+    job_reader *r;
+    const ct__yaml_node *map;
+    char path[KEY_CAP];
+    int line;
+} section;
+
+typedef enum float_range { POSITIVE, NON_NEGATIVE, UNIT_INTERVAL } float_range;
+
+/* Records the first error as "FILE:LINE: KEY: what" (line 0: the node came from --set). */
+static void fail(job_reader *r, int line, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(job_reader *r, int line, const char *key, const char *fmt, ...) {
+    if (r->status != CT_OK) {
+        return;
+    }
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (line > 0) {
+        r->status = ct_err_set(r->err, CT_EINVAL, "%s:%d: %s%s%s", r->file, line, key,
+                               key[0] ? ": " : "", what);
+    } else {
+        r->status = ct_err_set(r->err, CT_EINVAL, "%s: --set %s: %s", r->file, key, what);
+    }
+}
+
+/* Formats a dotted key into `out` (KEY_CAP bytes); a cut-off key is still a useful message. */
+static void key_printf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void key_printf(char *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, KEY_CAP, fmt, ap);
+    va_end(ap);
+}
+
+static void join_path(char *out, const char *parent, const char *key) {
+    key_printf(out, "%s%s%s", parent, parent[0] ? "." : "", key);
+}
+
+/* Writes "a, b, c" for a NULL-terminated list of keys into `buf`; returns `buf`. */
+static const char *join_keys(const char *const *keys, char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; keys[i] && used < size; i++) {
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", keys[i]);
+    }
+    return buf;
+}
+
+/* As join_keys, for the names of a table. */
+static const char *join_names(const name_value *table, char *buf, size_t size) {
+    const char *names[32] = {NULL};
+    for (int i = 0; table[i].name && i < 31; i++) {
+        names[i] = table[i].name;
+    }
+    return join_keys(names, buf, size);
+}
+
+static int lookup_name(const name_value *table, const char *name, int *ret_value) {
+    for (int i = 0; table[i].name; i++) {
+        if (!strcmp(table[i].name, name)) {
+            *ret_value = table[i].value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const char *name_of(const name_value *table, int value) {
+    for (int i = 0; table[i].name; i++) {
+        if (table[i].value == value) {
+            return table[i].name;
+        }
+    }
+    return "unknown";
+}
+
+/* ---- scalar readers for one node at `key` ---- */
+
+static int is_plain(const ct__yaml_node *node) {
+    return node->kind == CT__YAML_SCALAR && !node->quoted;
+}
+
+/* Reads an integer in [min, max]; `min` is 0 or 1, the two bounds that messages can name. */
+static void read_i64(job_reader *r, const ct__yaml_node *node, const char *key, int64_t min,
+                     int64_t max, int64_t *out) {
+    char buf[160];
+    CT_ASSERT(min == 0 || min == 1);
+    if (r->status != CT_OK) {
+        return;
+    }
+    const char *want = min == 1 ? "a positive integer" : "a non-negative integer";
+    if (!is_plain(node)) {
+        fail(r, node->line, key, "must be %s, got %s", want,
+             ct__yaml_describe(node, buf, sizeof buf));
+        return;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(node->text, &end, 10);
+    if (end == node->text || *end || node->text[0] == ' ') {
+        fail(r, node->line, key, "must be an integer, got '%s'", node->text);
+    } else if (errno == ERANGE || v > max) {
+        fail(r, node->line, key, "must be at most %lld, got %s", (long long)max, node->text);
+    } else if (v < min) {
+        fail(r, node->line, key, "must be %s, got %s", want, node->text);
+    } else {
+        *out = v;
+    }
+}
+
+static void read_int(job_reader *r, const ct__yaml_node *node, const char *key, int min, int *out) {
+    int64_t v = 0;
+    read_i64(r, node, key, min, INT_MAX, &v);
+    if (r->status == CT_OK) {
+        *out = (int)v;
+    }
+}
+
+static void read_float(job_reader *r, const ct__yaml_node *node, const char *key, float_range range,
+                       float *out) {
+    char buf[160];
+    if (r->status != CT_OK) {
+        return;
+    }
+    if (!is_plain(node)) {
+        fail(r, node->line, key, "must be a number, got %s",
+             ct__yaml_describe(node, buf, sizeof buf));
+        return;
+    }
+    char *end = NULL;
+    double v = strtod(node->text, &end);
+    if (end == node->text || *end || !isfinite(v)) {
+        fail(r, node->line, key, "must be a number, got '%s'", node->text);
+    } else if (fabs(v) > FLT_MAX) {
+        fail(r, node->line, key, "is too large for a float, got %s", node->text);
+    } else if (range == POSITIVE && !(v > 0.0)) {
+        fail(r, node->line, key, "must be a positive number, got %s", node->text);
+    } else if (range == NON_NEGATIVE && v < 0.0) {
+        fail(r, node->line, key, "must be >= 0, got %s", node->text);
+    } else if (range == UNIT_INTERVAL && !(v >= 0.0 && v < 1.0)) {
+        fail(r, node->line, key, "must be in [0, 1), got %s", node->text);
+    } else {
+        *out = (float)v;
+    }
+}
+
+static void read_bool(job_reader *r, const ct__yaml_node *node, const char *key, int *out) {
+    static const char *const words[] = {"false", "no", "off", "true", "yes", "on"};
+    char buf[160];
+    if (r->status != CT_OK) {
+        return;
+    }
+    for (int i = 0; is_plain(node) && i < 6; i++) {
+        if (!strcasecmp(node->text, words[i])) {
+            *out = i >= 3;
+            return;
+        }
+    }
+    fail(r, node->line, key, "must be true or false, got %s",
+         ct__yaml_describe(node, buf, sizeof buf));
+}
+
+/* Reads a name from `table`; `what` is the noun for messages ("activation"). */
+static void read_name(job_reader *r, const ct__yaml_node *node, const char *key,
+                      const name_value *table, const char *what, int *out) {
+    char buf[160], names[300];
+    if (r->status != CT_OK) {
+        return;
+    }
+    join_names(table, names, sizeof names);
+    if (node->kind != CT__YAML_SCALAR) {
+        fail(r, node->line, key, "must be one of: %s; got %s", names,
+             ct__yaml_describe(node, buf, sizeof buf));
+    } else if (!lookup_name(table, node->text, out)) {
+        fail(r, node->line, key, "unknown %s '%s' (expected one of: %s)", what, node->text, names);
+    }
+}
+
+static void read_string(job_reader *r, const ct__yaml_node *node, const char *key, char *out,
+                        size_t cap) {
+    char buf[160];
+    if (r->status != CT_OK) {
+        return;
+    }
+    if (node->kind != CT__YAML_SCALAR) {
+        fail(r, node->line, key, "must be a string, got %s",
+             ct__yaml_describe(node, buf, sizeof buf));
+    } else if (!node->text[0]) {
+        fail(r, node->line, key, "must not be empty");
+    } else if (strlen(node->text) >= cap) {
+        fail(r, node->line, key, "is too long (at most %zu bytes)", cap - 1);
+    } else {
+        memcpy(out, node->text, strlen(node->text) + 1);
+    }
+}
+
+/* An int for both sides or a list [height, width]. */
+static void read_pair(job_reader *r, const ct__yaml_node *node, const char *key, int out[2]) {
+    char buf[160], item_key[KEY_CAP];
+    if (r->status != CT_OK) {
+        return;
+    }
+    if (node->kind == CT__YAML_SEQ && node->n == 2) {
+        for (int k = 0; k < 2; k++) {
+            key_printf(item_key, "%s[%d]", key, k);
+            read_int(r, node->items[k], item_key, 1, &out[k]);
+        }
+    } else if (is_plain(node)) {
+        read_int(r, node, key, 1, &out[0]);
+        out[1] = out[0];
+    } else {
+        fail(r, node->line, key, "must be a positive integer or a list [height, width], got %s",
+             ct__yaml_describe(node, buf, sizeof buf));
+    }
+}
+
+/* ---- sections: mappings of known keys ---- */
+
+/* Opens `node` (NULL or null: empty) as section `path`; unknown keys are errors. `line` is where
+ * "required" messages point. */
+static void sec_open(job_reader *r, const ct__yaml_node *node, const char *path,
+                     const char *const *allowed, int line, section *s) {
+    char buf[160], keys[400], key[KEY_CAP];
+    *s = (section){.r = r, .line = line};
+    snprintf(s->path, sizeof s->path, "%s", path);
+    if (r->status != CT_OK || !node || node->kind == CT__YAML_NULL) {
+        return;
+    }
+    if (node->kind != CT__YAML_MAP) {
+        fail(r, node->line, path, "must be a mapping of options (key: value), got %s",
+             ct__yaml_describe(node, buf, sizeof buf));
+        return;
+    }
+    s->map = node;
+    for (size_t i = 0; i < node->n; i++) {
+        int known = 0;
+        for (int k = 0; allowed[k] && !known; k++) {
+            known = !strcmp(allowed[k], node->pairs[i].key);
+        }
+        if (!known) {
+            join_path(key, path, node->pairs[i].key);
+            if (!allowed[0]) {
+                fail(r, node->pairs[i].line, key, "unknown key (%s takes no options)", path);
+            } else {
+                fail(r, node->pairs[i].line, key, "unknown key (expected one of: %s)",
+                     join_keys(allowed, keys, sizeof keys));
+            }
+            return;
+        }
+    }
+}
+
+/* Returns the value at `key` and writes its dotted path to `path`; NULL when absent. */
+static const ct__yaml_node *sec_get(const section *s, const char *key, char *path) {
+    join_path(path, s->path, key);
+    return s->r->status == CT_OK ? ct__yaml_get(s->map, key) : NULL;
+}
+
+static int key_line(const section *s, const char *key) {
+    const ct__yaml_pair *pair = ct__yaml_find(s->map, key);
+    return pair && pair->line > 0 ? pair->line : s->line;
+}
+
+static void sec_require(const section *s, const char *key) {
+    char path[KEY_CAP];
+    if (!sec_get(s, key, path) && s->r->status == CT_OK) {
+        fail(s->r, s->line, path, "required");
+    }
+}
+
+static void sec_i64(const section *s, const char *key, int64_t min, int64_t *out) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_i64(s->r, v, path, min, INT64_MAX, out);
+    }
+}
+
+static void sec_int(const section *s, const char *key, int min, int *out) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_int(s->r, v, path, min, out);
+    }
+}
+
+static void sec_float(const section *s, const char *key, float_range range, float *out) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_float(s->r, v, path, range, out);
+    }
+}
+
+static void sec_bool(const section *s, const char *key, int *out) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_bool(s->r, v, path, out);
+    }
+}
+
+static void sec_name(const section *s, const char *key, const name_value *table, const char *what,
+                     int *out) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_name(s->r, v, path, table, what, out);
+    }
+}
+
+static void sec_string(const section *s, const char *key, char *out, size_t cap) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_string(s->r, v, path, out, cap);
+    }
+}
+
+static void sec_pair(const section *s, const char *key, int out[2]) {
+    char path[KEY_CAP];
+    const ct__yaml_node *v = sec_get(s, key, path);
+    if (v) {
+        read_pair(s->r, v, path, out);
+    }
+}
+
+/* ---- model ---- */
+
+static void layer_defaults(ct_layer_spec *l, ct_layer_type type, int line) {
+    memset(l, 0, sizeof *l);
+    l->type = type;
+    l->line = line;
+    l->kernel_size[0] = l->kernel_size[1] = 3;
+    l->strides[0] = l->strides[1] = 1;
+    l->pool_size[0] = l->pool_size[1] = 2;
+    l->activation = CT_ACT_NONE;
+    l->use_bias = 1;
+    l->kernel_init = CT_INIT_GLOROT_UNIFORM;
+    l->bias_init = CT_INIT_ZEROS;
+    l->momentum = 0.99f;
+    l->epsilon = 1e-3f;
+}
+
+/* Reads the options common to dense and conv2d. */
+static void read_weights_options(const section *s, ct_layer_spec *l) {
+    char path[KEY_CAP];
+    int v = 0;
+    const ct__yaml_node *act = sec_get(s, "activation", path);
+    if (act && act->kind != CT__YAML_NULL) { /* `activation: null` is Keras' None */
+        read_name(s->r, act, path, activation_names, "activation", &v);
+    }
+    l->activation = (ct_activation)v;
+    sec_bool(s, "use_bias", &l->use_bias);
+    v = l->kernel_init;
+    sec_name(s, "kernel_initializer", init_names, "initializer", &v);
+    l->kernel_init = (ct_init)v;
+    v = l->bias_init;
+    sec_name(s, "bias_initializer", init_names, "initializer", &v);
+    l->bias_init = (ct_init)v;
+}
+
+static void read_layer_options(const section *s, ct_layer_spec *l) {
+    int v = 0;
+    switch (l->type) {
+    case CT_LAYER_DENSE:
+        sec_require(s, "units");
+        sec_int(s, "units", 1, &l->units);
+        read_weights_options(s, l);
+        break;
+    case CT_LAYER_CONV2D:
+        sec_require(s, "filters");
+        sec_int(s, "filters", 1, &l->filters);
+        sec_pair(s, "kernel_size", l->kernel_size);
+        sec_pair(s, "strides", l->strides);
+        sec_name(s, "padding", padding_names, "padding", &l->padding_same);
+        read_weights_options(s, l);
+        break;
+    case CT_LAYER_MAX_POOL2D:
+    case CT_LAYER_AVG_POOL2D:
+        sec_pair(s, "pool_size", l->pool_size);
+        l->strides[0] = l->pool_size[0]; /* Keras: strides default to pool_size */
+        l->strides[1] = l->pool_size[1];
+        sec_pair(s, "strides", l->strides);
+        sec_name(s, "padding", padding_names, "padding", &l->padding_same);
+        break;
+    case CT_LAYER_DROPOUT:
+        sec_require(s, "rate");
+        sec_float(s, "rate", UNIT_INTERVAL, &l->rate);
+        break;
+    case CT_LAYER_FLATTEN:
+        break;
+    case CT_LAYER_BATCH_NORM:
+        sec_float(s, "momentum", UNIT_INTERVAL, &l->momentum);
+        sec_float(s, "epsilon", POSITIVE, &l->epsilon);
+        break;
+    case CT_LAYER_EMBEDDING:
+        sec_require(s, "input_dim");
+        sec_require(s, "output_dim");
+        sec_int(s, "input_dim", 1, &l->input_dim);
+        sec_int(s, "output_dim", 1, &l->output_dim);
+        break;
+    case CT_LAYER_ACTIVATION:
+        sec_require(s, "function");
+        v = l->activation;
+        sec_name(s, "function", function_names, "activation function", &v);
+        l->activation = (ct_activation)v;
+        break;
+    }
+}
+
+/* One entry of model.layers: `- TYPE: {options}`, `- TYPE:` or `- TYPE`. */
+static void read_layer(job_reader *r, const ct__yaml_node *item, size_t index, ct_layer_spec *l) {
+    char path[KEY_CAP], buf[160], names[300];
+    key_printf(path, "model.layers[%zu]", index);
+    const char *type_name = NULL;
+    const ct__yaml_node *options = NULL;
+    int type_line = item->line, type = 0;
+    if (item->kind == CT__YAML_SCALAR) {
+        type_name = item->text;
+    } else if (item->kind == CT__YAML_MAP && item->n == 1) {
+        type_name = item->pairs[0].key;
+        options = item->pairs[0].value;
+        type_line = item->pairs[0].line;
+    } else if (item->kind == CT__YAML_MAP) {
+        const char *keys[4] = {NULL};
+        for (size_t i = 0; i < item->n && i < 3; i++) {
+            keys[i] = item->pairs[i].key;
+        }
+        fail(r, item->line, path,
+             "a layer is a mapping with one key, its type (e.g. '- dense: {units: 10}'), got "
+             "%zu keys (%s%s); indent the options under the type",
+             item->n, join_keys(keys, buf, sizeof buf), item->n > 3 ? ", ..." : "");
+        return;
+    } else {
+        fail(r, item->line, path, "must be a layer such as '- dense: {units: 10}', got %s",
+             ct__yaml_describe(item, buf, sizeof buf));
+        return;
+    }
+    if (!lookup_name(layer_names, type_name, &type)) {
+        fail(r, type_line, path, "unknown layer type '%s' (expected one of: %s)", type_name,
+             join_names(layer_names, names, sizeof names));
+        return;
+    }
+    layer_defaults(l, (ct_layer_type)type, item->line);
+    char type_path[KEY_CAP];
+    join_path(type_path, path, type_name);
+    if (type == CT_LAYER_ACTIVATION && options && options->kind == CT__YAML_SCALAR) {
+        int act = 0; /* shorthand: `- activation: relu` */
+        read_name(r, options, type_path, function_names, "activation function", &act);
+        l->activation = (ct_activation)act;
+        return;
+    }
+    section s;
+    sec_open(r, options, type_path, layer_keys[l->type], item->line, &s);
+    read_layer_options(&s, l);
+}
+
+static void read_input_shape(const section *model, ct_job *job) {
+    char path[KEY_CAP], item_key[KEY_CAP], buf[160];
+    const ct__yaml_node *v = sec_get(model, "input_shape", path);
+    if (!v) {
+        sec_require(model, "input_shape");
+        return;
+    }
+    if (v->kind == CT__YAML_SEQ && (v->n < 1 || v->n > 3)) {
+        fail(model->r, v->line, path,
+             "must list 1 to 3 dimensions per example, e.g. [28, 28, 1]; got %zu", v->n);
+        return;
+    }
+    if (v->kind != CT__YAML_SEQ) {
+        fail(model->r, v->line, path,
+             "must be a list of 1 to 3 positive integers per example, e.g. [28, 28, 1]; got %s",
+             ct__yaml_describe(v, buf, sizeof buf));
+        return;
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        key_printf(item_key, "%s[%zu]", path, i);
+        read_i64(model->r, v->items[i], item_key, 1, INT_MAX, &job->input_shape[i]);
+    }
+    job->input_rank = (int)v->n;
+}
+
+static void read_model(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP], buf[160];
+    section model;
+    sec_open(r, sec_get(top, "model", path), "model", model_keys, key_line(top, "model"), &model);
+    const ct__yaml_node *layers = sec_get(&model, "layers", path);
+    if (!layers) {
+        sec_require(&model, "layers");
+        return;
+    }
+    job->layers_line = key_line(&model, "layers");
+    if (layers->kind != CT__YAML_SEQ && layers->kind != CT__YAML_NULL) {
+        fail(r, layers->line, path, "must be a list of layers ('- dense: {units: 10}'), got %s",
+             ct__yaml_describe(layers, buf, sizeof buf));
+    } else if (layers->n == 0) {
+        fail(r, job->layers_line, path, "must list at least one layer");
+    } else if (layers->n > CT_JOB_MAX_LAYERS) {
+        fail(r, job->layers_line, path, "too many layers (%zu; at most %d)", layers->n,
+             CT_JOB_MAX_LAYERS);
+    }
+    for (size_t i = 0; r->status == CT_OK && i < layers->n; i++) {
+        read_layer(r, layers->items[i], i, &job->layers[i]);
+    }
+    job->n_layers = r->status == CT_OK ? (int)layers->n : 0;
+    read_input_shape(&model, job); /* after the layers, whose mistakes are the common ones */
+}
+
+/* ---- loss, metrics, seed ---- */
+
+static void read_metrics(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP], item_key[KEY_CAP], buf[160];
+    const ct__yaml_node *v = sec_get(top, "metrics", path);
+    if (!v || v->kind == CT__YAML_NULL) {
+        return;
+    }
+    if (v->kind != CT__YAML_SEQ) {
+        fail(r, v->line, path, "must be a list of metric names, e.g. [accuracy]; got %s",
+             ct__yaml_describe(v, buf, sizeof buf));
+        return;
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        key_printf(item_key, "%s[%zu]", path, i);
+        read_name(r, v->items[i], item_key, metric_names, "metric", &job->metric_accuracy);
+    }
+}
+
+static void read_seed(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP], buf[160];
+    const ct__yaml_node *v = sec_get(top, "seed", path);
+    if (!v) {
+        return;
+    }
+    const char *text = is_plain(v) ? v->text : "";
+    size_t digits = strspn(text, "0123456789");
+    errno = 0;
+    unsigned long long seed = digits ? strtoull(text, NULL, 10) : 0;
+    if (!digits || text[digits]) {
+        fail(r, v->line, path, "must be a non-negative integer, got %s",
+             is_plain(v) ? text : ct__yaml_describe(v, buf, sizeof buf));
+    } else if (errno == ERANGE) {
+        fail(r, v->line, path, "must be at most %llu, got %s", (unsigned long long)UINT64_MAX,
+             text);
+    } else {
+        job->seed = (uint64_t)seed;
+    }
+}
+
+/* ---- optimizer ---- */
+
+static void optimizer_defaults(ct_optimizer_spec *o, ct_optimizer_type type) {
+    memset(o, 0, sizeof *o);
+    o->type = type;
+    o->learning_rate = 1e-3f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->epsilon = 1e-7f;
+    o->rho = 0.9f;
+    o->weight_decay = type == CT_OPT_ADAMW ? 0.004f : 0.0f;
+    o->schedule = CT_SCHED_CONSTANT;
+    o->gamma = 0.1f;
+}
+
+/* Refuses keys that the chosen optimizer would silently ignore. */
+static void check_optimizer_keys(const section *s, ct_optimizer_type type) {
+    char path[KEY_CAP], users[120];
+    size_t n = sizeof optimizer_key_users / sizeof optimizer_key_users[0];
+    for (size_t i = 0; i < n; i++) {
+        unsigned mask = optimizer_key_users[i].types;
+        if (!sec_get(s, optimizer_key_users[i].key, path) || (mask & OPT_BIT(type))) {
+            continue;
+        }
+        size_t used = 0;
+        users[0] = '\0';
+        for (int t = CT_OPT_SGD; t <= CT_OPT_RMSPROP; t++) {
+            if (mask & OPT_BIT(t)) {
+                used += (size_t)snprintf(users + used, sizeof users - used, "%s%s",
+                                         used ? ", " : "", name_of(optimizer_names, t));
+            }
+        }
+        fail(s->r, key_line(s, optimizer_key_users[i].key), path, "not used by %s (only by %s)",
+             name_of(optimizer_names, type), users);
+        return;
+    }
+}
+
+static void read_schedule(job_reader *r, const section *opt, ct_optimizer_spec *o) {
+    char path[KEY_CAP];
+    section s;
+    int type = CT_SCHED_CONSTANT;
+    sec_open(r, sec_get(opt, "schedule", path), path, schedule_keys, key_line(opt, "schedule"), &s);
+    sec_name(&s, "type", schedule_names, "schedule", &type);
+    o->schedule = (ct_schedule_type)type;
+    sec_i64(&s, "warmup_steps", 0, &o->warmup_steps);
+    const char *step_only[] = {"step_size", "gamma"}, *cosine_only[] = {"decay_steps", "min_lr"};
+    for (int k = 0; k < 2; k++) {
+        if (type != CT_SCHED_STEP && sec_get(&s, step_only[k], path)) {
+            fail(r, key_line(&s, step_only[k]), path, "only used by the step schedule");
+        }
+        if (type != CT_SCHED_COSINE && sec_get(&s, cosine_only[k], path)) {
+            fail(r, key_line(&s, cosine_only[k]), path, "only used by the cosine schedule");
+        }
+    }
+    if (type == CT_SCHED_STEP) {
+        sec_require(&s, "step_size");
+    }
+    sec_i64(&s, "step_size", 1, &o->step_size);
+    sec_float(&s, "gamma", POSITIVE, &o->gamma);
+    sec_i64(&s, "decay_steps", 0, &o->decay_steps);
+    sec_float(&s, "min_lr", NON_NEGATIVE, &o->min_lr);
+}
+
+static void read_optimizer(job_reader *r, const section *top, ct_optimizer_spec *o) {
+    char path[KEY_CAP];
+    section s;
+    int type = CT_OPT_ADAM;
+    sec_open(r, sec_get(top, "optimizer", path), "optimizer", optimizer_keys,
+             key_line(top, "optimizer"), &s);
+    sec_name(&s, "type", optimizer_names, "optimizer", &type);
+    optimizer_defaults(o, (ct_optimizer_type)type);
+    check_optimizer_keys(&s, o->type);
+    sec_float(&s, "learning_rate", POSITIVE, &o->learning_rate);
+    sec_float(&s, "momentum", UNIT_INTERVAL, &o->momentum);
+    sec_bool(&s, "nesterov", &o->nesterov);
+    sec_float(&s, "beta1", UNIT_INTERVAL, &o->beta1);
+    sec_float(&s, "beta2", UNIT_INTERVAL, &o->beta2);
+    sec_float(&s, "epsilon", POSITIVE, &o->epsilon);
+    sec_float(&s, "rho", UNIT_INTERVAL, &o->rho);
+    sec_float(&s, "weight_decay", NON_NEGATIVE, &o->weight_decay);
+    sec_float(&s, "decay", NON_NEGATIVE, &o->decay);
+    sec_float(&s, "clip_norm", NON_NEGATIVE, &o->clip_norm);
+    read_schedule(r, &s, o);
+}
+
+/* ---- data, train, strategy ---- */
+
+static void read_split(job_reader *r, const section *data, const char *key, ct_data_spec *d) {
+    char path[KEY_CAP];
+    section s;
+    int format = CT_DATA_IDX;
+    sec_open(r, sec_get(data, key, path), path, split_keys, key_line(data, key), &s);
+    sec_name(&s, "format", format_names, "data format", &format);
+    d->format = (ct_data_format)format;
+    sec_require(&s, "images");
+    sec_require(&s, "labels");
+    sec_string(&s, "images", d->images, sizeof d->images);
+    sec_string(&s, "labels", d->labels, sizeof d->labels);
+    sec_i64(&s, "limit", 0, &d->limit);
+}
+
+static void read_data(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP];
+    section s;
+    sec_open(r, sec_get(top, "data", path), "data", data_keys, key_line(top, "data"), &s);
+    sec_require(&s, "train");
+    read_split(r, &s, "train", &job->train_data);
+    if (sec_get(&s, "eval", path)) {
+        job->has_eval_data = 1;
+        read_split(r, &s, "eval", &job->eval_data);
+    }
+}
+
+static void read_train(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP];
+    section s;
+    sec_open(r, sec_get(top, "train", path), "train", train_keys, key_line(top, "train"), &s);
+    sec_int(&s, "epochs", 1, &job->epochs);
+    sec_int(&s, "batch_size", 1, &job->batch_size);
+    sec_int(&s, "eval_batch_size", 1, &job->eval_batch_size);
+    sec_bool(&s, "shuffle", &job->shuffle);
+    sec_int(&s, "threads", 0, &job->threads);
+    sec_int(&s, "prefetch", 0, &job->prefetch);
+    sec_i64(&s, "max_steps", 0, &job->max_steps);
+    sec_bool(&s, "eager", &job->eager);
+}
+
+static void read_strategy(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP];
+    section s;
+    sec_open(r, sec_get(top, "strategy", path), "strategy", strategy_keys,
+             key_line(top, "strategy"), &s);
+    const ct__yaml_node *v = sec_get(&s, "type", path);
+    if (!v || r->status != CT_OK) {
+        return;
+    }
+    if (v->kind == CT__YAML_SCALAR &&
+        (!strcmp(v->text, "mirrored") || !strcmp(v->text, "parameter_server"))) {
+        fail(r, v->line, path, "'%s' is not built yet (only 'local' is)", v->text);
+        return;
+    }
+    static const name_value strategy_names[] = {{"local", 0}, {NULL, 0}};
+    int unused = 0;
+    read_name(r, v, path, strategy_names, "strategy", &unused);
+    read_string(r, v, path, job->strategy, sizeof job->strategy);
+}
+
+/* Writes "runs/<stem of name>" ("runs/job" for in-memory text) to `out`. */
+static void default_run_dir(const char *name, char *out, size_t cap) {
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    const char *dot = strrchr(base, '.');
+    size_t len = dot && dot > base ? (size_t)(dot - base) : strlen(base);
+    if (name[0] == '<' || len == 0) {
+        snprintf(out, cap, "runs/job");
+    } else {
+        snprintf(out, cap, "runs/%.*s", (int)len, base);
+    }
+}
+
+/* Builds `job` from the tree (a mapping or null); returns r->status. */
+static ct_status read_job(job_reader *r, const ct__yaml_node *root, ct_job *job) {
+    char path[KEY_CAP];
+    section top;
+    if (root->kind == CT__YAML_NULL || root->n == 0) {
+        fail(r, 1, "", "the job is empty (model.layers and data.train are required)");
+        return r->status;
+    }
+    sec_open(r, root, "", top_keys, 1, &top);
+    read_seed(r, &top, job);
+    read_model(r, &top, job);
+    int loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
+    sec_name(&top, "loss", loss_names, "loss", &loss);
+    job->loss = (ct_loss_type)loss;
+    read_metrics(r, &top, job);
+    read_optimizer(r, &top, &job->optimizer);
+    read_data(r, &top, job);
+    read_train(r, &top, job);
+    read_strategy(r, &top, job);
+    if (sec_get(&top, "run_dir", path)) {
+        sec_string(&top, "run_dir", job->run_dir, sizeof job->run_dir);
+    }
+    return r->status;
+}
+
+void ct_job_defaults(ct_job *job) {
+    memset(job, 0, sizeof *job);
+    snprintf(job->path, sizeof job->path, "<string>");
+    job->seed = 42;
+    job->loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
+    optimizer_defaults(&job->optimizer, CT_OPT_ADAM);
+    job->train_data.format = CT_DATA_IDX;
+    job->eval_data.format = CT_DATA_IDX;
+    job->epochs = 1;
+    job->batch_size = 32;
+    job->eval_batch_size = 1000;
+    job->shuffle = 1;
+    job->prefetch = 2;
+    snprintf(job->strategy, sizeof job->strategy, "local");
+    snprintf(job->run_dir, sizeof job->run_dir, "runs/job");
+}
+
+ct_status ct_job_parse(const char *text, size_t len, const char *name, const char *const *sets,
+                       int n_sets, ct_job *ret_job, ct_err *err) {
+    ct_status st;
+    ct__yaml_node *root = NULL;
+    ct_job *job = NULL;
+    char buf[160];
+    name = name ? name : "<string>";
+    job_reader r = {.file = name, .err = err, .status = CT_OK};
+    if (!text && len > 0) {
+        return ct_err_set(err, CT_EINVAL, "%s: no text", name);
+    }
+    if ((st = ct__yaml_parse(text ? text : "", len, name, &root, err)) != CT_OK) {
+        goto fail;
+    }
+    if (root->kind != CT__YAML_MAP && root->kind != CT__YAML_NULL) {
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s:%d: the job must be a mapping of sections (model, data, train, ...), "
+                        "got %s",
+                        name, root->line, ct__yaml_describe(root, buf, sizeof buf));
+        goto fail;
+    }
+    for (int i = 0; i < n_sets; i++) {
+        if (!sets[i]) {
+            st = ct_err_set(err, CT_EINVAL, "--set: missing KEY=VALUE");
+            goto fail;
+        }
+        if ((st = ct__yaml_apply_set(root, sets[i], err)) != CT_OK) {
+            goto fail;
+        }
+    }
+    if (!(job = malloc(sizeof *job))) {
+        st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", name);
+        goto fail;
+    }
+    ct_job_defaults(job);
+    snprintf(job->path, sizeof job->path, "%s", name);
+    default_run_dir(name, job->run_dir, sizeof job->run_dir);
+    if ((st = read_job(&r, root, job)) != CT_OK) {
+        goto fail;
+    }
+    *ret_job = *job;
+fail:
+    free(job);
+    ct__yaml_destroy(root);
+    return st;
+}
+
+/* Reads the whole file at `path` into an owned buffer. */
+static ct_status read_file(const char *path, char **ret_text, size_t *ret_len, ct_err *err) {
+    char reason[128] = "unknown error";
+    size_t len = 0, cap = 4096;
+    char *text = malloc(cap);
+    FILE *f = fopen(path, "rb");
+    if (!text || !f) {
+        goto fail;
+    }
+    for (;;) {
+        if (len == cap) {
+            char *bigger = realloc(text, cap * 2);
+            if (!bigger) {
+                errno = ENOMEM;
+                goto fail;
+            }
+            text = bigger;
+            cap *= 2;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            break;
+        }
+    }
+    if (ferror(f)) {
+        goto fail;
+    }
+    fclose(f);
+    *ret_text = text;
+    *ret_len = len;
+    return CT_OK;
+fail:
+    strerror_r(errno, reason, sizeof reason);
+    if (f) {
+        fclose(f);
+    }
+    free(text);
+    return ct_err_set(err, CT_EIO, "%s: cannot read: %s", path, reason);
+}
+
+ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
+                      ct_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (!path || !path[0]) {
+        return ct_err_set(err, CT_EINVAL, "job: no file name given");
+    }
+    ct_status st = read_file(path, &text, &len, err);
+    if (st == CT_OK) {
+        st = ct_job_parse(text, len, path, sets, n_sets, ret_job, err);
+    }
+    free(text);
+    return st;
+}
+
+const char *ct_layer_type_name(ct_layer_type type) {
+    return name_of(layer_names, (int)type);
+}
+
+const char *ct_activation_name(ct_activation act) {
+    return name_of(activation_names, (int)act);
+}
+
+const char *ct_optimizer_type_name(ct_optimizer_type type) {
+    return name_of(optimizer_names, (int)type);
+}

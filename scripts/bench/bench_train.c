@@ -1,0 +1,166 @@
+/* Benchmark: time of one training step and of forward-only inference of a job's model in ctrain,
+ * and the GEMM floor of the MLP (the same forward and weight-gradient GEMMs in the same BLAS),
+ * measured in the same run. Prints one JSON object per measurement for compare.py.
+ *   bench_train JOB BATCH [--set k=v ...]   (threads: --set train.threads=1) */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrain/ctrain.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Median of `reps` timings of `iters` calls of fn(user); seconds per call. */
+static double median_time(void (*fn)(void *), void *user, int iters, int reps) {
+    double t[16];
+    for (int w = 0; w < iters / 4 + 1; w++) {
+        fn(user);
+    }
+    for (int r = 0; r < reps; r++) {
+        double start = now_s();
+        for (int i = 0; i < iters; i++) {
+            fn(user);
+        }
+        t[r] = (now_s() - start) / iters;
+    }
+    for (int i = 0; i < reps; i++) {
+        for (int j = i + 1; j < reps; j++) {
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
+        }
+    }
+    return t[reps / 2];
+}
+
+typedef struct step_ctx {
+    ct_trainer *t;
+    float *x;
+    int32_t *y;
+    float *logits;
+    int64_t batch;
+} step_ctx;
+
+static void train_step(void *user) {
+    step_ctx *c = user;
+    float loss, acc;
+    ct_err err;
+    if (ct_trainer_step(c->t, c->x, c->y, c->batch, &loss, &acc, &err) != CT_OK) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static void predict(void *user) {
+    step_ctx *c = user;
+    ct_trainer_predict(c->t, c->x, c->batch, c->logits, NULL);
+}
+
+/* The GEMMs of a dense stack: forward x W for each layer and the weight gradients a^T dy. */
+typedef struct gemm_ctx {
+    int n_layers;
+    int64_t batch, dims[8];
+    float *act[8], *w[8], *dy[8], *dw[8];
+} gemm_ctx;
+
+static void gemm_floor(void *user) {
+    gemm_ctx *c = user;
+    for (int l = 0; l < c->n_layers; l++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)c->batch,
+                    (blasint)c->dims[l + 1], (blasint)c->dims[l], 1.0f, c->act[l],
+                    (blasint)c->dims[l], c->w[l], (blasint)c->dims[l + 1], 0.0f, c->act[l + 1],
+                    (blasint)c->dims[l + 1]);
+    }
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)c->dims[l],
+                    (blasint)c->dims[l + 1], (blasint)c->batch, 1.0f, c->act[l],
+                    (blasint)c->dims[l], c->dy[l + 1], (blasint)c->dims[l + 1], 1.0f, c->dw[l],
+                    (blasint)c->dims[l + 1]);
+    }
+}
+
+static float *filled(int64_t n, float scale) {
+    float *p = aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+    for (int64_t i = 0; i < n; i++) {
+        p[i] = scale * (float)((i * 7919) % 1000) / 1000.0f;
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_train JOB BATCH [--set key=value ...]\n");
+        return 2;
+    }
+    const char *job_path = argv[1];
+    int64_t batch = atoll(argv[2]);
+    const char *sets[32];
+    int n_sets = 0;
+    for (int i = 3; i + 1 < argc && n_sets < 32; i += 2) {
+        sets[n_sets++] = argv[i + 1];
+    }
+    ct_job job;
+    ct_err err;
+    ct_trainer *t;
+    if (ct_job_load(job_path, sets, n_sets, &job, &err) != CT_OK ||
+        ct_trainer_create(&job, &t, &err) != CT_OK) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 2;
+    }
+    int64_t example = 1;
+    for (int k = 0; k < job.input_rank; k++) {
+        example *= job.input_shape[k];
+    }
+    step_ctx c = {.t = t, .batch = batch, .x = filled(batch * example, 1.0f),
+                  .y = malloc((size_t)batch * sizeof(int32_t)),
+                  .logits = malloc((size_t)(batch * ct_model_output_size(ct_trainer_model(t))) *
+                                   sizeof(float))};
+    for (int64_t i = 0; i < batch; i++) {
+        c.y[i] = (int32_t)(i % 10);
+    }
+    int iters = (int)(200000 / batch) > 20 ? (int)(200000 / batch) : 20;
+    if (job.layers[0].type == CT_LAYER_CONV2D) {
+        iters = 10;
+    }
+    double step_s = median_time(train_step, &c, iters, 5);
+    double predict_s = median_time(predict, &c, iters, 5);
+    printf("{\"impl\": \"ctrain\", \"job\": \"%s\", \"batch\": %lld, \"train_step_s\": %.9f, "
+           "\"predict_s\": %.9f",
+           job_path, (long long)batch, step_s, predict_s);
+
+    /* GEMM floor for dense-only models (flatten/dropout/activations are not GEMMs). */
+    gemm_ctx gc = {.batch = batch};
+    int dense_only = 1;
+    gc.dims[0] = example;
+    for (int i = 0; i < job.n_layers; i++) {
+        if (job.layers[i].type == CT_LAYER_DENSE) {
+            gc.dims[++gc.n_layers] = job.layers[i].units;
+        } else if (job.layers[i].type != CT_LAYER_FLATTEN &&
+                   job.layers[i].type != CT_LAYER_DROPOUT) {
+            dense_only = 0;
+        }
+    }
+    if (dense_only) {
+        for (int l = 0; l <= gc.n_layers; l++) {
+            gc.act[l] = filled(batch * gc.dims[l], 1.0f);
+            gc.dy[l] = filled(batch * gc.dims[l], 0.01f);
+            if (l < gc.n_layers) {
+                gc.w[l] = filled(gc.dims[l] * gc.dims[l + 1], 0.01f);
+                gc.dw[l] = filled(gc.dims[l] * gc.dims[l + 1], 0.0f);
+            }
+        }
+        double floor_s = median_time(gemm_floor, &gc, iters, 5);
+        printf(", \"gemm_floor_s\": %.9f", floor_s);
+    }
+    printf("}\n");
+    ct_trainer_destroy(t);
+    return 0;
+}

@@ -1,0 +1,674 @@
+/* Job files: a full valid job, defaults, each class of error (status plus a message naming file,
+ * line and key), --set overrides, JSON input, the example jobs and the malformed files in
+ * tests/bad_input/jobs (each names the text its error must contain on its first line). */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctrain/job.h"
+
+#ifndef CT_SOURCE_ROOT
+#define CT_SOURCE_ROOT "."
+#endif
+
+#define TRAIN_DATA                                                                                 \
+    "data:\n"                                                                                      \
+    "  train:\n"                                                                                   \
+    "    images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\n"                   \
+    "    labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\n"
+
+/* A small valid job; the dense layers sit on lines 5 and 7. */
+#define MINIMAL_JOB                                                                                \
+    "model:\n"                                                                                     \
+    "  input_shape: [28, 28, 1]\n"                                                                 \
+    "  layers:\n"                                                                                  \
+    "    - flatten:\n"                                                                             \
+    "    - dense: {units: 128, activation: relu}\n"                                                \
+    "    - dropout: {rate: 0.2}\n"                                                                 \
+    "    - dense: {units: 10}\n" TRAIN_DATA
+
+static ct_status parse_sets(const char *text, const char *const *sets, int n_sets, ct_job *job,
+                            ct_err *err) {
+    return ct_job_parse(text, strlen(text), "job.yaml", sets, n_sets, job, err);
+}
+
+static ct_status parse(const char *text, ct_job *job, ct_err *err) {
+    return parse_sets(text, NULL, 0, job, err);
+}
+
+/* Expects `text` (with `sets`) to fail with `code` and a message holding every given part. */
+static void expect_error_sets(const char *text, const char *const *sets, int n_sets, ct_status code,
+                              ...) {
+    ct_job job;
+    ct_err err = {0};
+    ct_status st = parse_sets(text, sets, n_sets, &job, &err);
+    cr_assert_eq(st, code, "status %d, want %d; message: %s", st, code, err.msg);
+    cr_expect_eq(err.code, code);
+    cr_expect_null(strchr(err.msg, '\n'), "message is one line: %s", err.msg);
+    va_list ap;
+    va_start(ap, code);
+    for (const char *part = va_arg(ap, const char *); part; part = va_arg(ap, const char *)) {
+        cr_expect(strstr(err.msg, part) != NULL, "message '%s' lacks '%s'", err.msg, part);
+    }
+    va_end(ap);
+}
+
+#define EXPECT_ERROR(text, ...) expect_error_sets(text, NULL, 0, CT_EINVAL, __VA_ARGS__, NULL)
+#define EXPECT_SET_ERROR(text, set, ...)                                                           \
+    do {                                                                                           \
+        const char *one_set[] = {set};                                                             \
+        expect_error_sets(text, one_set, 1, CT_EINVAL, __VA_ARGS__, NULL);                         \
+    } while (0)
+
+Test(job, full_valid_job) {
+    const char *text =
+        "# a full job\n"
+        "seed: 7\n"
+        "model:\n"
+        "  input_shape: [28, 28, 1]\n"
+        "  layers:\n"
+        "    - conv2d: {filters: 8, kernel_size: [5, 3], strides: 2, padding: same,\n"
+        "               activation: gelu, use_bias: no,\n"
+        "               kernel_initializer: he_normal, bias_initializer: ones}\n"
+        "    - max_pool2d: {pool_size: 3}\n"
+        "    - avg_pool2d: {pool_size: [2, 2], strides: 1, padding: valid}\n"
+        "    - batch_norm: {momentum: 0.9}\n"
+        "    - flatten: {}\n"
+        "    - dense:\n"
+        "        units: 64\n"
+        "        activation: tanh\n"
+        "    - activation: sigmoid\n"
+        "    - activation: {function: softmax}\n"
+        "    - dropout: {rate: 0}\n"
+        "    - dense: {units: 10}\n"
+        "loss: softmax_cross_entropy\n"
+        "metrics: [accuracy]\n"
+        "optimizer:\n"
+        "  type: sgd\n"
+        "  learning_rate: 0.05\n"
+        "  momentum: 0.9\n"
+        "  nesterov: true\n"
+        "  decay: 1e-6\n"
+        "  clip_norm: 5\n"
+        "  schedule: {type: step, warmup_steps: 100, step_size: 1000, gamma: 0.5}\n"
+        "data:\n"
+        "  train: {format: idx, images: a/train-images.gz, labels: a/train-labels,"
+        " limit: 5000}\n"
+        "  eval:\n"
+        "    images: t10k-images.gz\n"
+        "    labels: \"t10k labels.gz\"\n"
+        "train:\n"
+        "  epochs: 3\n"
+        "  batch_size: 128\n"
+        "  eval_batch_size: 500\n"
+        "  shuffle: off\n"
+        "  threads: 2\n"
+        "  prefetch: 4\n"
+        "  max_steps: 900\n"
+        "  eager: yes\n"
+        "strategy: {type: local}\n"
+        "run_dir: /tmp/ctrain-run\n";
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_str_eq(job.path, "job.yaml");
+    cr_expect_eq(job.seed, 7);
+    cr_expect_eq(job.input_rank, 3);
+    cr_expect_eq(job.input_shape[0], 28);
+    cr_expect_eq(job.input_shape[2], 1);
+    cr_assert_eq(job.n_layers, 10);
+    cr_expect_eq(job.layers_line, 5);
+
+    const ct_layer_spec *conv = &job.layers[0];
+    cr_expect_eq(conv->type, CT_LAYER_CONV2D);
+    cr_expect_eq(conv->line, 6);
+    cr_expect_eq(conv->filters, 8);
+    cr_expect_eq(conv->kernel_size[0], 5);
+    cr_expect_eq(conv->kernel_size[1], 3);
+    cr_expect_eq(conv->strides[0], 2);
+    cr_expect_eq(conv->strides[1], 2);
+    cr_expect_eq(conv->padding_same, 1);
+    cr_expect_eq(conv->activation, CT_ACT_GELU);
+    cr_expect_eq(conv->use_bias, 0);
+    cr_expect_eq(conv->kernel_init, CT_INIT_HE_NORMAL);
+    cr_expect_eq(conv->bias_init, CT_INIT_ONES);
+
+    cr_expect_eq(job.layers[1].type, CT_LAYER_MAX_POOL2D);
+    cr_expect_eq(job.layers[1].pool_size[0], 3);
+    cr_expect_eq(job.layers[1].strides[1], 3, "pool strides default to pool_size");
+    cr_expect_eq(job.layers[2].type, CT_LAYER_AVG_POOL2D);
+    cr_expect_eq(job.layers[2].strides[0], 1);
+    cr_expect_eq(job.layers[2].padding_same, 0);
+    cr_expect_float_eq(job.layers[3].momentum, 0.9f, 1e-7);
+    cr_expect_float_eq(job.layers[3].epsilon, 1e-3f, 1e-9, "Keras default");
+    cr_expect_eq(job.layers[4].type, CT_LAYER_FLATTEN);
+    cr_expect_eq(job.layers[5].units, 64);
+    cr_expect_eq(job.layers[5].activation, CT_ACT_TANH);
+    cr_expect_eq(job.layers[5].line, 13);
+    cr_expect_eq(job.layers[6].type, CT_LAYER_ACTIVATION);
+    cr_expect_eq(job.layers[6].activation, CT_ACT_SIGMOID);
+    cr_expect_eq(job.layers[7].activation, CT_ACT_SOFTMAX);
+    cr_expect_eq(job.layers[8].type, CT_LAYER_DROPOUT);
+    cr_expect_float_eq(job.layers[8].rate, 0.0f, 0.0);
+    cr_expect_eq(job.layers[9].units, 10);
+
+    cr_expect_eq(job.loss, CT_LOSS_SPARSE_SOFTMAX_XENT);
+    cr_expect_eq(job.metric_accuracy, 1);
+    const ct_optimizer_spec *o = &job.optimizer;
+    cr_expect_eq(o->type, CT_OPT_SGD);
+    cr_expect_float_eq(o->learning_rate, 0.05f, 1e-9);
+    cr_expect_float_eq(o->momentum, 0.9f, 1e-9);
+    cr_expect_eq(o->nesterov, 1);
+    cr_expect_float_eq(o->decay, 1e-6f, 1e-12);
+    cr_expect_float_eq(o->clip_norm, 5.0f, 0.0);
+    cr_expect_eq(o->schedule, CT_SCHED_STEP);
+    cr_expect_eq(o->warmup_steps, 100);
+    cr_expect_eq(o->step_size, 1000);
+    cr_expect_float_eq(o->gamma, 0.5f, 0.0);
+    cr_expect_float_eq(o->weight_decay, 0.0f, 0.0);
+
+    cr_expect_eq(job.train_data.format, CT_DATA_IDX);
+    cr_expect_str_eq(job.train_data.images, "a/train-images.gz");
+    cr_expect_str_eq(job.train_data.labels, "a/train-labels");
+    cr_expect_eq(job.train_data.limit, 5000);
+    cr_expect_eq(job.has_eval_data, 1);
+    cr_expect_str_eq(job.eval_data.labels, "t10k labels.gz");
+    cr_expect_eq(job.eval_data.limit, 0);
+    cr_expect_eq(job.epochs, 3);
+    cr_expect_eq(job.batch_size, 128);
+    cr_expect_eq(job.eval_batch_size, 500);
+    cr_expect_eq(job.shuffle, 0);
+    cr_expect_eq(job.threads, 2);
+    cr_expect_eq(job.prefetch, 4);
+    cr_expect_eq(job.max_steps, 900);
+    cr_expect_eq(job.eager, 1);
+    cr_expect_str_eq(job.strategy, "local");
+    cr_expect_str_eq(job.run_dir, "/tmp/ctrain-run");
+}
+
+Test(job, defaults) {
+    ct_job job;
+    ct_job_defaults(&job);
+    cr_expect_eq(job.seed, 42);
+    cr_expect_eq(job.n_layers, 0);
+    cr_expect_eq(job.has_eval_data, 0);
+    cr_expect_eq(job.optimizer.type, CT_OPT_ADAM);
+    cr_expect_float_eq(job.optimizer.learning_rate, 1e-3f, 1e-12);
+    cr_expect_float_eq(job.optimizer.beta1, 0.9f, 1e-9);
+    cr_expect_float_eq(job.optimizer.beta2, 0.999f, 1e-9);
+    cr_expect_float_eq(job.optimizer.epsilon, 1e-7f, 1e-15);
+    cr_expect_eq(job.epochs, 1);
+    cr_expect_eq(job.batch_size, 32);
+    cr_expect_eq(job.eval_batch_size, 1000);
+    cr_expect_eq(job.shuffle, 1);
+    cr_expect_eq(job.threads, 0);
+    cr_expect_eq(job.prefetch, 2);
+    cr_expect_eq(job.max_steps, 0);
+    cr_expect_eq(job.eager, 0);
+    cr_expect_str_eq(job.strategy, "local");
+
+    /* a minimal file gets the same defaults, layer defaults and a run_dir from its stem */
+    ct_err err = {0};
+    const char *text = MINIMAL_JOB;
+    cr_assert_eq(ct_job_parse(text, strlen(text), "configs/my.run.yaml", NULL, 0, &job, &err),
+                 CT_OK, "%s", err.msg);
+    cr_expect_str_eq(job.run_dir, "runs/my.run");
+    cr_expect_eq(job.seed, 42);
+    cr_expect_eq(job.metric_accuracy, 0);
+    cr_expect_eq(job.layers[0].type, CT_LAYER_FLATTEN);
+    cr_expect_eq(job.layers[0].line, 4);
+    cr_expect_eq(job.layers[3].activation, CT_ACT_NONE);
+    cr_expect_eq(job.layers[3].use_bias, 1);
+    cr_expect_eq(job.layers[3].kernel_init, CT_INIT_GLOROT_UNIFORM);
+    cr_expect_eq(job.layers[3].bias_init, CT_INIT_ZEROS);
+    cr_expect_eq(job.has_eval_data, 0);
+    cr_expect_eq(job.train_data.limit, 0);
+    cr_expect_eq(ct_job_parse(text, strlen(text), NULL, NULL, 0, &job, &err), CT_OK);
+    cr_expect_str_eq(job.path, "<string>");
+    cr_expect_str_eq(job.run_dir, "runs/job");
+}
+
+Test(job, optimizer_defaults_per_type) {
+    ct_job job;
+    ct_err err = {0};
+    const char *rms[] = {"optimizer.type=rmsprop"};
+    cr_assert_eq(parse_sets(MINIMAL_JOB, rms, 1, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_float_eq(job.optimizer.rho, 0.9f, 1e-9);
+    cr_expect_float_eq(job.optimizer.epsilon, 1e-7f, 1e-15);
+    cr_expect_float_eq(job.optimizer.momentum, 0.0f, 0.0);
+    const char *adamw[] = {"optimizer.type=adamw"};
+    cr_assert_eq(parse_sets(MINIMAL_JOB, adamw, 1, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_float_eq(job.optimizer.weight_decay, 0.004f, 1e-9);
+    const char *cosine[] = {"optimizer.schedule={type: cosine, decay_steps: 10, min_lr: 1e-5}"};
+    cr_assert_eq(parse_sets(MINIMAL_JOB, cosine, 1, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.optimizer.schedule, CT_SCHED_COSINE);
+    cr_expect_eq(job.optimizer.decay_steps, 10);
+    cr_expect_float_eq(job.optimizer.min_lr, 1e-5f, 1e-12);
+}
+
+Test(job, layer_forms) {
+    const char *text = "model:\n"
+                       "  input_shape: [100]\n"
+                       "  layers:\n"
+                       "    - embedding: {input_dim: 1000, output_dim: 16}\n"
+                       "    - flatten\n"
+                       "    - flatten: {}\n"
+                       "    - dense: {units: 4, activation: null}\n"
+                       "    - activation: relu\n"
+                       "    - dropout: {rate: 0.999}\n"
+                       "    - batch_norm:\n" TRAIN_DATA;
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(job.n_layers, 7);
+    cr_expect_eq(job.input_rank, 1);
+    cr_expect_eq(job.layers[0].input_dim, 1000);
+    cr_expect_eq(job.layers[0].output_dim, 16);
+    cr_expect_eq(job.layers[1].type, CT_LAYER_FLATTEN);
+    cr_expect_eq(job.layers[3].activation, CT_ACT_NONE);
+    cr_expect_eq(job.layers[4].activation, CT_ACT_RELU);
+    cr_expect_float_eq(job.layers[6].momentum, 0.99f, 1e-9);
+}
+
+Test(job, names) {
+    cr_expect_str_eq(ct_layer_type_name(CT_LAYER_MAX_POOL2D), "max_pool2d");
+    cr_expect_str_eq(ct_layer_type_name(CT_LAYER_ACTIVATION), "activation");
+    cr_expect_str_eq(ct_activation_name(CT_ACT_NONE), "none");
+    cr_expect_str_eq(ct_activation_name(CT_ACT_SOFTMAX), "softmax");
+    cr_expect_str_eq(ct_optimizer_type_name(CT_OPT_RMSPROP), "rmsprop");
+    cr_expect_str_eq(ct_optimizer_type_name((ct_optimizer_type)99), "unknown");
+}
+
+Test(job, json_input) {
+    const char *text =
+        "{\"seed\": 1, \"model\": {\"input_shape\": [784], \"layers\": [{\"dense\": {\"units\": 10,"
+        " \"activation\": \"softmax\"}}]},\n"
+        " \"optimizer\": {\"type\": \"adam\", \"learning_rate\": 0.01},\n"
+        " \"data\": {\"train\": {\"images\": \"x.gz\", \"labels\": \"y.gz\"}},\n"
+        " \"train\": {\"epochs\": 2, \"shuffle\": false}}";
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.seed, 1);
+    cr_expect_eq(job.n_layers, 1);
+    cr_expect_eq(job.layers[0].activation, CT_ACT_SOFTMAX);
+    cr_expect_float_eq(job.optimizer.learning_rate, 0.01f, 1e-9);
+    cr_expect_eq(job.epochs, 2);
+    cr_expect_eq(job.shuffle, 0);
+    /* JSON strings are strings: a quoted number is not an integer */
+    EXPECT_ERROR(MINIMAL_JOB "train: {\"epochs\": \"3\"}", "job.yaml:12: train.epochs",
+                 "must be a positive integer, got \"3\"");
+}
+
+Test(job, failure_leaves_result_untouched) {
+    ct_job job;
+    ct_err err = {0};
+    memset(&job, 0xab, sizeof job);
+    cr_expect_eq(parse("model: {input_shape: [3], layers: [dense]}\n", &job, &err), CT_EINVAL);
+    unsigned char *bytes = (unsigned char *)&job;
+    for (size_t i = 0; i < sizeof job; i++) {
+        cr_assert_eq(bytes[i], 0xab);
+    }
+    cr_expect_eq(parse("seed: 1\n", &job, NULL), CT_EINVAL, "err may be NULL");
+}
+
+/* ---- errors in the file ---- */
+
+Test(job, bad_yaml) {
+    EXPECT_ERROR("model:\n  input_shape: [28, 28\n  layers: []\n", "job.yaml:", "bad YAML",
+                 "did not find expected");
+    EXPECT_ERROR("a: b: c\n", "job.yaml:1: bad YAML");
+    EXPECT_ERROR("seed: 1\n\tmodel: x\n", "job.yaml:2: bad YAML");
+    EXPECT_ERROR("a: &x 1\nb: *x\n", "job.yaml:2: b: YAML aliases");
+    EXPECT_ERROR("seed: 1\n---\nseed: 2\n", "job.yaml:2: bad YAML: more than one document");
+    EXPECT_ERROR("[1, 2]\n", "job.yaml:1: the job must be a mapping");
+    EXPECT_ERROR("{[a]: 1}\n", "job.yaml:1:", "keys must be plain names");
+    char deep[400] = "seed: ";
+    for (int i = 0; i < 70; i++) {
+        strcat(deep, "[");
+    }
+    EXPECT_ERROR(deep, "job.yaml:1:", "nested more than 64 levels");
+}
+
+Test(job, duplicate_key) {
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  epochs: 2\n  epochs: 3\n", "job.yaml:14: train.epochs",
+                 "duplicate key (first at line 13)");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {units: 1, units: 2}\n",
+                 "job.yaml:3: model.layers[0].dense.units: duplicate key");
+}
+
+Test(job, empty_file) {
+    EXPECT_ERROR("", "job.yaml:1: the job is empty");
+    EXPECT_ERROR("# only a comment\n\n", "job.yaml:1: the job is empty");
+    EXPECT_ERROR("{}", "job.yaml:1: the job is empty");
+}
+
+Test(job, unknown_keys) {
+    EXPECT_ERROR("model:\n  layers:\n    - flatten: {}\n    - dense: {unitz: 3}\n",
+                 "job.yaml:4: model.layers[1].dense.unitz: unknown key (expected one of: units, "
+                 "activation, use_bias, kernel_initializer, bias_initializer)");
+    EXPECT_ERROR(MINIMAL_JOB "trian: {epochs: 1}\n", "job.yaml:12: trian: unknown key", "run_dir");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {lr: 0.1}\n", "job.yaml:12: optimizer.lr: unknown key");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {schedule: {kind: step}}\n",
+                 "job.yaml:12: optimizer.schedule.kind: unknown key");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: local, workers: 2}\n",
+                 "job.yaml:12: strategy.workers: unknown key");
+    EXPECT_ERROR("model:\n  layers:\n    - flatten: {x: 1}\n",
+                 "job.yaml:3: model.layers[0].flatten.x: unknown key (model.layers[0].flatten "
+                 "takes no options)");
+    EXPECT_ERROR(MINIMAL_JOB "  eval: {images: a, labels: b, shuffle: true}\n",
+                 "job.yaml:12: data.eval.shuffle: unknown key");
+}
+
+Test(job, layer_errors) {
+    EXPECT_ERROR("model:\n  input_shape: [4]\n  layers:\n    - dense: {units: 3}\n"
+                 "    - flatten:\n    - densee: {units: 3}\n",
+                 "job.yaml:6: model.layers[2]: unknown layer type 'densee' (expected one of: "
+                 "dense, conv2d, max_pool2d");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {units: -3}\n",
+                 "job.yaml:3: model.layers[0].dense.units: must be a positive integer, got -3");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {units: 0}\n",
+                 "job.yaml:3: model.layers[0].dense.units: must be a positive integer, got 0");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {activation: relu}\n",
+                 "job.yaml:3: model.layers[0].dense.units: required");
+    EXPECT_ERROR("model:\n  layers:\n    - dense:\n",
+                 "job.yaml:3: model.layers[0].dense.units: required");
+    EXPECT_ERROR("model:\n  layers:\n    - conv2d: {filters: 3, kernel_size: [3, 3, 3]}\n",
+                 "job.yaml:3: model.layers[0].conv2d.kernel_size: must be a positive integer or "
+                 "a list [height, width], got a list");
+    EXPECT_ERROR("model:\n  layers:\n    - conv2d: {filters: 3, strides: [1, 0]}\n",
+                 "model.layers[0].conv2d.strides[1]: must be a positive integer, got 0");
+    EXPECT_ERROR("model:\n  layers:\n    - conv2d: {filters: 3, padding: full}\n",
+                 "model.layers[0].conv2d.padding: unknown padding 'full' (expected one of: "
+                 "valid, same)");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {units: 3, activation: relux}\n",
+                 "job.yaml:3: model.layers[0].dense.activation: unknown activation 'relux'");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {units: 3, kernel_initializer: glorot}\n",
+                 "model.layers[0].dense.kernel_initializer: unknown initializer 'glorot'");
+    EXPECT_ERROR("model:\n  layers:\n    - dense: {units: 3, use_bias: maybe}\n",
+                 "model.layers[0].dense.use_bias: must be true or false, got 'maybe'");
+    EXPECT_ERROR("model:\n  layers:\n    - dropout: {rate: 1}\n",
+                 "job.yaml:3: model.layers[0].dropout.rate: must be in [0, 1), got 1");
+    EXPECT_ERROR("model:\n  layers:\n    - dropout: {rate: -0.1}\n",
+                 "model.layers[0].dropout.rate: must be in [0, 1), got -0.1");
+    EXPECT_ERROR("model:\n  layers:\n    - dropout:\n", "model.layers[0].dropout.rate: required");
+    EXPECT_ERROR("model:\n  layers:\n    - embedding: {input_dim: 10}\n",
+                 "model.layers[0].embedding.output_dim: required");
+    EXPECT_ERROR("model:\n  layers:\n    - activation: none\n",
+                 "model.layers[0].activation: unknown activation function 'none'");
+    EXPECT_ERROR("model:\n  layers:\n    - activation: {}\n",
+                 "model.layers[0].activation.function: required");
+    EXPECT_ERROR("model:\n  layers:\n    - dense:\n      units: 3\n",
+                 "job.yaml:3: model.layers[0]: a layer is a mapping with one key",
+                 "2 keys (dense, units)");
+    EXPECT_ERROR("model:\n  layers:\n    - [dense]\n",
+                 "job.yaml:3: model.layers[0]: must be a layer such as");
+    EXPECT_ERROR("model:\n  layers: {dense: {units: 3}}\n",
+                 "job.yaml:2: model.layers: must be a list of layers");
+    EXPECT_ERROR("model:\n  input_shape: [3]\n  layers: []\n",
+                 "job.yaml:3: model.layers: must list at least one layer");
+    char many[4096] = "model:\n  input_shape: [3]\n  layers:\n";
+    for (int i = 0; i < CT_JOB_MAX_LAYERS + 1; i++) {
+        strcat(many, "    - flatten\n");
+    }
+    EXPECT_ERROR(many, "job.yaml:3: model.layers: too many layers (65; at most 64)");
+}
+
+Test(job, type_errors) {
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  epochs: abc\n",
+                 "job.yaml:13: train.epochs: must be an integer, got 'abc'");
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  batch_size: 3.5\n",
+                 "job.yaml:13: train.batch_size: must be an integer, got '3.5'");
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  batch_size: 99999999999\n",
+                 "train.batch_size: must be at most 2147483647, got 99999999999");
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  threads: -1\n",
+                 "train.threads: must be a non-negative integer, got -1");
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  shuffle: 2\n",
+                 "job.yaml:13: train.shuffle: must be true or false, got '2'");
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  epochs: [1]\n",
+                 "train.epochs: must be a positive integer, got a list");
+    EXPECT_ERROR(MINIMAL_JOB "train:\n  epochs:\n", "job.yaml:13: train.epochs", "got nothing");
+    EXPECT_ERROR(MINIMAL_JOB "train: [epochs]\n",
+                 "job.yaml:12: train: must be a mapping of options (key: value), got a list");
+    EXPECT_ERROR("seed: -1\n" MINIMAL_JOB, "job.yaml:1: seed: must be a non-negative integer, "
+                                           "got -1");
+    EXPECT_ERROR("seed: 18446744073709551616\n" MINIMAL_JOB, "job.yaml:1: seed: must be at most");
+    EXPECT_ERROR(MINIMAL_JOB "run_dir: ''\n", "job.yaml:12: run_dir: must not be empty");
+    EXPECT_ERROR(MINIMAL_JOB "run_dir: {a: 1}\n", "job.yaml:12: run_dir: must be a string");
+
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse("seed: 18446744073709551615\n" MINIMAL_JOB, &job, &err), CT_OK, "%s",
+                 err.msg);
+    cr_expect_eq(job.seed, UINT64_MAX);
+    cr_assert_eq(parse(MINIMAL_JOB "train: {shuffle: No, eager: ON}\n", &job, &err), CT_OK);
+    cr_expect_eq(job.shuffle, 0);
+    cr_expect_eq(job.eager, 1);
+}
+
+Test(job, input_shape_errors) {
+    const char *layers = "  layers: [flatten]\n" TRAIN_DATA;
+    char text[1024];
+    snprintf(text, sizeof text, "model:\n  input_shape: 784\n%s", layers);
+    EXPECT_ERROR(text, "job.yaml:2: model.input_shape: must be a list of 1 to 3 positive");
+    snprintf(text, sizeof text, "model:\n  input_shape: [1, 2, 3, 4]\n%s", layers);
+    EXPECT_ERROR(text, "job.yaml:2: model.input_shape: must list 1 to 3 dimensions", "got 4");
+    snprintf(text, sizeof text, "model:\n  input_shape: [28, 0]\n%s", layers);
+    EXPECT_ERROR(text, "job.yaml:2: model.input_shape[1]: must be a positive integer, got 0");
+    snprintf(text, sizeof text, "model:\n%s", layers);
+    EXPECT_ERROR(text, "job.yaml:1: model.input_shape: required");
+}
+
+Test(job, section_errors) {
+    EXPECT_ERROR("seed: 1\n" TRAIN_DATA, "job.yaml:1: model.layers: required");
+    EXPECT_ERROR("model:\n  input_shape: [3]\n  layers: [flatten]\n",
+                 "job.yaml:1: data.train: required");
+    EXPECT_ERROR("model:\n  input_shape: [3]\n  layers: [flatten]\ndata:\n  eval: {images: a, "
+                 "labels: b}\n",
+                 "job.yaml:4: data.train: required");
+    EXPECT_ERROR("model:\n  input_shape: [3]\n  layers: [flatten]\ndata:\n  train:\n"
+                 "    images: a\n",
+                 "job.yaml:5: data.train.labels: required");
+    EXPECT_ERROR(MINIMAL_JOB "  eval:\n", "job.yaml:12: data.eval.images: required");
+    EXPECT_ERROR(MINIMAL_JOB "    format: csv\n",
+                 "job.yaml:12: data.train.format: unknown data format 'csv' (expected one of: "
+                 "idx)");
+    EXPECT_ERROR(MINIMAL_JOB "loss: mse\n", "job.yaml:12: loss: unknown loss 'mse'");
+    EXPECT_ERROR(MINIMAL_JOB "metrics: [accuracy, auc]\n",
+                 "job.yaml:12: metrics[1]: unknown metric 'auc' (expected one of: accuracy)");
+    EXPECT_ERROR(MINIMAL_JOB "metrics: accuracy\n", "job.yaml:12: metrics: must be a list");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: mirrored}\n",
+                 "job.yaml:12: strategy.type: 'mirrored' is not built yet");
+    EXPECT_ERROR(MINIMAL_JOB "strategy:\n  type: parameter_server\n",
+                 "job.yaml:13: strategy.type: 'parameter_server' is not built yet");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: ring}\n",
+                 "job.yaml:12: strategy.type: unknown strategy 'ring'");
+}
+
+Test(job, optimizer_errors) {
+    EXPECT_ERROR(MINIMAL_JOB "optimizer:\n  type: adamm\n",
+                 "job.yaml:13: optimizer.type: unknown optimizer 'adamm' (expected one of: sgd, "
+                 "adam, adamw, rmsprop)");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {learning_rate: 0}\n",
+                 "job.yaml:12: optimizer.learning_rate: must be a positive number, got 0");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {learning_rate: -1e-3}\n",
+                 "optimizer.learning_rate: must be a positive number, got -1e-3");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {learning_rate: fast}\n",
+                 "optimizer.learning_rate: must be a number, got 'fast'");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {learning_rate: 1e99}\n",
+                 "optimizer.learning_rate: is too large");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {type: adam, momentum: 0.9}\n",
+                 "job.yaml:12: optimizer.momentum: not used by adam (only by sgd, rmsprop)");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {type: sgd, beta1: 0.9}\n",
+                 "optimizer.beta1: not used by sgd (only by adam, adamw)");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {type: adamw, beta2: 1}\n",
+                 "optimizer.beta2: must be in [0, 1), got 1");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer: {type: sgd, nesterov: 1}\n",
+                 "optimizer.nesterov: must be true or false");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer:\n  schedule: {type: step}\n",
+                 "job.yaml:13: optimizer.schedule.step_size: required");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer:\n  schedule: {type: cosine, gamma: 0.5}\n",
+                 "job.yaml:13: optimizer.schedule.gamma: only used by the step schedule");
+    EXPECT_ERROR(MINIMAL_JOB "optimizer:\n  schedule: {type: linear}\n",
+                 "optimizer.schedule.type: unknown schedule 'linear'");
+}
+
+/* ---- overrides ---- */
+
+Test(job, overrides) {
+    const char *sets[] = {
+        "train.epochs=3",
+        "model.layers.1.dense.units=64",
+        "model.layers[3].dense.activation=softmax",
+        "model.input_shape=[32,32,3]",
+        " optimizer.learning_rate = 1e-4",
+        "model.layers[0].flatten={}",
+        "data.eval={images: e.gz, labels: l.gz}",
+        "run_dir=runs/x=1",
+    };
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse_sets(MINIMAL_JOB, sets, 8, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.epochs, 3);
+    cr_expect_eq(job.layers[1].units, 64);
+    cr_expect_eq(job.layers[1].activation, CT_ACT_RELU, "siblings of an override stay");
+    cr_expect_eq(job.layers[3].activation, CT_ACT_SOFTMAX);
+    cr_expect_eq(job.input_rank, 3);
+    cr_expect_eq(job.input_shape[2], 3);
+    cr_expect_float_eq(job.optimizer.learning_rate, 1e-4f, 1e-12);
+    cr_expect_eq(job.has_eval_data, 1);
+    cr_expect_str_eq(job.eval_data.images, "e.gz");
+    cr_expect_str_eq(job.run_dir, "runs/x=1");
+
+    /* a whole job can come from overrides */
+    const char *all[] = {"model.input_shape=[2]", "model.layers=[{dense: {units: 2}}]",
+                         "data.train.images=a", "data.train.labels=b"};
+    cr_assert_eq(parse_sets("", all, 4, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.layers[0].units, 2);
+    cr_expect_eq(job.layers[0].line, 0);
+}
+
+Test(job, override_errors) {
+    EXPECT_SET_ERROR(MINIMAL_JOB, "foo", "--set foo: expected KEY=VALUE");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "=3", "--set =3: missing key");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "train..epochs=3", "--set train..epochs=3: empty key segment");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers[x]=3", "--set model.layers[x]=3:");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers[9].dense.units=64",
+                     "--set model.layers[9].dense.units=64: model.layers[9]: index out of range "
+                     "(model.layers has 4 items)");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers.4=flatten", "model.layers[4]: index out of range");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model[0]=1",
+                     "--set model[0]=1: model: is a mapping, not a list");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.input_shape.x=1",
+                     "model.input_shape: is a list, cannot hold key 'x'");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.input_shape=[28,28",
+                     "--set model.input_shape=[28,28:", "bad YAML");
+    /* created keys are unknown to validation, and the message names the override */
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.foo=1",
+                     "job.yaml: --set model.foo: unknown key (expected one of: input_shape, "
+                     "layers)");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers[1].dense.unitz=3",
+                     "job.yaml: --set model.layers[1].dense.unitz: unknown key");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers[0].flatten.x=3",
+                     "job.yaml: --set model.layers[0].flatten.x: unknown key");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "train.epochs=abc",
+                     "job.yaml: --set train.epochs: must be an integer, got 'abc'");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "train.epochs=", "job.yaml: --set train.epochs", "got nothing");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "strategy.type=mirrored",
+                     "job.yaml: --set strategy.type: 'mirrored' is not built yet");
+    /* file errors come before override errors */
+    EXPECT_SET_ERROR("a: [", "foo", "job.yaml:1: bad YAML");
+}
+
+/* ---- files ---- */
+
+Test(job, load_errors) {
+    ct_job job;
+    ct_err err = {0};
+    cr_expect_eq(ct_job_load(CT_SOURCE_ROOT "/no/such/job.yaml", NULL, 0, &job, &err), CT_EIO);
+    cr_expect(strstr(err.msg, "/no/such/job.yaml: cannot read: ") != NULL, "%s", err.msg);
+    cr_expect_eq(ct_job_load(CT_SOURCE_ROOT "/tests", NULL, 0, &job, &err), CT_EIO);
+    cr_expect(strstr(err.msg, "cannot read") != NULL, "%s", err.msg);
+}
+
+Test(job, examples_parse) {
+    ct_job job;
+    ct_err err = {0};
+    const char *mlp = CT_SOURCE_ROOT "/examples/fashion_mnist_mlp.yaml";
+    cr_assert_eq(ct_job_load(mlp, NULL, 0, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_str_eq(job.path, mlp);
+    cr_expect_eq(job.seed, 42);
+    cr_expect_eq(job.n_layers, 4);
+    cr_expect_eq(job.layers[1].units, 128);
+    cr_expect_eq(job.layers[1].activation, CT_ACT_RELU);
+    cr_expect_float_eq(job.layers[2].rate, 0.2f, 1e-9);
+    cr_expect_eq(job.layers[3].activation, CT_ACT_NONE);
+    cr_expect_eq(job.metric_accuracy, 1);
+    cr_expect_eq(job.optimizer.type, CT_OPT_ADAM);
+    cr_expect_eq(job.has_eval_data, 1);
+    cr_expect_str_eq(job.eval_data.labels,
+                     "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+    cr_expect_eq(job.epochs, 5);
+    cr_expect_eq(job.batch_size, 32);
+    cr_expect_str_eq(job.run_dir, "runs/fashion_mnist_mlp");
+
+    const char *cnn = CT_SOURCE_ROOT "/examples/fashion_mnist_cnn.yaml";
+    const char *seed_optimizer[] = {"optimizer.type=rmsprop", "optimizer.learning_rate=1e-4",
+                                    "optimizer.decay=1e-6"};
+    cr_assert_eq(ct_job_load(cnn, NULL, 0, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.n_layers, 12);
+    cr_expect_eq(job.layers[0].padding_same, 1);
+    cr_expect_eq(job.layers[1].padding_same, 0);
+    cr_expect_eq(job.layers[4].filters, 64);
+    cr_expect_eq(job.layers[6].strides[0], 2);
+    cr_expect_float_eq(job.layers[10].rate, 0.5f, 1e-9);
+    cr_expect_eq(job.layers[9].units, 512);
+    cr_expect_eq(job.batch_size, 64);
+    cr_expect_str_eq(job.run_dir, "runs/fashion_mnist_cnn");
+    cr_assert_eq(ct_job_load(cnn, seed_optimizer, 3, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.optimizer.type, CT_OPT_RMSPROP);
+    cr_expect_float_eq(job.optimizer.learning_rate, 1e-4f, 1e-12);
+    cr_expect_float_eq(job.optimizer.decay, 1e-6f, 1e-14);
+}
+
+/* Every .yaml file in tests/bad_input/jobs fails with the text on its "# expect: " first line. */
+Test(job, bad_input_files) {
+    const char *dir_path = CT_SOURCE_ROOT "/tests/bad_input/jobs";
+    const char *required[] = {"unknown_layer",      "bad_yaml",    "negative_units",
+                              "unknown_key",        "bad_type",    "bad_optimizer",
+                              "missing_train_data", "dropout_rate"};
+    int seen_required = 0, checked = 0;
+    DIR *dir = opendir(dir_path);
+    cr_assert_not_null(dir, "cannot open %s", dir_path);
+    for (struct dirent *e = readdir(dir); e; e = readdir(dir)) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".yaml") != 0) {
+            continue;
+        }
+        char path[1024], expect[512] = "";
+        snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "cannot open %s", path);
+        char *got = fgets(expect, sizeof expect, f);
+        fclose(f);
+        cr_assert(got && strncmp(expect, "# expect: ", 10) == 0, "%s: no '# expect: ' line", path);
+        expect[strcspn(expect, "\n")] = '\0';
+        ct_job job;
+        ct_err err = {0};
+        ct_status st = ct_job_load(path, NULL, 0, &job, &err);
+        cr_expect_eq(st, CT_EINVAL, "%s: status %d", path, st);
+        cr_expect(strstr(err.msg, expect + 10) != NULL, "%s: message '%s' lacks '%s'", path,
+                  err.msg, expect + 10);
+        cr_expect(strstr(err.msg, path) == err.msg, "message starts with the path: %s", err.msg);
+        for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+            seen_required +=
+                strncmp(e->d_name, required[i], len - 5) == 0 && strlen(required[i]) == len - 5;
+        }
+        checked++;
+    }
+    closedir(dir);
+    cr_expect_eq(seen_required, 8, "all required bad inputs exist");
+    cr_expect_geq(checked, 8);
+}

@@ -1,0 +1,156 @@
+/* The training loop: learning a separable problem, determinism, eager/graph agreement, label
+ * and NaN errors, fit() over a dataset with progress callbacks. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctrain/rng.h"
+#include "ctrain/train.h"
+
+enum { N = 256, D = 4 };
+static float xs[N * D];
+static int32_t ys[N];
+
+/* Three classes separated by the sign pattern of two coordinates. */
+static void make_data(void) {
+    ct_rng_uniform(5, 1, 0, xs, N * D);
+    for (int i = 0; i < N; i++) {
+        float *x = xs + i * D;
+        for (int k = 0; k < D; k++) {
+            x[k] = 2.0f * x[k] - 1.0f;
+        }
+        ys[i] = x[0] > 0 ? (x[1] > 0 ? 2 : 1) : 0;
+    }
+}
+
+static ct_job small_job(ct_optimizer_type opt, float dropout) {
+    ct_job job;
+    ct_job_defaults(&job);
+    snprintf(job.path, sizeof job.path, "small.yaml");
+    job.input_rank = 1;
+    job.input_shape[0] = D;
+    job.layers[0] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 32, .use_bias = 1,
+                                    .activation = CT_ACT_TANH};
+    job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = dropout};
+    job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 3, .use_bias = 1};
+    job.n_layers = 3;
+    job.optimizer.type = opt;
+    job.optimizer.learning_rate = opt == CT_OPT_SGD ? 0.5f : 0.01f;
+    job.threads = 1;
+    job.batch_size = 32;
+    job.epochs = 30;
+    return job;
+}
+
+TestSuite(train, .init = make_data);
+
+Test(train, learns_a_separable_problem) {
+    ct_job job = small_job(CT_OPT_ADAM, 0.0f);
+    ct_trainer *t;
+    ct_err err = {0};
+    cr_assert_eq(ct_trainer_create(&job, &t, &err), CT_OK, "%s", err.msg);
+    double loss0, acc0, loss, acc;
+    ct_trainer_evaluate(t, xs, ys, N, &loss0, &acc0, NULL);
+    for (int epoch = 0; epoch < 40; epoch++) {
+        for (int b = 0; b < N; b += 32) {
+            float l, a;
+            cr_assert_eq(ct_trainer_step(t, xs + b * D, ys + b, 32, &l, &a, &err), CT_OK, "%s",
+                         err.msg);
+        }
+    }
+    cr_assert_eq(ct_trainer_evaluate(t, xs, ys, N, &loss, &acc, NULL), CT_OK);
+    cr_expect(loss < 0.3 * loss0, "loss %f -> %f", loss0, loss);
+    cr_expect(acc > 0.95, "accuracy %f", acc);
+    ct_trainer_destroy(t);
+}
+
+/* Runs 6 steps with dropout and returns the final loss; the weights go into `w`. */
+static float six_steps(int eager, float *w, int64_t n) {
+    ct_job job = small_job(CT_OPT_SGD, 0.3f);
+    job.eager = eager;
+    ct_trainer *t;
+    cr_assert_eq(ct_trainer_create(&job, &t, NULL), CT_OK);
+    float loss = 0, acc;
+    for (int s = 0; s < 6; s++) {
+        cr_assert_eq(ct_trainer_step(t, xs + s * 32 * D, ys + s * 32, 32, &loss, &acc, NULL),
+                     CT_OK);
+    }
+    cr_assert_eq(ct_trainer_get_param(t, "dense_0/kernel", w, n, NULL), CT_OK);
+    ct_trainer_destroy(t);
+    return loss;
+}
+
+Test(train, deterministic_and_eager_equals_graph) {
+    float a[D * 32], b[D * 32], c[D * 32];
+    float la = six_steps(0, a, D * 32), lb = six_steps(0, b, D * 32), lc = six_steps(1, c, D * 32);
+    cr_expect_eq(memcmp(a, b, sizeof a), 0, "two graph runs are bit-identical");
+    cr_expect_eq(la, lb);
+    cr_expect_eq(memcmp(a, c, sizeof a), 0, "eager and graph runs are bit-identical");
+    cr_expect_eq(la, lc);
+}
+
+Test(train, bad_labels_and_nan_are_reported) {
+    ct_job job = small_job(CT_OPT_SGD, 0.0f);
+    ct_trainer *t;
+    ct_err err = {0};
+    cr_assert_eq(ct_trainer_create(&job, &t, NULL), CT_OK);
+    int32_t bad[32];
+    memcpy(bad, ys, sizeof bad);
+    bad[7] = 3;
+    float l, a;
+    cr_expect_eq(ct_trainer_step(t, xs, bad, 32, &l, &a, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "label 3") && strstr(err.msg, "example 7"), "%s", err.msg);
+
+    float w[32 * 3];
+    ct_trainer_get_param(t, "dense_2/kernel", w, 96, NULL);
+    w[5] = NAN;
+    ct_trainer_set_param(t, "dense_2/kernel", w, 96, NULL);
+    cr_expect_eq(ct_trainer_step(t, xs, ys, 32, &l, &a, &err), CT_ENUMERIC);
+    cr_expect(strstr(err.msg, "step 0") && strstr(err.msg, "NaN"), "%s", err.msg);
+    cr_expect_eq(ct_trainer_set_param(t, "dense_2/kernel", w, 5, &err), CT_ESHAPE);
+    cr_expect_eq(ct_trainer_set_param(t, "nope", w, 5, &err), CT_ENOENT);
+    ct_trainer_destroy(t);
+}
+
+typedef struct counts {
+    int steps, epochs;
+    double last_test_accuracy;
+} counts;
+
+static void count_progress(const ct_train_progress *p, void *user) {
+    counts *c = user;
+    if (p->end_of_epoch) {
+        c->epochs++;
+        c->last_test_accuracy = p->test_accuracy;
+    } else {
+        c->steps++;
+    }
+}
+
+Test(train, fit_over_a_dataset) {
+    ct_job job = small_job(CT_OPT_ADAM, 0.0f);
+    job.epochs = 20;
+    job.batch_size = 50; /* 256 = 5 * 50 + 6: a smaller last batch each epoch */
+    ct_dataset *ds;
+    int64_t shape[1] = {D};
+    cr_assert_eq(ct_dataset_from_memory(xs, ys, N, 1, shape, &ds, NULL), CT_OK);
+    ct_trainer *t;
+    cr_assert_eq(ct_trainer_create(&job, &t, NULL), CT_OK);
+    counts c = {0};
+    ct_train_result r;
+    ct_err err = {0};
+    cr_assert_eq(ct_trainer_fit(t, ds, ds, count_progress, &c, NULL, &r, &err), CT_OK, "%s",
+                 err.msg);
+    cr_expect_eq(c.steps, 20 * 6);
+    cr_expect_eq(c.epochs, 20);
+    cr_expect_eq(r.steps, 120);
+    cr_expect_eq(r.epochs, 20);
+    cr_expect(r.test_accuracy > 0.9, "%f", r.test_accuracy);
+    cr_expect_eq(r.test_accuracy, c.last_test_accuracy);
+
+    volatile int stop = 1;
+    cr_expect_eq(ct_trainer_fit(t, ds, NULL, NULL, NULL, &stop, &r, &err), CT_EINTR);
+    ct_trainer_destroy(t);
+    ct_dataset_destroy(ds);
+}
