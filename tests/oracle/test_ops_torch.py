@@ -15,7 +15,7 @@ RTOL = 1e-5
 rng = np.random.default_rng(1234)
 
 i64p = ctypes.POINTER(ctypes.c_int64)
-LIB.ct_reshape.argtypes = [ctypes.c_void_p, ctypes.c_int, i64p]
+LIB.ct_reshape.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, i64p]
 LIB.ct_slice.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
                          ctypes.c_int64]
 LIB.ct_transpose.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
