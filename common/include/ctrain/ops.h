@@ -58,21 +58,26 @@
     X(CONCAT, concat, 1)     /* i0: axis; 1..8 inputs */                                          \
     X(SLICE, slice, 1)       /* i0: axis, i1: begin, i2: size */                                  \
     X(SLICE_GRAD, slice_grad, 0) /* (dy, x): zeros like x with dy placed at the slice */          \
-    /* layers: NHWC activations, HWIO filters */                                                  \
-    X(CONV2D, conv2d, 1) /* (x, w); i0,i1: stride h,w; i2: same padding; aux: im2col columns */  \
-    X(CONV2D_GRAD_INPUT, conv2d_grad_input, 0)   /* (dy, w, forward node) */                      \
-    X(CONV2D_GRAD_FILTER, conv2d_grad_filter, 0) /* (dy, forward node) */                         \
-    X(MAX_POOL, max_pool, 1) /* i0,i1: window; i2,i3: stride; i4: same; aux: argmax */           \
+    /* layers: NHWC activations, HWIO filters, TensorFlow SAME/VALID padding. Shape               \
+     * inference sets the leading padding in attrs (conv i3,i4: top,left; pools i5,i6);           \
+     * gradient ops copy the forward attrs. "accumulates": adds into out under                    \
+     * CT_NODE_ACCUMULATE (a weight gradient bound to a buffer). */                               \
+    X(CONV2D, conv2d, 1) /* (x, w); i0,i1: stride; i2: same; aux: im2col (none: 1x1 stride 1) */  \
+    X(CONV2D_GRAD_INPUT, conv2d_grad_input, 0)   /* (dy, w, forward node); aux: dcols block */    \
+    X(CONV2D_GRAD_FILTER, conv2d_grad_filter, 0) /* (dy, forward node, x); accumulates */         \
+    X(MAX_POOL, max_pool, 1) /* i0,i1: window; i2,i3: stride; i4: same; aux: i32 argmax */        \
     X(MAX_POOL_GRAD, max_pool_grad, 0) /* (dy, forward node) */                                   \
     X(AVG_POOL, avg_pool, 1)           /* attrs as MAX_POOL; same padding counts valid cells */   \
     X(AVG_POOL_GRAD, avg_pool_grad, 0) /* (dy, forward node) */                                   \
     X(DROPOUT, dropout, 1)             /* f0: rate; i0: training; aux: u8 keep mask */            \
     X(DROPOUT_GRAD, dropout_grad, 0)   /* (dy, forward node) */                                   \
-    X(BATCH_NORM, batch_norm, 1) /* (x, gamma, beta, mean, var); f0 momentum, f1 eps, i0 train */ \
-    X(BATCH_NORM_GRAD, batch_norm_grad, 0) /* (dy, forward node) -> dx; aux: [2, C] dgamma,dbeta */\
-    X(AUX_ROW, aux_row, 0)                 /* (node): row i0 of node's aux */                    \
-    X(EMBEDDING, embedding, 1)             /* (table [V,D], ids i32 [...]) -> [..., D] */          \
-    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D] */
+    /* batch norm: (x, gamma, beta, running mean, running var); f0 momentum, f1 eps, i0 training; \
+     * training writes the running stats (inputs 3, 4) in place; aux [2, C]: mean, inv std */     \
+    X(BATCH_NORM, batch_norm, 1)                                                                  \
+    X(BATCH_NORM_GRAD, batch_norm_grad, 0) /* (dy, forward, x, gamma); aux [2,C] dgamma,dbeta */  \
+    X(AUX_ROW, aux_row, 0)                 /* (node): row i0 of node's aux; accumulates */        \
+    X(EMBEDDING, embedding, 1)             /* (table [V,D], ids i32 [...]) -> [..., D] */         \
+    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D]; accumulates */
 
 typedef enum ct_op {
 #define CT__OP_ENUM(e, name, diff) CT_OP_##e,

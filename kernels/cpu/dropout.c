@@ -1,0 +1,51 @@
+/* CPU kernels of inverted dropout. Element i of a training dropout node keeps its value when the
+ * counter-based uniform u_i of stream (op purpose, step, replica, node id) satisfies u_i >= rate;
+ * kept values are scaled by 1 / (1 - rate). The mask depends only on (seed, step, replica, node,
+ * i), so a resumed or replayed step draws the same mask, and the backward pass reads it from the
+ * forward node's aux (u8, one byte per element). Outside training (or at rate 0) the node aliases
+ * its input and the kernel has nothing to copy. */
+#include <string.h>
+
+#include "ctrain/rng.h"
+#include "graph/op_impl.h"
+
+/* Uniforms are drawn this many at a time into a stack buffer. */
+#define DROPOUT_CHUNK 512
+
+void ct__cpu_dropout(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    const float *restrict x = CT__F32(&in[0]->out);
+    float *restrict out = CT__F32(&n->out);
+    int64_t count = ct_tensor_numel(&n->out);
+    if (n->aux.shape.rank == 0) {
+        if (out != x) {
+            memcpy(out, x, (size_t)count * sizeof(float));
+        }
+        return;
+    }
+    const float rate = n->attrs.f[0], scale = 1.0f / (1.0f - rate);
+    uint8_t *restrict mask = n->aux.data;
+    uint64_t stream = ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)n->id);
+    float u[DROPOUT_CHUNK];
+    for (int64_t i0 = 0; i0 < count; i0 += DROPOUT_CHUNK) {
+        int64_t len = count - i0 < DROPOUT_CHUNK ? count - i0 : DROPOUT_CHUNK;
+        ct_rng_uniform(ctx->seed, stream, (uint64_t)i0, u, (size_t)len);
+        for (int64_t j = 0; j < len; j++) {
+            uint8_t keep = u[j] >= rate;
+            mask[i0 + j] = keep;
+            out[i0 + j] = keep ? x[i0 + j] * scale : 0.0f;
+        }
+    }
+}
+
+/* (dy, forward node): dx = mask ? dy / (1 - rate) : 0. */
+void ct__cpu_dropout_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const float *restrict dy = CT__F32(&in[0]->out);
+    const uint8_t *restrict mask = in[1]->aux.data;
+    float *restrict dx = CT__F32(&n->out);
+    const float scale = 1.0f / (1.0f - n->attrs.f[0]);
+    int64_t count = ct_tensor_numel(&n->out);
+    for (int64_t i = 0; i < count; i++) {
+        dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+    }
+}
