@@ -131,6 +131,10 @@ void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     const float *restrict a = CT__F32(&in[0]->out);
     float *restrict o = CT__F32(&n->out);
     int64_t total = ct_tensor_numel(&n->out);
+    if (!(n->flags & CT_NODE_ACCUMULATE)) {
+        memcpy(o, a, (size_t)total * sizeof *o);
+        return;
+    }
     for (int64_t i = 0; i < total; i++) {
         o[i] += a[i];
     }

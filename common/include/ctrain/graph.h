@@ -116,6 +116,9 @@ ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sourc
  * node itself accumulates when its kernel supports it and nothing else reads it, otherwise an
  * ACCUMULATE node is added. Returns the id of the node that writes dst, or -1. */
 int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst);
+/* As ct_graph_accumulate_into, but each run overwrites dst (a training step's fresh gradient:
+ * no zeroing pass needed). */
+int ct_graph_write_into(ct_graph *g, int grad, float *dst);
 
 /* Allocates every output and aux buffer not yet allocated or bound. Graph mode calls it once
  * after building; eager graphs allocate as they go. */

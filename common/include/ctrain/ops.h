@@ -20,7 +20,7 @@
     X(VARIABLE, variable, 0)       /* a view into a parameter buffer */                           \
     X(CONST, const, 0)             /* owned data, fixed at build time */                          \
     X(IDENTITY, identity, 1)                                                                      \
-    X(ACCUMULATE, accumulate, 0) /* out += in0 (out bound to a gradient view) */                 \
+    X(ACCUMULATE, accumulate, 0) /* out (+)= in0: out bound to a gradient view */                \
     /* linear algebra and elementwise arithmetic (numpy broadcasting) */                          \
     X(MATMUL, matmul, 1) /* i0: transpose a, i1: transpose b; leading dims of a fold into rows */ \
     X(ADD, add, 1)                                                                                \

@@ -184,7 +184,7 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
         ct_graph_gradients(g, sg->loss, -1, p->n, sources, grads, NULL);
         for (int k = 0; k < p->n; k++) {
             if (sources[k] >= 0 && grads[k] >= 0) {
-                ct_graph_accumulate_into(g, grads[k], ct_params_grad(p, k));
+                ct_graph_write_into(g, grads[k], ct_params_grad(p, k));
             }
         }
         free(sources);
@@ -304,7 +304,8 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
     float loss, accuracy;
     ct_status st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
     if (st == CT_OK) {
-        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 1,
+        /* the step's graph overwrites every gradient, so no zeroing pass is needed */
+        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0,
                                 err);
     }
     if (st != CT_OK) {

@@ -293,15 +293,17 @@ void ct_graph_bind(ct_graph *g, int id, void *data) {
     n->out.data = data;
 }
 
-int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst) {
+/* Makes node `grad` write (or add, when accumulating) its value into caller memory `dst`. */
+static int bind_gradient(ct_graph *g, int grad, float *dst, int accumulate) {
     if (grad < 0) {
         return -1;
     }
+    unsigned flags = CT_NODE_BOUND | (accumulate ? CT_NODE_ACCUMULATE : 0);
     ct_node *n = &g->nodes[grad];
     int can = (n->op == CT_OP_MATMUL || n->op == CT_OP_SUM_TO ||
                n->op == CT_OP_CONV2D_GRAD_FILTER || n->op == CT_OP_EMBEDDING_GRAD ||
                n->op == CT_OP_AUX_ROW) &&
-              !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE)) && !g->eager;
+              !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE | CT_NODE_ALIAS)) && !g->eager;
     for (int i = grad + 1; can && i < g->n; i++) {
         for (int k = 0; k < g->nodes[i].n_in; k++) {
             can = can && g->nodes[i].in[k] != grad;
@@ -310,7 +312,7 @@ int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst) {
     if (can) {
         free_tensor(g, &n->out);
         n->out.data = dst;
-        n->flags |= CT_NODE_BOUND | CT_NODE_ACCUMULATE;
+        n->flags |= flags;
         return grad;
     }
     ct_node *acc = new_node(g, CT_OP_ACCUMULATE, 1, &grad, NULL);
@@ -320,8 +322,16 @@ int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst) {
     acc->out = g->nodes[grad].out;
     acc->out.data = dst;
     acc->out.backend = NULL;
-    acc->flags = CT_NODE_BOUND | CT_NODE_ACCUMULATE;
+    acc->flags = flags;
     return commit_node(g, acc);
+}
+
+int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst) {
+    return bind_gradient(g, grad, dst, 1);
+}
+
+int ct_graph_write_into(ct_graph *g, int grad, float *dst) {
+    return bind_gradient(g, grad, dst, 0);
 }
 
 ct_status ct_graph_prepare(ct_graph *g, ct_err *err) {

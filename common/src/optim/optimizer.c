@@ -152,62 +152,75 @@ ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
         }
         clip = norm > s->clip_norm ? (float)(s->clip_norm / norm) : 1.0f;
     }
-    /* g2 accumulates g^2 in 16 lanes so the loop stays vectorized; NaN/Inf propagate into it. */
-    float g2[16] = {0};
+    /* Each loop also sums g^2 (a vector reduction): NaN/Inf in any gradient shows up in it. */
+    float g2 = 0.0f;
     const float b1 = s->beta1, b2 = s->beta2, eps = s->epsilon, mom = s->momentum;
     const double t = (double)step + 1.0;
     switch (s->type) {
     case CT_OPT_SGD:
-        for (int64_t i = 0; i < n; i++) {
-            float gi = g[i] * clip;
-            g2[i & 15] += gi * gi;
-            if (mom > 0.0f) {
-                float v = mom * s0[i] + gi; /* PyTorch form: v = mu v + g; w -= lr v */
+        if (mom > 0.0f) { /* PyTorch form: v = mu v + g; w -= lr v (Nesterov: lr (g + mu v)) */
+            const float nesterov = s->nesterov ? 1.0f : 0.0f;
+#pragma omp simd reduction(+ : g2)
+            for (int64_t i = 0; i < n; i++) {
+                float gi = g[i] * clip;
+                g2 += gi * gi;
+                float v = mom * s0[i] + gi;
                 s0[i] = v;
-                w[i] -= lr * (s->nesterov ? gi + mom * v : v);
-            } else {
+                w[i] -= lr * (nesterov * (gi + mom * v) + (1.0f - nesterov) * v);
+            }
+        } else {
+#pragma omp simd reduction(+ : g2)
+            for (int64_t i = 0; i < n; i++) {
+                float gi = g[i] * clip;
+                g2 += gi * gi;
                 w[i] -= lr * gi;
             }
         }
         break;
     case CT_OPT_ADAM:
     case CT_OPT_ADAMW: {
-        const float c1 = (float)(1.0 / (1.0 - pow(b1, t)));
+        /* w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), folded into constants */
+        const float step_size = lr * (float)(1.0 / (1.0 - pow(b1, t)));
         const float c2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
         const float decay = s->type == CT_OPT_ADAMW ? 1.0f - lr * s->weight_decay : 1.0f;
+#pragma omp simd reduction(+ : g2)
         for (int64_t i = 0; i < n; i++) {
             float gi = g[i] * clip;
-            g2[i & 15] += gi * gi;
+            g2 += gi * gi;
             float m = b1 * s0[i] + (1.0f - b1) * gi;
             float v = b2 * s1[i] + (1.0f - b2) * gi * gi;
             s0[i] = m;
             s1[i] = v;
-            w[i] = w[i] * decay - lr * (m * c1) / (sqrtf(v) * c2 + eps);
+            w[i] = w[i] * decay - step_size * m / (sqrtf(v) * c2 + eps);
         }
         break;
     }
     case CT_OPT_RMSPROP: {
         const float rho = s->rho;
-        for (int64_t i = 0; i < n; i++) {
-            float gi = g[i] * clip;
-            g2[i & 15] += gi * gi;
-            float ms = rho * s0[i] + (1.0f - rho) * gi * gi;
-            s0[i] = ms;
-            float step_i = gi / (sqrtf(ms) + eps);
-            if (mom > 0.0f) {
-                s1[i] = mom * s1[i] + step_i;
-                step_i = s1[i];
+        if (mom > 0.0f) {
+#pragma omp simd reduction(+ : g2)
+            for (int64_t i = 0; i < n; i++) {
+                float gi = g[i] * clip;
+                g2 += gi * gi;
+                float ms = rho * s0[i] + (1.0f - rho) * gi * gi;
+                s0[i] = ms;
+                s1[i] = mom * s1[i] + gi / (sqrtf(ms) + eps);
+                w[i] -= lr * s1[i];
             }
-            w[i] -= lr * step_i;
+        } else {
+#pragma omp simd reduction(+ : g2)
+            for (int64_t i = 0; i < n; i++) {
+                float gi = g[i] * clip;
+                g2 += gi * gi;
+                float ms = rho * s0[i] + (1.0f - rho) * gi * gi;
+                s0[i] = ms;
+                w[i] -= lr * gi / (sqrtf(ms) + eps);
+            }
         }
         break;
     }
     }
-    float total = 0.0f;
-    for (int k = 0; k < 16; k++) {
-        total += g2[k];
-    }
-    if (!isfinite(total)) {
+    if (!isfinite(g2)) {
         return report_nonfinite(params, step, err);
     }
     if (zero_grad) {
