@@ -16,29 +16,22 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Median of `reps` timings of `iters` calls of fn(user); seconds per call. */
-static double median_time(void (*fn)(void *), void *user, int iters, int reps) {
-    double t[16];
+/* Seconds per call of fn(user): the fastest of `reps` rounds of `iters` calls, after a warm-up.
+ * The minimum is the estimate least disturbed by other load on a shared machine. */
+static double best_time(void (*fn)(void *), void *user, int iters, int reps) {
     for (int w = 0; w < iters / 4 + 1; w++) {
         fn(user);
     }
+    double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double start = now_s();
         for (int i = 0; i < iters; i++) {
             fn(user);
         }
-        t[r] = (now_s() - start) / iters;
+        double t = (now_s() - start) / iters;
+        best = t < best ? t : best;
     }
-    for (int i = 0; i < reps; i++) {
-        for (int j = i + 1; j < reps; j++) {
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j];
-                t[j] = x;
-            }
-        }
-    }
-    return t[reps / 2];
+    return best;
 }
 
 typedef struct step_ctx {
@@ -130,8 +123,8 @@ int main(int argc, char **argv) {
     if (job.layers[0].type == CT_LAYER_CONV2D) {
         iters = 10;
     }
-    double step_s = median_time(train_step, &c, iters, 5);
-    double predict_s = median_time(predict, &c, iters, 5);
+    double step_s = best_time(train_step, &c, iters, 7);
+    double predict_s = best_time(predict, &c, iters, 7);
     printf("{\"impl\": \"ctrain\", \"job\": \"%s\", \"batch\": %lld, \"train_step_s\": %.9f, "
            "\"predict_s\": %.9f",
            job_path, (long long)batch, step_s, predict_s);
@@ -157,7 +150,7 @@ int main(int argc, char **argv) {
                 gc.dw[l] = filled(gc.dims[l] * gc.dims[l + 1], 0.0f);
             }
         }
-        double floor_s = median_time(gemm_floor, &gc, iters, 5);
+        double floor_s = best_time(gemm_floor, &gc, iters, 7);
         printf(", \"gemm_floor_s\": %.9f", floor_s);
     }
     printf("}\n");

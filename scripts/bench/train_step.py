@@ -23,7 +23,8 @@ torch.set_num_threads(1)
 QUICK = "--quick" in sys.argv
 
 
-def median_time(fn, iters, reps=5):
+def best_time(fn, iters, reps=7):
+    """Seconds per call: the fastest of `reps` rounds (as bench_train.c does)."""
     for _ in range(iters // 4 + 1):
         fn()
     times = []
@@ -32,7 +33,7 @@ def median_time(fn, iters, reps=5):
         for _ in range(iters):
             fn()
         times.append((time.perf_counter() - start) / iters)
-    return sorted(times)[reps // 2]
+    return min(times)
 
 
 def mlp():
@@ -69,9 +70,9 @@ def torch_times(model, shape, batch, iters):
         with torch.no_grad():
             model(x)
     model.train()
-    step_s = median_time(step, iters)
+    step_s = best_time(step, iters)
     model.eval()
-    return step_s, median_time(predict, iters)
+    return step_s, best_time(predict, iters)
 
 
 def ctrain_times(job, batch):
