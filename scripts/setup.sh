@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(gcc pkg-config meson ninja-build libopenblas-dev zlib1g-dev libyaml-dev
+packages=(gcc pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev libyaml-dev
           dataset-fashion-mnist)
 if [[ "${1:-}" == "--tests" ]]; then
     packages+=(libcriterion-dev python3-torch python3-numpy python3-pytest)

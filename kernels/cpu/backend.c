@@ -1,6 +1,5 @@
 /* The CPU backend: aligned host memory and the CPU kernel table generated from CT_OP_LIST. The
  * BLAS gets the backend's thread count. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -74,7 +73,7 @@ ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err) {
     be->vt = &cpu_vtable;
     be->device = 0;
     be->threads = threads > 0 ? threads : (cores > 0 ? (int)cores : 1);
-    openblas_set_num_threads(be->threads);
+    ct__gemm_set_threads(be->threads);
     flush_denormals();
     *ret = be;
     return CT_OK;

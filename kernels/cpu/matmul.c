@@ -1,8 +1,6 @@
-/* CPU matmul through the BLAS (OpenBLAS, chosen by measurement: see README). Operands of rank
+/* CPU matmul through ct__sgemm (oneDNN or OpenBLAS, chosen by measurement: see README). Operands of rank
  * > 2 fold their leading dims into rows, so a dense layer on [batch, ..., features] is one GEMM.
  * An accumulating node (a weight gradient bound to the flat gradient buffer) uses beta = 1. */
-#include <cblas.h>
-
 #include "graph/op_impl.h"
 
 static void as_matrix(const ct_shape *s, int64_t *rows, int64_t *cols) {
@@ -20,7 +18,6 @@ void ct__cpu_matmul(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     if (m == 0 || cols == 0) {
         return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (blasint)m, (blasint)cols, (blasint)k, 1.0f, CT__F32(&in[0]->out), (blasint)ac,
-                CT__F32(&in[1]->out), (blasint)bc, ct__beta(n), CT__F32(&n->out), (blasint)cols);
+    ct__sgemm(ta, tb, m, cols, k, 1.0f, CT__F32(&in[0]->out), ac, CT__F32(&in[1]->out), bc,
+              ct__beta(n), CT__F32(&n->out), cols);
 }

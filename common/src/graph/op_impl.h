@@ -34,6 +34,15 @@ int ct__add3(ct_graph *g, ct_op op, int a, int b, int c, const ct_attrs *attrs);
 /* Shape of node `id` (copy: stays valid when nodes are added). */
 ct_shape ct__shape_of(ct_graph *g, int id);
 
+/* Row-major SGEMM (C = alpha op(A) op(B) + beta C) through the library chosen at build time
+ * (kernels/cpu/gemm.c); threads as set by ct__gemm_set_threads. */
+void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc);
+void ct__gemm_set_threads(int threads);
+/* "oneDNN" or "OpenBLAS". */
+const char *ct__gemm_library(void);
+
 /* Accumulating kernels write out = beta*out + result: beta is 1 with CT_NODE_ACCUMULATE. */
 static inline float ct__beta(const ct_node *n) {
     return (n->flags & CT_NODE_ACCUMULATE) ? 1.0f : 0.0f;
