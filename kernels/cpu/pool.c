@@ -2,7 +2,8 @@
  * clipped to the input (TensorFlow "SAME" padding never contributes a value: max ignores padded
  * cells, average divides by the number of valid cells). Every inner loop runs over the channels,
  * which are contiguous in NHWC, so it vectorizes. Max pooling saves in aux the flat input index
- * of each output's maximum; its gradient scatters dy through those indices. */
+ * of each output's maximum; its gradient scatters dy through those indices, or, when windows
+ * do not overlap, writes each window's cells directly. */
 #include <string.h>
 
 #include "graph/op_impl.h"
@@ -91,16 +92,53 @@ void ct__cpu_max_pool(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     }
 }
 
-/* (dy, forward node): dx = 0, then dx[argmax[i]] += dy[i]. */
+/* Whether every cell of x lies in at most one window (strides at least the window), and
+ * whether the windows also cover all of x. */
+static int windows_disjoint(const pool_geom *g) {
+    return g->stride_h >= g->win_h && g->stride_w >= g->win_w;
+}
+
+static int windows_tile_input(const pool_geom *g) {
+    return g->stride_h == g->win_h && g->stride_w == g->win_w && g->pad_top == 0 &&
+           g->pad_left == 0 && g->out_h * g->win_h == g->in_h && g->out_w * g->win_w == g->in_w;
+}
+
+/* (dy, forward node): dx = 0, then dx[argmax[i]] += dy[i]. With disjoint windows (the usual
+ * 2x2 stride 2) each window writes its cells directly, dy at the argmax and 0 elsewhere, in
+ * one vectorized pass instead of zeroing dx and scattering into it. */
 void ct__cpu_max_pool_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
-    const float *dy = CT__F32(&in[0]->out);
-    const int32_t *arg = CT__I32(&in[1]->aux);
-    float *dx = CT__F32(&n->out);
-    memset(dx, 0, ct_tensor_bytes(&n->out));
-    int64_t count = ct_tensor_numel(&in[0]->out);
-    for (int64_t i = 0; i < count; i++) {
-        dx[arg[i]] += dy[i];
+    pool_geom g = geometry(&n->out.shape, &in[0]->out.shape, &n->attrs);
+    const float *restrict dy = CT__F32(&in[0]->out);
+    const int32_t *restrict arg = CT__I32(&in[1]->aux);
+    float *restrict dx = CT__F32(&n->out);
+    if (!windows_disjoint(&g)) {
+        memset(dx, 0, ct_tensor_bytes(&n->out));
+        int64_t count = ct_tensor_numel(&in[0]->out);
+        for (int64_t i = 0; i < count; i++) {
+            dx[arg[i]] += dy[i];
+        }
+        return;
+    }
+    if (!windows_tile_input(&g)) {
+        memset(dx, 0, ct_tensor_bytes(&n->out)); /* cells outside every window */
+    }
+    const int64_t C = g.channels;
+    for (int64_t b = 0; b < g.batch; b++) {
+        for (int64_t oh = 0; oh < g.out_h; oh++) {
+            for (int64_t ow = 0; ow < g.out_w; ow++) {
+                window w = window_at(&g, oh, ow);
+                int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * C;
+                for (int64_t ih = w.h0; ih < w.h1; ih++) {
+                    for (int64_t iw = w.w0; iw < w.w1; iw++) {
+                        int64_t base = cell(&g, b, ih, iw);
+                        for (int64_t c = 0; c < C; c++) {
+                            dx[base + c] = arg[o + c] == (int32_t)(base + c) ? dy[o + c] : 0.0f;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

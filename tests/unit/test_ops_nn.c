@@ -208,8 +208,8 @@ static void naive_conv_grads(const conv_case *p, const float *x, const float *w,
     }
 }
 
-/* Shapes whose batch spans several of the kernels' row blocks (forward im2col + GEMM blocks and
- * the grad-input dcols block): values and gradients against the naive loops for a random dy. */
+/* Larger shapes (many output blocks, odd channel counts, several images): values and gradients
+ * against the naive loops for a random dy. */
 Test(ops_nn, conv2d_multi_block) {
     conv_case cases[] = {
         {3, 30, 30, 1, 3, 3, 4, 1, 1, 1},   /* 2700 rows of 9 columns: blocks of 1024 */

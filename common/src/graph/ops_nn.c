@@ -6,7 +6,7 @@
  * Shape inference of conv and pools stores the leading padding it derived in spare attributes
  * (see ops.h), so kernels and gradient ops never recompute TensorFlow's padding rule. Gradient
  * ops take the forward node as an input: its attributes are copied at shape time and kernels
- * read its aux (im2col columns, argmax, dropout mask, batch statistics). */
+ * read its aux (the padded conv input, argmax, dropout mask, batch statistics). */
 #include <stdint.h>
 
 #include "graph/op_impl.h"
@@ -69,10 +69,39 @@ static int need_dy_like(ct_graph *g, const ct_node *n, const ct_node *dy, const 
 
 /* ---- conv2d ---- */
 
-/* A 1x1 stride-1 convolution is a plain GEMM on x seen as [N*H*W, C]: no im2col columns. The
- * kernels use the same test (kernels/cpu/conv.c). */
+/* A 1x1 stride-1 convolution is a plain GEMM on x seen as [N*H*W, C]: no scratch. The kernels
+ * use the same test (kernels/cpu/conv.c). */
 static int conv_is_pointwise(const ct_shape *w, const ct_attrs *at) {
     return w->dims[0] == 1 && w->dims[1] == 1 && at->i[0] == 1 && at->i[1] == 1;
+}
+
+/* Scratch of the direct convolution kernels (kernels/cpu/conv.c), in floats. Channel counts
+ * that are not a multiple of CONV_CHANNEL_PAD are padded to one in scratch copies. */
+enum { CONV_CHANNEL_PAD = 16 };
+
+static int64_t conv_padded_channels(int64_t channels) {
+    return (channels + CONV_CHANNEL_PAD - 1) / CONV_CHANNEL_PAD * CONV_CHANNEL_PAD;
+}
+
+/* Floats of the zero-padded input grid that the windows read ((OH-1)*sh + KH rows by
+ * (OW-1)*sw + KW columns, starting at the leading padding), or 0 when the windows stay inside
+ * x [N,H,W,C], which the kernels then read in place. y is the conv's output [N,OH,OW,OC]. */
+static int64_t conv_grid_floats(const ct_shape *x, const ct_shape *w, const ct_shape *y,
+                                const ct_attrs *at) {
+    int64_t grid_h = (y->dims[1] - 1) * at->i[0] + w->dims[0];
+    int64_t grid_w = (y->dims[2] - 1) * at->i[1] + w->dims[1];
+    int inside = at->i[CONV_PAD_TOP] == 0 && at->i[CONV_PAD_LEFT] == 0 && grid_h <= x->dims[1] &&
+                 grid_w <= x->dims[2];
+    int empty = y->dims[1] == 0 || y->dims[2] == 0; /* the kernels return at once */
+    return inside || empty ? 0 : x->dims[0] * grid_h * grid_w * x->dims[3];
+}
+
+/* Sets aux to `floats` f32 scratch, or none when 0. */
+static void set_scratch(ct_node *n, int64_t floats) {
+    if (floats > 0) {
+        ct_shape s = {.rank = 1, .dims = {floats}};
+        ct_tensor_set_shape(&n->aux, CT_F32, &s);
+    }
 }
 
 int ct__shape_conv2d(ct_graph *g, ct_node *n, ct_node *const *in) {
@@ -117,8 +146,11 @@ int ct__shape_conv2d(ct_graph *g, ct_node *n, ct_node *const *in) {
     ct_shape out = {.rank = 4, .dims = {x->dims[0], oh, ow, w->dims[3]}};
     ct_tensor_set_shape(&n->out, CT_F32, &out);
     if (!conv_is_pointwise(w, &n->attrs)) {
-        ct_shape col = {.rank = 2, .dims = {rows, cols}};
-        ct_tensor_set_shape(&n->aux, CT_F32, &col);
+        /* The padded input grid (which the filter gradient reads back), then the filter with
+         * padded rows when OC needs it. */
+        int64_t oc = w->dims[3];
+        int64_t filter = oc % CONV_CHANNEL_PAD ? cols * conv_padded_channels(oc) : 0;
+        set_scratch(n, conv_grid_floats(x, w, &out, &n->attrs) + filter);
     }
     return 0;
 }
@@ -133,8 +165,8 @@ void ct__grad_conv2d(ct_graph *g, int node, int dy, const int *need, int *ret_dx
     }
 }
 
-/* (dy, w, forward node) -> dx of x's shape; aux: a block of dcols [B, KH*KW*C], B rows of
- * about 1 MiB (the kernel works through the batch block by block and reads B from here). */
+/* (dy, w, forward node) -> dx of x's shape; aux: the padded dx grid when the windows reach
+ * outside x, then the filter transposed to [KH, KW, OC, C] with C padded (kernels/cpu/conv.c). */
 int ct__shape_conv2d_grad_input(ct_graph *g, ct_node *n, ct_node *const *in) {
     const ct_node *fwd = in[2];
     if (from_forward(g, n, fwd, CT_OP_CONV2D) < 0 || need_dy_like(g, n, in[0], fwd) < 0) {
@@ -143,16 +175,14 @@ int ct__shape_conv2d_grad_input(ct_graph *g, ct_node *n, ct_node *const *in) {
     ct_shape x = ct__shape_of(g, fwd->in[0]), w = in[1]->out.shape;
     ct_tensor_set_shape(&n->out, CT_F32, &x);
     if (!conv_is_pointwise(&w, &n->attrs)) {
-        int64_t rows = fwd->aux.shape.dims[0], cols = fwd->aux.shape.dims[1];
-        int64_t block = ((int64_t)1 << 18) / cols;
-        block = block < 128 ? 128 : (block > 1024 ? 1024 : block);
-        ct_shape scratch = {.rank = 2, .dims = {rows < block ? rows : block, cols}};
-        ct_tensor_set_shape(&n->aux, CT_F32, &scratch);
+        int64_t filter = w.dims[0] * w.dims[1] * w.dims[3] * conv_padded_channels(w.dims[2]);
+        set_scratch(n, conv_grid_floats(&x, &w, &fwd->out.shape, &n->attrs) + filter);
     }
     return 0;
 }
 
-/* (dy, forward node, x) -> dw of w's shape; x is read only by pointwise convolutions. */
+/* (dy, forward node, x) -> dw of w's shape; the kernel reads x, or the padded copy of x in the
+ * forward node's aux. */
 int ct__shape_conv2d_grad_filter(ct_graph *g, ct_node *n, ct_node *const *in) {
     const ct_node *fwd = in[1];
     if (from_forward(g, n, fwd, CT_OP_CONV2D) < 0 || need_dy_like(g, n, in[0], fwd) < 0) {
@@ -163,6 +193,11 @@ int ct__shape_conv2d_grad_filter(ct_graph *g, ct_node *n, ct_node *const *in) {
     }
     ct_shape w = ct__shape_of(g, fwd->in[1]);
     ct_tensor_set_shape(&n->out, CT_F32, &w);
+    /* dy with padded rows when OC needs it (kernels/cpu/conv.c). */
+    int64_t oc = w.dims[3], pixels = ct_shape_numel(&fwd->out.shape) / oc;
+    if (!conv_is_pointwise(&w, &n->attrs) && oc % CONV_CHANNEL_PAD) {
+        set_scratch(n, pixels * conv_padded_channels(oc));
+    }
     return 0;
 }
 
