@@ -29,10 +29,51 @@ void ct_philox4x32(uint64_t seed, const uint32_t ctr[4], uint32_t ret_out[4]) {
     ret_out[3] = c3;
 }
 
+/* 16 consecutive blocks at once, lanes in separate arrays so the rounds vectorize (the
+ * 32x32->64 multiplies map to vpmuludq); bit-identical to ct_philox4x32 per block. */
+#define LANES 16
+static void philox_lanes(uint64_t seed, uint64_t block0, uint64_t stream, uint32_t *out) {
+    uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
+    for (int j = 0; j < LANES; j++) {
+        uint64_t block = block0 + (uint64_t)j;
+        c0[j] = (uint32_t)block;
+        c1[j] = (uint32_t)(block >> 32);
+        c2[j] = (uint32_t)stream;
+        c3[j] = (uint32_t)(stream >> 32);
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+#pragma omp simd
+        for (int j = 0; j < LANES; j++) {
+            uint64_t p0 = (uint64_t)PHILOX_M0 * c0[j];
+            uint64_t p1 = (uint64_t)PHILOX_M1 * c2[j];
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[j] ^ k0;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[j] ^ k1;
+            c1[j] = (uint32_t)p1;
+            c3[j] = (uint32_t)p0;
+            c0[j] = n0;
+            c2[j] = n2;
+        }
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    for (int j = 0; j < LANES; j++) {
+        out[4 * j] = c0[j];
+        out[4 * j + 1] = c1[j];
+        out[4 * j + 2] = c2[j];
+        out[4 * j + 3] = c3[j];
+    }
+}
+
 void ct_rng_u32(uint64_t seed, uint64_t stream, uint64_t offset, uint32_t *out, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint64_t word = offset + i;
+        if ((word & 3) == 0 && n - i >= 4 * LANES) { /* aligned run of whole blocks */
+            philox_lanes(seed, word >> 2, stream, out + i);
+            i += 4 * LANES;
+            continue;
+        }
         uint64_t block = word >> 2;
         uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
                            (uint32_t)(stream >> 32)};
