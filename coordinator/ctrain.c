@@ -208,10 +208,15 @@ static int cmd_train(int argc, char **argv) {
         goto done;
     }
     if (!c.quiet) {
+        const ct_params *p = ct_trainer_params(t);
+        int64_t count = 0;
+        for (int i = 0; i < p->n; i++) {
+            count += p->items[i].trainable ? p->items[i].size : 0;
+        }
         printf("job %s: %lld training and %lld test examples, %lld parameters, %d epochs of "
                "batch %d\n",
-               job.path, (long long)train->n, eval ? (long long)eval->n : 0LL,
-               (long long)ct_trainer_params(t)->trainable_total, job.epochs, job.batch_size);
+               job.path, (long long)train->n, eval ? (long long)eval->n : 0LL, (long long)count,
+               job.epochs, job.batch_size);
         fflush(stdout);
     }
     signal(SIGINT, on_signal);
