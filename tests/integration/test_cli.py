@@ -49,11 +49,13 @@ def test_summary_of_examples():
     assert "[5, 5, 64]" in r.stdout and "total parameters: 889834" in r.stdout
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "tests/bad_input/jobs/*")) +
-                                         glob.glob(os.path.join(ROOT, "tests/bad_input/models/*"))))
+@pytest.mark.parametrize("path", sorted(
+    glob.glob(os.path.join(ROOT, "tests/bad_input/jobs/*")) +
+    glob.glob(os.path.join(ROOT, "tests/bad_input/models/*")) +
+    glob.glob(os.path.join(ROOT, "tests/bad_input/data/*.yaml"))))
 def test_bad_job_files(path):
     """jobs/: rejected by the job parser (also checked in test_job.c); models/: valid job files
-    whose model the shape check rejects."""
+    whose model the shape check rejects; data/: valid jobs over malformed or missing IDX files."""
     with open(path) as f:
         first = f.readline()
     m = re.match(r"#\s*expect:\s*(.*)", first)
