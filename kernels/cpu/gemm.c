@@ -2,13 +2,13 @@
  * dnnl_sgemm when the build found it, OpenBLAS otherwise: measured single-thread on the seed
  * models' shapes (scripts/bench/gemm_libs.c), oneDNN is 1.1-1.6x faster on all but one of them
  * (README, "GEMM library"). */
-#include <cblas.h>
-
 #include "graph/op_impl.h"
 
 #if CT_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#else
+#include <cblas.h>
 #endif
 
 void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -28,9 +28,10 @@ void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k
 }
 
 void ct__gemm_set_threads(int threads) {
-    openblas_set_num_threads(threads);
 #if CT_HAVE_DNNL
     omp_set_num_threads(threads);
+#else
+    openblas_set_num_threads(threads);
 #endif
 }
 
