@@ -4,6 +4,7 @@
  * i), so a resumed or replayed step draws the same mask, and the backward pass reads it from the
  * forward node's aux (u8, one byte per element). Outside training (or at rate 0) the node aliases
  * its input and the kernel has nothing to copy. */
+#include <math.h>
 #include <string.h>
 
 #include "ctrain/rng.h"
@@ -23,14 +24,17 @@ void ct__cpu_dropout(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
         return;
     }
     const float rate = n->attrs.f[0], scale = 1.0f / (1.0f - rate);
+    /* u >= rate with u = (bits >> 8) / 2^24 (ct_rng_uniform's floats), compared exactly in
+     * integers: no conversion pass. */
+    const uint32_t threshold = (uint32_t)ceil((double)rate * 16777216.0);
     uint8_t *restrict mask = n->aux.data;
     uint64_t stream = ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)n->id);
-    float u[DROPOUT_CHUNK];
+    uint32_t bits[DROPOUT_CHUNK];
     for (int64_t i0 = 0; i0 < count; i0 += DROPOUT_CHUNK) {
         int64_t len = count - i0 < DROPOUT_CHUNK ? count - i0 : DROPOUT_CHUNK;
-        ct_rng_uniform(ctx->seed, stream, (uint64_t)i0, u, (size_t)len);
+        ct_rng_u32(ctx->seed, stream, (uint64_t)i0, bits, (size_t)len);
         for (int64_t j = 0; j < len; j++) {
-            uint8_t keep = u[j] >= rate;
+            uint8_t keep = (bits[j] >> 8) >= threshold;
             mask[i0 + j] = keep;
             out[i0 + j] = keep ? x[i0 + j] * scale : 0.0f;
         }

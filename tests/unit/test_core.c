@@ -95,18 +95,27 @@ Test(core, shapes) {
 }
 
 Test(core, bulk_generation_matches_single_blocks) {
-    /* ct_rng_u32 takes a vectorized path for aligned runs of 16 blocks; every word must equal
-     * the single-block generator's, including blocks whose counter carries into the high word. */
-    uint64_t offsets[3] = {0, 4 * 1000, 4 * (UINT64_C(0xFFFFFFFF) - 7)};
+    /* Whole groups take a vectorized path; every word must equal the single-block generator's
+     * under the documented layout (word g*64 + w*16 + j = word w of block g*16 + j), including
+     * blocks whose counter carries into the high word, and unaligned or partial requests. */
+    uint64_t groups[3] = {0, 1000, (UINT64_C(1) << 28) - 1};
     for (int o = 0; o < 3; o++) {
-        uint32_t bulk[4 * 40];
-        ct_rng_u32(0x123456789ULL, 0xABCDEF0123ULL, offsets[o], bulk, 4 * 40);
-        for (int b = 0; b < 40; b++) {
-            uint64_t block = offsets[o] / 4 + (uint64_t)b;
-            uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0xCDEF0123u, 0xABu};
-            uint32_t want[4];
-            ct_philox4x32(0x123456789ULL, ctr, want);
-            cr_assert_eq(memcmp(bulk + 4 * b, want, sizeof want), 0, "offset %d block %d", o, b);
+        uint32_t bulk[64 * 3];
+        ct_rng_u32(0x123456789ULL, 0xABCDEF0123ULL, groups[o] * 64, bulk, 64 * 3);
+        for (int g = 0; g < 3; g++) {
+            for (int j = 0; j < 16; j++) {
+                uint64_t block = (groups[o] + (uint64_t)g) * 16 + (uint64_t)j;
+                uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0xCDEF0123u, 0xABu};
+                uint32_t want[4];
+                ct_philox4x32(0x123456789ULL, ctr, want);
+                for (int w = 0; w < 4; w++) {
+                    cr_assert_eq(bulk[g * 64 + w * 16 + j], want[w], "group %d block %d word %d",
+                                 g, j, w);
+                }
+            }
         }
+        uint32_t part[70];
+        ct_rng_u32(0x123456789ULL, 0xABCDEF0123ULL, groups[o] * 64 + 37, part, 70);
+        cr_assert_eq(memcmp(part, bulk + 37, sizeof part), 0, "unaligned request");
     }
 }

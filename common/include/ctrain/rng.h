@@ -20,7 +20,9 @@ static inline uint64_t ct_rng_stream(uint32_t purpose, uint64_t step, uint32_t r
 /* The raw generator: 4 words of output for one 128-bit counter. Thread-safe. */
 void ct_philox4x32(uint64_t seed, const uint32_t ctr[4], uint32_t ret_out[4]);
 
-/* Fills out[0..n) with the 32-bit words number offset..offset+n of (seed, stream). Thread-safe. */
+/* Fills out[0..n) with the 32-bit words number offset..offset+n of (seed, stream). The stream
+ * is Philox blocks 0, 1, 2, ... laid out in groups of 16 blocks, word-major within a group (word
+ * g*64 + w*16 + j is word w of block g*16 + j), so whole groups vectorize. Thread-safe. */
 void ct_rng_u32(uint64_t seed, uint64_t stream, uint64_t offset, uint32_t *out, size_t n);
 
 /* Uniform floats in [0, 1) (24 random bits each) for words offset..offset+n. Thread-safe. */
