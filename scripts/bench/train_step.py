@@ -95,7 +95,7 @@ def main():
         rows.append((name, batch, ours, t_step, t_pred))
     print(f"{'model':5} {'batch':>5} {'ctrain step':>12} {'GEMM floor':>11} {'step/floor':>10} "
           f"{'torch step':>11} {'torch/ctrain':>12} {'ctrain fwd':>11} {'torch fwd':>10} "
-          f"{'fwd ratio':>9}")
+          f"{'fwd ratio':>9} {'fwd GEMMs':>10} {'fwd/GEMMs':>9}")
     for name, batch, ours, t_step, t_pred in rows:
         floor = ours.get("gemm_floor_s")
         print(f"{name:5} {batch:5d} {ours['train_step_s'] * 1e3:10.3f}ms "
@@ -103,7 +103,9 @@ def main():
               f"{(ours['train_step_s'] / floor) if floor else float('nan'):10.2f} "
               f"{t_step * 1e3:9.3f}ms {t_step / ours['train_step_s']:11.2f}x "
               f"{ours['predict_s'] * 1e3:9.3f}ms {t_pred * 1e3:8.3f}ms "
-              f"{t_pred / ours['predict_s']:8.2f}x")
+              f"{t_pred / ours['predict_s']:8.2f}x "
+              f"{(ours.get('forward_floor_s') or 0) * 1e3:8.3f}ms "
+              f"{ours['predict_s'] / ours['forward_floor_s'] if ours.get('forward_floor_s') else float('nan'):9.2f}")
 
 
 if __name__ == "__main__":
