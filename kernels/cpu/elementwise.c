@@ -91,11 +91,11 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
         }                                                                                         \
     }
 
-CT__BINARY_KERNEL(add, x + y)
-CT__BINARY_KERNEL(sub, x - y)
-CT__BINARY_KERNEL(mul, x *y)
-CT__BINARY_KERNEL(div, x / y)
-#undef CT__BINARY_KERNEL
+#define CT__EWISE_OF(e, arity, EXPR) CT__EWISE_##e(EXPR)
+#define CT__EWISE_ADD(EXPR) CT__BINARY_KERNEL(add, EXPR)
+#define CT__EWISE_SUB(EXPR) CT__BINARY_KERNEL(sub, EXPR)
+#define CT__EWISE_MUL(EXPR) CT__BINARY_KERNEL(mul, EXPR)
+#define CT__EWISE_DIV(EXPR) CT__BINARY_KERNEL(div, EXPR)
 
 /* out = f(x) over the whole tensor; accumulating nodes add into out. */
 #define CT__UNARY_KERNEL(name, EXPR)                                                              \
@@ -112,12 +112,11 @@ CT__BINARY_KERNEL(div, x / y)
         }                                                                                         \
     }
 
-CT__UNARY_KERNEL(scale, alpha *x)
-CT__UNARY_KERNEL(relu, x > 0.0f ? x : 0.0f)
-CT__UNARY_KERNEL(gelu, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))
-CT__UNARY_KERNEL(sigmoid, 1.0f / (1.0f + expf(-x)))
-CT__UNARY_KERNEL(tanh, tanhf(x))
-#undef CT__UNARY_KERNEL
+#define CT__EWISE_SCALE(EXPR) CT__UNARY_KERNEL(scale, EXPR)
+#define CT__EWISE_RELU(EXPR) CT__UNARY_KERNEL(relu, EXPR)
+#define CT__EWISE_GELU(EXPR) CT__UNARY_KERNEL(gelu, EXPR)
+#define CT__EWISE_SIGMOID(EXPR) CT__UNARY_KERNEL(sigmoid, EXPR)
+#define CT__EWISE_TANH(EXPR) CT__UNARY_KERNEL(tanh, EXPR)
 
 void ct__cpu_identity(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
@@ -140,7 +139,7 @@ void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     }
 }
 
-/* Gradient kernels: out = dy * f'(saved), where saved is y or x (see ops.h). */
+/* Gradient kernels: out = dy * f'(saved), x = dy and y = the saved y or x (see ops.h). */
 #define CT__GRAD_KERNEL(name, EXPR)                                                               \
     void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
         (void)ctx;                                                                                \
@@ -148,14 +147,14 @@ void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
         float *restrict o = CT__F32(&n->out);                                                     \
         int64_t total = ct_tensor_numel(&n->out);                                                 \
         for (int64_t i = 0; i < total; i++) {                                                     \
-            float dy = d[i], v = s[i];                                                            \
+            float x = d[i], y = s[i];                                                             \
             o[i] = (EXPR);                                                                        \
         }                                                                                         \
     }
+#define CT__EWISE_RELU_GRAD(EXPR) CT__GRAD_KERNEL(relu_grad, EXPR)
+#define CT__EWISE_SIGMOID_GRAD(EXPR) CT__GRAD_KERNEL(sigmoid_grad, EXPR)
+#define CT__EWISE_TANH_GRAD(EXPR) CT__GRAD_KERNEL(tanh_grad, EXPR)
+#define CT__EWISE_GELU_GRAD(EXPR) CT__GRAD_KERNEL(gelu_grad, EXPR)
 
-CT__GRAD_KERNEL(relu_grad, v > 0.0f ? dy : 0.0f)
-CT__GRAD_KERNEL(sigmoid_grad, dy *v *(1.0f - v))
-CT__GRAD_KERNEL(tanh_grad, dy *(1.0f - v * v))
-CT__GRAD_KERNEL(gelu_grad, dy *(0.5f * (1.0f + erff(v * (float)M_SQRT1_2)) +
-                                v * 0.3989422804014327f * expf(-0.5f * v * v)))
-#undef CT__GRAD_KERNEL
+/* Every kernel of the fusable list, from the one list of formulas. */
+CT__EWISE_LIST(CT__EWISE_OF)

@@ -19,6 +19,10 @@ typedef struct ct_kctx {
     uint64_t step;    /* global step, part of every random stream */
     uint32_t replica; /* replica id, part of every random stream */
     int threads;      /* threads the kernel may use */
+    /* State that APPLY_OPTIMIZER updates (set by the trainer; NULL elsewhere). */
+    struct ct_optimizer *optimizer;
+    struct ct_params *params;
+    int64_t total_steps;
 } ct_kctx;
 
 /* A kernel computes node->out (and node->aux) from its inputs' outputs. */

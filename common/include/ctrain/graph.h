@@ -9,6 +9,7 @@
 #ifndef CTRAIN_GRAPH_H
 #define CTRAIN_GRAPH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ctrain/backend.h"
@@ -133,6 +134,60 @@ ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err);
 ct_status ct_graph_read(ct_graph *g, int id, void *dst, size_t bytes, ct_err *err);
 /* Writes node `id`'s shape into dims (CT_MAX_DIMS entries) and returns its rank (-1: no node). */
 int ct_graph_shape(ct_graph *g, int id, int64_t *dims);
+
+/* ---- graph mode: compilation (passes, memory plan, parallel executor) ---- */
+
+/* Passes, each switchable (docs/design-notes.md describes them). */
+enum {
+    CT_PASS_CONST_FOLD = 1u << 0, /* evaluate pure nodes whose inputs are all constants */
+    CT_PASS_CSE = 1u << 1,        /* merge equal pure nodes (same op, inputs, attributes) */
+    CT_PASS_DCE = 1u << 2,        /* drop nodes nothing kept depends on */
+    CT_PASS_SIMPLIFY = 1u << 3,   /* x*1, x+0, x-0, x/1, scale 1, transpose of transpose, ... */
+    CT_PASS_FUSE = 1u << 4,       /* elementwise chains (+ a trailing full sum) into one loop */
+    CT_PASS_ALL = 0x1fu,
+};
+
+typedef struct ct_graph_options {
+    unsigned passes;  /* CT_PASS_* bits */
+    int plan_memory;  /* 1: liveness-based buffer reuse in one arena (and in-place updates) */
+    int threads;      /* executor threads (0: the backend's); 1 runs nodes in order */
+    int64_t split_min; /* smallest work (elements or GEMM flops / 64) split across threads; 0: default */
+} ct_graph_options;
+
+/* What compilation did and what the plan costs. */
+typedef struct ct_graph_stats {
+    int nodes_in, nodes_out;
+    int folded, merged, removed, simplified; /* nodes changed by each pass */
+    int fused_groups, fused_ops;             /* FUSED nodes made, ops they replaced */
+    int64_t bytes_unplanned;                 /* every intermediate in its own buffer */
+    int64_t bytes_planned;                   /* the arena after liveness planning */
+    int in_place;                            /* outputs written over a dying input */
+    int threads, split_nodes;                /* executor threads; nodes split across them */
+} ct_graph_stats;
+
+/* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse)
+ * into CT_PASS_* bits; returns 0, or -1 with the unknown name copied into bad. */
+int ct_graph_parse_passes(const char *text, unsigned *ret, char *bad, size_t bad_cap);
+/* Writes the names of the passes in `passes` ("const_fold,cse,...", "none") into buf. */
+const char *ct_graph_passes_str(unsigned passes, char *buf, size_t cap);
+
+/* The default options: all passes, memory planning, the backend's threads. */
+ct_graph_options ct_graph_default_options(void);
+
+/* Compiles g (built, not eager, not prepared) into a new graph *ret: runs the passes, plans
+ * memory and precomputes the executor's schedule. keep[0..n_keep) are nodes whose values the
+ * caller reads after a run (they survive every pass); on return they hold the ids in *ret.
+ * Placeholders keep their names; bind them in *ret with ct_graph_bind. g is left unchanged. */
+ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep, int *keep,
+                           ct_graph **ret, ct_err *err);
+const ct_graph_stats *ct_graph_get_stats(const ct_graph *g);
+
+/* An APPLY_OPTIMIZER node: the update of ctx->params by ctx->optimizer after every earlier node
+ * has run (its output: the sum of squared gradients, NaN/Inf when one is not finite). */
+int ct_apply_optimizer(ct_graph *g);
+
+/* Writes the graph in Graphviz dot (fused nodes list the ops they replaced). */
+void ct_graph_write_dot(const ct_graph *g, void *out);
 
 /* Prints one line per node ("%5 = matmul(%2, %4) f32[60, 128]") to `out` (a FILE *). */
 void ct_graph_print(const ct_graph *g, void *out);

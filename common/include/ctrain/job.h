@@ -119,6 +119,9 @@ typedef struct ct_job {
     int prefetch;               /* train.prefetch: batches prepared ahead; default 2 */
     int64_t max_steps;          /* train.max_steps: stop early after this many steps; 0 = off */
     int eager;                  /* train.eager: run op by op (debugging); default false */
+    unsigned graph_passes;      /* train.graph_passes: "all" (default), "none" or a comma list of
+                                   const_fold, cse, dce, simplify, fuse */
+    int plan_memory;            /* train.plan_memory: reuse buffers by liveness; default true */
     char strategy[32];          /* strategy.type: local (mirrored, parameter_server: later) */
     char run_dir[CT_JOB_PATH_MAX]; /* run_dir: default "runs/<job file stem>" */
 } ct_job;

@@ -69,7 +69,7 @@
     X(MAX_POOL_GRAD, max_pool_grad, 0) /* (dy, forward node) */                                   \
     X(AVG_POOL, avg_pool, 1)           /* attrs as MAX_POOL; same padding counts valid cells */   \
     X(AVG_POOL_GRAD, avg_pool_grad, 0) /* (dy, forward node) */                                   \
-    X(DROPOUT, dropout, 1)             /* f0: rate; i0: training; aux: u8 keep mask */            \
+    X(DROPOUT, dropout, 1)             /* f0: rate; i0: training; i1: rng key; aux: u8 mask */  \
     X(DROPOUT_GRAD, dropout_grad, 0)   /* (dy, forward node) */                                   \
     /* batch norm: (x, gamma, beta, running mean, running var); f0 momentum, f1 eps, i0 training; \
      * training writes the running stats (inputs 3, 4) in place; aux [2, C]: mean, inv std */     \
@@ -77,7 +77,10 @@
     X(BATCH_NORM_GRAD, batch_norm_grad, 0) /* (dy, forward, x, gamma); aux [2,C] dgamma,dbeta */  \
     X(AUX_ROW, aux_row, 0)                 /* (node): row i0 of node's aux; accumulates */        \
     X(EMBEDDING, embedding, 1)             /* (table [V,D], ids i32 [...]) -> [..., D] */         \
-    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D]; accumulates */
+    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D]; accumulates */         \
+    /* made by graph passes and the trainer, not by models */                                     \
+    X(FUSED, fused, 0) /* elementwise chain (+ a full sum) as one loop; i0: program; aux: it */  \
+    X(APPLY_OPTIMIZER, apply_optimizer, 0) /* after all earlier nodes: ctx's optimizer update */
 
 typedef enum ct_op {
 #define CT__OP_ENUM(e, name, diff) CT_OP_##e,

@@ -27,6 +27,18 @@ float ct_optimizer_learning_rate(const ct_optimizer *o, int64_t step, int64_t to
 ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
                              int64_t total_steps, int zero_grad, ct_err *err);
 
+/* The pieces of ct_optimizer_apply, for executors that split the update across threads:
+ * the global-norm clipping factor (1 without clipping, NaN when the norm is not finite); the
+ * update of the flat range [begin, end) of the trainable parameters, returning the sum of the
+ * squared (clipped) gradients it saw (thread-safe for disjoint ranges); and the check of that
+ * sum, which names the variable with a NaN or Inf gradient. */
+int ct_optimizer_clips(const ct_optimizer *o); /* 1 with global-norm clipping */
+float ct_optimizer_clip_factor(const ct_optimizer *o, const ct_params *params);
+float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step,
+                                int64_t total_steps, float clip, int64_t begin, int64_t end);
+ct_status ct_optimizer_check(const ct_optimizer *o, const ct_params *params, int64_t step,
+                             float sum_squares_seen, ct_err *err);
+
 /* Slot buffers (for checkpoints): n_slots flat buffers of params->total floats each. */
 int ct_optimizer_slot_count(const ct_optimizer *o);
 float *ct_optimizer_slot(ct_optimizer *o, int k);

@@ -15,7 +15,7 @@ typedef struct step_graph {
     ct_graph *g;
     int64_t batch;
     int training;
-    int x, y, loss, accuracy, logits;
+    int x, y, loss, accuracy, logits, update; /* update: APPLY_OPTIMIZER (graph mode) or -1 */
     uint64_t last_used;
 } step_graph;
 
@@ -189,12 +189,40 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
         }
         free(sources);
         free(grads);
+        /* graph mode: the optimizer update is the step graph's last node */
+        sg->update = x_data ? -1 : ct_apply_optimizer(g);
     }
     if (ct_graph_status(g, err) != CT_OK) {
         return ct_err_prefix(err, "%s: building the %s graph", t->job.path,
                              sg->training ? "training" : "evaluation");
     }
-    return ct_graph_prepare(g, err);
+    if (x_data) {
+        return CT_OK; /* eager: everything has run */
+    }
+    /* graph mode: optimize, plan memory and schedule; the compiled graph replaces the traced one */
+    ct_kctx *ctx = ct_graph_ctx(g);
+    ctx->seed = t->job.seed;
+    ctx->optimizer = t->opt;
+    ctx->params = p;
+    ct_graph_options o = ct_graph_default_options();
+    o.passes = t->job.graph_passes;
+    o.plan_memory = t->job.plan_memory;
+    int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
+    ct_graph *compiled = NULL;
+    ct_status st = ct_graph_compile(g, &o, sg->update >= 0 ? 6 : 5, keep, &compiled, err);
+    if (st != CT_OK) {
+        return ct_err_prefix(err, "%s: compiling the %s graph", t->job.path,
+                             sg->training ? "training" : "evaluation");
+    }
+    ct_graph_destroy(g);
+    sg->g = compiled;
+    sg->x = keep[0];
+    sg->y = keep[1];
+    sg->logits = keep[2];
+    sg->loss = keep[3];
+    sg->accuracy = keep[4];
+    sg->update = sg->update >= 0 ? keep[5] : -1;
+    return CT_OK;
 }
 
 /* The cached graph for (batch, training), built on first use; evicts the least recently used. */
@@ -220,6 +248,7 @@ static ct_status get_graph(ct_trainer *t, int64_t batch, int training, step_grap
     }
     victim->batch = batch;
     victim->training = training;
+    victim->update = -1;
     if ((st = build_step(t, victim, NULL, NULL, err)) != CT_OK) {
         ct_graph_destroy(victim->g);
         victim->g = NULL;
@@ -274,7 +303,7 @@ static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int6
     if (!xd) {
         return st != CT_OK ? st : CT_ENOMEM;
     }
-    step_graph eager = {.batch = batch, .training = training}, *sg = &eager;
+    step_graph eager = {.batch = batch, .training = training, .update = -1}, *sg = &eager;
     if (t->job.eager) {
         if ((st = ct_graph_create(t->be, 1, &eager.g, err)) != CT_OK) {
             return st;
@@ -287,9 +316,14 @@ static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int6
         ct_kctx *ctx = ct_graph_ctx(sg->g);
         ctx->seed = t->job.seed;
         ctx->step = (uint64_t)t->step;
+        ctx->total_steps = t->total_steps;
         ct_graph_bind(sg->g, sg->x, (void *)xd);
         ct_graph_bind(sg->g, sg->y, (void *)y);
         st = ct_graph_run(sg->g, 0, ct_graph_size(sg->g), err);
+        if (st == CT_OK && sg->update >= 0) {
+            st = ct_optimizer_check(t->opt, ct_model_params(t->model), t->step,
+                                    *(float *)ct_graph_node(sg->g, sg->update)->out.data, err);
+        }
     }
     if (st == CT_OK) {
         *ret_loss = *(float *)ct_graph_node(sg->g, sg->loss)->out.data;
@@ -303,8 +337,9 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
                           float *ret_loss, float *ret_accuracy, ct_err *err) {
     float loss, accuracy;
     ct_status st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
-    if (st == CT_OK) {
-        /* the step's graph overwrites every gradient, so no zeroing pass is needed */
+    if (st == CT_OK && t->job.eager) {
+        /* graph mode updates inside the step graph; eagerly it is one more call. The step
+         * overwrites every gradient, so no zeroing pass is needed. */
         st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0,
                                 err);
     }
@@ -355,7 +390,7 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
     if (st == CT_OK) {
         ct_graph_bind(sg->g, sg->x, (void *)xd);
         ct_graph_bind(sg->g, sg->y, zeros);
-        st = ct_graph_run(sg->g, 0, sg->logits + 1, err);
+        st = ct_graph_run(sg->g, 0, ct_graph_size(sg->g), err);
     }
     if (st == CT_OK) {
         memcpy(out, ct_graph_node(sg->g, sg->logits)->out.data,

@@ -15,6 +15,10 @@ struct ct_graph {
     ct_kctx ctx;
     ct_status status;
     char msg[512];
+    ct__fused_prog **progs; /* FUSED nodes' programs (aux points here) */
+    int n_progs;
+    ct_exec *exec;           /* the compiled schedule and memory plan, if compiled */
+    ct_graph_stats stats;
 };
 
 static const char *const op_names[CT_OP_COUNT] = {
@@ -72,6 +76,11 @@ void ct_graph_destroy(ct_graph *g) {
         free_tensor(g, &g->nodes[i].out);
         free_tensor(g, &g->nodes[i].aux);
     }
+    for (int i = 0; i < g->n_progs; i++) {
+        free(g->progs[i]);
+    }
+    free(g->progs);
+    ct__exec_destroy(g->exec);
     free(g->nodes);
     free(g);
 }
@@ -342,6 +351,9 @@ ct_status ct_graph_prepare(ct_graph *g, ct_err *err) {
 }
 
 ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err) {
+    if (g->exec && first == 0 && last == g->n && g->status == CT_OK) {
+        return ct__exec_run(g, g->exec, err);
+    }
     for (int i = first; i < last && g->status == CT_OK; i++) {
         ct_node *n = &g->nodes[i];
         if (!n->out.data && !(n->flags & CT_NODE_ALIAS) && ct_tensor_numel(&n->out) > 0) {
@@ -381,12 +393,29 @@ int ct_graph_shape(ct_graph *g, int id, int64_t *dims) {
     return s->rank;
 }
 
+/* "fused{mul,add,sum}" for FUSED nodes, the op name otherwise. */
+static const char *node_label(const ct_node *n, char *buf, size_t cap) {
+    if (n->op != CT_OP_FUSED || !n->aux.data) {
+        return ct_op_name(n->op);
+    }
+    const ct__fused_prog *p = n->aux.data;
+    size_t len = (size_t)snprintf(buf, cap, "fused{");
+    for (int k = 0; k < p->n_instr && len < cap; k++) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k ? "," : "",
+                                ct_op_name((ct_op)p->instr[k].op));
+    }
+    if (len < cap) {
+        snprintf(buf + len, cap - len, "%s}", p->sum ? ",sum" : "");
+    }
+    return buf;
+}
+
 void ct_graph_print(const ct_graph *g, void *out) {
     FILE *f = out;
     for (int i = 0; i < g->n; i++) {
         const ct_node *n = &g->nodes[i];
-        char shape[96];
-        fprintf(f, "%%%d = %s(", i, ct_op_name(n->op));
+        char shape[96], label[256];
+        fprintf(f, "%%%d = %s(", i, node_label(n, label, sizeof label));
         for (int k = 0; k < n->n_in; k++) {
             fprintf(f, "%s%%%d", k ? ", " : "", n->in[k]);
         }
@@ -394,6 +423,133 @@ void ct_graph_print(const ct_graph *g, void *out) {
                 ct_shape_str(&n->out.shape, shape, sizeof shape), n->out.name[0] ? " " : "",
                 n->out.name);
     }
+}
+
+void ct_graph_write_dot(const ct_graph *g, void *out) {
+    FILE *f = out;
+    fprintf(f, "digraph ctrain {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n");
+    for (int i = 0; i < g->n; i++) {
+        const ct_node *n = &g->nodes[i];
+        char shape[96], label[256];
+        const char *style = n->op == CT_OP_FUSED                     ? ", style=filled, fillcolor=lightblue"
+                            : n->op <= CT_OP_CONST                   ? ", shape=ellipse"
+                            : (n->flags & CT_NODE_BOUND)             ? ", style=bold"
+                                                                     : "";
+        fprintf(f, "  n%d [label=\"%%%d %s\\n%s%s%s\"%s];\n", i, i,
+                node_label(n, label, sizeof label), n->out.name, n->out.name[0] ? " " : "",
+                ct_shape_str(&n->out.shape, shape, sizeof shape), style);
+        for (int k = 0; k < n->n_in; k++) {
+            fprintf(f, "  n%d -> n%d;\n", n->in[k], i);
+        }
+    }
+    fprintf(f, "}\n");
+}
+
+/* ---- compiled graphs: programs, copies, stats ---- */
+
+ct_graph_stats *ct__graph_stats(ct_graph *g) {
+    return &g->stats;
+}
+
+const ct_graph_stats *ct_graph_get_stats(const ct_graph *g) {
+    return &g->stats;
+}
+
+void ct__graph_set_exec(ct_graph *g, ct_exec *exec) {
+    ct__exec_destroy(g->exec);
+    g->exec = exec;
+}
+
+ct_exec *ct__graph_exec(const ct_graph *g) {
+    return g->exec;
+}
+
+int ct__graph_add_fused(ct_graph *g, const int *in, const ct__fused_prog *prog) {
+    if (g->status != CT_OK) {
+        return -1;
+    }
+    ct__fused_prog **progs = realloc(g->progs, (size_t)(g->n_progs + 1) * sizeof *progs);
+    ct__fused_prog *copy = malloc(sizeof *copy);
+    if (progs) {
+        g->progs = progs;
+    }
+    if (!progs || !copy) {
+        free(copy);
+        return ct_graph_fail(g, CT_ENOMEM, "graph: out of memory");
+    }
+    *copy = *prog;
+    g->progs[g->n_progs] = copy;
+    ct_attrs at = {.i = {g->n_progs++}};
+    return ct_graph_add(g, CT_OP_FUSED, prog->n_in, in, &at);
+}
+
+int ct__shape_fused(ct_graph *g, ct_node *n, ct_node *const *in) {
+    (void)in;
+    CT_ASSERT(n->attrs.i[0] >= 0 && n->attrs.i[0] < g->n_progs);
+    const ct__fused_prog *p = g->progs[n->attrs.i[0]];
+    ct_shape scalar = {.rank = 0};
+    ct_tensor_set_shape(&n->out, CT_F32, p->sum ? &scalar : &p->shape);
+    ct_shape bytes = {.rank = 1, .dims = {(int64_t)sizeof *p}};
+    ct_tensor_set_shape(&n->aux, CT_U8, &bytes);
+    n->aux.data = g->progs[n->attrs.i[0]];
+    n->aux.backend = NULL; /* owned by g->progs */
+    return 0;
+}
+
+int ct__shape_apply_optimizer(ct_graph *g, ct_node *n, ct_node *const *in) {
+    (void)g;
+    (void)in;
+    ct_shape scalar = {.rank = 0};
+    ct_tensor_set_shape(&n->out, CT_F32, &scalar);
+    return 0;
+}
+
+int ct_apply_optimizer(ct_graph *g) {
+    return ct_graph_add(g, CT_OP_APPLY_OPTIMIZER, 0, NULL, NULL);
+}
+
+int ct__node_pure(const ct_node *n) {
+    if (n->op <= CT_OP_CONST || n->op == CT_OP_ACCUMULATE || n->op == CT_OP_DROPOUT ||
+        n->op == CT_OP_APPLY_OPTIMIZER ||
+        (n->op == CT_OP_BATCH_NORM && (n->flags & CT_NODE_TRAINING)) ||
+        (n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE))) {
+        return 0;
+    }
+    return 1;
+}
+
+int ct__graph_copy_node(ct_graph *g, const ct_node *src, const int *in) {
+    int id;
+    switch (src->op) {
+    case CT_OP_PLACEHOLDER:
+        id = ct_placeholder(g, src->out.dtype, &src->out.shape, src->out.name);
+        if (id >= 0) {
+            g->nodes[id].out.data = src->out.data;
+        }
+        return id;
+    case CT_OP_VARIABLE:
+        id = add_leaf(g, CT_OP_VARIABLE, src->out.dtype, &src->out.shape, src->out.data,
+                      CT_NODE_BOUND, src->out.name);
+        return id;
+    case CT_OP_CONST:
+        return ct_constant(g, src->out.dtype, &src->out.shape, src->out.data);
+    case CT_OP_FUSED:
+        return ct__graph_add_fused(g, in, src->aux.data);
+    default:
+        break;
+    }
+    id = ct_graph_add(g, src->op, src->n_in, in, &src->attrs);
+    if (id < 0) {
+        return -1;
+    }
+    ct_node *n = &g->nodes[id];
+    n->flags |= src->flags;
+    if (src->flags & CT_NODE_BOUND) {
+        n->out.data = src->out.data;
+        n->out.backend = NULL;
+    }
+    snprintf(n->out.name, sizeof n->out.name, "%s", src->out.name);
+    return id;
 }
 
 /* ---- builders ---- */

@@ -48,6 +48,64 @@ static inline float ct__beta(const ct_node *n) {
     return (n->flags & CT_NODE_ACCUMULATE) ? 1.0f : 0.0f;
 }
 
+/* Elementwise ops that fusion may merge, with their per-element formula (x: input 0, y: input
+ * 1, alpha: attrs.f[0]). Columns: X(ENUM, arity, EXPR). The unfused kernels and the fused loop
+ * both expand these, so a fused chain computes the same values as the ops one by one. Arity 2
+ * ops broadcast (ADD..DIV) or take same-shape operands (the *_GRAD ops). */
+#define CT__EWISE_LIST(X)                                                                         \
+    X(ADD, 2, x + y)                                                                              \
+    X(SUB, 2, x - y)                                                                              \
+    X(MUL, 2, x * y)                                                                              \
+    X(DIV, 2, x / y)                                                                              \
+    X(SCALE, 1, alpha * x)                                                                        \
+    X(RELU, 1, x > 0.0f ? x : 0.0f)                                                               \
+    X(GELU, 1, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))                                    \
+    X(SIGMOID, 1, 1.0f / (1.0f + expf(-x)))                                                       \
+    X(TANH, 1, tanhf(x))                                                                          \
+    X(RELU_GRAD, 2, y > 0.0f ? x : 0.0f)                                                          \
+    X(SIGMOID_GRAD, 2, x * y * (1.0f - y))                                                        \
+    X(TANH_GRAD, 2, x * (1.0f - y * y))                                                           \
+    X(GELU_GRAD, 2,                                                                               \
+      x * (0.5f * (1.0f + erff(y * (float)M_SQRT1_2)) +                                           \
+           y * 0.3989422804014327f * expf(-0.5f * y * y)))
+
+/* A fused elementwise program: registers 0..n_in-1 hold the inputs, each instruction writes the
+ * next register from one or two earlier ones, and the last register is the result, stored (or
+ * summed over all elements when `sum`). Input k is read whole (period 0) or as a broadcast row of
+ * `period[k]` elements repeating along the iteration (a bias), or a scalar (period 1). */
+#define CT__FUSED_MAX 24
+typedef struct ct__fused_instr {
+    int16_t op; /* a ct_op from CT__EWISE_LIST */
+    int16_t a, b;
+    float alpha;
+} ct__fused_instr;
+typedef struct ct__fused_prog {
+    int n_in, n_instr, sum;
+    ct_shape shape; /* iteration shape (the output's, unless sum) */
+    int64_t period[CT_MAX_INPUTS];
+    ct__fused_instr instr[CT__FUSED_MAX];
+} ct__fused_prog;
+
+/* Adds a FUSED node running `prog` on inputs `in` (the program is copied into the graph). */
+int ct__graph_add_fused(ct_graph *g, const int *in, const ct__fused_prog *prog);
+/* Copies node `src` (of another graph) into g with inputs `in` (ids in g): leaves keep their
+ * bound data and names, constants their values, FUSED nodes their program, bound gradient
+ * outputs their destination and flags. Returns the new id or -1. */
+int ct__graph_copy_node(ct_graph *g, const ct_node *src, const int *in);
+/* 1 when the op may be evaluated at compile time or merged with an equal node: no randomness,
+ * no side effects, no caller memory. */
+int ct__node_pure(const ct_node *n);
+
+/* The compiled form of a graph (graph/executor.c): memory plan, schedule, thread pool. */
+typedef struct ct_exec ct_exec;
+ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep, const int *keep,
+                          ct_exec **ret, ct_err *err);
+ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err);
+void ct__exec_destroy(ct_exec *e);
+void ct__graph_set_exec(ct_graph *g, ct_exec *exec);
+ct_exec *ct__graph_exec(const ct_graph *g);
+ct_graph_stats *ct__graph_stats(ct_graph *g);
+
 #define CT__F32(t) ((float *)(t)->data)
 #define CT__I32(t) ((int32_t *)(t)->data)
 

@@ -290,6 +290,11 @@ int ct__shape_dropout(ct_graph *g, ct_node *n, ct_node *const *in) {
         return ct_graph_fail(g, CT_EINVAL, "dropout: rate %g outside [0, 1)", (double)rate);
     }
     ct_tensor_set_shape(&n->out, CT_F32, &in[0]->out.shape);
+    if (n->attrs.i[1] == 0) {
+        /* the random stream's key: this node's id when first built, kept through graph
+         * passes (which renumber nodes) so graph and eager draw the same masks */
+        n->attrs.i[1] = n->id + 1;
+    }
     if (n->attrs.i[0] && rate > 0.0f) {
         ct_shape mask = {.rank = 1, .dims = {ct_tensor_numel(&in[0]->out)}};
         ct_tensor_set_shape(&n->aux, CT_U8, &mask);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ctrain/graph.h"
 #include "io/yaml_tree.h"
 
 #define KEY_CAP 256 /* dotted keys in messages */
@@ -87,7 +88,8 @@ static const char *const data_keys[] = {"train", "eval", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", NULL};
 static const char *const train_keys[] = {"epochs",    "batch_size", "eval_batch_size",
                                          "shuffle",   "threads",    "prefetch",
-                                         "max_steps", "eager",      NULL};
+                                         "max_steps", "eager",      "graph_passes",
+                                         "plan_memory", NULL};
 static const char *const strategy_keys[] = {"type", NULL};
 
 /* Option keys per layer type, indexed by ct_layer_type. */
@@ -814,6 +816,18 @@ static void read_train(job_reader *r, const section *top, ct_job *job) {
     sec_int(&s, "prefetch", 0, &job->prefetch);
     sec_i64(&s, "max_steps", 0, &job->max_steps);
     sec_bool(&s, "eager", &job->eager);
+    sec_bool(&s, "plan_memory", &job->plan_memory);
+    char key[KEY_CAP], passes[128] = "";
+    const ct__yaml_node *v = sec_get(&s, "graph_passes", key);
+    sec_string(&s, "graph_passes", passes, sizeof passes);
+    char bad[64];
+    if (v && r->status == CT_OK && ct_graph_parse_passes(passes, &job->graph_passes, bad,
+                                                         sizeof bad) != 0) {
+        fail(r, v->line, key,
+             "unknown pass '%s' (use all, none, or a comma list of const_fold, cse, dce, "
+             "simplify, fuse)",
+             bad);
+    }
 }
 
 static void read_strategy(job_reader *r, const section *top, ct_job *job) {
@@ -888,6 +902,8 @@ void ct_job_defaults(ct_job *job) {
     job->shuffle = 1;
     job->threads = 1; /* measured fastest for the seed models on 2 cores: see README */
     job->prefetch = 2;
+    job->graph_passes = CT_PASS_ALL;
+    job->plan_memory = 1;
     snprintf(job->strategy, sizeof job->strategy, "local");
     snprintf(job->run_dir, sizeof job->run_dir, "runs/job");
 }

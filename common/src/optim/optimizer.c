@@ -135,23 +135,30 @@ static ct_status report_nonfinite(const ct_params *p, int64_t step, ct_err *err)
                       (long long)step);
 }
 
-ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
-                             int64_t total_steps, int zero_grad, ct_err *err) {
-    const ct_optimizer_spec *s = &o->spec;
-    const int64_t n = params->trainable_total;
-    float *restrict w = params->data;
-    float *restrict g = params->grad;
-    float *restrict s0 = o->slots[0];
-    float *restrict s1 = o->slots[1];
-    const float lr = ct_optimizer_learning_rate(o, step, total_steps);
-    float clip = 1.0f;
-    if (s->clip_norm > 0.0f) {
-        double norm = sqrt(sum_squares(g, n));
-        if (!isfinite(norm)) {
-            return report_nonfinite(params, step, err);
-        }
-        clip = norm > s->clip_norm ? (float)(s->clip_norm / norm) : 1.0f;
+int ct_optimizer_clips(const ct_optimizer *o) {
+    return o->spec.clip_norm > 0.0f;
+}
+
+float ct_optimizer_clip_factor(const ct_optimizer *o, const ct_params *params) {
+    if (o->spec.clip_norm <= 0.0f) {
+        return 1.0f;
     }
+    double norm = sqrt(sum_squares(params->grad, params->trainable_total));
+    if (!isfinite(norm)) {
+        return NAN;
+    }
+    return norm > o->spec.clip_norm ? (float)(o->spec.clip_norm / norm) : 1.0f;
+}
+
+float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step,
+                                int64_t total_steps, float clip, int64_t begin, int64_t end) {
+    const ct_optimizer_spec *s = &o->spec;
+    const int64_t n = end - begin;
+    float *restrict w = params->data + begin;
+    float *restrict g = params->grad + begin;
+    float *restrict s0 = o->slots[0] ? o->slots[0] + begin : NULL;
+    float *restrict s1 = o->slots[1] ? o->slots[1] + begin : NULL;
+    const float lr = ct_optimizer_learning_rate(o, step, total_steps);
     /* Each loop also sums g^2 (a vector reduction): NaN/Inf in any gradient shows up in it. */
     float g2 = 0.0f;
     const float b1 = s->beta1, b2 = s->beta2, eps = s->epsilon, mom = s->momentum;
@@ -220,11 +227,29 @@ ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
         break;
     }
     }
-    if (!isfinite(g2)) {
+    return g2;
+}
+
+ct_status ct_optimizer_check(const ct_optimizer *o, const ct_params *params, int64_t step,
+                             float sum_squares_seen, ct_err *err) {
+    (void)o;
+    return isfinite(sum_squares_seen) ? CT_OK : report_nonfinite(params, step, err);
+}
+
+ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
+                             int64_t total_steps, int zero_grad, ct_err *err) {
+    float clip = ct_optimizer_clip_factor(o, params);
+    if (!isfinite(clip)) {
         return report_nonfinite(params, step, err);
     }
+    float g2 = ct_optimizer_update_range(o, params, step, total_steps, clip, 0,
+                                         params->trainable_total);
+    ct_status st = ct_optimizer_check(o, params, step, g2, err);
+    if (st != CT_OK) {
+        return st;
+    }
     if (zero_grad) {
-        memset(g, 0, (size_t)n * sizeof *g);
+        memset(params->grad, 0, (size_t)params->trainable_total * sizeof *params->grad);
     }
     return CT_OK;
 }

@@ -1,0 +1,800 @@
+/* Graph mode's executor: a liveness-based memory plan and a precomputed parallel schedule.
+ *
+ * Memory: every intermediate (outputs and saved aux state) gets an offset in one arena,
+ * allocated once. Tensors are placed in node order; a tensor's block is freed after its last
+ * reader, and later tensors reuse freed blocks (best fit). An elementwise node whose input dies
+ * at that node writes over it (in place). Steady-state runs allocate nothing.
+ *
+ * Schedule: a node waits for its inputs and, because blocks are reused, for every reader of the
+ * blocks it overwrites (write-after-read edges). With threads > 1 a pool runs ready nodes
+ * concurrently (independent branches in parallel); large GEMMs, elementwise ops, fused loops
+ * and the optimizer update are split into row or range parts that run on different threads.
+ * With threads = 1 nodes run in order on the calling thread. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/optim.h"
+#include "graph/op_impl.h"
+
+#if CT_HAVE_DNNL || defined(_OPENMP)
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define CT__HAVE_MXCSR 1
+#endif
+
+#define MAX_PARTS 16
+#define ALIGN 64
+
+typedef struct part_view {
+    int64_t begin, end; /* rows (matmul), elements (others) */
+} part_view;
+
+struct ct_exec {
+    int n, threads;
+    void *arena;
+    /* schedule: predecessors counts and successor lists (CSR) */
+    int *n_pred, *succ_off, *succ;
+    int *parts;         /* per node: 1, or the number of parts it is split into */
+    int64_t *part_unit; /* per node: rows or elements per part boundary alignment */
+    int64_t *work;      /* per node: rows (matmul) or elements to split */
+    int n_run;          /* nodes that run (not leaves) */
+    float opt_partial[MAX_PARTS];
+    /* run state */
+    atomic_int *pending, *parts_left;
+    int64_t *queue; /* tasks: node * MAX_PARTS + part */
+    atomic_int *queue_ready;
+    int queue_cap;
+    atomic_int head, tail, done, generation, stop, running, active;
+    int total_tasks;
+    pthread_t *workers;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    ct_graph *g;
+    unsigned mxcsr;
+};
+
+/* ---- memory plan ---- */
+
+typedef struct block {
+    int64_t off, size;
+    int tensor; /* owner: 2 * node (+1 for aux) */
+} block;
+
+typedef struct planner {
+    block *live;
+    int n_live;
+    int64_t top; /* arena high-water mark */
+} planner;
+
+static int64_t round_up(int64_t x) {
+    return (x + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* Best-fit offset for `size` bytes among the gaps between live blocks (sorted by offset). */
+static int64_t place(planner *pl, int64_t size, int tensor) {
+    int64_t best = -1, best_gap = 0, at = 0;
+    int best_k = pl->n_live;
+    for (int k = 0; k <= pl->n_live; k++) {
+        int64_t end = k < pl->n_live ? pl->live[k].off : INT64_MAX;
+        int64_t gap = end - at;
+        if (gap >= size && (best < 0 || gap < best_gap)) {
+            best = at;
+            best_gap = gap;
+            best_k = k;
+        }
+        if (k < pl->n_live) {
+            at = pl->live[k].off + pl->live[k].size;
+        }
+    }
+    memmove(&pl->live[best_k + 1], &pl->live[best_k], (size_t)(pl->n_live - best_k) * sizeof(block));
+    pl->live[best_k] = (block){best, size, tensor};
+    pl->n_live++;
+    if (best + size > pl->top) {
+        pl->top = best + size;
+    }
+    return best;
+}
+
+static void release(planner *pl, int tensor) {
+    for (int k = 0; k < pl->n_live; k++) {
+        if (pl->live[k].tensor == tensor) {
+            memmove(&pl->live[k], &pl->live[k + 1], (size_t)(pl->n_live - k - 1) * sizeof(block));
+            pl->n_live--;
+            return;
+        }
+    }
+}
+
+/* Ops whose kernel reads element i of input 0 only to write element i (safe in place). */
+static int in_place_ok(const ct_node *n, const ct_node *x) {
+    switch (n->op) {
+    case CT_OP_ADD:
+    case CT_OP_SUB:
+    case CT_OP_MUL:
+    case CT_OP_DIV:
+    case CT_OP_SCALE:
+    case CT_OP_RELU:
+    case CT_OP_SIGMOID:
+    case CT_OP_TANH:
+    case CT_OP_GELU:
+    case CT_OP_RELU_GRAD:
+    case CT_OP_SIGMOID_GRAD:
+    case CT_OP_TANH_GRAD:
+    case CT_OP_GELU_GRAD:
+        return x->out.dtype == n->out.dtype && ct_shape_equal(&x->out.shape, &n->out.shape) &&
+               !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE));
+    default:
+        return 0;
+    }
+}
+
+/* Edges, collected before building the CSR. */
+typedef struct edges {
+    int *from, *to;
+    int n, cap;
+} edges;
+
+static int add_edge(edges *e, int from, int to) {
+    if (from == to) {
+        return 0;
+    }
+    if (e->n == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 256;
+        int *f = realloc(e->from, (size_t)cap * sizeof *f);
+        if (f) {
+            e->from = f;
+        }
+        int *t = f ? realloc(e->to, (size_t)cap * sizeof *t) : NULL;
+        if (!t) {
+            return -1;
+        }
+        e->to = t;
+        e->cap = cap;
+    }
+    e->from[e->n] = from;
+    e->to[e->n] = to;
+    e->n++;
+    return 0;
+}
+
+/* Storage root of node i: aliases share their input's buffer. */
+static int storage_root(ct_graph *g, int i) {
+    const ct_node *n = ct_graph_node(g, i);
+    while (n->flags & CT_NODE_ALIAS) {
+        i = n->in[0];
+        n = ct_graph_node(g, i);
+    }
+    return i;
+}
+
+static int runs(const ct_node *n) {
+    return n->op > CT_OP_CONST;
+}
+
+/* ---- splitting ---- */
+
+static void as_matrix(const ct_shape *s, int64_t *rows, int64_t *cols) {
+    *cols = s->rank ? s->dims[s->rank - 1] : 1;
+    *rows = *cols ? ct_shape_numel(s) / *cols : 0;
+}
+
+/* How node i splits: sets work (rows or elements) and unit (boundary alignment); returns the
+ * number of parts for `threads` (1: not split). */
+static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split_min) {
+    ct_node *n = ct_graph_node(g, i);
+    e->work[i] = 0;
+    e->part_unit[i] = 1;
+    if (threads < 2 || !runs(n)) {
+        return 1;
+    }
+    int64_t cost = 0;
+    if (n->op == CT_OP_MATMUL) {
+        int64_t ar, ac, br, bc;
+        as_matrix(&ct_graph_node(g, n->in[0])->out.shape, &ar, &ac);
+        as_matrix(&ct_graph_node(g, n->in[1])->out.shape, &br, &bc);
+        int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
+        int64_t m = ta ? ac : ar, k = ta ? ar : ac, cols = tb ? br : bc;
+        e->work[i] = m;
+        e->part_unit[i] = m >= 64 ? 16 : 4;
+        cost = m * k * cols / 64;
+    } else if (n->op == CT_OP_APPLY_OPTIMIZER) {
+        if (!ct_graph_ctx(g)->params || !ct_graph_ctx(g)->optimizer ||
+            ct_optimizer_clips(ct_graph_ctx(g)->optimizer)) {
+            return 1; /* clipping needs the global norm first: one part */
+        }
+        e->work[i] = ct_graph_ctx(g)->params->trainable_total;
+        e->part_unit[i] = 16;
+        cost = e->work[i] * 4;
+    } else if (n->op == CT_OP_FUSED || in_place_ok(n, ct_graph_node(g, n->in[0])) ||
+               n->op == CT_OP_ADD || n->op == CT_OP_SUB || n->op == CT_OP_MUL ||
+               n->op == CT_OP_DIV) {
+        if (n->op == CT_OP_FUSED && ((const ct__fused_prog *)n->aux.data)->sum) {
+            return 1;
+        }
+        int64_t unit = 1;
+        for (int k = 0; k < n->n_in; k++) {
+            const ct_node *x = ct_graph_node(g, n->in[k]);
+            int64_t nx = ct_tensor_numel(&x->out);
+            if (nx == ct_tensor_numel(&n->out) && ct_shape_equal(&x->out.shape, &n->out.shape)) {
+                continue;
+            }
+            if (nx == 1) {
+                continue;
+            }
+            /* a bias row: the last dims of the output */
+            const ct_shape *so = &n->out.shape;
+            int64_t row = so->rank ? so->dims[so->rank - 1] : 1;
+            if (nx != row || (unit != 1 && unit != row)) {
+                return 1;
+            }
+            unit = row;
+        }
+        e->work[i] = ct_tensor_numel(&n->out);
+        e->part_unit[i] = unit;
+        cost = e->work[i];
+    } else {
+        return 1;
+    }
+    int64_t units = e->work[i] / e->part_unit[i];
+    if (cost < split_min || units < 2 || e->work[i] % e->part_unit[i] != 0) {
+        return 1;
+    }
+    int parts = threads > MAX_PARTS ? MAX_PARTS : threads;
+    return units < parts ? (int)units : parts;
+}
+
+static part_view part_range(const ct_exec *e, int i, int part) {
+    int64_t units = e->work[i] / e->part_unit[i];
+    int parts = e->parts[i];
+    int64_t b = units * part / parts, en = units * (part + 1) / parts;
+    return (part_view){b * e->part_unit[i], en * e->part_unit[i]};
+}
+
+/* Runs part `part` of node i (the whole node when it is not split). */
+static void run_part(ct_exec *e, int i, int part) {
+    ct_graph *g = e->g;
+    ct_node *n = ct_graph_node(g, i);
+    ct_node *ins[CT_MAX_INPUTS];
+    for (int k = 0; k < n->n_in; k++) {
+        ins[k] = ct_graph_node(g, n->in[k]);
+    }
+    const ct_kctx *ctx = ct_graph_ctx(g);
+    if (e->parts[i] == 1) {
+        if (n->flags & CT_NODE_ALIAS) {
+            n->out.data = ins[0]->out.data;
+        }
+        ct_graph_backend(g)->vt->kernels[n->op](ctx, n, ins);
+        return;
+    }
+    part_view v = part_range(e, i, part);
+    if (n->op == CT_OP_MATMUL) {
+        int64_t ar, ac, br, bc;
+        as_matrix(&ins[0]->out.shape, &ar, &ac);
+        as_matrix(&ins[1]->out.shape, &br, &bc);
+        int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
+        int64_t k = ta ? ar : ac, cols = tb ? br : bc;
+        const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin : v.begin * ac);
+        ct__sgemm(ta, tb, v.end - v.begin, cols, k, 1.0f, a, ac, CT__F32(&ins[1]->out), bc,
+                  ct__beta(n), CT__F32(&n->out) + v.begin * cols, cols);
+        return;
+    }
+    if (n->op == CT_OP_APPLY_OPTIMIZER) {
+        e->opt_partial[part] = ct_optimizer_update_range(ctx->optimizer, ctx->params,
+                                                         (int64_t)ctx->step, ctx->total_steps,
+                                                         1.0f, v.begin, v.end);
+        return;
+    }
+    /* elementwise: views of rows [begin, end) in units of the bias row */
+    int64_t unit = e->part_unit[i], rows = (v.end - v.begin) / unit;
+    ct_shape vs = {.rank = 2, .dims = {rows, unit}};
+    ct_node view = *n, in_views[CT_MAX_INPUTS];
+    ct_node *vins[CT_MAX_INPUTS];
+    view.out.shape = vs;
+    view.out.data = CT__F32(&n->out) + v.begin;
+    for (int k = 0; k < n->n_in; k++) {
+        vins[k] = ins[k];
+        if (ct_tensor_numel(&ins[k]->out) == ct_tensor_numel(&n->out)) {
+            in_views[k] = *ins[k];
+            in_views[k].out.shape = vs;
+            in_views[k].out.data = CT__F32(&ins[k]->out) + v.begin;
+            vins[k] = &in_views[k];
+        }
+    }
+    if (n->op == CT_OP_FUSED) {
+        /* the program's periods stay valid: every part starts at a multiple of the row */
+        ct_graph_backend(g)->vt->kernels[n->op](ctx, &view, vins);
+        return;
+    }
+    ct_graph_backend(g)->vt->kernels[n->op](ctx, &view, vins);
+}
+
+/* ---- the thread pool ---- */
+
+static void push(ct_exec *e, int node, int part) {
+    int slot = atomic_fetch_add(&e->tail, 1);
+    CT_ASSERT(slot < e->queue_cap);
+    e->queue[slot] = (int64_t)node * MAX_PARTS + part;
+    atomic_store_explicit(&e->queue_ready[slot], atomic_load(&e->generation),
+                          memory_order_release);
+}
+
+static void push_node(ct_exec *e, int node) {
+    atomic_store(&e->parts_left[node], e->parts[node]);
+    for (int p = 0; p < e->parts[node]; p++) {
+        push(e, node, p);
+    }
+}
+
+/* Pops a task; returns 0 when none is ready now. */
+static int pop(ct_exec *e, int *node, int *part) {
+    int gen = atomic_load(&e->generation);
+    for (;;) {
+        int h = atomic_load(&e->head);
+        if (h >= atomic_load(&e->tail)) {
+            return 0;
+        }
+        if (atomic_load_explicit(&e->queue_ready[h], memory_order_acquire) != gen) {
+            return 0; /* claimed but not yet written */
+        }
+        if (atomic_compare_exchange_weak(&e->head, &h, h + 1)) {
+            *node = (int)(e->queue[h] / MAX_PARTS);
+            *part = (int)(e->queue[h] % MAX_PARTS);
+            return 1;
+        }
+    }
+}
+
+static void finish_node(ct_exec *e, int i) {
+    ct_node *n = ct_graph_node(e->g, i);
+    if (n->op == CT_OP_APPLY_OPTIMIZER && e->parts[i] > 1) {
+        float g2 = 0.0f;
+        for (int p = 0; p < e->parts[i]; p++) {
+            g2 += e->opt_partial[p];
+        }
+        CT__F32(&n->out)[0] = g2;
+    }
+    for (int k = e->succ_off[i]; k < e->succ_off[i + 1]; k++) {
+        int s = e->succ[k];
+        if (atomic_fetch_sub(&e->pending[s], 1) == 1) {
+            push_node(e, s);
+        }
+    }
+    atomic_fetch_add(&e->done, 1);
+}
+
+/* Runs tasks until every node of the current run is done. */
+static void work(ct_exec *e) {
+    int spins = 0;
+    while (atomic_load(&e->done) < e->n_run && atomic_load(&e->running)) {
+        int node, part;
+        if (!pop(e, &node, &part)) {
+            if (++spins > 64) {
+                sched_yield();
+            }
+            continue;
+        }
+        spins = 0;
+        run_part(e, node, part);
+        if (atomic_fetch_sub(&e->parts_left[node], 1) == 1) {
+            finish_node(e, node);
+        }
+    }
+}
+
+static void *worker_main(void *arg) {
+    ct_exec *e = arg;
+#ifdef CT__HAVE_MXCSR
+    _mm_setcsr(e->mxcsr); /* the caller's FTZ/DAZ */
+#endif
+    ct__gemm_set_threads(1);
+    int seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        while (!atomic_load(&e->stop) && atomic_load(&e->generation) == seen) {
+            pthread_cond_wait(&e->wake, &e->lock);
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (atomic_load(&e->stop)) {
+            return NULL;
+        }
+        seen = atomic_load(&e->generation);
+        /* A worker that wakes late must not touch the next run's queue: it counts itself
+         * active first, then works only if the run it woke for is still the current one. The
+         * caller waits for active == 0 before it returns (and before it resets the queue). */
+        atomic_fetch_add(&e->active, 1);
+        if (atomic_load(&e->running) && atomic_load(&e->generation) == seen) {
+            work(e);
+        }
+        atomic_fetch_sub(&e->active, 1);
+    }
+}
+
+ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
+    e->g = g;
+    if (e->threads == 1) {
+        for (int i = 0; i < e->n; i++) {
+            if (runs(ct_graph_node(g, i))) {
+                run_part(e, i, 0);
+            }
+        }
+        return ct_graph_status(g, err);
+    }
+#ifdef CT__HAVE_MXCSR
+    e->mxcsr = _mm_getcsr();
+#endif
+    for (int i = 0; i < e->n; i++) {
+        atomic_store(&e->pending[i], e->n_pred[i]);
+    }
+    atomic_store(&e->head, 0);
+    atomic_store(&e->tail, 0);
+    atomic_store(&e->done, 0);
+    pthread_mutex_lock(&e->lock);
+    atomic_fetch_add(&e->generation, 1);
+    for (int i = 0; i < e->n; i++) {
+        if (runs(ct_graph_node(g, i)) && e->n_pred[i] == 0) {
+            push_node(e, i);
+        }
+    }
+    atomic_store(&e->running, 1);
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    ct__gemm_set_threads(1);
+    work(e);
+    atomic_store(&e->running, 0);
+    while (atomic_load(&e->active) > 0) {
+        sched_yield(); /* workers finish the part they hold; none starts another */
+    }
+    ct__gemm_set_threads(ct_graph_backend(g)->threads);
+    return ct_graph_status(g, err);
+}
+
+void ct__exec_destroy(ct_exec *e) {
+    if (!e) {
+        return;
+    }
+    if (e->workers) {
+        pthread_mutex_lock(&e->lock);
+        atomic_store(&e->stop, 1);
+        pthread_cond_broadcast(&e->wake);
+        pthread_mutex_unlock(&e->lock);
+        for (int t = 0; t < e->threads - 1; t++) {
+            pthread_join(e->workers[t], NULL);
+        }
+        free(e->workers);
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->wake);
+    }
+    free(e->arena);
+    free(e->n_pred);
+    free(e->succ_off);
+    free(e->succ);
+    free(e->parts);
+    free(e->part_unit);
+    free(e->work);
+    free(e->pending);
+    free(e->parts_left);
+    free(e->queue);
+    free(e->queue_ready);
+    free(e);
+}
+
+/* ---- building the plan ---- */
+
+static int64_t tensor_bytes(const ct_tensor *t) {
+    return round_up((int64_t)ct_tensor_bytes(t));
+}
+
+/* 1 when node i's output (aux = 0) or aux (aux = 1) gets arena memory. */
+static int planned(const ct_node *n, int aux) {
+    if (!runs(n)) {
+        return 0;
+    }
+    if (aux) {
+        return n->aux.shape.rank > 0 && !n->aux.data && ct_tensor_bytes(&n->aux) > 0;
+    }
+    return !(n->flags & (CT_NODE_BOUND | CT_NODE_ALIAS)) && ct_tensor_bytes(&n->out) > 0;
+}
+
+ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep, const int *keep,
+                          ct_exec **ret, ct_err *err) {
+    const int n = ct_graph_size(g);
+    ct_exec *e = calloc(1, sizeof *e);
+    int *last = NULL, *readers_off = NULL, *readers = NULL, *freed_at = NULL;
+    int64_t *offset = NULL;
+    int *inplace_of = NULL;
+    planner pl = {0};
+    edges ed = {0};
+    ct_status st = CT_OK;
+    int threads = opts->threads > 0 ? opts->threads : ct_graph_backend(g)->threads;
+    if (!e) {
+        return ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+    }
+    e->n = n;
+    e->g = g;
+    e->threads = threads < 1 ? 1 : threads;
+    size_t nn = (size_t)(n ? n : 1);
+    last = calloc(nn, sizeof *last);
+    readers_off = calloc(nn + 1, sizeof *readers_off);
+    freed_at = malloc(2 * nn * sizeof *freed_at);
+    offset = malloc(2 * nn * sizeof *offset);
+    inplace_of = malloc(nn * sizeof *inplace_of);
+    pl.live = malloc(2 * nn * sizeof *pl.live);
+    e->parts = malloc(nn * sizeof *e->parts);
+    e->part_unit = malloc(nn * sizeof *e->part_unit);
+    e->work = malloc(nn * sizeof *e->work);
+    if (!last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live || !e->parts ||
+        !e->part_unit || !e->work) {
+        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+        goto done;
+    }
+    /* last reader of each storage root; readers lists per root */
+    for (int i = 0; i < n; i++) {
+        last[i] = i;
+        inplace_of[i] = -1;
+    }
+    int n_refs = 0;
+    for (int i = 0; i < n; i++) {
+        const ct_node *node = ct_graph_node(g, i);
+        for (int k = 0; k < node->n_in; k++) {
+            int r = storage_root(g, node->in[k]);
+            last[r] = last[r] > i ? last[r] : i;
+            readers_off[r + 1]++;
+            n_refs++;
+            if (node->in[k] != r) { /* aux of the aliasing node itself is read too */
+                int a = node->in[k];
+                last[a] = last[a] > i ? last[a] : i;
+            }
+        }
+    }
+    for (int k = 0; k < n_keep; k++) {
+        last[storage_root(g, keep[k])] = n;
+        last[keep[k]] = n;
+    }
+    readers = malloc((size_t)(n_refs ? n_refs : 1) * sizeof *readers);
+    if (!readers) {
+        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        readers_off[i + 1] += readers_off[i];
+    }
+    {
+        int *fill = calloc(nn, sizeof *fill);
+        if (!fill) {
+            st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) {
+            const ct_node *node = ct_graph_node(g, i);
+            for (int k = 0; k < node->n_in; k++) {
+                int r = storage_root(g, node->in[k]);
+                readers[readers_off[r] + fill[r]++] = i;
+            }
+        }
+        free(fill);
+    }
+    /* place tensors in node order; free after the last reader */
+    ct_graph_stats *stats = ct__graph_stats(g);
+    stats->bytes_unplanned = 0;
+    stats->in_place = 0;
+    for (int t = 0; t < 2 * n; t++) {
+        freed_at[t] = -1;
+        offset[t] = -1;
+    }
+    int64_t flat = 0;
+    for (int i = 0; i < n; i++) {
+        const ct_node *node = ct_graph_node(g, i);
+        for (int aux = 0; aux < 2; aux++) {
+            if (!planned(node, aux)) {
+                continue;
+            }
+            int64_t bytes = tensor_bytes(aux ? &node->aux : &node->out);
+            stats->bytes_unplanned += bytes;
+            int t = 2 * i + aux;
+            if (!opts->plan_memory) {
+                offset[t] = flat;
+                flat += bytes;
+                continue;
+            }
+            int x = node->n_in > 0 ? storage_root(g, node->in[0]) : -1;
+            if (!aux && x >= 0 && planned(ct_graph_node(g, x), 0) && last[x] == i &&
+                in_place_ok(node, ct_graph_node(g, x)) && offset[2 * x] >= 0 &&
+                freed_at[2 * x] < 0 && tensor_bytes(&ct_graph_node(g, x)->out) == bytes) {
+                /* in place: take over x's block */
+                offset[t] = offset[2 * x];
+                for (int k = 0; k < pl.n_live; k++) {
+                    pl.live[k].tensor = pl.live[k].tensor == 2 * x ? t : pl.live[k].tensor;
+                }
+                freed_at[2 * x] = i;
+                inplace_of[i] = x;
+                stats->in_place++;
+                for (int r = readers_off[x]; r < readers_off[x + 1]; r++) {
+                    if (add_edge(&ed, readers[r], i) < 0) {
+                        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+                        goto done;
+                    }
+                }
+                continue;
+            }
+            offset[t] = place(&pl, bytes, t);
+            /* write-after-read: wait for everyone who used memory this block overlaps */
+            for (int u = 0; u < 2 * n; u++) {
+                if (freed_at[u] < 0 || offset[u] < 0 || u / 2 == i) {
+                    continue;
+                }
+                const ct_node *un = ct_graph_node(g, u / 2);
+                int64_t ub = tensor_bytes((u & 1) ? &un->aux : &un->out);
+                if (offset[u] < offset[t] + bytes && offset[t] < offset[u] + ub) {
+                    int r0 = u / 2;
+                    int ok = add_edge(&ed, r0, i) == 0;
+                    for (int r = readers_off[r0]; ok && r < readers_off[r0 + 1]; r++) {
+                        ok = add_edge(&ed, readers[r], i) == 0;
+                    }
+                    if (!ok) {
+                        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+                        goto done;
+                    }
+                }
+            }
+        }
+        /* free what dies here: outputs and aux of nodes whose last reader is i */
+        if (opts->plan_memory) {
+            for (int j = 0; j <= i; j++) {
+                for (int aux = 0; aux < 2; aux++) {
+                    int t = 2 * j + aux;
+                    int lj = last[j];
+                    if (offset[t] >= 0 && freed_at[t] < 0 && lj == i && inplace_of[i] != j) {
+                        release(&pl, t);
+                        freed_at[t] = i;
+                    }
+                }
+            }
+        }
+    }
+    int64_t arena_bytes = opts->plan_memory ? pl.top : flat;
+    stats->bytes_planned = arena_bytes;
+    e->arena = arena_bytes ? ct_backend_alloc(ct_graph_backend(g), (size_t)arena_bytes) : NULL;
+    if (arena_bytes && !e->arena) {
+        st = ct_err_set(err, CT_ENOMEM, "graph: cannot allocate the %lld-byte arena",
+                        (long long)arena_bytes);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        ct_node *node = ct_graph_node(g, i);
+        if (offset[2 * i] >= 0) {
+            node->out.data = (char *)e->arena + offset[2 * i];
+            node->out.backend = NULL; /* the arena's, freed with the executor */
+        }
+        if (offset[2 * i + 1] >= 0) {
+            node->aux.data = (char *)e->arena + offset[2 * i + 1];
+            node->aux.backend = NULL;
+        }
+    }
+    for (int i = 0; i < n; i++) { /* aliases point into their root's memory */
+        ct_node *node = ct_graph_node(g, i);
+        if (node->flags & CT_NODE_ALIAS) {
+            node->out.data = ct_graph_node(g, node->in[0])->out.data;
+        }
+    }
+    /* remaining buffers of nodes that run but were not planned (none today) */
+    if ((st = ct_graph_prepare(g, err)) != CT_OK) {
+        goto done;
+    }
+    /* schedule: data edges, write-after-read edges, and APPLY_OPTIMIZER after everything */
+    stats->threads = e->threads;
+    stats->split_nodes = 0;
+    int64_t split_min = opts->split_min > 0 ? opts->split_min : 16384;
+    for (int i = 0; i < n; i++) {
+        const ct_node *node = ct_graph_node(g, i);
+        e->parts[i] = split_plan(g, e, i, e->threads, split_min);
+        stats->split_nodes += e->parts[i] > 1;
+        e->n_run += runs(node);
+        for (int k = 0; k < node->n_in; k++) {
+            if (runs(ct_graph_node(g, node->in[k])) && add_edge(&ed, node->in[k], i) < 0) {
+                st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+                goto done;
+            }
+        }
+        for (int j = 0; node->op == CT_OP_APPLY_OPTIMIZER && j < i; j++) {
+            if (runs(ct_graph_node(g, j)) && add_edge(&ed, j, i) < 0) {
+                st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+                goto done;
+            }
+        }
+    }
+    e->n_pred = calloc(nn, sizeof *e->n_pred);
+    e->succ_off = calloc(nn + 1, sizeof *e->succ_off);
+    e->succ = malloc((size_t)(ed.n ? ed.n : 1) * sizeof *e->succ);
+    if (!e->n_pred || !e->succ_off || !e->succ) {
+        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+        goto done;
+    }
+    {
+        /* dedupe edges with a per-target stamp while filling */
+        char *seen = calloc(nn * nn > 1 << 26 ? 1 : nn * nn, 1);
+        int use_seen = seen && nn * nn <= 1 << 26;
+        int m = 0;
+        for (int k = 0; k < ed.n; k++) {
+            if (use_seen) {
+                size_t key = (size_t)ed.from[k] * nn + (size_t)ed.to[k];
+                if (seen[key]) {
+                    continue;
+                }
+                seen[key] = 1;
+            }
+            ed.from[m] = ed.from[k];
+            ed.to[m] = ed.to[k];
+            m++;
+        }
+        ed.n = m;
+        free(seen);
+    }
+    for (int k = 0; k < ed.n; k++) {
+        e->succ_off[ed.from[k] + 1]++;
+        e->n_pred[ed.to[k]]++;
+    }
+    for (int i = 0; i < n; i++) {
+        e->succ_off[i + 1] += e->succ_off[i];
+    }
+    {
+        int *fill = calloc(nn, sizeof *fill);
+        if (!fill) {
+            st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+            goto done;
+        }
+        for (int k = 0; k < ed.n; k++) {
+            e->succ[e->succ_off[ed.from[k]] + fill[ed.from[k]]++] = ed.to[k];
+        }
+        free(fill);
+    }
+    if (e->threads > 1) {
+        e->queue_cap = 0;
+        for (int i = 0; i < n; i++) {
+            e->queue_cap += runs(ct_graph_node(g, i)) ? e->parts[i] : 0;
+        }
+        e->queue_cap = e->queue_cap ? e->queue_cap : 1;
+        e->pending = calloc(nn, sizeof *e->pending);
+        e->parts_left = calloc(nn, sizeof *e->parts_left);
+        e->queue = calloc((size_t)e->queue_cap, sizeof *e->queue);
+        e->queue_ready = calloc((size_t)e->queue_cap, sizeof *e->queue_ready);
+        e->workers = calloc((size_t)e->threads, sizeof *e->workers);
+        if (!e->pending || !e->parts_left || !e->queue || !e->queue_ready || !e->workers) {
+            free(e->workers);
+            e->workers = NULL;
+            st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+            goto done;
+        }
+        pthread_mutex_init(&e->lock, NULL);
+        pthread_cond_init(&e->wake, NULL);
+#ifdef CT__HAVE_MXCSR
+        e->mxcsr = _mm_getcsr();
+#endif
+        for (int t = 0; t < e->threads - 1; t++) {
+            if (pthread_create(&e->workers[t], NULL, worker_main, e) != 0) {
+                e->threads = t + 1;
+                break;
+            }
+        }
+    }
+done:
+    free(last);
+    free(readers_off);
+    free(readers);
+    free(freed_at);
+    free(offset);
+    free(inplace_of);
+    free(pl.live);
+    free(ed.from);
+    free(ed.to);
+    if (st != CT_OK) {
+        ct__exec_destroy(e);
+        return st;
+    }
+    *ret = e;
+    return CT_OK;
+}

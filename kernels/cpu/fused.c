@@ -1,0 +1,97 @@
+/* CPU kernel of FUSED: a chain of elementwise ops (and an optional full sum) in one pass over
+ * memory. The iteration space is cut into blocks of BLOCK elements that stay in L1; each
+ * instruction of the program runs over a block at a time, so a chain of k ops reads its inputs
+ * once and writes one output instead of k intermediate arrays. Formulas come from
+ * CT__EWISE_LIST, the same ones the unfused kernels use. */
+#include <math.h>
+#include <string.h>
+
+#include "graph/op_impl.h"
+
+#define BLOCK 256
+
+/* Block `len` of instruction `op`: dst = EXPR(a, b). */
+static void run_instr(int op, float alpha, const float *restrict a, const float *restrict b,
+                      float *restrict dst, int64_t len) {
+    (void)alpha;
+    switch (op) {
+#define CT__FUSED_CASE(e, arity, EXPR)                                                            \
+    case CT_OP_##e:                                                                               \
+        for (int64_t j = 0; j < len; j++) {                                                       \
+            float x = a[j], y = (arity) == 2 ? b[j] : 0.0f;                                       \
+            (void)y;                                                                              \
+            dst[j] = (EXPR);                                                                      \
+        }                                                                                         \
+        break;
+        CT__EWISE_LIST(CT__FUSED_CASE)
+#undef CT__FUSED_CASE
+    default:
+        CT_ASSERT(!"fused: op outside CT__EWISE_LIST");
+    }
+}
+
+void ct__cpu_fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const ct__fused_prog *p = n->aux.data;
+    const int64_t total = p->sum ? ct_shape_numel(&p->shape) : ct_tensor_numel(&n->out);
+    float regs[CT__FUSED_MAX + CT_MAX_INPUTS][BLOCK];
+    const float *src[CT__FUSED_MAX + CT_MAX_INPUTS];
+    float *out = CT__F32(&n->out);
+    const int last = p->n_in + p->n_instr - 1;
+    for (int k = 0; k < p->n_in; k++) {
+        if (p->period[k] == 1) {
+            float v = CT__F32(&in[k]->out)[0];
+            for (int j = 0; j < BLOCK; j++) {
+                regs[k][j] = v;
+            }
+        }
+    }
+    double sum = 0.0;
+    for (int64_t i0 = 0; i0 < total; i0 += BLOCK) {
+        const int64_t len = total - i0 < BLOCK ? total - i0 : BLOCK;
+        for (int k = 0; k < p->n_in; k++) {
+            const float *x = CT__F32(&in[k]->out);
+            const int64_t period = p->period[k];
+            if (period == 0) {
+                src[k] = x + i0;
+            } else if (period == 1) {
+                src[k] = regs[k];
+            } else {
+                int64_t c = i0 % period;
+                for (int64_t j = 0; j < len; j++) {
+                    regs[k][j] = x[c];
+                    c = c + 1 == period ? 0 : c + 1;
+                }
+                src[k] = regs[k];
+            }
+        }
+        for (int t = 0; t < p->n_instr; t++) {
+            const ct__fused_instr *ins = &p->instr[t];
+            const int r = p->n_in + t;
+            float *dst = (r == last && !p->sum) ? out + i0 : regs[r];
+            run_instr(ins->op, ins->alpha, src[ins->a], ins->b >= 0 ? src[ins->b] : NULL, dst, len);
+            src[r] = dst;
+        }
+        if (p->sum) {
+            float acc[16] = {0};
+            const float *v = src[last];
+            int64_t j = 0;
+            for (; j + 16 <= len; j += 16) {
+                for (int l = 0; l < 16; l++) {
+                    acc[l] += v[j + l];
+                }
+            }
+            for (; j < len; j++) {
+                acc[0] += v[j];
+            }
+            for (int l = 0; l < 16; l++) {
+                sum += acc[l];
+            }
+        } else if (p->n_instr == 0) {
+            memmove(out + i0, src[last], (size_t)len * sizeof *out);
+        }
+    }
+    if (p->sum) {
+        out[0] = (float)sum;
+    }
+}
