@@ -1,5 +1,5 @@
 /* ctrain: the standalone launcher. `ctrain train [JOB] [--set key=value ...]` trains a job on
- * this machine; `ctrain summary JOB` prints the model. A thin main: parse flags, load the job and
+ * this machine; `ctrain summary JOB` prints the model; `ctrain graph JOB` the compiled step. A thin main: parse flags, load the job and
  * data through the library, run, print, map the status to an exit code (0 ok, 1 runtime failure,
  * 2 bad input, 130 interrupted). */
 #include <math.h>
@@ -31,6 +31,7 @@ static void usage(FILE *f) {
             "  train [JOB.yaml]    train a job on this machine (default job: the Fashion-MNIST MLP,\n"
             "                      %s)\n"
             "  summary [JOB.yaml]  print the model's layers, output shapes and parameter counts\n"
+            "  graph [JOB.yaml]    print the optimized step graph, fused groups and memory plan\n"
             "  version             print the version\n"
             "\n"
             "Run 'ctrain <command> --help' for the options of a command.\n",
@@ -46,7 +47,7 @@ static void train_usage(FILE *f) {
             "options:\n"
             "  --set KEY=VALUE   override a job field by its dotted name, e.g. --set train.epochs=1,\n"
             "                    --set model.layers[1].dense.units=64 (repeatable)\n"
-            "  --eager           run op by op instead of the prepared graph (= --set train.eager=true)\n"
+            "  --eager           run op by op instead of the compiled graph (= --set train.eager=true)\n"
             "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
             "  --quiet           print only the final summary line\n"
             "  -h, --help        show this help\n"
@@ -266,6 +267,119 @@ static int cmd_summary(int argc, char **argv) {
     return 0;
 }
 
+static void graph_usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain graph [JOB.yaml] [options]\n"
+            "\n"
+            "Traces JOB's training step (forward, backward, optimizer update), runs the graph\n"
+            "passes and the memory planner, and prints the optimized graph: one line per op with\n"
+            "its inputs and shape, fused groups as fused{op,op,...}, then what each pass did and\n"
+            "the memory plan (peak bytes of intermediates before and after planning).\n"
+            "\n"
+            "options:\n"
+            "  --batch N         batch size to trace (default: train.batch_size)\n"
+            "  --eval            the inference graph instead of the training step\n"
+            "  --passes LIST     all, none, or a comma list of const_fold, cse, dce, simplify,\n"
+            "                    fuse (= --set train.graph_passes=LIST)\n"
+            "  --no-plan         no memory planning (= --set train.plan_memory=false)\n"
+            "  --dot FILE        also write the graph in Graphviz dot to FILE\n"
+            "  --set KEY=VALUE   override a job field (repeatable)\n"
+            "  --threads N       executor threads (= --set train.threads=N)\n"
+            "  -h, --help        show this help\n"
+            "exit codes: 0 success, 1 runtime failure, 2 bad input\n");
+}
+
+static int cmd_graph(int argc, char **argv) {
+    cli c = {0};
+    const char *dot = NULL;
+    long long batch = 0;
+    int eval = 0;
+    char passes_set[160];
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int n_rest = 0, rc = 0;
+    if (!rest) {
+        return EXIT_RUNTIME;
+    }
+    for (int i = 0; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        int needs = !strcmp(a, "--batch") || !strcmp(a, "--dot") || !strcmp(a, "--passes");
+        if (needs && i + 1 >= argc) {
+            fprintf(stderr, "ctrain: %s needs a value (see --help)\n", a);
+            rc = EXIT_BAD_INPUT;
+        } else if (!strcmp(a, "--batch")) {
+            char *end;
+            batch = strtoll(argv[++i], &end, 10);
+            if (*end || batch < 1) {
+                fprintf(stderr, "ctrain: --batch needs a positive integer, got '%s'\n", argv[i]);
+                rc = EXIT_BAD_INPUT;
+            }
+        } else if (!strcmp(a, "--dot")) {
+            dot = argv[++i];
+        } else if (!strcmp(a, "--passes")) {
+            snprintf(passes_set, sizeof passes_set, "train.graph_passes=%s", argv[++i]);
+            c.sets[c.n_sets++] = passes_set;
+        } else if (!strcmp(a, "--no-plan")) {
+            c.sets[c.n_sets++] = "train.plan_memory=false";
+        } else if (!strcmp(a, "--eval")) {
+            eval = 1;
+        } else {
+            rest[n_rest++] = argv[i];
+        }
+    }
+    if (!rc) {
+        rc = parse_flags(n_rest, rest, &c, graph_usage);
+    }
+    free(rest);
+    if (rc) {
+        return rc < 0 ? 0 : rc;
+    }
+    ct_job job;
+    ct_err err = {0};
+    ct_trainer *t = NULL;
+    ct_graph *g = NULL;
+    if (ct_job_load(c.job_path, c.sets, c.n_sets, &job, &err) != CT_OK ||
+        ct_trainer_create(&job, &t, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        ct_trainer_destroy(t);
+        return EXIT_BAD_INPUT;
+    }
+    if (ct_trainer_step_graph(t, batch ? batch : job.batch_size, !eval, &g, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        ct_trainer_destroy(t);
+        return EXIT_RUNTIME;
+    }
+    const ct_graph_stats *st = ct_graph_get_stats(g);
+    char names[128];
+    printf("# %s graph of %s, batch %lld; passes: %s\n", eval ? "inference" : "training-step",
+           job.path, batch ? batch : (long long)job.batch_size,
+           ct_graph_passes_str(job.graph_passes, names, sizeof names));
+    ct_graph_print(g, stdout);
+    printf("# nodes: %d traced, %d after passes (folded %d, merged %d, simplified %d, removed "
+           "%d)\n",
+           st->nodes_in, st->nodes_out, st->folded, st->merged, st->simplified, st->removed);
+    printf("# fusion: %d fused groups replacing %d ops\n", st->fused_groups, st->fused_ops);
+    printf("# memory: intermediates %lld bytes unplanned, %lld bytes planned (%s; %.2fx less), "
+           "%d in place\n",
+           (long long)st->bytes_unplanned, (long long)st->bytes_planned,
+           job.plan_memory ? "liveness plan" : "planning off",
+           st->bytes_planned ? (double)st->bytes_unplanned / (double)st->bytes_planned : 1.0,
+           st->in_place);
+    printf("# executor: %d threads, %d nodes split across them\n", st->threads, st->split_nodes);
+    if (dot) {
+        FILE *f = fopen(dot, "w");
+        if (!f) {
+            fprintf(stderr, "ctrain: cannot write %s (check the directory exists)\n", dot);
+            ct_trainer_destroy(t);
+            return EXIT_BAD_INPUT;
+        }
+        ct_graph_write_dot(g, f);
+        fclose(f);
+        printf("# wrote %s\n", dot);
+    }
+    ct_trainer_destroy(t);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -286,6 +400,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "summary")) {
         return cmd_summary(argc - 2, argv + 2);
     }
-    fprintf(stderr, "ctrain: unknown command '%s' (commands: train, summary, version)\n", cmd);
+    if (!strcmp(cmd, "graph")) {
+        return cmd_graph(argc - 2, argv + 2);
+    }
+    fprintf(stderr, "ctrain: unknown command '%s' (commands: train, summary, graph, version)\n",
+            cmd);
     return EXIT_BAD_INPUT;
 }

@@ -38,29 +38,50 @@ void ct__cpu_fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     const float *src[CT__FUSED_MAX + CT_MAX_INPUTS];
     float *out = CT__F32(&n->out);
     const int last = p->n_in + p->n_instr - 1;
+    /* Blocks are a whole number of bias rows when the rows are short, so a broadcast row is
+     * tiled into its register once and never copied again. */
+    int64_t blk = BLOCK, row = 0;
     for (int k = 0; k < p->n_in; k++) {
+        if (p->period[k] > 1 && p->period[k] <= BLOCK && (row == 0 || row == p->period[k])) {
+            row = p->period[k];
+        }
+    }
+    if (row > 0) {
+        blk = BLOCK / row * row;
+    }
+    for (int k = 0; k < p->n_in; k++) {
+        const float *x = CT__F32(&in[k]->out);
         if (p->period[k] == 1) {
-            float v = CT__F32(&in[k]->out)[0];
             for (int j = 0; j < BLOCK; j++) {
-                regs[k][j] = v;
+                regs[k][j] = x[0];
+            }
+        } else if (p->period[k] > 1 && p->period[k] == row) {
+            for (int64_t j = 0; j < blk; j += row) {
+                memcpy(&regs[k][j], x, (size_t)row * sizeof *x);
             }
         }
     }
     double sum = 0.0;
-    for (int64_t i0 = 0; i0 < total; i0 += BLOCK) {
-        const int64_t len = total - i0 < BLOCK ? total - i0 : BLOCK;
+    for (int64_t i0 = 0; i0 < total; i0 += blk) {
+        const int64_t len = total - i0 < blk ? total - i0 : blk;
         for (int k = 0; k < p->n_in; k++) {
             const float *x = CT__F32(&in[k]->out);
             const int64_t period = p->period[k];
             if (period == 0) {
                 src[k] = x + i0;
-            } else if (period == 1) {
-                src[k] = regs[k];
+            } else if (period == 1 || period == row) {
+                src[k] = regs[k]; /* tiled above; blocks start on row boundaries */
             } else {
                 int64_t c = i0 % period;
-                for (int64_t j = 0; j < len; j++) {
-                    regs[k][j] = x[c];
-                    c = c + 1 == period ? 0 : c + 1;
+                if (c + len <= period) {
+                    src[k] = x + c;
+                    continue;
+                }
+                for (int64_t j = 0; j < len;) {
+                    int64_t seg = period - c < len - j ? period - c : len - j;
+                    memcpy(&regs[k][j], x + c, (size_t)seg * sizeof *x);
+                    j += seg;
+                    c = 0;
                 }
                 src[k] = regs[k];
             }

@@ -4,6 +4,7 @@
 
 #include "ctrain/backend.h"
 #include "ctrain/data.h"
+#include "ctrain/function.h"
 #include "ctrain/graph.h"
 #include "ctrain/job.h"
 #include "ctrain/nn.h"

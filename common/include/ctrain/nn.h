@@ -29,13 +29,17 @@ typedef struct ct_params {
     int64_t trainable_total; /* floats in [0, trainable_total) hold trainable parameters */
     float *data;             /* [total] */
     float *grad;             /* [total] (only the trainable range is used) */
+    /* Set while a ct_function traces (its name): declaring then fails and records the name. */
+    const char *tracing;
+    char created_while_tracing[64];
 } ct_params;
 
 /* Empty parameter set; ct_params_finish frees it (accepts zeroed or half-built sets). */
 void ct_params_init(ct_params *p);
 void ct_params_finish(ct_params *p);
 
-/* Declares a parameter (before ct_params_allocate); returns its index or -1 (CT_ENOMEM). */
+/* Declares a parameter (before ct_params_allocate); returns its index, or -1 (CT_ENOMEM, or
+ * while a function traces: variables are created eagerly, and the name is recorded). */
 int ct_params_declare(ct_params *p, const char *name, const ct_shape *shape, int trainable,
                       ct_init init, int64_t fan_in, int64_t fan_out);
 

@@ -10,11 +10,12 @@
 #include "ctrain/train.h"
 
 #define CACHE_SLOTS 4
+#define PREDICT 2
 
 typedef struct step_graph {
     ct_graph *g;
     int64_t batch;
-    int training;
+    int training; /* 1: training step; 0: evaluation (loss, accuracy); PREDICT: logits only */
     int x, y, loss, accuracy, logits, update; /* update: APPLY_OPTIMIZER (graph mode) or -1 */
     uint64_t last_used;
 } step_graph;
@@ -32,6 +33,8 @@ struct ct_trainer {
     int64_t classes;
     int32_t *ids; /* inputs converted to ids for models that start with an embedding */
     int64_t ids_cap;
+    int32_t *zeros; /* labels bound (unread) when predicting */
+    int64_t zeros_cap;
 };
 
 static double now_s(void) {
@@ -90,6 +93,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_backend_destroy(t->be);
     free(t->vars);
     free(t->ids);
+    free(t->zeros);
     free(t);
 }
 
@@ -167,10 +171,10 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
         ct_graph_bind(g, sg->x, (void *)x_data);
         ct_graph_bind(g, sg->y, (void *)y_data);
     }
-    sg->logits = ct_model_forward(t->model, g, sg->x, sg->training, t->vars);
+    sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
     sg->loss = ct_softmax_xent(g, sg->logits, sg->y);
     sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, sg->logits), sg->y), 0, 0);
-    if (sg->training && sg->loss >= 0) {
+    if (sg->training == 1 && sg->loss >= 0) {
         int *sources = malloc((size_t)p->n * sizeof *sources);
         int *grads = malloc((size_t)p->n * sizeof *grads);
         if (!sources || !grads) {
@@ -207,9 +211,11 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
     ct_graph_options o = ct_graph_default_options();
     o.passes = t->job.graph_passes;
     o.plan_memory = t->job.plan_memory;
+    /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
     int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
+    int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;
     ct_graph *compiled = NULL;
-    ct_status st = ct_graph_compile(g, &o, sg->update >= 0 ? 6 : 5, keep, &compiled, err);
+    ct_status st = ct_graph_compile(g, &o, n_keep, keep, &compiled, err);
     if (st != CT_OK) {
         return ct_err_prefix(err, "%s: compiling the %s graph", t->job.path,
                              sg->training ? "training" : "evaluation");
@@ -219,8 +225,8 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
     sg->x = keep[0];
     sg->y = keep[1];
     sg->logits = keep[2];
-    sg->loss = keep[3];
-    sg->accuracy = keep[4];
+    sg->loss = n_keep > 3 ? keep[3] : -1;
+    sg->accuracy = n_keep > 3 ? keep[4] : -1;
     sg->update = sg->update >= 0 ? keep[5] : -1;
     return CT_OK;
 }
@@ -257,6 +263,16 @@ static ct_status get_graph(ct_trainer *t, int64_t batch, int training, step_grap
     victim->last_used = ++t->uses;
     *ret = victim;
     return CT_OK;
+}
+
+ct_status ct_trainer_step_graph(ct_trainer *t, int64_t batch, int training, ct_graph **ret,
+                                ct_err *err) {
+    step_graph *sg;
+    ct_status st = get_graph(t, batch, training, &sg, err);
+    if (st == CT_OK) {
+        *ret = sg->g;
+    }
+    return st;
 }
 
 static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
@@ -382,11 +398,17 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
     if (!xd) {
         return CT_ENOMEM;
     }
-    int32_t *zeros = calloc((size_t)(batch ? batch : 1), sizeof *zeros);
-    if (!zeros) {
-        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    if (batch > t->zeros_cap) { /* labels for the placeholder the graph no longer reads */
+        int32_t *z = realloc(t->zeros, (size_t)batch * sizeof *z);
+        if (!z) {
+            return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+        }
+        memset(z, 0, (size_t)batch * sizeof *z);
+        t->zeros = z;
+        t->zeros_cap = batch;
     }
-    ct_status st = get_graph(t, batch, 0, &sg, err);
+    int32_t *zeros = t->zeros;
+    ct_status st = get_graph(t, batch, PREDICT, &sg, err);
     if (st == CT_OK) {
         ct_graph_bind(sg->g, sg->x, (void *)xd);
         ct_graph_bind(sg->g, sg->y, zeros);
@@ -396,7 +418,6 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
         memcpy(out, ct_graph_node(sg->g, sg->logits)->out.data,
                (size_t)(batch * t->classes) * sizeof *out);
     }
-    free(zeros);
     return st;
 }
 

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctrain/optim.h"
 #include "graph/op_impl.h"
@@ -28,6 +29,19 @@
 #endif
 
 #define MAX_PARTS 16
+#define SPIN_SECONDS 300e-6
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#ifdef CT__HAVE_MXCSR
+    _mm_pause();
+#endif
+}
 #define ALIGN 64
 
 typedef struct part_view {
@@ -41,7 +55,8 @@ struct ct_exec {
     int *n_pred, *succ_off, *succ;
     int *parts;         /* per node: 1, or the number of parts it is split into */
     int64_t *part_unit; /* per node: rows or elements per part boundary alignment */
-    int64_t *work;      /* per node: rows (matmul) or elements to split */
+    int64_t *work;      /* per node: rows or columns (matmul) or elements to split */
+    char *by_cols;      /* per node: a matmul split by output columns instead of rows */
     int n_run;          /* nodes that run (not leaves) */
     float opt_partial[MAX_PARTS];
     /* run state */
@@ -199,8 +214,11 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         as_matrix(&ct_graph_node(g, n->in[1])->out.shape, &br, &bc);
         int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
         int64_t m = ta ? ac : ar, k = ta ? ar : ac, cols = tb ? br : bc;
-        e->work[i] = m;
-        e->part_unit[i] = m >= 64 ? 16 : 4;
+        /* Few rows: split the columns (each part multiplies by a slice of B; oneDNN packs B
+         * per call, so row parts would each pack all of it). Otherwise the rows. */
+        e->by_cols[i] = m < 256 && m < 4 * cols && cols >= 32;
+        e->work[i] = e->by_cols[i] ? cols : m;
+        e->part_unit[i] = e->by_cols[i] ? 16 : (m >= 64 ? 16 : 4);
         cost = m * k * cols / 64;
     } else if (n->op == CT_OP_APPLY_OPTIMIZER) {
         if (!ct_graph_ctx(g)->params || !ct_graph_ctx(g)->optimizer ||
@@ -278,6 +296,13 @@ static void run_part(ct_exec *e, int i, int part) {
         as_matrix(&ins[1]->out.shape, &br, &bc);
         int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
         int64_t k = ta ? ar : ac, cols = tb ? br : bc;
+        if (e->by_cols[i]) {
+            int64_t m = ta ? ac : ar;
+            const float *b = CT__F32(&ins[1]->out) + (tb ? v.begin * bc : v.begin);
+            ct__sgemm(ta, tb, m, v.end - v.begin, k, 1.0f, CT__F32(&ins[0]->out), ac, b, bc,
+                      ct__beta(n), CT__F32(&n->out) + v.begin, cols);
+            return;
+        }
         const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin : v.begin * ac);
         ct__sgemm(ta, tb, v.end - v.begin, cols, k, 1.0f, a, ac, CT__F32(&ins[1]->out), bc,
                   ct__beta(n), CT__F32(&n->out) + v.begin * cols, cols);
@@ -394,6 +419,14 @@ static void *worker_main(void *arg) {
     ct__gemm_set_threads(1);
     int seen = 0;
     for (;;) {
+        /* Steps follow each other within microseconds: spin a while before sleeping, so the
+         * next run does not pay a futex wake-up (tens of microseconds) per worker. */
+        double until = now_s() + SPIN_SECONDS;
+        while (atomic_load(&e->generation) == seen && !atomic_load(&e->stop) && now_s() < until) {
+            for (int k = 0; k < 64; k++) {
+                cpu_relax();
+            }
+        }
         pthread_mutex_lock(&e->lock);
         while (!atomic_load(&e->stop) && atomic_load(&e->generation) == seen) {
             pthread_cond_wait(&e->wake, &e->lock);
@@ -476,6 +509,7 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->parts);
     free(e->part_unit);
     free(e->work);
+    free(e->by_cols);
     free(e->pending);
     free(e->parts_left);
     free(e->queue);
@@ -527,7 +561,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     e->parts = malloc(nn * sizeof *e->parts);
     e->part_unit = malloc(nn * sizeof *e->part_unit);
     e->work = malloc(nn * sizeof *e->work);
-    if (!last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live || !e->parts ||
+    e->by_cols = calloc(nn, 1);
+    if (!e->by_cols || !last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live || !e->parts ||
         !e->part_unit || !e->work) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;

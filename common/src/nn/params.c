@@ -24,6 +24,12 @@ void ct_params_finish(ct_params *p) {
 
 int ct_params_declare(ct_params *p, const char *name, const ct_shape *shape, int trainable,
                       ct_init init, int64_t fan_in, int64_t fan_out) {
+    if (p->tracing) {
+        if (!p->created_while_tracing[0]) {
+            snprintf(p->created_while_tracing, sizeof p->created_while_tracing, "%s", name);
+        }
+        return -1;
+    }
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 16;
         ct_param *items = realloc(p->items, (size_t)cap * sizeof *items);
