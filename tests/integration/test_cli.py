@@ -27,13 +27,37 @@ def done_line(out):
 
 
 def test_help():
-    for args in (["--help"], ["train", "--help"], ["summary", "--help"]):
+    for args in (["--help"], ["train", "--help"], ["summary", "--help"], ["graph", "--help"]):
         r = ctrain(*args)
         assert r.returncode == 0
         assert "usage: ctrain" in r.stdout
     r = ctrain("train", "--help")
     for flag in ("--set", "--eager", "--threads", "--quiet", "done: epochs="):
         assert flag in r.stdout
+
+
+def test_graph_command(tmp_path):
+    """`ctrain graph` prints the optimized step graph, its fused groups and the memory plan, and
+    writes Graphviz dot; switching passes off changes what it prints."""
+    dot = tmp_path / "step.dot"
+    r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--batch", "60", "--dot", str(dot))
+    assert r.returncode == 0, r.stderr
+    assert "fused{add,relu}" in r.stdout and "apply_optimizer" in r.stdout
+    m = re.search(r"memory: intermediates (\d+) bytes unplanned, (\d+) bytes planned", r.stdout)
+    assert m and int(m.group(2)) < int(m.group(1)), r.stdout
+    text = dot.read_text()
+    assert text.startswith("digraph ctrain {") and "fused{add,relu}" in text and "->" in text
+    r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--passes", "none", "--no-plan")
+    assert r.returncode == 0, r.stderr
+    assert "fused" not in r.stdout.split("# nodes")[0]
+    m = re.search(r"memory: intermediates (\d+) bytes unplanned, (\d+) bytes planned", r.stdout)
+    assert m and m.group(1) == m.group(2)
+    r = ctrain("graph", "--eval", "examples/fashion_mnist_cnn.yaml")
+    assert r.returncode == 0 and "conv2d" in r.stdout and "apply_optimizer" not in r.stdout
+    r = ctrain("graph", "--passes", "cse,fold")
+    assert r.returncode == 2 and "unknown pass 'fold'" in r.stderr and "train.graph_passes" in r.stderr
+    r = ctrain("graph", "--dot", "/nonexistent/dir/x.dot")
+    assert r.returncode == 2 and "/nonexistent/dir/x.dot" in r.stderr
 
 
 def test_unknown_flag_and_command():

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ctrain/graph.h"
 #include "ctrain/job.h"
 
 #ifndef CT_SOURCE_ROOT
@@ -203,10 +204,12 @@ Test(job, defaults) {
     cr_expect_eq(job.batch_size, 32);
     cr_expect_eq(job.eval_batch_size, 1000);
     cr_expect_eq(job.shuffle, 1);
-    cr_expect_eq(job.threads, 1);
+    cr_expect_eq(job.threads, 0, "all cores");
     cr_expect_eq(job.prefetch, 2);
     cr_expect_eq(job.max_steps, 0);
     cr_expect_eq(job.eager, 0);
+    cr_expect_eq(job.graph_passes, CT_PASS_ALL);
+    cr_expect_eq(job.plan_memory, 1);
     cr_expect_str_eq(job.strategy, "local");
 
     /* a minimal file gets the same defaults, layer defaults and a run_dir from its stem */

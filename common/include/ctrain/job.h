@@ -115,7 +115,7 @@ typedef struct ct_job {
     int batch_size;             /* train.batch_size: default 32 */
     int eval_batch_size;        /* train.eval_batch_size: default 1000 */
     int shuffle;                /* train.shuffle: default true */
-    int threads;                /* train.threads: default 1; 0 = all cores */
+    int threads;                /* train.threads: default 0 = all cores */
     int prefetch;               /* train.prefetch: batches prepared ahead; default 2 */
     int64_t max_steps;          /* train.max_steps: stop early after this many steps; 0 = off */
     int eager;                  /* train.eager: run op by op (debugging); default false */

@@ -900,7 +900,7 @@ void ct_job_defaults(ct_job *job) {
     job->batch_size = 32;
     job->eval_batch_size = 1000;
     job->shuffle = 1;
-    job->threads = 1; /* measured fastest for the seed models on 2 cores: see README */
+    job->threads = 0; /* all cores: the graph executor's parallel schedule (see README) */
     job->prefetch = 2;
     job->graph_passes = CT_PASS_ALL;
     job->plan_memory = 1;
