@@ -52,6 +52,28 @@ static void sum_into(const float *x, const ct_shape *xs, float *out, const ct_sh
     for (int j = 0; suffix && j < small->rank - k; j++) {
         suffix = small->dims[k + j] == xs->dims[xs->rank - (small->rank - k) + j];
     }
+    if (row == 1) {
+        /* a full sum: 16 float lanes per block of 256, blocks added in double (the same
+         * order as a FUSED node's trailing sum, and accurate at 16M elements) */
+        double sum = 0.0;
+        for (int64_t b = 0; b < total; b += 256) {
+            int64_t len = total - b < 256 ? total - b : 256, j = 0;
+            float acc[16] = {0};
+            for (; j + 16 <= len; j += 16) {
+                for (int l = 0; l < 16; l++) {
+                    acc[l] += x[b + j + l];
+                }
+            }
+            for (; j < len; j++) {
+                acc[0] += x[b + j];
+            }
+            for (int l = 0; l < 16; l++) {
+                sum += acc[l];
+            }
+        }
+        out[0] += (float)sum;
+        return;
+    }
     if (suffix && row > 0) {
         for (int64_t r = 0; r < total; r += row) {
             const float *restrict xr = x + r;

@@ -1,0 +1,432 @@
+/* Benchmark: graph mode vs eager mode (issue "Graph mode"). Prints one JSON object per line for
+ * scripts/bench/graph_mode.py.
+ *   bench_graph_mode seed JOB [CALLS [THREADS [ROUNDS]]]  forward, eager graph per call vs compiled
+ *   bench_graph_mode step JOB [BATCH [THREADS [ITERS]]]   train step, eager vs graph mode
+ *   bench_graph_mode fusion N [ITERS]                     sum(x + y * z), fused vs unfused
+ *   bench_graph_mode memory JOB [BATCH [THREADS]]         step arena with and without planning
+ * Each timing is the fastest of several rounds (the estimate least disturbed by other load).
+ * ct_backend_cpu_create sets the process-wide GEMM thread count, so every configuration gets its
+ * own trainer (or backend), created right before it is timed and destroyed after; a multi-thread
+ * executor's spinning workers are gone before the next configuration runs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrain/ctrain.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Seconds for `iters` calls of fn(user): the fastest of `reps` rounds, after a warm-up. */
+static double best_total(void (*fn)(void *), void *user, int iters, int reps) {
+    for (int w = 0; w < iters / 10 + 1; w++) {
+        fn(user);
+    }
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double start = now_s();
+        for (int i = 0; i < iters; i++) {
+            fn(user);
+        }
+        double t = now_s() - start;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+static void die(const char *what, const ct_err *err) {
+    fprintf(stderr, "bench_graph_mode: %s: %s\n", what, err ? err->msg : "failed");
+    exit(1);
+}
+
+static float *filled(int64_t n, float scale, int64_t salt) {
+    float *p = aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+    if (!p) {
+        die("out of memory", NULL);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        p[i] = scale * (float)(((i + salt) * 7919) % 1000) / 1000.0f;
+    }
+    return p;
+}
+
+/* Loads JOB with train.threads=threads and the extra --set values. */
+static ct_trainer *load(const char *job, int threads, const char *extra1, const char *extra2) {
+    char th[64];
+    snprintf(th, sizeof th, "train.threads=%d", threads);
+    const char *sets[3] = {th, extra1, extra2};
+    int n = 1 + (extra1 != NULL) + (extra1 && extra2 != NULL);
+    ct_trainer *t;
+    ct_err err;
+    if (ct_trainer_load(job, sets, n, &t, &err) != CT_OK) {
+        die(job, &err);
+    }
+    return t;
+}
+
+/* Per-example input shape of JOB (dims[0..rank)); returns the element count. */
+static int64_t example_size(const char *job_path, int64_t *dims, int *rank) {
+    ct_job job;
+    ct_err err;
+    if (ct_job_load(job_path, NULL, 0, &job, &err) != CT_OK) {
+        die(job_path, &err);
+    }
+    int64_t n = 1;
+    *rank = job.input_rank;
+    for (int k = 0; k < job.input_rank; k++) {
+        dims[k] = job.input_shape[k];
+        n *= dims[k];
+    }
+    return n;
+}
+
+/* ---- seed: forward of the model, eager graph per call vs the compiled inference graph ---- */
+
+typedef struct fwd_ctx {
+    ct_trainer *t;
+    ct_model *model;
+    const ct_backend *be;
+    int *vars;
+    ct_shape xs;
+    float *x, *out;
+    int64_t batch, outputs;
+} fwd_ctx;
+
+static void eager_forward(void *user) {
+    fwd_ctx *c = user;
+    ct_graph *g;
+    ct_err err;
+    if (ct_graph_create(c->be, 1, &g, &err) != CT_OK) {
+        die("eager graph", &err);
+    }
+    int x = ct_placeholder(g, CT_F32, &c->xs, "input");
+    if (x >= 0) {
+        ct_graph_bind(g, x, c->x);
+    }
+    int logits = ct_model_forward(c->model, g, x, 0, c->vars);
+    if (ct_graph_status(g, &err) != CT_OK) {
+        die("eager forward", &err);
+    }
+    memcpy(c->out, ct_graph_node(g, logits)->out.data,
+           (size_t)(c->batch * c->outputs) * sizeof(float));
+    ct_graph_destroy(g);
+}
+
+static void graph_forward(void *user) {
+    fwd_ctx *c = user;
+    ct_err err;
+    if (ct_trainer_predict(c->t, c->x, c->batch, c->out, &err) != CT_OK) {
+        die("predict", &err);
+    }
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+static int cmd_seed(const char *job, int calls, int threads, int rounds) {
+    const int64_t batch = 60;
+    int64_t dims[CT_MAX_DIMS];
+    int rank;
+    int64_t example = example_size(job, dims, &rank);
+    fwd_ctx c = {.batch = batch, .xs = {.rank = rank + 1, .dims = {batch}}};
+    for (int k = 0; k < rank; k++) {
+        c.xs.dims[k + 1] = dims[k];
+    }
+    c.x = filled(batch * example, 1.0f, 0);
+
+    /* eager, 1 thread: a trainer only for the model (weights from the job seed) */
+    ct_trainer *t1 = load(job, 1, NULL, NULL);
+    c.model = ct_trainer_model(t1);
+    c.outputs = ct_model_output_size(c.model);
+    c.vars = malloc((size_t)ct_model_params(c.model)->n * sizeof *c.vars);
+    float *eager_out = malloc((size_t)(batch * c.outputs) * sizeof(float));
+    float *graph_out = malloc((size_t)(batch * c.outputs) * sizeof(float));
+    c.out = eager_out;
+    ct_backend *be;
+    ct_err err;
+    if (ct_backend_cpu_create(1, &be, &err) != CT_OK) {
+        die("backend", &err);
+    }
+    c.be = be;
+    double eager_s = best_total(eager_forward, &c, calls, rounds);
+    ct_backend_destroy(be);
+
+    /* graph, 1 thread: the trainer's compiled inference graph */
+    c.t = t1;
+    c.out = graph_out;
+    double graph1_s = best_total(graph_forward, &c, calls, rounds);
+    double diff1 = max_abs_diff(eager_out, graph_out, batch * c.outputs);
+    ct_graph *pg;
+    if (ct_trainer_step_graph(t1, batch, 2, &pg, &err) != CT_OK) { /* 2: the predict graph */
+        die("predict graph", &err);
+    }
+    const ct_graph_stats *ps = ct_graph_get_stats(pg);
+    int nodes_in = ps->nodes_in, nodes_out = ps->nodes_out, fused = ps->fused_groups;
+    ct_trainer_destroy(t1);
+
+    /* graph, THREADS threads (same seed: same weights) */
+    ct_trainer *tn = load(job, threads, NULL, NULL);
+    c.t = tn;
+    double graphn_s = best_total(graph_forward, &c, calls, rounds);
+    double diffn = max_abs_diff(eager_out, graph_out, batch * c.outputs);
+    ct_trainer_destroy(tn);
+
+    printf("{\"bench\": \"seed\", \"job\": \"%s\", \"batch\": %lld, \"calls\": %d, "
+           "\"rounds\": %d, \"threads\": %d, \"eager_1t_s\": %.6f, \"graph_s\": %.6f, "
+           "\"graph_1t_s\": %.6f, \"ratio\": %.4f, \"ratio_1t\": %.4f, "
+           "\"max_abs_diff_1t\": %.3g, \"max_abs_diff\": %.3g, \"predict_nodes_in\": %d, "
+           "\"predict_nodes_out\": %d, \"predict_fused_groups\": %d}\n",
+           job, (long long)batch, calls, rounds, threads, eager_s, graphn_s, graph1_s,
+           eager_s / graphn_s, eager_s / graph1_s, diff1, diffn, nodes_in, nodes_out, fused);
+    free(c.x);
+    free(c.vars);
+    free(eager_out);
+    free(graph_out);
+    return 0;
+}
+
+/* ---- step: one training step, eager mode vs graph mode ---- */
+
+typedef struct step_ctx {
+    ct_trainer *t;
+    float *x;
+    int32_t *y;
+    int64_t batch;
+    float loss;
+} step_ctx;
+
+static void train_step(void *user) {
+    step_ctx *c = user;
+    float acc;
+    ct_err err;
+    if (ct_trainer_step(c->t, c->x, c->y, c->batch, &c->loss, &acc, &err) != CT_OK) {
+        die("step", &err);
+    }
+}
+
+static double time_step(step_ctx *c, const char *job, int threads, const char *extra, int iters,
+                        int reps, float *first_loss) {
+    c->t = load(job, threads, extra, NULL);
+    train_step(c); /* first step from the seed weights: its loss is comparable across modes */
+    *first_loss = c->loss;
+    double s = best_total(train_step, c, iters, reps) / iters;
+    ct_trainer_destroy(c->t);
+    c->t = NULL;
+    return s;
+}
+
+static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
+    int64_t dims[CT_MAX_DIMS];
+    int rank;
+    int64_t example = example_size(job, dims, &rank);
+    step_ctx c = {.batch = batch, .x = filled(batch * example, 1.0f, 0),
+                  .y = malloc((size_t)batch * sizeof(int32_t))};
+    for (int64_t i = 0; i < batch; i++) {
+        c.y[i] = (int32_t)(i % 10);
+    }
+    float l_eager, l_g1, l_gn;
+    double eager_s = time_step(&c, job, 1, "train.eager=true", iters, 7, &l_eager);
+    double g1_s = time_step(&c, job, 1, NULL, iters, 7, &l_g1);
+    double gn_s = time_step(&c, job, threads, NULL, iters, 7, &l_gn);
+    printf("{\"bench\": \"step\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, \"rounds\": 7, "
+           "\"threads\": %d, \"eager_1t_s\": %.9f, \"graph_1t_s\": %.9f, \"graph_s\": %.9f, "
+           "\"ratio\": %.4f, \"ratio_1t\": %.4f, \"first_loss_eager\": %.6f, "
+           "\"first_loss_graph_1t\": %.6f, \"first_loss_graph\": %.6f}\n",
+           job, (long long)batch, iters, threads, eager_s, g1_s, gn_s, eager_s / gn_s,
+           eager_s / g1_s, (double)l_eager, (double)l_g1, (double)l_gn);
+    free(c.x);
+    free(c.y);
+    return 0;
+}
+
+/* ---- fusion: sum(x + y * z) over N floats, fused vs unfused, 1 thread ---- */
+
+typedef struct fuse_ctx {
+    ct_graph *g;
+    int first, last;
+} fuse_ctx;
+
+static void run_graph(void *user) {
+    fuse_ctx *c = user;
+    ct_err err;
+    if (ct_graph_run(c->g, c->first, c->last, &err) != CT_OK) {
+        die("run", &err);
+    }
+}
+
+static int cmd_fusion(int64_t n, int iters) {
+    ct_backend *be;
+    ct_graph *g;
+    ct_err err;
+    if (ct_backend_cpu_create(1, &be, &err) != CT_OK || ct_graph_create(be, 0, &g, &err) != CT_OK) {
+        die("graph", &err);
+    }
+    ct_shape s = {.rank = 1, .dims = {n}};
+    float *xd = filled(n, 1.0f, 0), *yd = filled(n, 1.0f, 333), *zd = filled(n, 1.0f, 667);
+    int x = ct_placeholder(g, CT_F32, &s, "x");
+    int y = ct_placeholder(g, CT_F32, &s, "y");
+    int z = ct_placeholder(g, CT_F32, &s, "z");
+    int r = ct_sum(g, ct_add(g, x, ct_mul(g, y, z)), 0, 0);
+    if (ct_graph_status(g, &err) != CT_OK) {
+        die("build", &err);
+    }
+    double secs[2], result[2];
+    const char *names[2] = {"fused", "unfused"};
+    ct_graph_stats st[2];
+    char per_node[2][512];
+    for (int v = 0; v < 2; v++) {
+        ct_graph_options o = ct_graph_default_options();
+        o.passes = v == 0 ? CT_PASS_ALL : 0;
+        o.plan_memory = 1;
+        o.threads = 1;
+        int keep[4] = {x, y, z, r};
+        ct_graph *cg;
+        if (ct_graph_compile(g, &o, 4, keep, &cg, &err) != CT_OK) {
+            die(names[v], &err);
+        }
+        ct_graph_bind(cg, keep[0], xd);
+        ct_graph_bind(cg, keep[1], yd);
+        ct_graph_bind(cg, keep[2], zd);
+        fuse_ctx c = {.g = cg, .first = 0, .last = ct_graph_size(cg)};
+        secs[v] = best_total(run_graph, &c, iters, 7) / iters;
+        float out;
+        if (ct_graph_read(cg, keep[3], &out, sizeof out, &err) != CT_OK) {
+            die("read", &err);
+        }
+        result[v] = out;
+        /* where the time goes: each computing node alone, in order (results no longer read) */
+        int len = snprintf(per_node[v], sizeof per_node[v], "{");
+        for (int i = 0; i < ct_graph_size(cg); i++) {
+            ct_node *node = ct_graph_node(cg, i);
+            if (node->op <= CT_OP_CONST || len >= (int)sizeof per_node[v] - 64) {
+                continue;
+            }
+            fuse_ctx one = {.g = cg, .first = i, .last = i + 1};
+            double t = best_total(run_graph, &one, iters, 3) / iters;
+            len += snprintf(per_node[v] + len, sizeof per_node[v] - (size_t)len,
+                            "%s\"%d_%s\": %.9f", len > 1 ? ", " : "", i, ct_op_name(node->op),
+                            t);
+        }
+        snprintf(per_node[v] + len, sizeof per_node[v] - (size_t)len, "}");
+        st[v] = *ct_graph_get_stats(cg);
+        ct_graph_destroy(cg);
+    }
+    /* the same sum in double precision, as a reference */
+    double ref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        ref += (double)xd[i] + (double)yd[i] * (double)zd[i];
+    }
+    double rel = fabs(result[0] - result[1]) / fmax(fabs(result[1]), 1e-30);
+    double fused_bytes = 3.0 * (double)n * 4.0, unfused_bytes = 7.0 * (double)n * 4.0;
+    printf("{\"bench\": \"fusion\", \"n\": %lld, \"iters\": %d, \"rounds\": 7, \"threads\": 1, "
+           "\"fused_s\": %.9f, \"unfused_s\": %.9f, \"ratio\": %.4f, \"fused_bytes\": %.0f, "
+           "\"unfused_bytes\": %.0f, \"fused_gbps\": %.3f, \"unfused_gbps\": %.3f, "
+           "\"fused_result\": %.9g, \"unfused_result\": %.9g, \"reference\": %.9g, "
+           "\"rel_diff\": %.3g, \"agree\": %s, \"fused_groups\": %d, \"fused_ops\": %d, "
+           "\"nodes_fused\": %d, \"nodes_unfused\": %d, \"arena_fused\": %lld, "
+           "\"arena_unfused\": %lld, \"fused_node_s\": %s, \"unfused_node_s\": %s}\n",
+           (long long)n, iters, secs[0], secs[1], secs[1] / secs[0], fused_bytes, unfused_bytes,
+           fused_bytes / secs[0] / 1e9, unfused_bytes / secs[1] / 1e9, result[0], result[1], ref,
+           rel, rel < 1e-4 ? "true" : "false", st[0].fused_groups, st[0].fused_ops,
+           st[0].nodes_out, st[1].nodes_out, (long long)st[0].bytes_planned,
+           (long long)st[1].bytes_planned, per_node[0], per_node[1]);
+    ct_graph_destroy(g);
+    ct_backend_destroy(be);
+    free(xd);
+    free(yd);
+    free(zd);
+    return rel < 1e-4 ? 0 : 1;
+}
+
+/* ---- memory: the training step's arena with and without liveness planning ---- */
+
+static int cmd_memory(const char *job, int64_t batch, int threads) {
+    int64_t dims[CT_MAX_DIMS];
+    int rank;
+    int64_t example = example_size(job, dims, &rank);
+    step_ctx c = {.batch = batch, .x = filled(batch * example, 1.0f, 0),
+                  .y = malloc((size_t)batch * sizeof(int32_t))};
+    for (int64_t i = 0; i < batch; i++) {
+        c.y[i] = (int32_t)(i % 10);
+    }
+    const char *sets[2] = {"train.plan_memory=false", "train.plan_memory=true"};
+    ct_graph_stats st[2];
+    double secs[2];
+    float first_loss[2];
+    int64_t param_bytes = 0;
+    for (int v = 0; v < 2; v++) {
+        c.t = load(job, threads, sets[v], NULL);
+        ct_graph *g;
+        ct_err err;
+        if (ct_trainer_step_graph(c.t, batch, 1, &g, &err) != CT_OK) {
+            die("step graph", &err);
+        }
+        st[v] = *ct_graph_get_stats(g);
+        param_bytes = ct_trainer_params(c.t)->total * 4 * 2;
+        train_step(&c);
+        first_loss[v] = c.loss;
+        secs[v] = best_total(train_step, &c, 3, 3) / 3;
+        ct_trainer_destroy(c.t);
+    }
+    printf("{\"bench\": \"memory\", \"job\": \"%s\", \"batch\": %lld, \"threads\": %d, "
+           "\"bytes_without_planning\": %lld, \"bytes_with_planning\": %lld, \"ratio\": %.4f, "
+           "\"bytes_unplanned_stat\": %lld, \"in_place\": %d, \"param_and_grad_bytes\": %lld, "
+           "\"step_unplanned_s\": %.6f, \"step_planned_s\": %.6f, \"time_ratio\": %.4f, "
+           "\"first_loss_unplanned\": %.6f, \"first_loss_planned\": %.6f}\n",
+           job, (long long)batch, threads, (long long)st[0].bytes_planned,
+           (long long)st[1].bytes_planned,
+           (double)st[0].bytes_planned / (double)st[1].bytes_planned,
+           (long long)st[1].bytes_unplanned, st[1].in_place, (long long)param_bytes, secs[0],
+           secs[1], secs[1] / secs[0], (double)first_loss[0], (double)first_loss[1]);
+    free(c.x);
+    free(c.y);
+    return 0;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_graph_mode seed JOB [CALLS [THREADS [ROUNDS]]]\n"
+                    "       bench_graph_mode step JOB [BATCH [THREADS [ITERS]]]\n"
+                    "       bench_graph_mode fusion N [ITERS]\n"
+                    "       bench_graph_mode memory JOB [BATCH [THREADS]]\n");
+    exit(2);
+}
+
+static long long arg(int argc, char **argv, int i, long long def) {
+    return i < argc ? atoll(argv[i]) : def;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        usage();
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "seed")) {
+        return cmd_seed(argv[2], (int)arg(argc, argv, 3, 10000), (int)arg(argc, argv, 4, 2),
+                        (int)arg(argc, argv, 5, 3));
+    }
+    if (!strcmp(cmd, "step")) {
+        return cmd_step(argv[2], arg(argc, argv, 3, 60), (int)arg(argc, argv, 4, 2),
+                        (int)arg(argc, argv, 5, 500));
+    }
+    if (!strcmp(cmd, "fusion")) {
+        int64_t n = atoll(argv[2]);
+        int64_t def = 64 * 1024 * 1024 / (n > 0 ? n : 1);
+        return cmd_fusion(n, (int)arg(argc, argv, 3, def < 3 ? 3 : def));
+    }
+    if (!strcmp(cmd, "memory")) {
+        return cmd_memory(argv[2], arg(argc, argv, 3, 64), (int)arg(argc, argv, 4, 0));
+    }
+    usage();
+    return 2;
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Graph-mode benchmarks (issue "Graph mode"): ctrain eager vs graph mode, against the seed's
+TensorFlow numbers and PyTorch eager, in the same run.
+
+  /usr/bin/python3 scripts/bench/graph_mode.py        (from the repo root, after a build)
+  QUICK=1 /usr/bin/python3 scripts/bench/graph_mode.py  (fewer calls: a smoke run)
+
+It runs build/scripts/bench/bench_graph_mode:
+  seed    forward of the seed MLP on a 60x28x28x1 batch, 10000 calls: an eager graph per call
+          (1 thread) vs the compiled inference graph (2 threads, and 1 for transparency)
+  step    MLP training step at batch 60: train.eager=true (1 thread) vs graph mode (2 and 1)
+  fusion  sum(x + y * z) over 1M and 16M floats, 1 thread: all passes vs none
+  memory  CNN training step at batch 64: arena without and with liveness planning
+and times the same MLP forward in PyTorch (eval, no_grad) at 2 and 1 threads."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("CTRAIN_BUILD_DIR", "build")
+BENCH = os.path.join(ROOT, BUILD, "scripts", "bench", "bench_graph_mode")
+QUICK = os.environ.get("QUICK", "") not in ("", "0")
+MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
+CALLS = 1000 if QUICK else 10000
+ROUNDS = 2 if QUICK else 3
+THREADS = 2
+# The seed's TensorFlow numbers: 10000 forward calls of the MLP on a batch of 60.
+TF_EAGER_S, TF_GRAPH_S, TF_RATIO = 7.7, 4.4, 1.74  # the ratio as the seed reports it
+
+
+def bench(*args):
+    """Runs bench_graph_mode and returns its JSON line (a failing check still reports)."""
+    proc = subprocess.run([BENCH, *map(str, args)], capture_output=True, text=True)
+    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+        sys.exit(f"bench_graph_mode {' '.join(map(str, args))} failed "
+                 f"({proc.returncode}): {proc.stderr.strip()}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def best_total(fn, calls, rounds):
+    """Seconds for `calls` calls: the fastest of `rounds` rounds, after a warm-up (as the C)."""
+    for _ in range(calls // 10 + 1):
+        fn()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def torch_forward(threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(42)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.2), torch.nn.Linear(128, 10))
+    model.eval()
+    x = torch.rand(60, 28, 28)
+
+    def forward():
+        with torch.no_grad():
+            model(x)
+    return best_total(forward, CALLS, ROUNDS)
+
+
+def main():
+    if not os.path.exists(BENCH):
+        sys.exit(f"{BENCH} not found: build first (ninja -C {BUILD})")
+    steps = 100 if QUICK else 500
+    seed = bench("seed", MLP_JOB, CALLS, THREADS, ROUNDS)
+    step = bench("step", MLP_JOB, 60, THREADS, steps)
+    fusion = [bench("fusion", n, *([2] if QUICK else [])) for n in (1 << 20, 1 << 24)]
+    memory = bench("memory", CNN_JOB, 64)
+    pt2, pt1 = torch_forward(THREADS), torch_forward(1)
+    for r in (seed, step, *fusion, memory):
+        print(json.dumps(r))
+    print()
+
+    scale = 10000 / CALLS  # the seed's numbers are for 10000 calls
+    print(f"Seed experiment: MLP forward, batch 60, seconds for 10000 calls"
+          f"{' (QUICK: %d calls timed, x%g)' % (CALLS, scale) if QUICK else ''}, "
+          f"best of {ROUNDS} rounds")
+    print(f"{'':34} {'eager s':>8} {'graph s':>8} {'eager/graph':>11}")
+    print(f"{'TensorFlow (the seed)':34} {TF_EAGER_S:8.2f} {TF_GRAPH_S:8.2f} "
+          f"{TF_RATIO:10.2f}x")
+    print(f"{'ctrain, graph %d threads' % THREADS:34} {seed['eager_1t_s'] * scale:8.3f} "
+          f"{seed['graph_s'] * scale:8.3f} {seed['ratio']:10.2f}x")
+    print(f"{'ctrain, graph 1 thread':34} {seed['eager_1t_s'] * scale:8.3f} "
+          f"{seed['graph_1t_s'] * scale:8.3f} {seed['ratio_1t']:10.2f}x")
+    print(f"{'PyTorch eager, %d threads' % THREADS:34} {pt2 * scale:8.3f}")
+    print(f"{'PyTorch eager, 1 thread':34} {pt1 * scale:8.3f}")
+    print(f"  (ctrain eager runs on 1 thread; eager vs graph logits max |diff| "
+          f"{seed['max_abs_diff']:.3g}; predict graph {seed['predict_nodes_in']} -> "
+          f"{seed['predict_nodes_out']} nodes, {seed['predict_fused_groups']} fused group)")
+    print()
+
+    print(f"Train step: MLP, batch 60, best of 7 rounds of {step['iters']} steps (goal >= 2x)")
+    print(f"{'eager 1 thread':>16} {'graph %dt' % THREADS:>10} {'graph 1t':>10} "
+          f"{'eager/graph %dt' % THREADS:>16} {'eager/graph 1t':>15}")
+    print(f"{step['eager_1t_s'] * 1e3:13.3f} ms {step['graph_s'] * 1e3:7.3f} ms "
+          f"{step['graph_1t_s'] * 1e3:7.3f} ms {step['ratio']:15.2f}x {step['ratio_1t']:14.2f}x"
+          f"   {'MET' if step['ratio'] >= 2 else 'NOT MET'}")
+    print(f"  (first-step loss eager {step['first_loss_eager']:.6f}, graph "
+          f"{step['first_loss_graph']:.6f})")
+    print()
+
+    print("Fusion: sum(x + y * z), 1 thread, best of 7 (goal >= 2x at 16M)")
+    print(f"{'N':>9} {'fused':>10} {'unfused':>10} {'ratio':>7} {'fused B':>11} "
+          f"{'unfused B':>11} {'fused GB/s':>10} {'unf. GB/s':>10} {'rel diff':>9}")
+    for f in fusion:
+        n = f["n"]
+        print(f"{'%dM' % (n >> 20):>9} {f['fused_s'] * 1e3:7.3f} ms {f['unfused_s'] * 1e3:7.3f} ms "
+              f"{f['ratio']:6.2f}x {f['fused_bytes']:11.0f} {f['unfused_bytes']:11.0f} "
+              f"{f['fused_gbps']:10.2f} {f['unfused_gbps']:10.2f} {f['rel_diff']:9.2g}"
+              f"{'' if f['agree'] else '  DISAGREE'}")
+    for f in fusion:
+        ref = f["reference"]
+        nodes = ", ".join(f"{k.split('_', 1)[1]} {v * 1e3:.3f} ms"
+                          for k, v in f["unfused_node_s"].items())
+        print(f"  {'%dM' % (f['n'] >> 20)}: unfused per node: {nodes}; result vs float64 reference "
+              f"fused {abs(f['fused_result'] - ref) / abs(ref):.2g}, "
+              f"unfused {abs(f['unfused_result'] - ref) / abs(ref):.2g}")
+    print()
+
+    print("Memory: CNN training step, batch 64 (intermediates arena, parameters excluded)")
+    print(f"{'without planning':>18} {'with planning':>15} {'ratio':>7} {'step unplanned':>15} "
+          f"{'step planned':>13}")
+    print(f"{memory['bytes_without_planning']:18d} {memory['bytes_with_planning']:15d} "
+          f"{memory['ratio']:6.2f}x {memory['step_unplanned_s'] * 1e3:12.2f} ms "
+          f"{memory['step_planned_s'] * 1e3:10.2f} ms")
+    print(f"  ({memory['bytes_without_planning'] / 2**20:.1f} MiB -> "
+          f"{memory['bytes_with_planning'] / 2**20:.1f} MiB; {memory['in_place']} in-place "
+          f"outputs; parameters + gradients {memory['param_and_grad_bytes'] / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
