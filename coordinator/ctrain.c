@@ -343,7 +343,8 @@ static int cmd_graph(int argc, char **argv) {
         ct_trainer_destroy(t);
         return EXIT_BAD_INPUT;
     }
-    if (ct_trainer_step_graph(t, batch ? batch : job.batch_size, !eval, &g, &err) != CT_OK) {
+    if (ct_trainer_step_graph(t, batch ? batch : job.batch_size,
+                              eval ? CT_GRAPH_EVAL : CT_GRAPH_TRAIN, &g, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         ct_trainer_destroy(t);
         return EXIT_RUNTIME;

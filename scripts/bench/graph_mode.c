@@ -168,7 +168,7 @@ static int cmd_seed(const char *job, int calls, int threads, int rounds) {
     double graph1_s = best_total(graph_forward, &c, calls, rounds);
     double diff1 = max_abs_diff(eager_out, graph_out, batch * c.outputs);
     ct_graph *pg;
-    if (ct_trainer_step_graph(t1, batch, 2, &pg, &err) != CT_OK) { /* 2: the predict graph */
+    if (ct_trainer_step_graph(t1, batch, CT_GRAPH_PREDICT, &pg, &err) != CT_OK) {
         die("predict graph", &err);
     }
     const ct_graph_stats *ps = ct_graph_get_stats(pg);
@@ -369,7 +369,7 @@ static int cmd_memory(const char *job, int64_t batch, int threads) {
         c.t = load(job, threads, sets[v], NULL);
         ct_graph *g;
         ct_err err;
-        if (ct_trainer_step_graph(c.t, batch, 1, &g, &err) != CT_OK) {
+        if (ct_trainer_step_graph(c.t, batch, CT_GRAPH_TRAIN, &g, &err) != CT_OK) {
             die("step graph", &err);
         }
         st[v] = *ct_graph_get_stats(g);

@@ -148,10 +148,10 @@ enum {
 };
 
 typedef struct ct_graph_options {
-    unsigned passes;  /* CT_PASS_* bits */
-    int plan_memory;  /* 1: liveness-based buffer reuse in one arena (and in-place updates) */
-    int threads;      /* executor threads (0: the backend's); 1 runs nodes in order */
-    int64_t split_min; /* smallest work (elements or GEMM flops / 64) split across threads; 0: default */
+    unsigned passes;   /* CT_PASS_* bits */
+    int plan_memory;   /* 1: liveness-based buffer reuse in one arena (and in-place updates) */
+    int threads;       /* executor threads (0: the backend's); 1 runs nodes in order */
+    int64_t split_min; /* least work split across threads (elements, GEMM flops / 64); 0: 16384 */
 } ct_graph_options;
 
 /* What compilation did and what the plan costs. */

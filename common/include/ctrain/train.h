@@ -83,8 +83,12 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
                          ct_progress_fn progress, void *user, volatile int *stop,
                          ct_train_result *ret, ct_err *err);
 
-/* The compiled graph the trainer runs for (batch, training) (built on first use; owned by the
- * trainer, valid until the trainer is destroyed or evicts it). For tools (`ctrain graph`). */
+/* Graph kinds of ct_trainer_step_graph: evaluation (loss, accuracy), a training step, and
+ * prediction (logits only). */
+enum { CT_GRAPH_EVAL = 0, CT_GRAPH_TRAIN = 1, CT_GRAPH_PREDICT = 2 };
+
+/* The compiled graph the trainer runs for (batch, kind: CT_GRAPH_*), built on first use; owned
+ * by the trainer, valid until the trainer is destroyed or evicts it. For `ctrain graph`. */
 ct_status ct_trainer_step_graph(ct_trainer *t, int64_t batch, int training, ct_graph **ret,
                                 ct_err *err);
 

@@ -10,7 +10,7 @@
 #include "ctrain/train.h"
 
 #define CACHE_SLOTS 4
-#define PREDICT 2
+#define PREDICT CT_GRAPH_PREDICT
 
 typedef struct step_graph {
     ct_graph *g;

@@ -106,7 +106,8 @@ static int64_t place(planner *pl, int64_t size, int tensor) {
             at = pl->live[k].off + pl->live[k].size;
         }
     }
-    memmove(&pl->live[best_k + 1], &pl->live[best_k], (size_t)(pl->n_live - best_k) * sizeof(block));
+    memmove(&pl->live[best_k + 1], &pl->live[best_k],
+            (size_t)(pl->n_live - best_k) * sizeof(block));
     pl->live[best_k] = (block){best, size, tensor};
     pl->n_live++;
     if (best + size > pl->top) {
@@ -562,8 +563,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     e->part_unit = malloc(nn * sizeof *e->part_unit);
     e->work = malloc(nn * sizeof *e->work);
     e->by_cols = calloc(nn, 1);
-    if (!e->by_cols || !last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live || !e->parts ||
-        !e->part_unit || !e->work) {
+    if (!e->by_cols || !last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live ||
+        !e->parts || !e->part_unit || !e->work) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }

@@ -431,10 +431,10 @@ void ct_graph_write_dot(const ct_graph *g, void *out) {
     for (int i = 0; i < g->n; i++) {
         const ct_node *n = &g->nodes[i];
         char shape[96], label[256];
-        const char *style = n->op == CT_OP_FUSED                     ? ", style=filled, fillcolor=lightblue"
-                            : n->op <= CT_OP_CONST                   ? ", shape=ellipse"
-                            : (n->flags & CT_NODE_BOUND)             ? ", style=bold"
-                                                                     : "";
+        const char *style = n->op == CT_OP_FUSED           ? ", style=filled, fillcolor=lightblue"
+                            : n->op <= CT_OP_CONST         ? ", shape=ellipse"
+                            : (n->flags & CT_NODE_BOUND)   ? ", style=bold"
+                                                           : "";
         fprintf(f, "  n%d [label=\"%%%d %s\\n%s%s%s\"%s];\n", i, i,
                 node_label(n, label, sizeof label), n->out.name, n->out.name[0] ? " " : "",
                 ct_shape_str(&n->out.shape, shape, sizeof shape), style);
