@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(gcc pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev libyaml-dev
-          dataset-fashion-mnist)
+          protobuf-c-compiler libprotobuf-c-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--tests" ]]; then
     packages+=(libcriterion-dev python3-torch python3-numpy python3-pytest)
 fi
@@ -23,6 +23,12 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
+fi
+if [[ "${1:-}" == "--tests" ]]; then
+    # TensorBoard's own event reader and the safetensors reader check what ctrain writes; they are
+    # pip packages, installed into the `python3` first on PATH (not Debian's /usr/bin/python3).
+    python3 -c "import tensorboard, safetensors" 2>/dev/null ||
+        python3 -m pip install -q tensorboard safetensors
 fi
 
 build="${CTRAIN_BUILD_DIR:-build}"

@@ -1,0 +1,3 @@
+/* placeholder */
+#include "ctrain/events.h"
+typedef int ct__events_placeholder;
