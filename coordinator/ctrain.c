@@ -7,19 +7,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "ckpt_cmd.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/npz.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_BAD_INPUT 2
 #define EXIT_INTERRUPTED 130
 #define MAX_SETS 64
 
+#define EXIT_TERMINATED 143 /* 128 + SIGTERM: stopped by SIGTERM after saving a checkpoint */
+
 static volatile int stop_requested = 0;
+static volatile int stop_signal = 0;
 
 static void on_signal(int sig) {
-    (void)sig;
+    stop_signal = sig;
     stop_requested = 1;
 }
 
@@ -32,6 +38,7 @@ static void usage(FILE *f) {
             "                      %s)\n"
             "  summary [JOB.yaml]  print the model's layers, output shapes and parameter counts\n"
             "  graph [JOB.yaml]    print the optimized step graph, fused groups and memory plan\n"
+            "  ckpt ls|show|diff|export  inspect, compare and export checkpoints\n"
             "  version             print the version\n"
             "\n"
             "Run 'ctrain <command> --help' for the options of a command.\n",
@@ -50,12 +57,22 @@ static void train_usage(FILE *f) {
             "  --eager           run op by op instead of the compiled graph (= --set train.eager=true)\n"
             "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
             "  --quiet           print only the final summary line\n"
+            "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
+            "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
+            "                    ignored when the run resumes from its own checkpoint\n"
+            "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
+            "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
             "  -h, --help        show this help\n"
+            "\n"
+            "Checkpoints go to checkpoint.dir (default RUN_DIR/checkpoints) every\n"
+            "checkpoint.every_steps steps and at the end; a run whose directory holds one resumes\n"
+            "from it (exactly: same weights, optimizer state, step and data position). SIGINT and\n"
+            "SIGTERM save a checkpoint before exiting.\n"
             "\n"
             "The last line printed is a stable summary for scripts:\n"
             "  done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R\n"
-            "exit codes: 0 success, 1 runtime failure, 2 bad input (job, flags, data), 130 "
-            "interrupted\n",
+            "exit codes: 0 success, 1 runtime failure, 2 bad input (job, flags, data, checkpoint),\n"
+            "130 interrupted by SIGINT, 143 stopped by SIGTERM (both after saving a checkpoint)\n",
             CT_DEFAULT_JOB);
 }
 
@@ -101,6 +118,8 @@ typedef struct cli {
     const char *sets[MAX_SETS + 2];
     int n_sets;
     int quiet;
+    int no_resume;
+    const char *init_from;
     char threads_set[64];
 } cli;
 
@@ -132,6 +151,14 @@ static int parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
             c->sets[c->n_sets++] = "train.eager=true";
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
+        } else if (!strcmp(a, "--no-resume")) {
+            c->no_resume = 1;
+        } else if (!strcmp(a, "--init-from")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: --init-from needs a .npz file (see --help)\n");
+                return EXIT_BAD_INPUT;
+            }
+            c->init_from = argv[++i];
         } else if (a[0] == '-') {
             fprintf(stderr, "ctrain: unknown option '%s' (see --help)\n", a);
             return EXIT_BAD_INPUT;
@@ -174,6 +201,117 @@ static ct_dataset *load_split(const ct_job *job, const ct_data_spec *d, const ch
         return NULL;
     }
     return ds;
+}
+
+static void warn_line(const char *msg, void *user) {
+    (void)user;
+    fprintf(stderr, "ctrain: warning: %s\n", msg);
+}
+
+/* The job file's text plus the overrides, as stored in each checkpoint. */
+static char *job_text(const cli *c) {
+    FILE *f = fopen(c->job_path, "rb");
+    size_t cap = 1 << 16, len = 0;
+    char *text = malloc(cap + 1);
+    if (!text) {
+        if (f) {
+            fclose(f);
+        }
+        return NULL;
+    }
+    if (f) {
+        len = fread(text, 1, cap - 4096, f);
+        fclose(f);
+    }
+    text[len] = '\0';
+    for (int i = 0; i < c->n_sets && len + 300 < cap; i++) {
+        len += (size_t)snprintf(text + len, cap - len, "# --set %.250s\n", c->sets[i]);
+    }
+    return text;
+}
+
+/* Loads every variable of the model from the .npz at path (names and shapes checked). Returns 0
+ * or an exit code. */
+static int init_from(const char *path, ct_trainer *t) {
+    ct_npz *z = NULL;
+    ct_err err = {0};
+    if (ct_npz_read(path, &z, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: --init-from: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    ct_params *p = ct_trainer_params(t);
+    int rc = 0;
+    for (int i = 0; i < p->n && !rc; i++) {
+        const ct_named_array *a = ct_npz_find(z, p->items[i].name);
+        ct_shape want = p->items[i].shape, got = {.rank = a ? a->rank : 0};
+        for (int k = 0; a && k < a->rank && k < CT_MAX_DIMS; k++) {
+            got.dims[k] = a->dims[k];
+        }
+        char sg[96], sw[96];
+        if (!a) {
+            fprintf(stderr, "ctrain: --init-from %s: no array named '%s' (the model's variables "
+                            "are listed by 'ctrain summary')\n",
+                    path, p->items[i].name);
+            rc = EXIT_BAD_INPUT;
+        } else if (a->dtype != CT_F32 || !ct_shape_equal(&got, &want)) {
+            fprintf(stderr, "ctrain: --init-from %s: '%s' is %s%s, the model needs f32%s\n", path,
+                    p->items[i].name, ct_dtype_name(a->dtype), ct_shape_str(&got, sg, sizeof sg),
+                    ct_shape_str(&want, sw, sizeof sw));
+            rc = EXIT_BAD_INPUT;
+        } else {
+            memcpy(ct_params_data(p, i), a->data, (size_t)p->items[i].size * sizeof(float));
+        }
+    }
+    ct_npz_free(z);
+    return rc;
+}
+
+/* Points the trainer at its checkpoint directory and resumes from it unless told not to.
+ * Returns 0 or an exit code. */
+static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
+    char dir[2048];
+    ct_err err = {0};
+    if (job->checkpoint.dir[0]) {
+        snprintf(dir, sizeof dir, "%s", job->checkpoint.dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s/checkpoints", job->run_dir);
+    }
+    if (c->no_resume && access(dir, F_OK) == 0) {
+        char old[2100];
+        snprintf(old, sizeof old, "%s.previous-%ld", dir, (long)time(NULL));
+        if (rename(dir, old) != 0) {
+            fprintf(stderr, "ctrain: --no-resume: cannot move %s aside\n", dir);
+            return EXIT_RUNTIME;
+        }
+        if (!c->quiet) {
+            printf("starting over: moved the old checkpoints to %s\n", old);
+        }
+    }
+    char *text = job_text(c);
+    ct_status st = ct_trainer_set_checkpointing(t, dir, text, &err);
+    free(text);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_RUNTIME;
+    }
+    int resumed = 0;
+    if (!c->no_resume && job->checkpoint.resume &&
+        ct_trainer_resume(t, dir, &resumed, warn_line, NULL, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    if (resumed && !c->quiet) {
+        printf("resumed from %s at step %lld\n", ct_trainer_last_checkpoint(t),
+               (long long)ct_trainer_step_count(t));
+    }
+    if (!resumed && c->init_from) {
+        int rc = init_from(c->init_from, t);
+        if (rc == 0 && !c->quiet) {
+            printf("initialized the variables from %s\n", c->init_from);
+        }
+        return rc;
+    }
+    return 0;
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -220,6 +358,14 @@ static int cmd_train(int argc, char **argv) {
                job.epochs, job.batch_size);
         fflush(stdout);
     }
+    if ((rc = setup_checkpoints(&c, &job, t)) != 0) {
+        goto done;
+    }
+    if (ct_trainer_set_logging(t, job.run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s (set run_dir to a writable directory)\n", err.msg);
+        rc = EXIT_BAD_INPUT;
+        goto done;
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     progress_state ps = {.tty = isatty(STDOUT_FILENO), .quiet = c.quiet};
@@ -227,7 +373,8 @@ static int cmd_train(int argc, char **argv) {
     ct_status st = ct_trainer_fit(t, train, eval, print_progress, &ps, &stop_requested, &r, &err);
     if (st != CT_OK) {
         fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
-        rc = st == CT_EINTR ? EXIT_INTERRUPTED : (st == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME);
+        rc = st == CT_EINTR ? (stop_signal == SIGTERM ? EXIT_TERMINATED : EXIT_INTERRUPTED)
+                            : (st == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME);
         goto done;
     }
     printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
@@ -404,7 +551,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "graph")) {
         return cmd_graph(argc - 2, argv + 2);
     }
-    fprintf(stderr, "ctrain: unknown command '%s' (commands: train, summary, graph, version)\n",
+    if (!strcmp(cmd, "ckpt")) {
+        return ckpt_main(argc - 2, argv + 2);
+    }
+    fprintf(stderr,
+            "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, version)\n",
             cmd);
     return EXIT_BAD_INPUT;
 }

@@ -124,6 +124,18 @@ typedef struct ct_job {
     int plan_memory;            /* train.plan_memory: reuse buffers by liveness; default true */
     char strategy[32];          /* strategy.type: local (mirrored, parameter_server: later) */
     char run_dir[CT_JOB_PATH_MAX]; /* run_dir: default "runs/<job file stem>" */
+    struct {
+        char dir[CT_JOB_PATH_MAX]; /* checkpoint.dir: default "<run_dir>/checkpoints" */
+        int64_t every_steps;       /* checkpoint.every_steps: 0 = at the end (and on signals) */
+        int keep_last;             /* checkpoint.keep_last: default 5 */
+        float keep_every_hours;    /* checkpoint.keep_every_hours: also keep one per H hours; 0 off */
+        int resume;                /* checkpoint.resume: continue from the latest; default true */
+    } checkpoint;
+    struct {
+        int tensorboard;               /* logs.tensorboard: event files in run_dir; default true */
+        int64_t every_steps;           /* logs.every_steps: scalars and metrics lines; default 20 */
+        int64_t histogram_every_steps; /* logs.histogram_every_steps: default 200; 0 off */
+    } logs;
 } ct_job;
 
 /* Fills `job` with the defaults listed above (no layers, no data). */

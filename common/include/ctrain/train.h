@@ -92,4 +92,32 @@ enum { CT_GRAPH_EVAL = 0, CT_GRAPH_TRAIN = 1, CT_GRAPH_PREDICT = 2 };
 ct_status ct_trainer_step_graph(ct_trainer *t, int64_t batch, int training, ct_graph **ret,
                                 ct_err *err);
 
+/* ---- checkpoints (see checkpoint.h) ---- */
+struct ct_ckpt;
+
+/* Makes fit save into dir (every checkpoint.every_steps steps, at the end, and when *stop is
+ * raised) with job_text (the job file and its overrides) inside each checkpoint. NULL dir: off. */
+ct_status ct_trainer_set_checkpointing(ct_trainer *t, const char *dir, const char *job_text,
+                                       ct_err *err);
+/* Saves the run's state now: parameters, optimizer slots, step, epoch, batch within the epoch,
+ * seed and job text. ret_path (PATH_MAX bytes, may be NULL) gets the file. */
+ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err);
+/* Restores a checkpoint read from `path` (names and shapes checked; the seed and batch size must
+ * match the job). The next fit continues at the saved epoch and batch. */
+ct_status ct_trainer_restore(ct_trainer *t, const struct ct_ckpt *c, const char *path,
+                             ct_err *err);
+/* Restores the newest good checkpoint of dir, if any (*resumed = 1); corrupt files are passed
+ * over and reported through warn. */
+ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
+                            void (*warn)(const char *msg, void *user), void *user, ct_err *err);
+/* Makes fit write logs into run_dir: TensorBoard runs train/ (loss, accuracy, learning rate,
+ * steps/s, samples/s, input-wait fraction every logs.every_steps steps; weight and gradient
+ * histograms every logs.histogram_every_steps; the job text; the step graph) and validation/
+ * (end-of-epoch test loss and accuracy), and metrics.jsonl (one JSON object per logged step and
+ * per epoch). Call after ct_trainer_set_checkpointing so the job text is known. */
+ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err);
+/* The last checkpoint written or restored ("" if none). */
+const char *ct_trainer_last_checkpoint(const ct_trainer *t);
+int64_t ct_trainer_step_count(const ct_trainer *t);
+
 #endif

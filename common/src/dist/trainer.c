@@ -6,7 +6,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <limits.h>
+#include <stdio.h>
+
 #include "ctrain/backend.h"
+#include "ctrain/checkpoint.h"
+#include "ctrain/events.h"
 #include "ctrain/train.h"
 
 #define CACHE_SLOTS 4
@@ -35,6 +40,18 @@ struct ct_trainer {
     int64_t ids_cap;
     int32_t *zeros; /* labels bound (unread) when predicting */
     int64_t zeros_cap;
+    /* position in the run (checkpointed): the epoch in progress and its batches consumed */
+    int64_t epoch, epoch_step, dataset_n;
+    /* checkpointing during fit (ct_trainer_set_checkpointing) */
+    char ckpt_dir[PATH_MAX];
+    char *job_text;
+    char last_ckpt[PATH_MAX];
+    /* logs (ct_trainer_set_logging): TensorBoard runs train/ and validation/, metrics.jsonl */
+    ct_events *train_events, *valid_events;
+    FILE *metrics;
+    double log_time, log_wait;
+    int64_t log_step;
+    int graph_logged;
 };
 
 static double now_s(void) {
@@ -94,6 +111,16 @@ void ct_trainer_destroy(ct_trainer *t) {
     free(t->vars);
     free(t->ids);
     free(t->zeros);
+    free(t->job_text);
+    if (t->train_events) {
+        ct_events_close(t->train_events);
+    }
+    if (t->valid_events) {
+        ct_events_close(t->valid_events);
+    }
+    if (t->metrics) {
+        fclose(t->metrics);
+    }
     free(t);
 }
 
@@ -421,6 +448,302 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
     return st;
 }
 
+/* ---- logs ---- */
+
+/* The progress record as of batch `step` of the epoch (for the metrics line). */
+static ct_train_progress *p_now(ct_train_progress *p, int64_t step, double loss_sum,
+                                double acc_sum, int64_t seen) {
+    p->step = step;
+    p->loss = seen ? loss_sum / (double)seen : NAN;
+    p->accuracy = seen ? acc_sum / (double)seen : NAN;
+    return p;
+}
+
+ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err) {
+    char path[PATH_MAX];
+    ct_status st = CT_OK;
+    if (t->job.logs.tensorboard) {
+        snprintf(path, sizeof path, "%.*s/train", PATH_MAX - 16, run_dir);
+        st = ct_events_open(path, &t->train_events, err);
+        snprintf(path, sizeof path, "%.*s/validation", PATH_MAX - 16, run_dir);
+        if (st == CT_OK) {
+            st = ct_events_open(path, &t->valid_events, err);
+        }
+        if (st == CT_OK && t->job_text) {
+            st = ct_events_text(t->train_events, "job", t->step, t->job_text, err);
+        }
+    }
+    snprintf(path, sizeof path, "%.*s/metrics.jsonl", PATH_MAX - 16, run_dir);
+    if (st == CT_OK && !(t->metrics = fopen(path, "a"))) {
+        st = ct_err_set(err, CT_EIO, "%s: cannot open for writing", path);
+    }
+    return st;
+}
+
+/* Scalars every logs.every_steps steps, histograms every logs.histogram_every_steps. */
+static ct_status log_step(ct_trainer *t, const ct_train_progress *p, float loss, float acc,
+                          double wait_s, ct_err *err) {
+    if (t->job.logs.every_steps <= 0 || t->step % t->job.logs.every_steps != 0) {
+        return CT_OK;
+    }
+    double now = now_s(), dt = now - t->log_time;
+    int64_t steps = t->step - t->log_step;
+    double steps_per_s = dt > 0 && t->log_time > 0 ? (double)steps / dt : 0.0;
+    double wait = dt > 0 && t->log_time > 0 ? (wait_s - t->log_wait) / dt : 0.0;
+    float lr = ct_optimizer_learning_rate(t->opt, t->step - 1, t->total_steps);
+    t->log_time = now;
+    t->log_step = t->step;
+    t->log_wait = wait_s;
+    ct_status st = CT_OK;
+    ct_events *ev = t->train_events;
+    if (ev) {
+        struct {
+            const char *tag;
+            double v;
+        } scalars[] = {{"loss", loss},
+                       {"accuracy", acc},
+                       {"learning_rate", lr},
+                       {"steps_per_s", steps_per_s},
+                       {"samples_per_s", steps_per_s * t->job.batch_size},
+                       {"input_wait_fraction", wait}};
+        for (size_t k = 0; k < sizeof scalars / sizeof scalars[0] && st == CT_OK; k++) {
+            st = ct_events_scalar(ev, scalars[k].tag, t->step, scalars[k].v, err);
+        }
+        int64_t h = t->job.logs.histogram_every_steps;
+        ct_params *params = ct_model_params(t->model);
+        for (int i = 0; st == CT_OK && h > 0 && t->step % h == 0 && i < params->n; i++) {
+            char tag[160];
+            snprintf(tag, sizeof tag, "weights/%s", params->items[i].name);
+            st = ct_events_histogram(ev, tag, t->step, ct_params_data(params, i),
+                                     params->items[i].size, err);
+            if (st == CT_OK && params->items[i].trainable) {
+                snprintf(tag, sizeof tag, "gradients/%s", params->items[i].name);
+                st = ct_events_histogram(ev, tag, t->step, ct_params_grad(params, i),
+                                         params->items[i].size, err);
+            }
+        }
+        if (st == CT_OK) {
+            st = ct_events_flush(ev, err);
+        }
+    }
+    if (st == CT_OK && t->metrics) {
+        fprintf(t->metrics,
+                "{\"step\": %lld, \"epoch\": %d, \"loss\": %.9g, \"accuracy\": %.9g, "
+                "\"epoch_loss\": %.9g, \"epoch_accuracy\": %.9g, \"learning_rate\": %.9g, "
+                "\"steps_per_s\": %.6g, \"input_wait_fraction\": %.6g}\n",
+                (long long)t->step, p->epoch, loss, acc, p->loss, p->accuracy, lr, steps_per_s,
+                wait);
+        fflush(t->metrics);
+    }
+    return st;
+}
+
+static ct_status log_epoch(ct_trainer *t, const ct_train_progress *p, ct_err *err) {
+    ct_status st = CT_OK;
+    if (t->valid_events && !isnan(p->test_loss)) {
+        if ((st = ct_events_scalar(t->valid_events, "loss", t->step, p->test_loss, err)) ==
+                CT_OK &&
+            (st = ct_events_scalar(t->valid_events, "accuracy", t->step, p->test_accuracy,
+                                   err)) == CT_OK) {
+            st = ct_events_flush(t->valid_events, err);
+        }
+    }
+    if (st == CT_OK && t->metrics) {
+        fprintf(t->metrics,
+                "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
+                "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
+                "%.9g, \"epoch_seconds\": %.6g, \"input_wait_fraction\": %.6g}\n",
+                (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss,
+                p->test_accuracy, p->epoch_seconds, p->input_wait_fraction);
+        fflush(t->metrics);
+    }
+    return st;
+}
+
+/* ---- checkpoints ---- */
+
+static int64_t last_saved_step(const ct_trainer *t) {
+    const char *base = strrchr(t->last_ckpt, '/');
+    long long s = -1;
+    return (base && sscanf(base, "/ckpt-%lld", &s) == 1) ? s : -1;
+}
+
+ct_status ct_trainer_set_checkpointing(ct_trainer *t, const char *dir, const char *job_text,
+                                       ct_err *err) {
+    free(t->job_text);
+    t->job_text = strdup(job_text ? job_text : "");
+    if (!t->job_text) {
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", dir ? dir : "");
+    return CT_OK;
+}
+
+const char *ct_trainer_last_checkpoint(const ct_trainer *t) {
+    return t->last_ckpt;
+}
+
+/* Every tensor of the run's state: parameters, optimizer slots, input position. Returns the
+ * count; `pos` (4 int64) must outlive the list. */
+static int state_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t *pos) {
+    ct_params *p = ct_model_params(t->model);
+    int n = 0;
+    for (int i = 0; i < p->n && n < cap; i++) {
+        ct_ckpt_tensor *e = &out[n++];
+        snprintf(e->name, sizeof e->name, "%s", p->items[i].name);
+        e->dtype = CT_F32;
+        e->shape = p->items[i].shape;
+        e->data = ct_params_data(p, i);
+        e->bytes = (uint64_t)p->items[i].size * sizeof(float);
+    }
+    for (int k = 0; k < ct_optimizer_slot_count(t->opt); k++) {
+        float *slot = ct_optimizer_slot(t->opt, k);
+        for (int i = 0; slot && i < p->n && n < cap; i++) {
+            if (!p->items[i].trainable) {
+                continue;
+            }
+            ct_ckpt_tensor *e = &out[n++];
+            snprintf(e->name, sizeof e->name, "%s/%s", p->items[i].name,
+                     ct_optimizer_slot_name(t->opt, k));
+            e->dtype = CT_F32;
+            e->shape = p->items[i].shape;
+            e->data = slot + p->items[i].offset;
+            e->bytes = (uint64_t)p->items[i].size * sizeof(float);
+        }
+    }
+    pos[0] = t->epoch;
+    pos[1] = t->epoch_step;
+    pos[2] = t->job.batch_size;
+    pos[3] = t->dataset_n;
+    if (n < cap) {
+        ct_ckpt_tensor *e = &out[n++];
+        snprintf(e->name, sizeof e->name, "input/position");
+        e->dtype = CT_I64;
+        e->shape = (ct_shape){.rank = 1, .dims = {4}};
+        e->data = pos;
+        e->bytes = 4 * sizeof(int64_t);
+    }
+    return n;
+}
+
+static int state_capacity(ct_trainer *t) {
+    ct_params *p = ct_model_params(t->model);
+    return p->n * (1 + ct_optimizer_slot_count(t->opt)) + 1;
+}
+
+ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
+    int cap = state_capacity(t);
+    ct_ckpt_tensor *list = calloc((size_t)cap, sizeof *list);
+    if (!list) {
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    int64_t pos[4];
+    int n = state_tensors(t, list, cap, pos);
+    ct_ckpt_meta meta = {.step = t->step,
+                         .epoch = t->epoch,
+                         .epoch_step = t->epoch_step,
+                         .total_steps = t->total_steps,
+                         .seed = t->job.seed,
+                         .wall_time = (double)time(NULL),
+                         .job_text = t->job_text};
+    snprintf(meta.job_path, sizeof meta.job_path, "%s", t->job.path);
+    ct_ckpt_policy policy = {.keep_last = t->job.checkpoint.keep_last,
+                             .keep_every_hours = t->job.checkpoint.keep_every_hours};
+    ct_status st = ct_ckpt_save(t->ckpt_dir, &policy, &meta, list, n, t->last_ckpt, err);
+    free(list);
+    if (st == CT_OK && ret_path) {
+        snprintf(ret_path, PATH_MAX, "%s", t->last_ckpt);
+    }
+    return st;
+}
+
+/* Copies tensor `name` of c into dst (n floats), checking it is there with that shape. */
+static ct_status restore_one(const ct_ckpt *c, const char *path, const char *name,
+                             const ct_shape *shape, float *dst, ct_err *err) {
+    const ct_ckpt_tensor *e = ct_ckpt_find(c, name);
+    char a[96], b[96];
+    if (!e) {
+        return ct_err_set(err, CT_EINVAL, "%s: has no tensor '%s' (another model or optimizer?)",
+                          path, name);
+    }
+    if (e->dtype != CT_F32 || !ct_shape_equal(&e->shape, shape)) {
+        return ct_err_set(err, CT_ESHAPE, "%s: tensor '%s' is %s%s, the model needs f32%s", path,
+                          name, ct_dtype_name(e->dtype), ct_shape_str(&e->shape, a, sizeof a),
+                          ct_shape_str(shape, b, sizeof b));
+    }
+    memcpy(dst, e->data, (size_t)e->bytes);
+    return CT_OK;
+}
+
+ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, ct_err *err) {
+    const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
+    if (m->seed != t->job.seed) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: written with seed %llu, the job has seed %llu (the data order and "
+                          "dropout would differ; use --no-resume to start over)",
+                          path, (unsigned long long)m->seed, (unsigned long long)t->job.seed);
+    }
+    const ct_ckpt_tensor *pos = ct_ckpt_find(c, "input/position");
+    if (!pos || pos->dtype != CT_I64 || pos->bytes != 4 * sizeof(int64_t)) {
+        return ct_err_set(err, CT_EINVAL, "%s: has no input position", path);
+    }
+    int64_t where[4];
+    memcpy(where, pos->data, sizeof where);
+    if (where[2] != t->job.batch_size) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: written with batch size %lld, the job has %d (use --no-resume to "
+                          "start over)",
+                          path, (long long)where[2], t->job.batch_size);
+    }
+    ct_params *p = ct_model_params(t->model);
+    ct_status st = CT_OK;
+    char name[192];
+    for (int i = 0; i < p->n && st == CT_OK; i++) {
+        st = restore_one(c, path, p->items[i].name, &p->items[i].shape, ct_params_data(p, i),
+                         err);
+    }
+    for (int k = 0; k < ct_optimizer_slot_count(t->opt) && st == CT_OK; k++) {
+        float *slot = ct_optimizer_slot(t->opt, k);
+        for (int i = 0; slot && i < p->n && st == CT_OK; i++) {
+            if (p->items[i].trainable) {
+                snprintf(name, sizeof name, "%s/%s", p->items[i].name,
+                         ct_optimizer_slot_name(t->opt, k));
+                st = restore_one(c, path, name, &p->items[i].shape, slot + p->items[i].offset,
+                                 err);
+            }
+        }
+    }
+    if (st == CT_OK) {
+        t->step = m->step;
+        t->epoch = where[0];
+        t->epoch_step = where[1];
+        t->dataset_n = where[3];
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
+    }
+    return st;
+}
+
+ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
+                            void (*warn)(const char *msg, void *user), void *user, ct_err *err) {
+    ct_ckpt *c = NULL;
+    char path[PATH_MAX];
+    *resumed = 0;
+    ct_status st = ct_ckpt_latest(dir, &c, path, warn, user, err);
+    if (st == CT_ENOENT) {
+        return CT_OK; /* nothing to resume */
+    }
+    if (st == CT_OK) {
+        st = ct_trainer_restore(t, c, path, err);
+        *resumed = st == CT_OK;
+    }
+    ct_ckpt_free(c);
+    return st;
+}
+
+int64_t ct_trainer_step_count(const ct_trainer *t) {
+    return t->step;
+}
+
 ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_dataset *eval,
                          ct_progress_fn progress, void *user, volatile int *stop,
                          ct_train_result *ret, ct_err *err) {
@@ -437,17 +760,26 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
     }
     int64_t steps = ct_loader_batches_per_epoch(loader);
     t->total_steps = t->job.max_steps > 0 ? t->job.max_steps : steps * t->job.epochs;
+    t->dataset_n = train->n;
     double train_seconds = 0.0;
     int64_t samples = 0;
-    for (int epoch = 0; epoch < t->job.epochs && st == CT_OK; epoch++) {
+    /* a resumed run starts at the checkpoint's epoch and batch (ct_trainer_restore) */
+    for (int epoch = (int)t->epoch; epoch < t->job.epochs && st == CT_OK; epoch++) {
         ct_train_progress p = {.epoch = epoch, .epochs = t->job.epochs, .steps = steps};
         double start = now_s(), wait0 = ct_loader_wait_seconds(loader);
         double loss_sum = 0.0, acc_sum = 0.0;
         int64_t seen = 0;
-        st = ct_loader_start_epoch(loader, epoch, 0);
+        t->epoch = epoch;
+        st = ct_loader_start_epoch(loader, epoch, t->epoch_step);
         while (st == CT_OK) {
             if (stop && *stop) {
-                st = ct_err_set(err, CT_EINTR, "interrupted at step %lld", (long long)t->step);
+                /* preemption: save where we are, then report the interruption */
+                if (t->ckpt_dir[0] && ct_trainer_save(t, NULL, err) != CT_OK) {
+                    st = err ? err->code : CT_EIO;
+                    break;
+                }
+                st = ct_err_set(err, CT_EINTR, "interrupted at step %lld%s%s", (long long)t->step,
+                                t->ckpt_dir[0] ? "; saved " : "", t->last_ckpt);
                 break;
             }
             if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
@@ -459,6 +791,29 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
             }
             float loss, acc;
             if ((st = ct_trainer_step(t, b.x, b.y, b.size, &loss, &acc, err)) != CT_OK) {
+                break;
+            }
+            t->epoch_step = b.index + 1;
+            if (!t->graph_logged && t->train_events) {
+                ct_graph *g = NULL;
+                t->graph_logged = 1; /* the step graph, for TensorBoard's Graphs dashboard */
+                if (!t->job.eager && (st = ct_trainer_step_graph(t, b.size, CT_GRAPH_TRAIN, &g,
+                                                                 err)) == CT_OK) {
+                    st = ct_events_graph(t->train_events, g, err);
+                }
+                if (st != CT_OK) {
+                    break;
+                }
+            }
+            if ((t->train_events || t->metrics) &&
+                (st = log_step(t, p_now(&p, b.index + 1, loss_sum + (double)loss * b.size,
+                                         acc_sum + (double)acc * b.size, seen + b.size),
+                               loss, acc, ct_loader_wait_seconds(loader), err)) != CT_OK) {
+                break;
+            }
+            if (t->ckpt_dir[0] && t->job.checkpoint.every_steps > 0 &&
+                t->step % t->job.checkpoint.every_steps == 0 &&
+                (st = ct_trainer_save(t, NULL, err)) != CT_OK) {
                 break;
             }
             loss_sum += (double)loss * (double)b.size;
@@ -498,9 +853,17 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
         if (progress) {
             progress(&p, user);
         }
+        if ((st = log_epoch(t, &p, err)) != CT_OK) {
+            break;
+        }
         if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
             break;
         }
+        t->epoch = epoch + 1;
+        t->epoch_step = 0;
+    }
+    if (st == CT_OK && t->ckpt_dir[0] && !(t->last_ckpt[0] && last_saved_step(t) == t->step)) {
+        st = ct_trainer_save(t, NULL, err); /* the final checkpoint */
     }
     ct_loader_destroy(loader);
     r.steps = t->step;

@@ -1,3 +1,549 @@
-/* placeholder */
+/* TensorBoard event-file writer (see ctrain/events.h): Event protos packed with protobuf-c and
+ * framed as TFRecords (FORMATS.md, "TFRecord framing"). */
 #include "ctrain/events.h"
-typedef int ct__events_placeholder;
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctrain/crc32c.h"
+#include "ctrain/graph.h"
+#include "ctrain/tensor.h"
+#include "tensorboard.pb-c.h"
+
+/* TensorFlow's default histogram has 774 limits on each side of 0, then +-DBL_MAX: 1551. */
+#define MAX_LIMITS 1600
+/* Tensor names are at most 63 characters; "_<id>_<k>" suffixes fit in what is left. */
+#define NODE_NAME_CAP 112
+#define DT_STRING 7
+
+struct ct_events {
+    FILE *f;
+    int failed; /* a write failed: the file may end in a partial record, so nothing more goes in */
+    unsigned char *buf; /* the packed Event being written, reused from record to record */
+    size_t buf_cap;
+    int n_limits;
+    double limits[MAX_LIMITS]; /* TensorFlow's default bucket limits, ascending */
+    double counts[MAX_LIMITS]; /* per-call histogram scratch, parallel to limits */
+    double out_limits[MAX_LIMITS], out_counts[MAX_LIMITS];
+    char path[PATH_MAX];
+};
+
+static void put_le(unsigned char *p, uint64_t v, int bytes) {
+    for (int k = 0; k < bytes; k++) {
+        p[k] = (unsigned char)(v >> (8 * k));
+    }
+}
+
+static double wall_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* mkdir -p. On failure errno is set and `failed` holds the component that could not be made. */
+static int mkdir_p(const char *dir, char *failed, size_t cap) {
+    snprintf(failed, cap, "%s", dir);
+    for (char *p = failed + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(failed, 0755) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *p = '/';
+        }
+    }
+    return (mkdir(failed, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+/* TensorFlow's default_buckets (core/lib/histogram/histogram.cc), computed the same way (v *= 1.1
+ * from 1e-12) so that the limits are bit-identical to the ones TensorFlow writes. */
+static int default_limits(double *limits) {
+    double pos[MAX_LIMITS / 2];
+    int n_pos = 0;
+    for (double v = 1.0e-12; v < 1.0e20; v *= 1.1) {
+        CT_ASSERT(n_pos < MAX_LIMITS / 2 - 1);
+        pos[n_pos++] = v;
+    }
+    pos[n_pos++] = DBL_MAX;
+    int n = 0;
+    for (int k = n_pos - 1; k >= 0; k--) {
+        limits[n++] = -pos[k];
+    }
+    limits[n++] = 0.0;
+    for (int k = 0; k < n_pos; k++) {
+        limits[n++] = pos[k];
+    }
+    CT_ASSERT(n <= MAX_LIMITS);
+    return n;
+}
+
+static ct_status write_failed(ct_events *w, ct_err *err) {
+    w->failed = 1;
+    return ct_err_set(err, CT_EIO, "cannot write %s: %s", w->path, strerror(errno));
+}
+
+/* One TFRecord: uint64 length, masked crc32c of those 8 bytes, data, masked crc32c of data. */
+static ct_status write_record(ct_events *w, const void *data, size_t len, ct_err *err) {
+    unsigned char head[12], foot[4];
+    put_le(head, len, 8);
+    put_le(head + 8, ct_crc32c_mask(ct_crc32c(0, head, 8)), 4);
+    put_le(foot, ct_crc32c_mask(ct_crc32c(0, data, len)), 4);
+    if (fwrite(head, 1, sizeof head, w->f) != sizeof head ||
+        (len > 0 && fwrite(data, 1, len, w->f) != len) ||
+        fwrite(foot, 1, sizeof foot, w->f) != sizeof foot) {
+        return write_failed(w, err);
+    }
+    return CT_OK;
+}
+
+static ct_status check_writer(const ct_events *w, const char *what, ct_err *err) {
+    if (!w) {
+        return ct_err_set(err, CT_EINVAL, "events: %s: no writer", what);
+    }
+    if (w->failed) {
+        return ct_err_set(err, CT_EIO, "%s: %s: an earlier write to this file failed", w->path,
+                          what);
+    }
+    return CT_OK;
+}
+
+/* Packs ev into w->buf and writes it as one record. */
+static ct_status write_event(ct_events *w, const Ctrain__Tb__Event *ev, ct_err *err) {
+    size_t len = ctrain__tb__event__get_packed_size(ev);
+    if (len > w->buf_cap) {
+        size_t cap = len > 2 * w->buf_cap ? len : 2 * w->buf_cap;
+        unsigned char *buf = realloc(w->buf, cap);
+        if (!buf) {
+            return ct_err_set(err, CT_ENOMEM, "%s: no memory for a %zu-byte event", w->path,
+                              len);
+        }
+        w->buf = buf;
+        w->buf_cap = cap;
+    }
+    size_t packed = ctrain__tb__event__pack(ev, w->buf);
+    CT_ASSERT(packed == len);
+    return write_record(w, w->buf, len, err);
+}
+
+/* Writes Event{wall_time, step, summary{value}}. */
+static ct_status write_value(ct_events *w, int64_t step, Ctrain__Tb__Summary__Value *value,
+                             ct_err *err) {
+    Ctrain__Tb__Summary summary = CTRAIN__TB__SUMMARY__INIT;
+    summary.n_value = 1;
+    summary.value = &value;
+    Ctrain__Tb__Event ev = CTRAIN__TB__EVENT__INIT;
+    ev.wall_time = wall_time();
+    ev.step = step;
+    ev.what_case = CTRAIN__TB__EVENT__WHAT_SUMMARY;
+    ev.summary = &summary;
+    return write_event(w, &ev, err);
+}
+
+ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err) {
+    *ret = NULL;
+    if (!run_dir || !run_dir[0]) {
+        return ct_err_set(err, CT_EINVAL, "events: empty run directory");
+    }
+    char failed_dir[PATH_MAX];
+    if (strlen(run_dir) >= sizeof failed_dir) {
+        return ct_err_set(err, CT_EINVAL, "events: run directory path too long: %.200s...",
+                          run_dir);
+    }
+    if (mkdir_p(run_dir, failed_dir, sizeof failed_dir) != 0) {
+        return ct_err_set(err, CT_EIO, "cannot create run directory %s: %s", failed_dir,
+                          strerror(errno));
+    }
+    ct_events *w = calloc(1, sizeof *w);
+    if (!w) {
+        return ct_err_set(err, CT_ENOMEM, "events: no memory for a writer in %s", run_dir);
+    }
+    w->n_limits = default_limits(w->limits);
+
+    char host[256];
+    if (gethostname(host, sizeof host) != 0) {
+        snprintf(host, sizeof host, "localhost");
+    }
+    host[sizeof host - 1] = '\0';
+    for (char *p = host; *p; p++) {
+        if (*p == '/') {
+            *p = '_'; /* a hostname with '/' would name a subdirectory */
+        }
+    }
+    double now = wall_time();
+    /* The counter makes the name unique without process-wide state: O_EXCL claims a name
+     * atomically, and a writer that finds it taken moves on to the next counter. */
+    int fd = -1;
+    for (int counter = 0; fd < 0; counter++) {
+        int len = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%010lld.%s.%ld.%d",
+                           run_dir, (long long)now, host, (long)getpid(), counter);
+        if (len < 0 || (size_t)len >= sizeof w->path) {
+            free(w);
+            return ct_err_set(err, CT_EINVAL, "events: event file path too long in %s", run_dir);
+        }
+        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && (errno != EEXIST || counter >= 100000)) {
+            ct_status st = ct_err_set(err, CT_EIO, "cannot create %s: %s", w->path,
+                                      strerror(errno));
+            free(w);
+            return st;
+        }
+    }
+    w->f = fdopen(fd, "wb");
+    if (!w->f) {
+        ct_status st = ct_err_set(err, CT_EIO, "cannot open %s: %s", w->path, strerror(errno));
+        close(fd);
+        unlink(w->path);
+        free(w);
+        return st;
+    }
+    Ctrain__Tb__Event ev = CTRAIN__TB__EVENT__INIT;
+    ev.wall_time = now;
+    ev.what_case = CTRAIN__TB__EVENT__WHAT_FILE_VERSION;
+    ev.file_version = "brain.Event:2";
+    /* Flushed at once: a full disk shows here rather than at the first summary, and a reader
+     * that lists the directory finds a valid file. */
+    ct_status st = write_event(w, &ev, err);
+    if (st == CT_OK) {
+        st = ct_events_flush(w, err);
+    }
+    if (st != CT_OK) {
+        unlink(w->path);
+        ct_events_close(w);
+        return st;
+    }
+    *ret = w;
+    return CT_OK;
+}
+
+ct_status ct_events_scalar(ct_events *w, const char *tag, int64_t step, double value,
+                           ct_err *err) {
+    ct_status st = check_writer(w, "scalar", err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (!tag || !tag[0]) {
+        return ct_err_set(err, CT_EINVAL, "%s: scalar with an empty tag", w->path);
+    }
+    Ctrain__Tb__Summary__Value v = CTRAIN__TB__SUMMARY__VALUE__INIT;
+    v.tag = (char *)tag; /* protobuf-c's field is not const; packing only reads it */
+    v.value_case = CTRAIN__TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
+    v.simple_value = (float)value;
+    return write_value(w, step, &v, err);
+}
+
+/* The index of the bucket (limits[i-1], limits[i]] holding x: the first limit >= x. */
+static int bucket_of(const double *limits, int n, double x) {
+    int lo = 0, hi = n - 1; /* limits[n-1] = DBL_MAX >= any finite x */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (limits[mid] >= x) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
+ct_status ct_events_histogram(ct_events *w, const char *tag, int64_t step, const float *values,
+                              int64_t n, ct_err *err) {
+    ct_status st = check_writer(w, "histogram", err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (!tag || !tag[0]) {
+        return ct_err_set(err, CT_EINVAL, "%s: histogram with an empty tag", w->path);
+    }
+    if (n < 0 || (n > 0 && !values)) {
+        return ct_err_set(err, CT_EINVAL, "%s: histogram %s: %lld values at %p", w->path, tag,
+                          (long long)n, (const void *)values);
+    }
+    Ctrain__Tb__HistogramProto h = CTRAIN__TB__HISTOGRAM_PROTO__INIT;
+    memset(w->counts, 0, sizeof w->counts);
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t k = 0; k < n; k++) {
+        double x = values[k];
+        if (!isfinite(x)) {
+            continue;
+        }
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+        h.num += 1.0;
+        h.sum += x;
+        h.sum_squares += x * x;
+        w->counts[bucket_of(w->limits, w->n_limits, x)] += 1.0;
+    }
+    if (h.num > 0) {
+        h.min = lo;
+        h.max = hi;
+        int first = bucket_of(w->limits, w->n_limits, lo);
+        int last = bucket_of(w->limits, w->n_limits, hi);
+        size_t m = 0;
+        for (int i = first; i <= last; i++) {
+            /* A run of empty buckets becomes one, ending at the run's last limit. */
+            while (w->counts[i] == 0.0 && i + 1 <= last && w->counts[i + 1] == 0.0) {
+                i++;
+            }
+            w->out_limits[m] = w->limits[i];
+            w->out_counts[m] = w->counts[i];
+            m++;
+        }
+        h.n_bucket_limit = h.n_bucket = m;
+        h.bucket_limit = w->out_limits;
+        h.bucket = w->out_counts;
+    }
+    Ctrain__Tb__Summary__Value v = CTRAIN__TB__SUMMARY__VALUE__INIT;
+    v.tag = (char *)tag;
+    v.value_case = CTRAIN__TB__SUMMARY__VALUE__VALUE_HISTO;
+    v.histo = &h;
+    return write_value(w, step, &v, err);
+}
+
+ct_status ct_events_text(ct_events *w, const char *tag, int64_t step, const char *text,
+                         ct_err *err) {
+    ct_status st = check_writer(w, "text", err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (!tag || !tag[0] || !text) {
+        return ct_err_set(err, CT_EINVAL, "%s: text with an empty tag or no text", w->path);
+    }
+    Ctrain__Tb__TensorShapeProto scalar = CTRAIN__TB__TENSOR_SHAPE_PROTO__INIT;
+    ProtobufCBinaryData str = {strlen(text), (uint8_t *)text};
+    Ctrain__Tb__TensorProto t = CTRAIN__TB__TENSOR_PROTO__INIT;
+    t.dtype = DT_STRING;
+    t.tensor_shape = &scalar;
+    t.n_string_val = 1;
+    t.string_val = &str;
+    Ctrain__Tb__SummaryMetadata__PluginData plugin =
+        CTRAIN__TB__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+    plugin.plugin_name = "text";
+    Ctrain__Tb__SummaryMetadata meta = CTRAIN__TB__SUMMARY_METADATA__INIT;
+    meta.plugin_data = &plugin;
+    Ctrain__Tb__Summary__Value v = CTRAIN__TB__SUMMARY__VALUE__INIT;
+    v.tag = (char *)tag;
+    v.metadata = &meta;
+    v.value_case = CTRAIN__TB__SUMMARY__VALUE__VALUE_TENSOR;
+    v.tensor = &t;
+    return write_value(w, step, &v, err);
+}
+
+/* ---- graph ---- */
+
+/* Everything one NodeDef points to, in one allocation per graph. */
+typedef struct node_pb {
+    Ctrain__Tb__NodeDef def;
+    char *inputs[CT_MAX_INPUTS];
+    Ctrain__Tb__NodeDef__AttrEntry entries[2];
+    Ctrain__Tb__NodeDef__AttrEntry *entry_ptrs[2];
+    Ctrain__Tb__AttrValue shape_val, dtype_val;
+    Ctrain__Tb__TensorShapeProto shape;
+    Ctrain__Tb__TensorShapeProto__Dim dims[CT_MAX_DIMS];
+    Ctrain__Tb__TensorShapeProto__Dim *dim_ptrs[CT_MAX_DIMS];
+    char name[NODE_NAME_CAP];
+} node_pb;
+
+/* Open-addressing set of node names (indices into the node_pb array; -1: empty slot). */
+typedef struct name_set {
+    int *slots;
+    size_t mask;
+    const node_pb *nodes;
+} name_set;
+
+static size_t name_hash(const char *s) {
+    size_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    }
+    return h;
+}
+
+/* The slot holding `name`, or the empty slot where it would go. */
+static size_t name_slot(const name_set *set, const char *name) {
+    size_t i = name_hash(name) & set->mask;
+    while (set->slots[i] >= 0 && strcmp(set->nodes[set->slots[i]].name, name) != 0) {
+        i = (i + 1) & set->mask;
+    }
+    return i;
+}
+
+/* Copies s into out with the characters TensorFlow does not allow in node names
+ * ([A-Za-z0-9.][A-Za-z0-9_./-]*) replaced by '_': ':' and '^' would read as output indices and
+ * control inputs, and empty scopes ("a//b", a leading or trailing '/') confuse the graph view. */
+static void sanitize_name(char *out, size_t cap, const char *s) {
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap; n++) {
+        char c = s[n];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-' ||
+                 (c == '/' && n > 0 && s[n + 1] && s[n - 1] != '/');
+        out[n] = ok ? c : '_';
+    }
+    out[n] = '\0';
+}
+
+/* Gives nodes[i] a unique name: its tensor name or "<op>_<id>", then "_<id>", "_<id>_<k>". */
+static void assign_name(name_set *set, node_pb *nodes, int i, const ct_node *node) {
+    char base[NODE_NAME_CAP - 24];
+    if (node->out.name[0]) {
+        sanitize_name(base, sizeof base, node->out.name);
+    } else {
+        snprintf(base, sizeof base, "%s_%d", ct_op_name(node->op), i);
+    }
+    char *name = nodes[i].name;
+    snprintf(name, NODE_NAME_CAP, "%s", base);
+    size_t slot = name_slot(set, name);
+    for (int k = 0; set->slots[slot] >= 0; k++) {
+        if (k == 0) {
+            snprintf(name, NODE_NAME_CAP, "%s_%d", base, i);
+        } else {
+            snprintf(name, NODE_NAME_CAP, "%s_%d_%d", base, i, k);
+        }
+        slot = name_slot(set, name);
+    }
+    set->slots[slot] = i;
+}
+
+static void fill_node(node_pb *p, node_pb *nodes, const ct_node *node) {
+    p->def = (Ctrain__Tb__NodeDef)CTRAIN__TB__NODE_DEF__INIT;
+    p->def.name = p->name;
+    p->def.op = (char *)ct_op_name(node->op);
+    for (int k = 0; k < node->n_in; k++) {
+        p->inputs[k] = nodes[node->in[k]].name;
+    }
+    p->def.n_input = (size_t)node->n_in;
+    p->def.input = p->inputs;
+
+    p->shape = (Ctrain__Tb__TensorShapeProto)CTRAIN__TB__TENSOR_SHAPE_PROTO__INIT;
+    for (int d = 0; d < node->out.shape.rank; d++) {
+        p->dims[d] = (Ctrain__Tb__TensorShapeProto__Dim)CTRAIN__TB__TENSOR_SHAPE_PROTO__DIM__INIT;
+        p->dims[d].size = node->out.shape.dims[d];
+        p->dim_ptrs[d] = &p->dims[d];
+    }
+    p->shape.n_dim = (size_t)node->out.shape.rank;
+    p->shape.dim = p->dim_ptrs;
+    /* The runtime initializer: the INIT macro's "{0}" for a union led by a struct trips
+     * -Wmissing-braces. */
+    protobuf_c_message_init(&ctrain__tb__attr_value__descriptor, &p->shape_val);
+    p->shape_val.value_case = CTRAIN__TB__ATTR_VALUE__VALUE_SHAPE;
+    p->shape_val.shape = &p->shape;
+
+    const char *dtype = ct_dtype_name(node->out.dtype);
+    protobuf_c_message_init(&ctrain__tb__attr_value__descriptor, &p->dtype_val);
+    p->dtype_val.value_case = CTRAIN__TB__ATTR_VALUE__VALUE_S;
+    p->dtype_val.s.len = strlen(dtype);
+    p->dtype_val.s.data = (uint8_t *)dtype;
+
+    const char *keys[2] = {"dtype", "shape"};
+    Ctrain__Tb__AttrValue *vals[2] = {&p->dtype_val, &p->shape_val};
+    for (int k = 0; k < 2; k++) {
+        p->entries[k] = (Ctrain__Tb__NodeDef__AttrEntry)CTRAIN__TB__NODE_DEF__ATTR_ENTRY__INIT;
+        p->entries[k].key = (char *)keys[k];
+        p->entries[k].value = vals[k];
+        p->entry_ptrs[k] = &p->entries[k];
+    }
+    p->def.n_attr = 2;
+    p->def.attr = p->entry_ptrs;
+}
+
+ct_status ct_events_graph(ct_events *w, const struct ct_graph *g, ct_err *err) {
+    ct_status st = check_writer(w, "graph", err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (!g) {
+        return ct_err_set(err, CT_EINVAL, "%s: graph: no graph", w->path);
+    }
+    /* ct_graph_node takes a mutable graph for its builders' sake; here it is only read. */
+    ct_graph *mg = (ct_graph *)g;
+    int n = ct_graph_size(g);
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n) {
+        cap *= 2;
+    }
+    node_pb *nodes = calloc(n > 0 ? (size_t)n : 1, sizeof *nodes);
+    Ctrain__Tb__NodeDef **defs = calloc(n > 0 ? (size_t)n : 1, sizeof *defs);
+    name_set set = {malloc(cap * sizeof(int)), cap - 1, nodes};
+    unsigned char *packed = NULL;
+    if (!nodes || !defs || !set.slots) {
+        st = ct_err_set(err, CT_ENOMEM, "%s: graph: no memory for %d nodes", w->path, n);
+        goto done;
+    }
+    memset(set.slots, 0xff, cap * sizeof(int)); /* all -1 */
+    for (int i = 0; i < n; i++) {
+        assign_name(&set, nodes, i, ct_graph_node(mg, i));
+    }
+    for (int i = 0; i < n; i++) {
+        const ct_node *node = ct_graph_node(mg, i);
+        for (int k = 0; k < node->n_in; k++) {
+            if (node->in[k] < 0 || node->in[k] >= n) {
+                st = ct_err_set(err, CT_EINVAL, "%s: graph: node %d input %d is %d (%d nodes)",
+                                w->path, i, k, node->in[k], n);
+                goto done;
+            }
+        }
+        fill_node(&nodes[i], nodes, node);
+        defs[i] = &nodes[i].def;
+    }
+    Ctrain__Tb__GraphDef gd = CTRAIN__TB__GRAPH_DEF__INIT;
+    gd.n_node = (size_t)n;
+    gd.node = defs;
+    size_t len = ctrain__tb__graph_def__get_packed_size(&gd);
+    packed = malloc(len > 0 ? len : 1);
+    if (!packed) {
+        st = ct_err_set(err, CT_ENOMEM, "%s: graph: no memory for a %zu-byte GraphDef", w->path,
+                        len);
+        goto done;
+    }
+    ctrain__tb__graph_def__pack(&gd, packed);
+    Ctrain__Tb__Event ev = CTRAIN__TB__EVENT__INIT;
+    ev.wall_time = wall_time();
+    ev.what_case = CTRAIN__TB__EVENT__WHAT_GRAPH_DEF;
+    ev.graph_def.len = len;
+    ev.graph_def.data = packed;
+    st = write_event(w, &ev, err);
+done:
+    free(packed);
+    free(set.slots);
+    free(defs);
+    free(nodes);
+    return st;
+}
+
+ct_status ct_events_flush(ct_events *w, ct_err *err) {
+    ct_status st = check_writer(w, "flush", err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
+        return write_failed(w, err);
+    }
+    return CT_OK;
+}
+
+void ct_events_close(ct_events *w) {
+    if (!w) {
+        return;
+    }
+    if (w->f) {
+        if (!w->failed && fflush(w->f) == 0) {
+            fsync(fileno(w->f));
+        }
+        fclose(w->f);
+    }
+    free(w->buf);
+    free(w);
+}
+
+const char *ct_events_path(const ct_events *w) {
+    return w ? w->path : "";
+}

@@ -76,8 +76,13 @@ static const name_value loss_names[] = {
 static const name_value metric_names[] = {{"accuracy", 1}, {NULL, 0}};
 static const name_value format_names[] = {{"idx", CT_DATA_IDX}, {NULL, 0}};
 
-static const char *const top_keys[] = {"seed", "model", "loss",     "metrics", "optimizer",
-                                       "data", "train", "strategy", "run_dir", NULL};
+static const char *const top_keys[] = {"seed",     "model",   "loss",       "metrics",
+                                       "optimizer", "data",   "train",      "strategy",
+                                       "run_dir",  "checkpoint", "logs",     NULL};
+static const char *const checkpoint_keys[] = {"dir",       "every_steps", "keep_last",
+                                              "keep_every_hours", "resume", NULL};
+static const char *const logs_keys[] = {"tensorboard", "every_steps", "histogram_every_steps",
+                                        NULL};
 static const char *const model_keys[] = {"input_shape", "layers", NULL};
 static const char *const optimizer_keys[] = {
     "type", "learning_rate", "momentum", "nesterov",  "beta1",    "beta2", "epsilon",
@@ -830,6 +835,23 @@ static void read_train(job_reader *r, const section *top, ct_job *job) {
     }
 }
 
+/* checkpoint: and logs: (what the chief writes into run_dir). */
+static void read_outputs(job_reader *r, const section *top, ct_job *job) {
+    char path[KEY_CAP];
+    section s;
+    sec_open(r, sec_get(top, "checkpoint", path), "checkpoint", checkpoint_keys,
+             key_line(top, "checkpoint"), &s);
+    sec_string(&s, "dir", job->checkpoint.dir, sizeof job->checkpoint.dir);
+    sec_i64(&s, "every_steps", 0, &job->checkpoint.every_steps);
+    sec_int(&s, "keep_last", 1, &job->checkpoint.keep_last);
+    sec_float(&s, "keep_every_hours", NON_NEGATIVE, &job->checkpoint.keep_every_hours);
+    sec_bool(&s, "resume", &job->checkpoint.resume);
+    sec_open(r, sec_get(top, "logs", path), "logs", logs_keys, key_line(top, "logs"), &s);
+    sec_bool(&s, "tensorboard", &job->logs.tensorboard);
+    sec_i64(&s, "every_steps", 1, &job->logs.every_steps);
+    sec_i64(&s, "histogram_every_steps", 0, &job->logs.histogram_every_steps);
+}
+
 static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     char path[KEY_CAP];
     section s;
@@ -885,6 +907,7 @@ static ct_status read_job(job_reader *r, const ct__yaml_node *root, ct_job *job)
     if (sec_get(&top, "run_dir", path)) {
         sec_string(&top, "run_dir", job->run_dir, sizeof job->run_dir);
     }
+    read_outputs(r, &top, job);
     return r->status;
 }
 
@@ -904,6 +927,11 @@ void ct_job_defaults(ct_job *job) {
     job->prefetch = 2;
     job->graph_passes = CT_PASS_ALL;
     job->plan_memory = 1;
+    job->checkpoint.keep_last = 5;
+    job->checkpoint.resume = 1;
+    job->logs.tensorboard = 1;
+    job->logs.every_steps = 20;
+    job->logs.histogram_every_steps = 200;
     snprintf(job->strategy, sizeof job->strategy, "local");
     snprintf(job->run_dir, sizeof job->run_dir, "runs/job");
 }

@@ -1,0 +1,150 @@
+/* The evaluator role (see ctrain/evaluator.h): poll the checkpoint directory, evaluate every
+ * checkpoint not seen yet in step order, write eval scalars at its step, stop after the final
+ * one or a quiet timeout. */
+#include "ctrain/evaluator.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctrain/checkpoint.h"
+#include "ctrain/data.h"
+#include "ctrain/events.h"
+#include "ctrain/train.h"
+
+#define MAX_FILES 1024
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Evaluates checkpoint `path` with trainer t; writes its scalars. */
+static ct_status evaluate_one(ct_trainer *t, const ct_dataset *eval, const char *path,
+                              ct_events *ev, FILE *out, ct_evaluator_result *r, ct_err *err) {
+    ct_ckpt *c = NULL;
+    ct_status st = ct_ckpt_lease(path, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if ((st = ct_ckpt_read(path, &c, err)) == CT_OK) {
+        st = ct_trainer_restore(t, c, path, err);
+    }
+    double loss = NAN, acc = NAN;
+    if (st == CT_OK) {
+        st = ct_trainer_evaluate(t, eval->x, eval->y, eval->n, &loss, &acc, err);
+    }
+    ct_ckpt_release(path); /* the weights are in the trainer now */
+    if (st == CT_OK) {
+        const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
+        r->evaluated++;
+        r->last_step = m->step;
+        r->last_loss = loss;
+        r->last_accuracy = acc;
+        r->reached_final = m->total_steps > 0 && m->step >= m->total_steps;
+        if (ev && (st = ct_events_scalar(ev, "loss", m->step, loss, err)) == CT_OK &&
+            (st = ct_events_scalar(ev, "accuracy", m->step, acc, err)) == CT_OK) {
+            st = ct_events_flush(ev, err);
+        }
+        if (out) {
+            fprintf(out,
+                    "{\"step\": %lld, \"epoch\": %lld, \"checkpoint\": \"%s\", \"eval_loss\": "
+                    "%.17g, \"eval_accuracy\": %.17g, \"final\": %s}\n",
+                    (long long)m->step, (long long)m->epoch, path, loss, acc,
+                    r->reached_final ? "true" : "false");
+            fflush(out);
+        }
+    }
+    ct_ckpt_free(c);
+    return st;
+}
+
+ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
+                           ct_evaluator_result *ret, ct_err *err) {
+    char dir[PATH_MAX], run_dir[PATH_MAX], eval_dir[PATH_MAX + 8];
+    snprintf(run_dir, sizeof run_dir, "%s", opts->run_dir ? opts->run_dir : job->run_dir);
+    if (opts->checkpoint_dir) {
+        snprintf(dir, sizeof dir, "%s", opts->checkpoint_dir);
+    } else if (job->checkpoint.dir[0]) {
+        snprintf(dir, sizeof dir, "%s", job->checkpoint.dir);
+    } else {
+        snprintf(dir, sizeof dir, "%.*s/checkpoints", PATH_MAX - 16, run_dir);
+    }
+    snprintf(eval_dir, sizeof eval_dir, "%s/eval", run_dir);
+    ct_evaluator_result r = {.last_step = -1, .last_loss = NAN, .last_accuracy = NAN};
+    if (!job->has_eval_data) {
+        return ct_err_set(err, CT_EINVAL, "%s: data.eval: the evaluator needs eval data",
+                          job->path);
+    }
+    ct_dataset *eval = NULL;
+    ct_trainer *t = NULL;
+    ct_events *ev = NULL;
+    char *paths = malloc((size_t)MAX_FILES * PATH_MAX);
+    int64_t steps[MAX_FILES], done_up_to = -1;
+    ct_status st = paths ? CT_OK : ct_err_set(err, CT_ENOMEM, "evaluator: out of memory");
+    if (st == CT_OK &&
+        (st = ct_dataset_load_idx(job->eval_data.images, job->eval_data.labels,
+                                  job->eval_data.limit, &eval, err)) != CT_OK) {
+        ct_err_prefix(err, "%s: data.eval", job->path);
+    }
+    if (st == CT_OK) {
+        st = ct_trainer_create(job, &t, err);
+    }
+    if (st == CT_OK && job->logs.tensorboard) {
+        st = ct_events_open(eval_dir, &ev, err);
+    }
+    double last_new = now_s();
+    while (st == CT_OK && !r.reached_final) {
+        if (opts->stop && *opts->stop) {
+            st = ct_err_set(err, CT_EINTR, "evaluator: interrupted after %d checkpoints",
+                            r.evaluated);
+            break;
+        }
+        int n = ct_ckpt_list(dir, paths, steps, MAX_FILES);
+        n = n < MAX_FILES ? n : MAX_FILES;
+        int found = 0;
+        for (int i = n - 1; i >= 0 && st == CT_OK && !r.reached_final; i--) { /* oldest first */
+            if (steps[i] <= done_up_to) {
+                continue;
+            }
+            found = 1;
+            ct_err e = {0};
+            ct_status s = evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, ev, opts->out, &r,
+                                       &e);
+            if (s == CT_ENOENT || s == CT_EINVAL) {
+                /* pruned meanwhile, or corrupt: say so and go on with the next one */
+                fprintf(stderr, "ctrain-evaluator: skipping: %s\n", e.msg);
+            } else if (s != CT_OK) {
+                st = ct_err_set(err, s, "%s", e.msg);
+            }
+            done_up_to = steps[i];
+        }
+        if (found) {
+            last_new = now_s();
+        } else if (now_s() - last_new > opts->timeout_s) {
+            st = ct_err_set(err, CT_ETIMEDOUT,
+                            "evaluator: no new checkpoint in %s for %.0f s (last evaluated step "
+                            "%lld); is the chief running?",
+                            dir, opts->timeout_s, (long long)done_up_to);
+        } else if (!r.reached_final) {
+            sleep_s(opts->poll_s);
+        }
+    }
+    if (ev) {
+        ct_events_close(ev);
+    }
+    ct_trainer_destroy(t);
+    ct_dataset_destroy(eval);
+    free(paths);
+    *ret = r;
+    return st;
+}

@@ -1,0 +1,122 @@
+"""What a training run writes, read back by TensorBoard's own reader: the train run (scalars,
+histograms, the job text, the step graph), the validation run, metrics.jsonl; and
+`ctrain-evaluator` running beside a real training run, evaluating each checkpoint once.
+
+TensorBoard is a pip package installed into the `python3` on PATH (scripts/setup.sh --tests);
+the checks that need it run under that interpreter (never skipped)."""
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
+CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
+EVALUATOR = os.path.join(BUILD, "worker", "ctrain-evaluator")
+LIMITS = ["--set", "data.train.limit=6000", "--set", "data.eval.limit=2000"]
+
+
+def tb_python():
+    for py in (shutil.which("python3"), "/usr/bin/python3"):
+        if py and subprocess.run([py, "-c", "import tensorboard"],
+                                 capture_output=True).returncode == 0:
+            return py
+    raise AssertionError("no python3 with the tensorboard package: run scripts/setup.sh --tests")
+
+
+READ = r"""
+import json, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+out = {}
+for run in sys.argv[1:]:
+    acc = ea.EventAccumulator(run, size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0,
+                                                  ea.TENSORS: 0, ea.GRAPH: 1})
+    acc.Reload()
+    tags = acc.Tags()
+    r = {"scalars": {t: [[e.step, e.value] for e in acc.Scalars(t)] for t in tags["scalars"]},
+         "histograms": {t: [[e.step, e.histogram_value.num, e.histogram_value.min,
+                             e.histogram_value.max] for e in acc.Histograms(t)]
+                        for t in tags["histograms"]},
+         "tensors": {t: [[e.step, e.tensor_proto.string_val[0].decode()] for e in acc.Tensors(t)]
+                     for t in tags["tensors"]},
+         "graph": [n.name for n in acc.Graph().node] if tags["graph"] else []}
+    out[run] = r
+print(json.dumps(out))
+"""
+
+
+def read_runs(*runs):
+    r = subprocess.run([tb_python(), "-c", READ, *map(str, runs)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def test_training_run_writes_tensorboard_and_metrics(tmp_path):
+    run = tmp_path / "run"
+    r = subprocess.run([CTRAIN, "train", "--set", "train.max_steps=100", "--set",
+                        "logs.every_steps=10", "--set", "logs.histogram_every_steps=50",
+                        *LIMITS, "--quiet", "--set", f"run_dir={run}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    done = dict(re.findall(r"(\w+)=([-\d.eE]+)", r.stdout.strip().splitlines()[-1]))
+    runs = read_runs(run / "train", run / "validation")
+    train, valid = runs[str(run / "train")], runs[str(run / "validation")]
+    for tag in ("loss", "accuracy", "learning_rate", "steps_per_s", "samples_per_s",
+                "input_wait_fraction"):
+        assert [s for s, _ in train["scalars"][tag]] == list(range(10, 101, 10)), tag
+    lines = [json.loads(l) for l in open(run / "metrics.jsonl")]
+    steps = [l for l in lines if "end_of_epoch" not in l]
+    assert [l["step"] for l in steps] == list(range(10, 101, 10))
+    for (step, value), line in zip(train["scalars"]["loss"], steps):
+        assert value == f32(line["loss"]), (step, value, line)
+    assert all(v == f32(1e-3) for _, v in train["scalars"]["learning_rate"])
+    h = train["histograms"]
+    assert [s for s, *_ in h["weights/dense_1/kernel"]] == [50, 100]
+    assert h["weights/dense_1/kernel"][0][1] == 784 * 128
+    assert [s for s, *_ in h["gradients/dense_3/bias"]] == [50, 100]
+    assert "seed" in train["tensors"]["job"][0][1] and "fashion" in train["tensors"]["job"][0][1]
+    assert any(n.startswith("apply_optimizer") for n in train["graph"]), train["graph"][:5]
+    assert any("dense_1/kernel" in n for n in train["graph"])
+    (step, acc), = valid["scalars"]["accuracy"]
+    assert step == 100 and abs(acc - float(done["test_accuracy"])) < 1e-6
+    epoch_line = [l for l in lines if l.get("end_of_epoch")][-1]
+    assert abs(epoch_line["test_accuracy"] - float(done["test_accuracy"])) < 1e-6
+
+
+def test_evaluator_beside_training(tmp_path):
+    run = tmp_path / "run"
+    job = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+    common = ["--set", "train.max_steps=400", "--set", "checkpoint.every_steps=100", *LIMITS,
+              "--set", f"run_dir={run}"]
+    ev = subprocess.Popen([EVALUATOR, "--job", job, "--timeout", "120", "--poll", "0.2",
+                           *common], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    tr = subprocess.run([CTRAIN, "train", job, *common, "--quiet", "--set", "train.threads=1"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert tr.returncode == 0, tr.stderr
+    out, err = ev.communicate(timeout=300)
+    assert ev.returncode == 0, err
+    results = [json.loads(l) for l in out.splitlines()]
+    steps = [r["step"] for r in results]
+    assert steps == sorted(set(steps)), "each checkpoint once, in order"
+    assert steps[-1] == 400 and results[-1]["final"] is True
+    assert set(steps) <= {100, 200, 300, 400}
+    done = dict(re.findall(r"(\w+)=([-\d.eE]+)", tr.stdout.strip().splitlines()[-1]))
+    assert abs(results[-1]["eval_accuracy"] - float(done["test_accuracy"])) < 1e-6
+    runs = read_runs(run / "eval")
+    evals = runs[str(run / "eval")]["scalars"]
+    assert [s for s, _ in evals["accuracy"]] == steps
+    assert evals["accuracy"][-1][1] == f32(results[-1]["eval_accuracy"])
+    assert not [f for f in os.listdir(run / "checkpoints") if f.endswith(".lease")]
+    # no checkpoint at all: a clear timeout naming the directory
+    r = subprocess.run([EVALUATOR, "--job", job, "--timeout", "1", "--poll", "0.2", *LIMITS,
+                        "--set", f"run_dir={tmp_path / 'none'}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "no new checkpoint" in r.stderr and "none" in r.stderr

@@ -1,0 +1,506 @@
+/* TensorBoard event files: CRC-32C vectors, the TFRecord framing of every record, and the Event
+ * protos read back with a small wire-format decoder written here (independent of protobuf-c,
+ * whose generated header the tests cannot include): file_version, scalars, histogram statistics
+ * and buckets, text, the graph. Errors: unwritable run directories and a full disk name the
+ * path; a writer stops after a failed write. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctrain/crc32c.h"
+#include "ctrain/events.h"
+#include "ctrain/graph.h"
+
+static char tmp_dir[64];
+
+static void make_tmp(void) {
+    strcpy(tmp_dir, "/tmp/ct_test_events_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmp_dir));
+}
+
+static void remove_tmp(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+TestSuite(events, .init = make_tmp, .fini = remove_tmp, .timeout = 120);
+
+/* ---- reading records back ---- */
+
+static uint64_t get_le(const unsigned char *p, int bytes) {
+    uint64_t v = 0;
+    for (int k = bytes - 1; k >= 0; k--) {
+        v = v << 8 | p[k];
+    }
+    return v;
+}
+
+typedef struct record {
+    const unsigned char *data;
+    size_t len;
+} record;
+
+typedef struct event_file {
+    unsigned char *bytes;
+    size_t size;
+    int n;
+    record rec[32];
+} event_file;
+
+/* Reads the whole file and splits it into records, checking both CRCs of each. */
+static void read_events(const char *path, event_file *ef) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    ef->size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    ef->bytes = malloc(ef->size + 1);
+    cr_assert_eq(fread(ef->bytes, 1, ef->size, f), ef->size);
+    fclose(f);
+    ef->n = 0;
+    size_t off = 0;
+    while (off < ef->size) {
+        cr_assert_leq(off + 12, ef->size, "truncated header at %zu", off);
+        const unsigned char *p = ef->bytes + off;
+        uint64_t len = get_le(p, 8);
+        cr_assert_eq(get_le(p + 8, 4), ct_crc32c_mask(ct_crc32c(0, p, 8)),
+                     "length crc of record %d", ef->n);
+        cr_assert_leq(off + 12 + len + 4, ef->size, "truncated record %d", ef->n);
+        cr_assert_eq(get_le(p + 12 + len, 4), ct_crc32c_mask(ct_crc32c(0, p + 12, len)),
+                     "data crc of record %d", ef->n);
+        cr_assert_lt(ef->n, 32);
+        ef->rec[ef->n].data = p + 12;
+        ef->rec[ef->n].len = (size_t)len;
+        ef->n++;
+        off += 12 + len + 4;
+    }
+}
+
+/* One protobuf field: wire type 0 (varint), 1 (fixed64), 2 (bytes) or 5 (fixed32). */
+typedef struct field {
+    uint32_t num, wt;
+    uint64_t v; /* varint or fixed value */
+    const unsigned char *data;
+    size_t len;
+} field;
+
+static uint64_t varint(const unsigned char **p, const unsigned char *end) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        cr_assert_lt(*p, end, "varint runs past the message");
+        unsigned char b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            return v;
+        }
+    }
+    cr_assert_fail("varint longer than 10 bytes");
+    return 0;
+}
+
+/* The nth (0-based) occurrence of field `num` in msg; returns 0 when there is none. */
+static int find_field(const unsigned char *msg, size_t len, uint32_t num, int nth, field *out) {
+    const unsigned char *p = msg, *end = msg + len;
+    while (p < end) {
+        uint64_t key = varint(&p, end);
+        field f = {(uint32_t)(key >> 3), (uint32_t)(key & 7), 0, NULL, 0};
+        switch (f.wt) {
+        case 0:
+            f.v = varint(&p, end);
+            break;
+        case 1:
+            cr_assert_leq(p + 8, end);
+            f.v = get_le(p, 8);
+            p += 8;
+            break;
+        case 2:
+            f.len = (size_t)varint(&p, end);
+            cr_assert_leq(p + f.len, end);
+            f.data = p;
+            p += f.len;
+            break;
+        case 5:
+            cr_assert_leq(p + 4, end);
+            f.v = get_le(p, 4);
+            p += 4;
+            break;
+        default:
+            cr_assert_fail("wire type %u", f.wt);
+        }
+        if (f.num == num && nth-- == 0) {
+            *out = f;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static field must_find(const unsigned char *msg, size_t len, uint32_t num, int nth) {
+    field f;
+    cr_assert(find_field(msg, len, num, nth, &f), "field %u #%d missing", num, nth);
+    return f;
+}
+
+static double as_double(uint64_t bits) {
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+static float as_float(uint64_t bits) {
+    uint32_t b = (uint32_t)bits;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static int str_eq(field f, const char *s) {
+    return f.len == strlen(s) && memcmp(f.data, s, f.len) == 0;
+}
+
+/* Event.step (0 when absent, as proto3 leaves it out). */
+static int64_t event_step(record r) {
+    field f;
+    return find_field(r.data, r.len, 2, 0, &f) ? (int64_t)f.v : 0;
+}
+
+/* The only Summary.Value of an Event. */
+static field event_value(record r) {
+    field summary = must_find(r.data, r.len, 5, 0);
+    field value = must_find(summary.data, summary.len, 1, 0);
+    field other;
+    cr_expect_not(find_field(summary.data, summary.len, 1, 1, &other), "one value per event");
+    return value;
+}
+
+/* TensorFlow's default bucket limits, built here independently of the writer. */
+static int tf_limits(double *out) {
+    double pos[1000];
+    int n_pos = 0;
+    for (double v = 1.0e-12; v < 1.0e20; v *= 1.1) {
+        pos[n_pos++] = v;
+    }
+    pos[n_pos++] = DBL_MAX;
+    int n = 0;
+    for (int k = n_pos - 1; k >= 0; k--) {
+        out[n++] = -pos[k];
+    }
+    out[n++] = 0.0;
+    for (int k = 0; k < n_pos; k++) {
+        out[n++] = pos[k];
+    }
+    return n;
+}
+
+typedef struct histo {
+    double min, max, num, sum, sum_squares;
+    int n;
+    double limit[2000], count[2000];
+} histo;
+
+static void read_packed_doubles(field f, double *out, int *n) {
+    cr_assert_eq(f.wt, 2u, "packed doubles");
+    cr_assert_eq(f.len % 8, 0u);
+    *n = (int)(f.len / 8);
+    cr_assert_leq(*n, 2000);
+    for (int k = 0; k < *n; k++) {
+        out[k] = as_double(get_le(f.data + 8 * k, 8));
+    }
+}
+
+static void read_histo(field value, histo *h) {
+    field hf = must_find(value.data, value.len, 5, 0);
+    double *stats[5] = {&h->min, &h->max, &h->num, &h->sum, &h->sum_squares};
+    for (uint32_t k = 0; k < 5; k++) {
+        field f;
+        *stats[k] = find_field(hf.data, hf.len, k + 1, 0, &f) ? as_double(f.v) : 0.0;
+    }
+    int n_limit = 0, n_count = 0;
+    field f;
+    if (find_field(hf.data, hf.len, 6, 0, &f)) {
+        read_packed_doubles(f, h->limit, &n_limit);
+    }
+    if (find_field(hf.data, hf.len, 7, 0, &f)) {
+        read_packed_doubles(f, h->count, &n_count);
+    }
+    cr_assert_eq(n_limit, n_count, "parallel bucket arrays");
+    h->n = n_limit;
+}
+
+/* ---- tests ---- */
+
+Test(events, crc32c_vectors) {
+    cr_expect_eq(ct_crc32c(0, "123456789", 9), 0xE3069283u);
+    cr_expect_eq(ct_crc32c_mask(ct_crc32c(0, "123456789", 9)), 0xC78AB0E5u);
+    cr_expect_eq(ct_crc32c_mask(ct_crc32c(0, "", 0)), 0xA282EAD8u);
+    unsigned char le24[8] = {24, 0, 0, 0, 0, 0, 0, 0};
+    cr_expect_eq(ct_crc32c_mask(ct_crc32c(0, le24, 8)), 0x224B7FA3u);
+}
+
+Test(events, file_name_and_first_record) {
+    char run[256];
+    snprintf(run, sizeof run, "%s/a/b/run", tmp_dir); /* parents are made too */
+    ct_err err = {0};
+    ct_events *w = NULL;
+    time_t before = time(NULL);
+    cr_assert_eq(ct_events_open(run, &w, &err), CT_OK, "%s", err.msg);
+    const char *path = ct_events_path(w);
+    cr_assert_eq(strncmp(path, run, strlen(run)), 0, "%s", path);
+    long long secs = 0;
+    char host[256], rest[256];
+    gethostname(host, sizeof host);
+    const char *base = path + strlen(run) + 1;
+    cr_assert_eq(sscanf(base, "events.out.tfevents.%10lld.%255s", &secs, rest), 2, "%s", base);
+    cr_expect_eq(base[strlen("events.out.tfevents.") + 10], '.', "10-digit seconds: %s", base);
+    cr_expect(secs >= (long long)before && secs <= (long long)time(NULL) + 1, "%lld", secs);
+    char want[300];
+    snprintf(want, sizeof want, "%s.%ld.0", host, (long)getpid());
+    cr_expect_str_eq(rest, want);
+    /* the first record is on disk before any flush */
+    event_file ef;
+    read_events(path, &ef);
+    cr_assert_eq(ef.n, 1);
+    field wt = must_find(ef.rec[0].data, ef.rec[0].len, 1, 0);
+    cr_expect_eq(wt.wt, 1u);
+    double t = as_double(wt.v);
+    cr_expect(t >= (double)before && t < (double)time(NULL) + 1, "wall_time %f", t);
+    cr_expect(str_eq(must_find(ef.rec[0].data, ef.rec[0].len, 3, 0), "brain.Event:2"));
+    free(ef.bytes);
+
+    /* a second writer in the same directory (same second) gets a file of its own */
+    ct_events *w2 = NULL;
+    cr_assert_eq(ct_events_open(run, &w2, &err), CT_OK, "%s", err.msg);
+    cr_expect_str_neq(ct_events_path(w2), path);
+    ct_events_close(w2);
+    ct_events_close(w);
+}
+
+Test(events, scalars_histogram_text_round_trip) {
+    ct_err err = {0};
+    ct_events *w = NULL;
+    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_scalar(w, "loss", 3, 0.25, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_scalar(w, "train/lr", 1LL << 40, 0.1, &err), CT_OK, "%s", err.msg);
+    /* limits sit in the data: 0 and 1e-12 land in the buckets they close */
+    float vals[] = {-3.5f, 0.0f, 1e-12f, 0.5f, 0.5f, 2.0f, 1000.0f, NAN, INFINITY, -INFINITY};
+    int n_vals = (int)(sizeof vals / sizeof vals[0]);
+    cr_assert_eq(ct_events_histogram(w, "weights", 7, vals, n_vals, &err), CT_OK, "%s", err.msg);
+    float nothing[] = {NAN};
+    cr_assert_eq(ct_events_histogram(w, "empty", 8, nothing, 1, &err), CT_OK, "%s", err.msg);
+    const char *text = "# Job\nlr: *0.1*, ünïcödé";
+    cr_assert_eq(ct_events_text(w, "config", 0, text, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_flush(w, &err), CT_OK, "%s", err.msg);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", ct_events_path(w));
+    ct_events_close(w);
+
+    event_file ef;
+    read_events(path, &ef);
+    cr_assert_eq(ef.n, 6);
+    /* scalars: tag, step, float simple_value */
+    field v = event_value(ef.rec[1]);
+    cr_expect_eq(event_step(ef.rec[1]), 3);
+    cr_expect(str_eq(must_find(v.data, v.len, 1, 0), "loss"));
+    field sv = must_find(v.data, v.len, 2, 0);
+    cr_expect_eq(sv.wt, 5u);
+    cr_expect_eq(as_float(sv.v), 0.25f);
+    v = event_value(ef.rec[2]);
+    cr_expect_eq(event_step(ef.rec[2]), 1LL << 40);
+    cr_expect(str_eq(must_find(v.data, v.len, 1, 0), "train/lr"));
+    cr_expect_eq(as_float(must_find(v.data, v.len, 2, 0).v), 0.1f);
+
+    /* histogram: statistics over the finite values only */
+    static histo h;
+    v = event_value(ef.rec[3]);
+    cr_expect_eq(event_step(ef.rec[3]), 7);
+    cr_expect(str_eq(must_find(v.data, v.len, 1, 0), "weights"));
+    read_histo(v, &h);
+    double sum = 0, sq = 0;
+    for (int k = 0; k < 7; k++) {
+        sum += vals[k];
+        sq += (double)vals[k] * vals[k];
+    }
+    cr_expect_eq(h.num, 7.0);
+    cr_expect_eq(h.min, -3.5);
+    cr_expect_eq(h.max, 1000.0);
+    cr_expect_eq(h.sum, sum);
+    cr_expect_eq(h.sum_squares, sq);
+    /* buckets: limits are TensorFlow's default ones, ascending; the first and the last bucket
+     * are non-empty; every value is counted in the bucket (limit[i-1], limit[i]] */
+    static double tf[2000];
+    int n_tf = tf_limits(tf);
+    cr_assert_gt(h.n, 0);
+    cr_expect_gt(h.count[0], 0.0);
+    cr_expect_gt(h.count[h.n - 1], 0.0);
+    int j = 0;
+    double total = 0;
+    for (int i = 0; i < h.n; i++) {
+        while (j < n_tf && tf[j] != h.limit[i]) {
+            j++;
+        }
+        cr_assert_lt(j, n_tf, "limit %d (%g) is not a default limit", i, h.limit[i]);
+        total += h.count[i];
+    }
+    cr_expect_eq(total, 7.0);
+    for (int i = 0; i < h.n; i++) {
+        double want = 0;
+        for (int k = 0; k < 7; k++) {
+            double x = vals[k];
+            want += x <= h.limit[i] && (i == 0 || x > h.limit[i - 1]);
+        }
+        cr_expect_eq(h.count[i], want, "bucket %d (limit %g)", i, h.limit[i]);
+    }
+    /* the bucket holding 0 ends at 0, the one holding 1e-12 ends at 1e-12 */
+    int zero = -1, tiny = -1;
+    for (int i = 0; i < h.n; i++) {
+        zero = h.limit[i] == 0.0 ? i : zero;
+        tiny = h.limit[i] == 1e-12 ? i : tiny;
+    }
+    cr_assert(zero >= 0 && tiny == zero + 1);
+    cr_expect_eq(h.count[zero], 1.0);
+    /* 1e-12f widened to double is the value bucketed: it closes (0, 1e-12] only if not above */
+    cr_expect_eq(h.count[tiny], (double)1e-12f <= 1e-12 ? 1.0 : 0.0);
+    /* no finite value: an empty histogram */
+    v = event_value(ef.rec[4]);
+    read_histo(v, &h);
+    cr_expect_eq(h.num, 0.0);
+    cr_expect_eq(h.n, 0);
+
+    /* text: DT_STRING scalar tensor under plugin "text" */
+    v = event_value(ef.rec[5]);
+    cr_expect(str_eq(must_find(v.data, v.len, 1, 0), "config"));
+    field tensor = must_find(v.data, v.len, 8, 0);
+    cr_expect_eq(must_find(tensor.data, tensor.len, 1, 0).v, 7u);
+    cr_expect(str_eq(must_find(tensor.data, tensor.len, 8, 0), text));
+    field meta = must_find(v.data, v.len, 9, 0);
+    field plugin = must_find(meta.data, meta.len, 1, 0);
+    cr_expect(str_eq(must_find(plugin.data, plugin.len, 1, 0), "text"));
+    free(ef.bytes);
+}
+
+Test(events, graph) {
+    ct_err err = {0};
+    ct_backend *be = NULL;
+    ct_graph *g = NULL;
+    cr_assert_eq(ct_backend_cpu_create(1, &be, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_graph_create(be, 0, &g, &err), CT_OK, "%s", err.msg);
+    static float wdata[12];
+    ct_shape xs = ct_shape_make(2, (int64_t[]){2, 3}), ws = ct_shape_make(2, (int64_t[]){3, 4});
+    int x = ct_placeholder(g, CT_F32, &xs, "x");
+    int wv = ct_variable(g, &ws, wdata, "dense/kernel");
+    int y = ct_relu(g, ct_matmul(g, x, wv, 0, 0));
+    int x2 = ct_placeholder(g, CT_F32, &xs, "x");           /* clashes with node 0 */
+    int odd = ct_placeholder(g, CT_I32, &xs, "a:b^c//d/"); /* characters TF does not allow */
+    cr_assert_eq(ct_graph_status(g, &err), CT_OK, "%s", err.msg);
+    cr_assert(y == 3 && x2 == 4 && odd == 5);
+
+    ct_events *w = NULL;
+    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_graph(w, g, &err), CT_OK, "%s", err.msg);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", ct_events_path(w));
+    ct_events_close(w);
+    ct_graph_destroy(g);
+    ct_backend_destroy(be);
+
+    event_file ef;
+    read_events(path, &ef);
+    cr_assert_eq(ef.n, 2);
+    field gd = must_find(ef.rec[1].data, ef.rec[1].len, 4, 0);
+    const char *names[] = {"x", "dense/kernel", "matmul_2", "relu_3", "x_4", "a_b_c/_d_"};
+    const char *ops[] = {"placeholder", "variable", "matmul", "relu", "placeholder",
+                         "placeholder"};
+    for (int i = 0; i < 6; i++) {
+        field node = must_find(gd.data, gd.len, 1, i);
+        field name = must_find(node.data, node.len, 1, 0);
+        cr_expect(str_eq(name, names[i]), "node %d: %.*s", i, (int)name.len, name.data);
+        cr_expect(str_eq(must_find(node.data, node.len, 2, 0), ops[i]), "node %d op", i);
+    }
+    field extra;
+    cr_expect_not(find_field(gd.data, gd.len, 1, 6, &extra));
+    /* matmul's inputs by name; its attrs: dtype "f32" and shape [2, 4] */
+    field mm = must_find(gd.data, gd.len, 1, 2);
+    cr_expect(str_eq(must_find(mm.data, mm.len, 3, 0), "x"));
+    cr_expect(str_eq(must_find(mm.data, mm.len, 3, 1), "dense/kernel"));
+    int seen = 0;
+    for (int k = 0; k < 2; k++) {
+        field entry = must_find(mm.data, mm.len, 5, k);
+        field key = must_find(entry.data, entry.len, 1, 0);
+        field val = must_find(entry.data, entry.len, 2, 0);
+        if (str_eq(key, "dtype")) {
+            cr_expect(str_eq(must_find(val.data, val.len, 2, 0), "f32"));
+            seen |= 1;
+        } else if (str_eq(key, "shape")) {
+            field shape = must_find(val.data, val.len, 7, 0);
+            field d0 = must_find(shape.data, shape.len, 2, 0);
+            field d1 = must_find(shape.data, shape.len, 2, 1);
+            cr_expect_eq(must_find(d0.data, d0.len, 1, 0).v, 2u);
+            cr_expect_eq(must_find(d1.data, d1.len, 1, 0).v, 4u);
+            seen |= 2;
+        }
+    }
+    cr_expect_eq(seen, 3);
+    free(ef.bytes);
+}
+
+Test(events, bad_run_dirs_name_the_path) {
+    ct_err err = {0};
+    ct_events *w = (ct_events *)&err;
+    cr_expect_eq(ct_events_open("", &w, &err), CT_EINVAL);
+    cr_expect_null(w);
+    /* a regular file where a directory should be */
+    char file[256], run[300];
+    snprintf(file, sizeof file, "%s/plain", tmp_dir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    snprintf(run, sizeof run, "%s/sub/run", file);
+    cr_expect_eq(ct_events_open(run, &w, &err), CT_EIO);
+    cr_expect_null(w);
+    cr_expect_not_null(strstr(err.msg, file), "%s", err.msg);
+    cr_expect_eq(ct_events_open(file, &w, &err), CT_EIO); /* the run dir itself is a file */
+    cr_expect_not_null(strstr(err.msg, file), "%s", err.msg);
+    /* bad arguments to a writer */
+    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(ct_events_scalar(w, "", 0, 1.0, &err), CT_EINVAL);
+    cr_expect_eq(ct_events_histogram(w, "h", 0, NULL, 3, &err), CT_EINVAL);
+    cr_expect_eq(ct_events_text(w, "t", 0, NULL, &err), CT_EINVAL);
+    cr_expect_eq(ct_events_graph(w, NULL, &err), CT_EINVAL);
+    cr_expect_eq(ct_events_scalar(NULL, "x", 0, 1.0, &err), CT_EINVAL);
+    cr_expect_eq(ct_events_flush(w, &err), CT_OK, "%s", err.msg);
+    ct_events_close(w);
+    ct_events_close(NULL);
+}
+
+/* A full disk, made with RLIMIT_FSIZE (the test runs in its own process): the failing write
+ * returns CT_EIO naming the file, and every later call fails too. */
+Test(events, disk_full_is_eio_naming_the_file) {
+    ct_err err = {0};
+    ct_events *w = NULL;
+    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG instead of killing us */
+    struct rlimit lim = {4096, 4096};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    static char big[64 << 10];
+    memset(big, 'x', sizeof big - 1);
+    ct_status st = ct_events_text(w, "big", 0, big, &err);
+    if (st == CT_OK) {
+        st = ct_events_flush(w, &err); /* the buffered FILE may hold the record until here */
+    }
+    cr_expect_eq(st, CT_EIO);
+    cr_expect_not_null(strstr(err.msg, ct_events_path(w)), "%s", err.msg);
+    cr_expect_eq(ct_events_scalar(w, "loss", 1, 1.0, &err), CT_EIO);
+    cr_expect_not_null(strstr(err.msg, ct_events_path(w)), "%s", err.msg);
+    cr_expect_eq(ct_events_flush(w, &err), CT_EIO);
+    ct_events_close(w);
+}
