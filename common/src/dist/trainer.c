@@ -763,7 +763,12 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
     t->dataset_n = train->n;
     double train_seconds = 0.0;
     int64_t samples = 0;
-    /* a resumed run starts at the checkpoint's epoch and batch (ct_trainer_restore) */
+    if (stop && *stop) {
+        ct_loader_destroy(loader);
+        return ct_err_set(err, CT_EINTR, "interrupted before step %lld", (long long)t->step);
+    }
+    /* a resumed run starts at the checkpoint's epoch and batch (ct_trainer_restore); a trainer
+     * whose fit ran to the end has nothing left to do */
     for (int epoch = (int)t->epoch; epoch < t->job.epochs && st == CT_OK; epoch++) {
         ct_train_progress p = {.epoch = epoch, .epochs = t->job.epochs, .steps = steps};
         double start = now_s(), wait0 = ct_loader_wait_seconds(loader);
