@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "ctrain/checkpoint.h"
 #include "ctrain/crc32c.h"
@@ -204,6 +206,35 @@ Test(checkpoint, directory_keeps_last_k_and_leased_files) {
     snprintf(empty, sizeof empty, "%s/empty", dir);
     mkdir(empty, 0755);
     cr_expect_eq(ct_ckpt_latest(empty, &c, got, NULL, NULL, &err), CT_ENOENT);
+}
+
+/* keep_every_hours: besides the newest K, one file per H hours of age survives pruning. */
+Test(checkpoint, keep_one_every_h_hours) {
+    ct_ckpt_tensor t[3];
+    int n = sample(t);
+    ct_ckpt_policy keep_all = {.keep_last = 100};
+    char path[PATH_MAX];
+    time_t now = time(NULL);
+    for (int64_t step = 1; step <= 8; step++) { /* ages 14h, 12h, ..., 0h */
+        ct_ckpt_meta m = sample_meta(step);
+        cr_assert_eq(ct_ckpt_save(dir, &keep_all, &m, t, n, path, NULL), CT_OK);
+        struct utimbuf ut = {.actime = now - (8 - step) * 2 * 3600,
+                             .modtime = now - (8 - step) * 2 * 3600};
+        cr_assert_eq(utime(path, &ut), 0);
+    }
+    ct_ckpt_policy policy = {.keep_last = 2, .keep_every_hours = 5.0f};
+    ct_ckpt_meta m = sample_meta(9);
+    cr_assert_eq(ct_ckpt_save(dir, &policy, &m, t, n, path, NULL), CT_OK);
+    char *paths = malloc(16 * PATH_MAX);
+    int64_t steps[16];
+    int count = ct_ckpt_list(dir, paths, steps, 16);
+    /* newest 2 (9, 8); then from the oldest: 1 (14h), 4 (8h: 6h later), 7 (2h: 6h later) */
+    cr_assert_eq(count, 5, "kept %d", count);
+    int64_t want[5] = {9, 8, 7, 4, 1};
+    for (int i = 0; i < 5; i++) {
+        cr_expect_eq(steps[i], want[i], "position %d: step %lld", i, (long long)steps[i]);
+    }
+    free(paths);
 }
 
 /* ---- exact resume ---- */

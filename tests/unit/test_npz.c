@@ -548,8 +548,10 @@ static void check_safetensors(const char *path, const ct_named_array *a, int n,
         cr_expect_eq(b1 - b0, nbytes(&a[i]), "%s", a[i].name);
         cr_expect_eq(b0 % ct_dtype_size(a[i].dtype), 0, "%s aligned", a[i].name);
         cr_assert_leq(b1, data_len);
-        cr_expect_eq(memcmp(f + 8 + hlen + b0, a[i].data, (size_t)(b1 - b0)), 0, "%s",
-                     a[i].name);
+        if (b1 > b0) {
+            cr_expect_eq(memcmp(f + 8 + hlen + b0, a[i].data, (size_t)(b1 - b0)), 0, "%s",
+                         a[i].name);
+        }
         ranges[i][0] = b0;
         ranges[i][1] = b1;
     }

@@ -712,7 +712,8 @@ static ct_status find_directory(const zip_in *z, zip_dir *dir, ct_err *err) {
     size_t pos = 0;
     int found = 0;
     for (size_t i = tail_len - ZIP_END_BYTES + 1; i-- > 0;) {
-        if (get32(tail + i) == ZIP_END_SIG && i + ZIP_END_BYTES + get16(tail + i + 20) == tail_len) {
+        if (get32(tail + i) == ZIP_END_SIG &&
+            i + ZIP_END_BYTES + get16(tail + i + 20) == tail_len) {
             pos = i;
             found = 1;
             break;
