@@ -87,9 +87,13 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
             "data.train.limit=600", "--set", "data.eval.limit=100", "--quiet",
             "--set", f"run_dir={run}"]
     kills = 0
+    index = run / "checkpoints" / "checkpoint"
     for _ in range(12):
         p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(0.15 + rng.random() * 0.5)
+        deadline = time.time() + 120  # slow builds (sanitizers) take a while to start
+        while not index.exists() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.random() * 0.3)  # then at a random moment among the saves
         p.kill()
         p.wait()
         kills += p.returncode == -signal.SIGKILL

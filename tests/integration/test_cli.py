@@ -27,13 +27,29 @@ def done_line(out):
 
 
 def test_help():
-    for args in (["--help"], ["train", "--help"], ["summary", "--help"], ["graph", "--help"]):
+    for args in (["--help"], ["train", "--help"], ["summary", "--help"], ["graph", "--help"],
+                 ["ckpt", "--help"]):
         r = ctrain(*args)
         assert r.returncode == 0
         assert "usage: ctrain" in r.stdout
     r = ctrain("train", "--help")
     for flag in ("--set", "--eager", "--threads", "--quiet", "done: epochs="):
         assert flag in r.stdout
+
+
+def test_evaluator_help_and_bad_input():
+    ev = os.path.join(os.path.dirname(os.path.dirname(CTRAIN)), "worker", "ctrain-evaluator")
+    r = subprocess.run([ev, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--checkpoint-dir" in r.stdout and "--timeout" in r.stdout
+    r = subprocess.run([ev], capture_output=True, text=True)
+    assert r.returncode == 2 and "--job" in r.stderr
+    r = subprocess.run([ev, "--job", "examples/fashion_mnist_mlp.yaml", "--timeout", "soon"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and "'soon'" in r.stderr
+    r = ctrain("ckpt", "show", "/nonexistent/ckpt-1.ctck")
+    assert r.returncode == 2 and "/nonexistent/ckpt-1.ctck" in r.stderr
+    r = ctrain("ckpt", "frobnicate")
+    assert r.returncode == 2 and "frobnicate" in r.stderr
 
 
 def test_graph_command(tmp_path):

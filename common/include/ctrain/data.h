@@ -59,6 +59,11 @@ typedef struct ct_loader_options {
     uint64_t seed;
     int drop_remainder;  /* 0: the last batch of an epoch may be smaller */
     int prefetch;        /* batches prepared ahead by a background thread; 0 = in the caller */
+    /* Data-parallel sharding: with shard_count N > 1, batch i of an epoch is the i-th global
+     * batch of N * batch_size examples of the epoch's order, and shard r gets its r-th slice.
+     * Every example is visited once per epoch across the shards; in the last, short global
+     * batch a shard's slice may be smaller, or empty (size 0 with index < batches per epoch). */
+    int shard_index, shard_count;
 } ct_loader_options;
 
 /* A batch: x is [size, example_size] f32, y is [size] i32, both valid until the next call to

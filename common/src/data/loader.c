@@ -74,8 +74,10 @@ static void ensure_perm(ct_loader *l, int64_t epoch) {
 /* Copies the rows of batch `index` of `epoch` into `slot`. */
 static void gather(ct_loader *l, int64_t epoch, int64_t index, loader_slot *slot) {
     const ct_dataset *ds = l->ds;
-    int64_t first = index * l->opt.batch_size;
+    int64_t shards = l->opt.shard_count > 1 ? l->opt.shard_count : 1;
+    int64_t first = (index * shards + l->opt.shard_index) * l->opt.batch_size;
     int64_t size = ds->n - first < l->opt.batch_size ? ds->n - first : l->opt.batch_size;
+    size = size < 0 ? 0 : size;
     size_t row_bytes = (size_t)ds->example_size * sizeof(float);
     ensure_perm(l, epoch);
     for (int64_t b = 0; b < size; b++) {
@@ -170,8 +172,13 @@ ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, c
     l->ds = ds;
     l->opt = *opt;
     l->perm_epoch = -1;
-    l->batches_per_epoch = opt->drop_remainder ? ds->n / opt->batch_size
-                                               : (ds->n + opt->batch_size - 1) / opt->batch_size;
+    if (opt->shard_count > 1 && (opt->shard_index < 0 || opt->shard_index >= opt->shard_count)) {
+        free(l);
+        return ct_err_set(err, CT_EINVAL, "loader: shard %d of %d", opt->shard_index,
+                          opt->shard_count);
+    }
+    int64_t global = opt->batch_size * (opt->shard_count > 1 ? opt->shard_count : 1);
+    l->batches_per_epoch = opt->drop_remainder ? ds->n / global : (ds->n + global - 1) / global;
     /* A slot never needs more rows than the dataset has. */
     int64_t rows = opt->batch_size < ds->n ? opt->batch_size : (ds->n > 0 ? ds->n : 1);
     if (rows > (int64_t)(SIZE_MAX / sizeof(float) / 2) / ds->example_size) {
