@@ -31,9 +31,13 @@ void ct__cpu_dropout(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     uint64_t stream = ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica,
                                     (uint32_t)(n->attrs.i[1] - 1));
     uint32_t bits[DROPOUT_CHUNK];
+    /* a replica's examples are numbered as in the global batch, so N replicas draw the masks
+     * one process would for the whole batch */
+    int64_t rows = n->out.shape.rank ? n->out.shape.dims[0] : 1;
+    uint64_t base = (uint64_t)(ctx->batch_offset * (rows ? count / rows : 0));
     for (int64_t i0 = 0; i0 < count; i0 += DROPOUT_CHUNK) {
         int64_t len = count - i0 < DROPOUT_CHUNK ? count - i0 : DROPOUT_CHUNK;
-        ct_rng_u32(ctx->seed, stream, (uint64_t)i0, bits, (size_t)len);
+        ct_rng_u32(ctx->seed, stream, base + (uint64_t)i0, bits, (size_t)len);
         for (int64_t j = 0; j < len; j++) {
             uint8_t keep = (bits[j] >> 8) >= threshold;
             mask[i0 + j] = keep;

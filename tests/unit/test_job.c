@@ -482,8 +482,8 @@ Test(job, section_errors) {
     EXPECT_ERROR(MINIMAL_JOB "metrics: [accuracy, auc]\n",
                  "job.yaml:12: metrics[1]: unknown metric 'auc' (expected one of: accuracy)");
     EXPECT_ERROR(MINIMAL_JOB "metrics: accuracy\n", "job.yaml:12: metrics: must be a list");
-    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: mirrored}\n",
-                 "job.yaml:12: strategy.type: 'mirrored' is not built yet");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: parameter_server}\n",
+                 "job.yaml:12: strategy.type: 'parameter_server' is not built yet");
     EXPECT_ERROR(MINIMAL_JOB "strategy:\n  type: parameter_server\n",
                  "job.yaml:13: strategy.type: 'parameter_server' is not built yet");
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: ring}\n",
@@ -579,8 +579,8 @@ Test(job, override_errors) {
     EXPECT_SET_ERROR(MINIMAL_JOB, "train.epochs=abc",
                      "job.yaml: --set train.epochs: must be an integer, got 'abc'");
     EXPECT_SET_ERROR(MINIMAL_JOB, "train.epochs=", "job.yaml: --set train.epochs", "got nothing");
-    EXPECT_SET_ERROR(MINIMAL_JOB, "strategy.type=mirrored",
-                     "job.yaml: --set strategy.type: 'mirrored' is not built yet");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "strategy.type=parameter_server",
+                     "job.yaml: --set strategy.type: 'parameter_server' is not built yet");
     /* file errors come before override errors */
     EXPECT_SET_ERROR("a: [", "foo", "job.yaml:1: bad YAML");
 }

@@ -19,10 +19,16 @@ typedef struct ct_kctx {
     uint64_t step;    /* global step, part of every random stream */
     uint32_t replica; /* replica id, part of every random stream */
     int threads;      /* threads the kernel may use */
+    int64_t batch_offset; /* the local batch's first example within the global batch (data
+                             parallelism): random streams index examples globally */
     /* State that APPLY_OPTIMIZER updates (set by the trainer; NULL elsewhere). */
     struct ct_optimizer *optimizer;
     struct ct_params *params;
     int64_t total_steps;
+    /* Called by the executor after each node (data-parallel strategies start a gradient bucket's
+     * all-reduce as soon as backward has written it). NULL: none. */
+    void (*node_done)(void *user, const struct ct_node *node);
+    void *hook_user;
 } ct_kctx;
 
 /* A kernel computes node->out (and node->aux) from its inputs' outputs. */

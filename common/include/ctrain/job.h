@@ -122,7 +122,13 @@ typedef struct ct_job {
     unsigned graph_passes;      /* train.graph_passes: "all" (default), "none" or a comma list of
                                    const_fold, cse, dce, simplify, fuse */
     int plan_memory;            /* train.plan_memory: reuse buffers by liveness; default true */
-    char strategy[32];          /* strategy.type: local (mirrored, parameter_server: later) */
+    char strategy[32];          /* strategy.type: local, mirrored (parameter_server: later) */
+    struct {
+        int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
+        float stall_timeout;  /* strategy.stall_timeout: seconds before a stall is reported (60) */
+        int64_t check_every;  /* strategy.check_every: replica checksums every K steps; 0 off */
+        int compression;      /* strategy.compression: none (0), fp16 (1), bf16 (2) */
+    } mirrored;
     char run_dir[CT_JOB_PATH_MAX]; /* run_dir: default "runs/<job file stem>" */
     struct {
         char dir[CT_JOB_PATH_MAX]; /* checkpoint.dir: default "<run_dir>/checkpoints" */

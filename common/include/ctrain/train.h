@@ -120,4 +120,36 @@ ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err
 const char *ct_trainer_last_checkpoint(const ct_trainer *t);
 int64_t ct_trainer_step_count(const ct_trainer *t);
 
+/* ---- data parallelism ---- */
+
+/* A gradient reducer combines the replicas' gradients (mirrored all-reduce; later the parameter
+ * servers). The trainer calls begin_step before a step's graph runs (local and global example
+ * counts of the step), the executor calls node_done after each node (start reducing what
+ * backward has written), and finish before the optimizer update: on return params->grad holds
+ * the global batch's mean gradient. after_update runs after the update (replica checks). */
+typedef struct ct_grad_reducer {
+    void *user;
+    void (*begin_step)(void *user, ct_graph *g, int64_t step, int64_t local_n, int64_t global_n);
+    void (*node_done)(void *user, const struct ct_node *node);
+    ct_status (*finish)(void *user, ct_err *err);
+    ct_status (*after_update)(void *user, int64_t step, ct_err *err);
+    /* Before each step: 1 when any replica wants to stop (a signal reached some of them), so
+     * all stop at the same step instead of leaving the others in a collective. */
+    int (*agree_stop)(void *user, int local_stop);
+} ct_grad_reducer;
+
+/* Makes steps reduce gradients through r (borrowed), and fit read shard `index` of `count` of
+ * each global batch. With a reducer the executor runs nodes in order on one thread. */
+void ct_trainer_set_data_parallel(ct_trainer *t, const ct_grad_reducer *r, int index, int count);
+/* One step on a local batch (size 0 allowed: the replica contributes no gradient) that is part
+ * of a global batch of global_n examples. */
+ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                int64_t global_n, float *ret_loss, float *ret_accuracy,
+                                ct_err *err);
+/* Copies the run position (step, epoch, batch in the epoch) in and out, for broadcasting a
+ * restored state to the other replicas. */
+void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]);
+void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]);
+struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
+
 #endif

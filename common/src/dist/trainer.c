@@ -48,6 +48,9 @@ struct ct_trainer {
     char last_ckpt[PATH_MAX];
     /* logs (ct_trainer_set_logging): TensorBoard runs train/ and validation/, metrics.jsonl */
     ct_events *train_events, *valid_events;
+    /* data parallelism (ct_trainer_set_data_parallel) */
+    const ct_grad_reducer *reducer;
+    int shard_index, shard_count;
     FILE *metrics;
     double log_time, log_wait;
     int64_t log_step;
@@ -221,7 +224,7 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
         free(sources);
         free(grads);
         /* graph mode: the optimizer update is the step graph's last node */
-        sg->update = x_data ? -1 : ct_apply_optimizer(g);
+        sg->update = (x_data || t->reducer) ? -1 : ct_apply_optimizer(g);
     }
     if (ct_graph_status(g, err) != CT_OK) {
         return ct_err_prefix(err, "%s: building the %s graph", t->job.path,
@@ -238,6 +241,7 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
     ct_graph_options o = ct_graph_default_options();
     o.passes = t->job.graph_passes;
     o.plan_memory = t->job.plan_memory;
+    o.threads = t->reducer ? 1 : 0; /* the reducer's hooks and MPI stay on this thread */
     /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
     int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
     int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;
@@ -354,12 +358,16 @@ static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int6
         ct_kctx *ctx = ct_graph_ctx(eager.g);
         ctx->seed = t->job.seed;
         ctx->step = (uint64_t)t->step;
+        ctx->batch_offset = training ? (int64_t)t->shard_index * t->job.batch_size : 0;
         st = build_step(t, &eager, xd, y, err);
     } else if ((st = get_graph(t, batch, training, &sg, err)) == CT_OK) {
         ct_kctx *ctx = ct_graph_ctx(sg->g);
         ctx->seed = t->job.seed;
         ctx->step = (uint64_t)t->step;
         ctx->total_steps = t->total_steps;
+        ctx->node_done = t->reducer ? t->reducer->node_done : NULL;
+        ctx->batch_offset = training ? (int64_t)t->shard_index * t->job.batch_size : 0;
+        ctx->hook_user = t->reducer ? t->reducer->user : NULL;
         ct_graph_bind(sg->g, sg->x, (void *)xd);
         ct_graph_bind(sg->g, sg->y, (void *)y);
         st = ct_graph_run(sg->g, 0, ct_graph_size(sg->g), err);
@@ -376,8 +384,73 @@ static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int6
     return st;
 }
 
+ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                int64_t global_n, float *ret_loss, float *ret_accuracy,
+                                ct_err *err) {
+    const ct_grad_reducer *r = t->reducer;
+    float loss = NAN, accuracy = NAN;
+    ct_status st = CT_OK;
+    ct_graph *g = NULL;
+    if (batch > 0 && !t->job.eager) {
+        step_graph *sg;
+        if ((st = get_graph(t, batch, 1, &sg, err)) != CT_OK) {
+            return st;
+        }
+        g = sg->g;
+    }
+    r->begin_step(r->user, g, t->step, batch, global_n);
+    if (batch > 0) {
+        st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
+    } else {
+        ct_params_zero_grad(ct_model_params(t->model)); /* an empty shard adds nothing */
+    }
+    if (st == CT_OK) {
+        st = r->finish(r->user, err);
+    }
+    if (st == CT_OK) {
+        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0,
+                                err);
+    }
+    if (st == CT_OK) {
+        t->step++;
+        st = r->after_update ? r->after_update(r->user, t->step, err) : CT_OK;
+    }
+    *ret_loss = loss;
+    *ret_accuracy = accuracy;
+    return st;
+}
+
+void ct_trainer_set_data_parallel(ct_trainer *t, const ct_grad_reducer *r, int index, int count) {
+    t->reducer = r;
+    t->shard_index = index;
+    t->shard_count = count;
+    for (int k = 0; k < CACHE_SLOTS; k++) { /* graphs were built for the local strategy */
+        ct_graph_destroy(t->cache[k].g);
+        memset(&t->cache[k], 0, sizeof t->cache[k]);
+    }
+}
+
+void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]) {
+    pos[0] = t->step;
+    pos[1] = t->epoch;
+    pos[2] = t->epoch_step;
+}
+
+void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]) {
+    t->step = pos[0];
+    t->epoch = pos[1];
+    t->epoch_step = pos[2];
+}
+
+struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t) {
+    return t->opt;
+}
+
 ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
                           float *ret_loss, float *ret_accuracy, ct_err *err) {
+    if (t->reducer) {
+        return ct_trainer_step_shard(t, x, y, batch, batch, ret_loss, ret_accuracy, err);
+    }
     float loss, accuracy;
     ct_status st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
     if (st == CT_OK && t->job.eager) {
@@ -752,7 +825,9 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
                             .shuffle = t->job.shuffle,
                             .seed = t->job.seed,
                             .drop_remainder = 0,
-                            .prefetch = t->job.prefetch};
+                            .prefetch = t->job.prefetch,
+                            .shard_index = t->shard_index,
+                            .shard_count = t->shard_count};
     ct_train_result r = {.test_loss = NAN, .test_accuracy = NAN};
     ct_status st = ct_loader_create(train, &lo, &loader, err);
     if (st != CT_OK) {
@@ -763,7 +838,7 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
     t->dataset_n = train->n;
     double train_seconds = 0.0;
     int64_t samples = 0;
-    if (stop && *stop) {
+    if (stop && *stop && !t->reducer) { /* replicas agree on stopping inside the loop */
         ct_loader_destroy(loader);
         return ct_err_set(err, CT_EINTR, "interrupted before step %lld", (long long)t->step);
     }
@@ -777,7 +852,11 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
         t->epoch = epoch;
         st = ct_loader_start_epoch(loader, epoch, t->epoch_step);
         while (st == CT_OK) {
-            if (stop && *stop) {
+            int stop_now = stop && *stop;
+            if (t->reducer && t->reducer->agree_stop) {
+                stop_now = t->reducer->agree_stop(t->reducer->user, stop_now);
+            }
+            if (stop_now) {
                 /* preemption: save where we are, then report the interruption */
                 if (t->ckpt_dir[0] && ct_trainer_save(t, NULL, err) != CT_OK) {
                     st = err ? err->code : CT_EIO;
@@ -791,12 +870,25 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
                 break;
             }
             ct_batch b;
-            if ((st = ct_loader_next(loader, &b)) != CT_OK || b.size == 0) {
+            if ((st = ct_loader_next(loader, &b)) != CT_OK || b.index >= steps) {
                 break;
             }
             float loss, acc;
-            if ((st = ct_trainer_step(t, b.x, b.y, b.size, &loss, &acc, err)) != CT_OK) {
+            if (t->reducer) {
+                /* this replica's slice of global batch b.index (maybe empty at the tail) */
+                int64_t global = t->job.batch_size * (int64_t)t->shard_count;
+                int64_t left = train->n - b.index * global;
+                st = ct_trainer_step_shard(t, b.x, b.y, b.size, left < global ? left : global,
+                                           &loss, &acc, err);
+            } else {
+                st = ct_trainer_step(t, b.x, b.y, b.size, &loss, &acc, err);
+            }
+            if (st != CT_OK) {
                 break;
+            }
+            if (b.size == 0) {
+                t->epoch_step = b.index + 1;
+                continue;
             }
             t->epoch_step = b.index + 1;
             if (!t->graph_logged && t->train_events) {

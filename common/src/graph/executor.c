@@ -377,6 +377,10 @@ static int pop(ct_exec *e, int *node, int *part) {
 
 static void finish_node(ct_exec *e, int i) {
     ct_node *n = ct_graph_node(e->g, i);
+    const ct_kctx *ctx = ct_graph_ctx(e->g);
+    if (ctx->node_done) { /* from whichever thread finished it: the hook must be thread-safe */
+        ctx->node_done(ctx->hook_user, n);
+    }
     if (n->op == CT_OP_APPLY_OPTIMIZER && e->parts[i] > 1) {
         float g2 = 0.0f;
         for (int p = 0; p < e->parts[i]; p++) {
@@ -450,10 +454,14 @@ static void *worker_main(void *arg) {
 
 ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     e->g = g;
+    const ct_kctx *ctx = ct_graph_ctx(g);
     if (e->threads == 1) {
         for (int i = 0; i < e->n; i++) {
             if (runs(ct_graph_node(g, i))) {
                 run_part(e, i, 0);
+                if (ctx->node_done) {
+                    ctx->node_done(ctx->hook_user, ct_graph_node(g, i));
+                }
             }
         }
         return ct_graph_status(g, err);

@@ -95,7 +95,8 @@ static const char *const train_keys[] = {"epochs",    "batch_size", "eval_batch_
                                          "shuffle",   "threads",    "prefetch",
                                          "max_steps", "eager",      "graph_passes",
                                          "plan_memory", NULL};
-static const char *const strategy_keys[] = {"type", NULL};
+static const char *const strategy_keys[] = {"type",        "bucket_bytes", "stall_timeout",
+                                            "check_every", "compression",  NULL};
 
 /* Option keys per layer type, indexed by ct_layer_type. */
 static const char *const dense_keys[] = {
@@ -857,16 +858,22 @@ static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     section s;
     sec_open(r, sec_get(top, "strategy", path), "strategy", strategy_keys,
              key_line(top, "strategy"), &s);
+    sec_i64(&s, "bucket_bytes", 1024, &job->mirrored.bucket_bytes);
+    sec_float(&s, "stall_timeout", POSITIVE, &job->mirrored.stall_timeout);
+    sec_i64(&s, "check_every", 0, &job->mirrored.check_every);
+    static const name_value compression_names[] = {
+        {"none", 0}, {"fp16", 1}, {"bf16", 2}, {NULL, 0}};
+    sec_name(&s, "compression", compression_names, "compression", &job->mirrored.compression);
     const ct__yaml_node *v = sec_get(&s, "type", path);
     if (!v || r->status != CT_OK) {
         return;
     }
-    if (v->kind == CT__YAML_SCALAR &&
-        (!strcmp(v->text, "mirrored") || !strcmp(v->text, "parameter_server"))) {
-        fail(r, v->line, path, "'%s' is not built yet (only 'local' is)", v->text);
+    if (v->kind == CT__YAML_SCALAR && !strcmp(v->text, "parameter_server")) {
+        fail(r, v->line, path, "'%s' is not built yet (only 'local' and 'mirrored' are)",
+             v->text);
         return;
     }
-    static const name_value strategy_names[] = {{"local", 0}, {NULL, 0}};
+    static const name_value strategy_names[] = {{"local", 0}, {"mirrored", 1}, {NULL, 0}};
     int unused = 0;
     read_name(r, v, path, strategy_names, "strategy", &unused);
     read_string(r, v, path, job->strategy, sizeof job->strategy);
@@ -927,6 +934,8 @@ void ct_job_defaults(ct_job *job) {
     job->prefetch = 2;
     job->graph_passes = CT_PASS_ALL;
     job->plan_memory = 1;
+    job->mirrored.bucket_bytes = 1 << 20;
+    job->mirrored.stall_timeout = 60.0f;
     job->checkpoint.keep_last = 5;
     job->checkpoint.resume = 1;
     job->logs.tensorboard = 1;

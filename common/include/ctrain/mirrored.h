@@ -1,0 +1,34 @@
+/* The mirrored strategy: synchronous data parallelism over MPI (CPU). Every rank holds the
+ * whole model; the chief (rank 0) broadcasts the initial (or restored) state; each rank trains
+ * on its shard of every global batch; gradients live in one flat buffer cut into buckets that
+ * are all-reduced (MPI_Iallreduce, in bucket order on every rank) as soon as backward has
+ * written them, overlapping the rest of backward; every rank then applies the same update.
+ * A rank that does not join a collective within strategy.stall_timeout seconds is named by the
+ * chief, and the job ends with a non-zero exit code. Only the chief writes the run directory. */
+#ifndef CTRAIN_MIRRORED_H
+#define CTRAIN_MIRRORED_H
+
+#include <stdio.h>
+
+#include "ctrain/cluster.h"
+#include "ctrain/job.h"
+#include "ctrain/train.h"
+
+typedef struct ct_mirrored_options {
+    const char *job_text;  /* stored in checkpoints (chief) */
+    int no_resume;
+    int quiet;             /* no progress lines */
+    FILE *out;             /* progress and the done line (chief only); NULL: stdout */
+    volatile int *stop;    /* raised by a signal: save (chief) and stop */
+} ct_mirrored_options;
+
+/* Trains job on the MPI ranks of MPI_COMM_WORLD (MPI initialized by the caller with at least
+ * MPI_THREAD_FUNNELED); `spec` is checked against MPI's view. The chief's result in *ret. */
+ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
+                            const ct_mirrored_options *opts, ct_train_result *ret, ct_err *err);
+
+/* The all-reduce engine on its own, for benchmarks: sums `count` floats in place across all
+ * ranks in buckets of bucket_bytes, started back to back and then waited (what a step does). */
+ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err);
+
+#endif
