@@ -2,6 +2,7 @@
  * this machine; `ctrain summary JOB` prints the model; `ctrain graph JOB` the compiled step. A thin main: parse flags, load the job and
  * data through the library, run, print, map the status to an exit code (0 ok, 1 runtime failure,
  * 2 bad input, 130 interrupted). */
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -60,6 +61,8 @@ static void train_usage(FILE *f) {
             "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
             "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
             "                    ignored when the run resumes from its own checkpoint\n"
+            "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
+            "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
             "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
             "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
             "  -h, --help        show this help\n"
@@ -119,6 +122,7 @@ typedef struct cli {
     int n_sets;
     int quiet;
     int no_resume;
+    int replicas;
     const char *init_from;
     char threads_set[64];
 } cli;
@@ -153,6 +157,15 @@ static int parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
             c->quiet = 1;
         } else if (!strcmp(a, "--no-resume")) {
             c->no_resume = 1;
+        } else if (!strcmp(a, "--replicas")) {
+            char *end = NULL;
+            long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || *end || n < 1 || n > 4096) {
+                fprintf(stderr, "ctrain: --replicas needs a count from 1 to 4096\n");
+                return EXIT_BAD_INPUT;
+            }
+            c->replicas = (int)n;
+            i++;
         } else if (!strcmp(a, "--init-from")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "ctrain: --init-from needs a .npz file (see --help)\n");
@@ -314,11 +327,63 @@ static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
     return 0;
 }
 
+/* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags). */
+static int run_replicas(const cli *c) {
+    char self[PATH_MAX], worker[PATH_MAX + 32];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "ctrain: --replicas: cannot find my own binary\n");
+        return EXIT_RUNTIME;
+    }
+    self[len] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(worker, sizeof worker, "%s/ctrain-worker", self); /* installed side by side */
+    if (access(worker, X_OK) != 0) {
+        snprintf(worker, sizeof worker, "%s/../worker/ctrain-worker", self); /* build tree */
+    }
+    char np[16];
+    snprintf(np, sizeof np, "%d", c->replicas);
+    const char *argv[2 * MAX_SETS + 24];
+    int n = 0;
+    argv[n++] = "mpirun";
+    if (getuid() == 0) {
+        argv[n++] = "--allow-run-as-root";
+    }
+    argv[n++] = "--oversubscribe";
+    argv[n++] = "-np";
+    argv[n++] = np;
+    argv[n++] = worker;
+    argv[n++] = "--job";
+    argv[n++] = c->job_path;
+    argv[n++] = "--set";
+    argv[n++] = "strategy.type=mirrored";
+    for (int i = 0; i < c->n_sets; i++) {
+        argv[n++] = "--set";
+        argv[n++] = c->sets[i];
+    }
+    if (c->no_resume) {
+        argv[n++] = "--no-resume";
+    }
+    if (c->quiet) {
+        argv[n++] = "--quiet";
+    }
+    argv[n] = NULL;
+    fflush(stdout);
+    execvp("mpirun", (char *const *)argv);
+    fprintf(stderr, "ctrain: --replicas %d needs Open MPI's mpirun on PATH (Debian: apt install "
+                    "openmpi-bin)\n",
+            c->replicas);
+    return EXIT_RUNTIME;
+}
+
 static int cmd_train(int argc, char **argv) {
     cli c = {0};
     int rc = parse_flags(argc, argv, &c, train_usage);
     if (rc) {
         return rc < 0 ? 0 : rc;
+    }
+    if (c.replicas > 1) {
+        return run_replicas(&c);
     }
     ct_job job;
     ct_err err = {0};

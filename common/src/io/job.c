@@ -858,7 +858,7 @@ static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     section s;
     sec_open(r, sec_get(top, "strategy", path), "strategy", strategy_keys,
              key_line(top, "strategy"), &s);
-    sec_i64(&s, "bucket_bytes", 1024, &job->mirrored.bucket_bytes);
+    sec_i64(&s, "bucket_bytes", 1, &job->mirrored.bucket_bytes);
     sec_float(&s, "stall_timeout", POSITIVE, &job->mirrored.stall_timeout);
     sec_i64(&s, "check_every", 0, &job->mirrored.check_every);
     static const name_value compression_names[] = {

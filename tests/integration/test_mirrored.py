@@ -1,0 +1,201 @@
+"""The mirrored strategy with real mpirun ranks (--oversubscribe on this 2-core machine): 2 and
+3 ranks give the weights of single-process training on the global batch; replicas stay
+identical (and a misconfigured replica is caught, naming the variable); a stopped rank is named
+by the chief and the job ends; bad cluster environments give one clear line and no hang; MPMD
+chief + workers; SIGTERM and resume under mpirun are exact; the MLP reaches the accuracy bar;
+`ctrain train --replicas N`; the Slurm scripts with Slurm variables set by hand."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
+CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
+WORKER = os.path.join(BUILD, "worker", "ctrain-worker")
+CHIEF = os.path.join(BUILD, "coordinator", "ctrain-chief")
+JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+SMALL = ["--set", "data.train.limit=3000", "--set", "data.eval.limit=1000"]
+
+
+def mpirun(n, *args, timeout=600, binary=WORKER):
+    return subprocess.run(["mpirun", "--oversubscribe", "-np", str(n), binary, *args],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def final_ckpt(run_dir):
+    with open(os.path.join(run_dir, "checkpoints", "checkpoint")) as f:
+        name = re.match(r'model_checkpoint_path: "(.*)"', f.readline()).group(1)
+    return os.path.join(run_dir, "checkpoints", name)
+
+
+COMPARE = r"""
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+worst = 0.0
+for k in a.files:
+    if "/" in k and k.split("/")[-1] in ("m", "v") or k.startswith("input/"):
+        continue
+    x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+    worst = max(worst, float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-12)))
+print(worst)
+"""
+
+
+def weights_rel_diff(tmp_path, ck_a, ck_b):
+    za, zb = tmp_path / "a.npz", tmp_path / "b.npz"
+    for ck, z in ((ck_a, za), (ck_b, zb)):
+        r = subprocess.run([CTRAIN, "ckpt", "export", ck, "--format", "npz", str(z)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run(["/usr/bin/python3", "-c", COMPARE, str(za), str(zb)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return float(r.stdout)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_equal_single_process_on_the_global_batch(tmp_path, ranks):
+    local = 20
+    steps = ["--set", "train.max_steps=15", "--set", "train.threads=1", *SMALL, "--quiet"]
+    single = tmp_path / "single"
+    r = subprocess.run([CTRAIN, "train", JOB, *steps, "--set", f"train.batch_size={local * ranks}",
+                        "--set", f"run_dir={single}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    multi = tmp_path / "multi"
+    r = mpirun(ranks, "--job", JOB, *steps, "--set", f"train.batch_size={local}",
+               "--set", "strategy.type=mirrored", "--set", "strategy.check_every=1",
+               "--set", "strategy.bucket_bytes=65536", "--set", f"run_dir={multi}")
+    assert r.returncode == 0, r.stderr
+    assert f"replicas={ranks}" in r.stdout
+    diff = weights_rel_diff(tmp_path, final_ckpt(single), final_ckpt(multi))
+    assert diff < 1e-5, diff
+
+
+def test_uneven_tail_and_mpmd_chief(tmp_path):
+    # 1000 examples, 3 ranks of 64: the last global batch (40) leaves two ranks empty
+    run = tmp_path / "run"
+    args = ["--job", JOB, "--set", "train.epochs=2", "--set", "train.batch_size=64",
+            "--set", "data.train.limit=1000", "--set", "data.eval.limit=500",
+            "--set", "strategy.check_every=5", "--set", f"run_dir={run}"]
+    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", CHIEF, *args, ":", "-np", "2",
+                        WORKER, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "steps=12" in r.stdout.splitlines()[-1]  # 2 epochs of ceil(1000 / 192) = 6 steps
+    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", CHIEF, *args], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "the chief must be rank 0" in r.stderr
+
+
+def test_misconfigured_replica_is_caught(tmp_path):
+    args = ["--job", JOB, "--set", "train.max_steps=20", "--set", "strategy.check_every=5",
+            *SMALL, "--set", f"run_dir={tmp_path}"]
+    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", CHIEF, *args, ":", "-np", "1",
+                        WORKER, *args, "--set", "optimizer.learning_rate=0.002"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert re.search(r"replica check at step 5: variable '[\w/]+' differs between ranks",
+                     r.stderr), r.stderr
+
+
+def test_stopped_rank_is_named(tmp_path):
+    p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", WORKER, "--job", JOB,
+                          "--set", "train.epochs=100", "--set", "strategy.stall_timeout=3",
+                          *SMALL, "--set", f"run_dir={tmp_path}", "--quiet"], cwd=ROOT,
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    ps = subprocess.run(["pgrep", "-f", "-P", str(p.pid), "ctrain-worker"], capture_output=True,
+                        text=True).stdout.split()
+    assert len(ps) == 2, ps
+    # rank 1 is the second child; find it by its environment
+    rank1 = None
+    for pid in ps:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        if b"OMPI_COMM_WORLD_RANK=1" in env:
+            rank1 = int(pid)
+    assert rank1
+    os.kill(rank1, signal.SIGSTOP)
+    try:
+        out, err = p.communicate(timeout=90)
+    finally:
+        try:
+            os.kill(rank1, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert p.returncode != 0
+    assert re.search(r"stall: step \d+, .*missing rank\(s\): 1 \(last seen", err), err
+
+
+@pytest.mark.parametrize("env,expect", [
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0",
+      "SLURM_NTASKS": "3"}, "OMPI_COMM_WORLD_SIZE"),
+    ({"SLURM_NTASKS": "2"}, "nothing gives the rank"),
+    ({"SLURM_PROCID": "one", "SLURM_NTASKS": "2"}, 'SLURM_PROCID="one"'),
+    ({"SLURM_PROCID": "4", "SLURM_NTASKS": "2"}, "outside the 2 processes"),
+])
+def test_bad_environment(env, expect):
+    clean = {k: v for k, v in ENV.items() if not k.startswith(("OMPI_COMM", "SLURM_", "PMIX"))}
+    r = subprocess.run([WORKER, "--job", JOB], cwd=ROOT, env={**clean, **env},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert expect in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_sigterm_and_resume_under_mpirun_are_exact(tmp_path):
+    args = ["--job", JOB, "--set", "train.epochs=3", "--set", "data.train.limit=12000",
+            "--set", "data.eval.limit=1000", "--quiet"]
+    straight = tmp_path / "straight"
+    assert mpirun(2, *args, "--set", f"run_dir={straight}").returncode == 0
+    for delay in (1.5, 1.0, 0.7):
+        run = tmp_path / f"run{delay}"
+        p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", WORKER, *args, "--set",
+                              f"run_dir={run}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        if p.returncode == 0 or not (run / "checkpoints").exists():
+            continue
+        r = mpirun(2, *args, "--set", f"run_dir={run}")
+        assert r.returncode == 0, r.stderr
+        d = subprocess.run([CTRAIN, "ckpt", "diff", final_ckpt(straight), final_ckpt(run)],
+                           capture_output=True, text=True)
+        assert d.returncode == 0, d.stdout
+        return
+    pytest.fail("the run always finished before SIGTERM arrived")
+
+
+def test_mlp_reaches_the_bar_with_two_ranks(tmp_path):
+    r = subprocess.run([CTRAIN, "train", JOB, "--replicas", "2", "--quiet",
+                        "--set", f"run_dir={tmp_path}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    acc = float(re.search(r"test_accuracy=([\d.]+)", r.stdout).group(1))
+    assert "replicas=2" in r.stdout and acc >= 0.865, r.stdout
+
+
+def test_slurm_scripts_with_variables_set_by_hand(tmp_path):
+    for script in ("mirrored_one_node.sbatch", "mirrored_multi_node.sbatch"):
+        path = os.path.join(ROOT, "scripts", "slurm", script)
+        assert subprocess.run(["bash", "-n", path]).returncode == 0
+        text = open(path).read()
+        assert "#SBATCH" in text and "srun" in text and "ctrain-worker" in text
+    # what srun would start on one task: the worker reads SLURM_PROCID / SLURM_NTASKS
+    clean = {k: v for k, v in ENV.items() if not k.startswith(("OMPI_COMM", "SLURM_", "PMIX"))}
+    env = {**clean, "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}
+    r = subprocess.run([WORKER, "--job", JOB, "--set", "train.max_steps=5", *SMALL,
+                        "--set", f"run_dir={tmp_path}", "--quiet"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "replicas=1" in r.stdout
+    # the scripts run the worker under srun with the job and the run directory
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "slurm", "mirrored_one_node.sbatch"),
+                        "--print-command"], cwd=ROOT, env={**env, "JOB": JOB},
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "srun" in r.stdout and "ctrain-worker" in r.stdout, r.stderr
