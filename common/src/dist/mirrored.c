@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "ctrain/crc32c.h"
+#include "ctrain/half.h"
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
 
@@ -30,6 +31,7 @@
 
 typedef struct bucket {
     int64_t lo, hi;  /* float range of params->grad */
+    uint16_t *half;  /* compressed copy (strategy.compression), reduced instead of the floats */
     int expected;    /* parameters in it whose gradient a node writes */
     int pending;     /* of those, not written yet this step */
     MPI_Request req;
@@ -49,11 +51,16 @@ typedef struct mirrored {
     int64_t step;
     double timeout;
     int64_t check_every;
+    int compression;  /* 0 none, 1 fp16, 2 bf16 */
+    MPI_Op half_op;
     /* markers */
     int64_t marks[MARKER_RING][2];
     MPI_Request mark_req[MARKER_RING];
     int mark_next;
     int64_t (*seen)[2]; /* chief: last (step, bucket) per rank */
+    /* statistics: time spent waiting for all-reduces after backward (exposed communication) */
+    double wait_s;
+    int64_t steps;
 } mirrored;
 
 static double now_s(void) {
@@ -96,6 +103,26 @@ static void send_marker(mirrored *m, int64_t step, int k) {
     MPI_Isend(m->marks[slot], 2, MPI_INT64_T, 0, MARKER_TAG, MPI_COMM_WORLD, &m->mark_req[slot]);
 }
 
+/* ---- 16-bit gradient compression: half the bytes on the wire, sums done in f32 ---- */
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) {
+        b[i] = ct_f32_to_bf16(ct_bf16_to_f32(a[i]) + ct_bf16_to_f32(b[i]));
+    }
+}
+
+static void sum_fp16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) {
+        b[i] = ct_f32_to_fp16(ct_fp16_to_f32(a[i]) + ct_fp16_to_f32(b[i]));
+    }
+}
+
 static void start_bucket(mirrored *m, int k) {
     bucket *b = &m->b[k];
     float *g = m->p->grad + b->lo;
@@ -106,7 +133,15 @@ static void start_bucket(mirrored *m, int k) {
         }
     }
     send_marker(m, m->step, k);
-    MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req);
+    if (m->compression) {
+        for (int64_t i = 0; i < n; i++) {
+            b->half[i] = m->compression == 2 ? ct_f32_to_bf16(g[i]) : ct_f32_to_fp16(g[i]);
+        }
+        MPI_Iallreduce(MPI_IN_PLACE, b->half, (int)n, MPI_UINT16_T, m->half_op, MPI_COMM_WORLD,
+                       &b->req);
+    } else {
+        MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req);
+    }
     b->started = 1;
 }
 
@@ -265,7 +300,16 @@ static ct_status finish(void *user, ct_err *err) {
     double start = now_s();
     for (int k = 0; k < m->nb; k++) {
         wait_req(m, &m->b[k].req, k, start);
+        if (m->compression) { /* back to f32 */
+            bucket *b = &m->b[k];
+            float *g = m->p->grad + b->lo;
+            for (int64_t i = 0; i < b->hi - b->lo; i++) {
+                g[i] = m->compression == 2 ? ct_bf16_to_f32(b->half[i]) : ct_fp16_to_f32(b->half[i]);
+            }
+        }
     }
+    m->wait_s += now_s() - start;
+    m->steps++;
     return CT_OK;
 }
 
@@ -327,6 +371,12 @@ static void mirrored_free(mirrored *m) {
             MPI_Wait(&m->mark_req[s], MPI_STATUS_IGNORE);
         }
     }
+    for (int k = 0; m->b && k < m->nb; k++) {
+        free(m->b[k].half);
+    }
+    if (m->compression) {
+        MPI_Op_free(&m->half_op);
+    }
     free(m->b);
     free(m->param_bucket);
     free(m->writes);
@@ -376,6 +426,15 @@ static ct_status mirrored_create(ct_params *p, const ct_job *job, int rank, int 
     }
     for (int k = 0; k < m->nb; k++) {
         m->b[k].req = MPI_REQUEST_NULL;
+        if (job->mirrored.compression &&
+            !(m->b[k].half = malloc((size_t)(m->b[k].hi - m->b[k].lo) * sizeof(uint16_t)))) {
+            mirrored_free(m);
+            return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
+        }
+    }
+    if (job->mirrored.compression) {
+        m->compression = job->mirrored.compression;
+        MPI_Op_create(m->compression == 2 ? sum_bf16 : sum_fp16, 1, &m->half_op);
     }
     m->iface = (ct_grad_reducer){.user = m,
                                  .begin_step = begin_step,
@@ -514,6 +573,13 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
         }
         progress_ctx pc = {.out = opts->out ? opts->out : stdout, .quiet = opts->quiet || !chief};
         st = ct_trainer_fit(t, train, eval, print_epoch, &pc, opts->stop, ret, err);
+    }
+    if (m && st == CT_OK && chief && !opts->quiet) {
+        int64_t bytes = m->nb ? (m->b[0].hi - m->b[m->nb - 1].lo) * (int64_t)sizeof(float) : 0;
+        fprintf(opts->out ? opts->out : stdout,
+                "mirrored: %d ranks, %d buckets over %lld gradient bytes; exposed all-reduce "
+                "wait %.3f ms per step (after backward)\n",
+                size, m->nb, (long long)bytes, m->steps ? 1e3 * m->wait_s / (double)m->steps : 0.0);
     }
     if (m && all_ok) {
         for (int s = 0; s < MARKER_RING; s++) {
