@@ -30,7 +30,8 @@ void ckpt_usage(FILE *f) {
             "  export FILE --format npz|safetensors OUT\n"
             "                             write every tensor to OUT (NumPy .npz or safetensors)\n"
             "\n"
-            "A checkpoint that fails verification (CRC, sizes) is named with the tensor at fault.\n");
+            "A checkpoint that fails verification (CRC, sizes) is named with the tensor at\n"
+            "fault.\n");
 }
 
 static ct_ckpt *open_or_report(const char *path) {

@@ -2,7 +2,7 @@
  * MPI_Iallreduce, then waited) against Open MPI's blocking MPI_Allreduce, in the same run.
  * Run under mpirun; rank 0 prints one JSON line per measurement.
  *
- *   mpirun -np N bench_allreduce [--max-bytes B] [--rounds R] [--target-s S]
+ *   mpirun -np N bench_allreduce [--max-bytes B] [--rounds R] [--target-ms MS]
  *       sweep of float32 sums of 4 KiB .. 256 MiB: MPI_Allreduce(MPI_IN_PLACE, SUM), the engine
  *       with 1 MiB buckets (the strategy's default) and the engine with one bucket (the whole
  *       buffer), interleaved in every round; the fastest round of each. algbw = bytes / time,
@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
             rounds = (int)parse_i64(a, v);
         } else if (strcmp(a, "--max-bytes") == 0) {
             max_bytes = parse_i64(a, v);
-        } else if (strcmp(a, "--target-s") == 0) {
+        } else if (strcmp(a, "--target-ms") == 0) {
             target_s = (double)parse_i64(a, v) / 1000.0;
         } else {
             fprintf(stderr, "bench_allreduce: unknown option '%s'\n", a);

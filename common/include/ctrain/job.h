@@ -134,7 +134,7 @@ typedef struct ct_job {
         char dir[CT_JOB_PATH_MAX]; /* checkpoint.dir: default "<run_dir>/checkpoints" */
         int64_t every_steps;       /* checkpoint.every_steps: 0 = at the end (and on signals) */
         int keep_last;             /* checkpoint.keep_last: default 5 */
-        float keep_every_hours;    /* checkpoint.keep_every_hours: also keep one per H hours; 0 off */
+        float keep_every_hours;    /* checkpoint.keep_every_hours: one per H hours too; 0 off */
         int resume;                /* checkpoint.resume: continue from the latest; default true */
     } checkpoint;
     struct {

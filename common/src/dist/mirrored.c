@@ -304,7 +304,8 @@ static ct_status finish(void *user, ct_err *err) {
             bucket *b = &m->b[k];
             float *g = m->p->grad + b->lo;
             for (int64_t i = 0; i < b->hi - b->lo; i++) {
-                g[i] = m->compression == 2 ? ct_bf16_to_f32(b->half[i]) : ct_fp16_to_f32(b->half[i]);
+                uint16_t h = b->half[i];
+                g[i] = m->compression == 2 ? ct_bf16_to_f32(h) : ct_fp16_to_f32(h);
             }
         }
     }
