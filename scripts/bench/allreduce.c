@@ -11,6 +11,10 @@
  *   mpirun -np N bench_allreduce --bytes N --bucket B [--iters I] [--rounds R]
  *       the engine alone on N bytes in buckets of B bytes: mean seconds per all-reduce (over the
  *       iterations of the fastest round, and over all rounds).
+ *   mpirun -np N bench_allreduce --buckets B1,B2,... [--iters I] [--rounds R]
+ *       the same, for buckets of the given sizes in bytes, in issue order (a training step's real
+ *       buckets follow parameter boundaries): the engine's own sequence, MPI_Iallreduce in place
+ *       per bucket started back to back, then MPI_Waitall; the buffer is their sum.
  *
  * Every method is checked before it is timed: rank r fills element i with r + 1 + i % 7, and
  * every element of the sum must be n(n+1)/2 + n(i % 7) (exact in float32); a wrong element ends
@@ -25,11 +29,14 @@
 
 #define DEFAULT_BUCKET ((int64_t)1 << 20) /* strategy.bucket_bytes' default */
 #define MAX_ITERS 2000
+#define MAX_BUCKETS 4096
 
-enum { M_MPI, M_BUCKETED, M_WHOLE, N_METHODS };
+enum { M_MPI, M_BUCKETED, M_WHOLE, N_METHODS, M_LIST = N_METHODS };
 static const char *const method_names[N_METHODS] = {"mpi", "ours_1mib", "ours_whole"};
 
 static int rank, size;
+static int64_t list[MAX_BUCKETS]; /* --buckets: floats per bucket */
+static int n_list;
 
 static double now_s(void) {
     struct timespec ts;
@@ -49,6 +56,19 @@ static void run_once(int method, float *data, int64_t count, int64_t bucket) {
         if (MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
             MPI_SUCCESS) {
             die("MPI_Allreduce failed");
+        }
+        return;
+    }
+    if (method == M_LIST) { /* what ct_mirrored_allreduce does, with unequal buckets */
+        MPI_Request req[MAX_BUCKETS];
+        int64_t lo = 0;
+        for (int k = 0; k < n_list; k++) {
+            MPI_Iallreduce(MPI_IN_PLACE, data + lo, (int)list[k], MPI_FLOAT, MPI_SUM,
+                           MPI_COMM_WORLD, &req[k]);
+            lo += list[k];
+        }
+        if (MPI_Waitall(n_list, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+            die("MPI_Waitall failed");
         }
         return;
     }
@@ -81,7 +101,8 @@ static double check(int method, float *data, int64_t count, int64_t bucket) {
     if (!ok) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s: wrong sum over %lld floats: element %lld is %g, want %d",
-                 method_names[method], (long long)count, (long long)bad, (double)data[bad],
+                 method == M_LIST ? "buckets" : method_names[method], (long long)count,
+                 (long long)bad, (double)data[bad],
                  size * (size + 1) / 2 + size * (int)(bad % 7));
         die(msg);
     }
@@ -163,6 +184,13 @@ static void sweep(int64_t max_bytes, int rounds_arg, double target_s) {
 }
 
 static void single(int64_t bytes, int64_t bucket, int iters_arg, int rounds_arg) {
+    int method = n_list > 0 ? M_LIST : M_BUCKETED;
+    if (n_list > 0) {
+        bytes = 0;
+        for (int k = 0; k < n_list; k++) {
+            bytes += list[k] * (int64_t)sizeof(float);
+        }
+    }
     int64_t count = bytes / (int64_t)sizeof(float);
     if (count < 1) {
         die("--bytes must be at least 4");
@@ -171,25 +199,26 @@ static void single(int64_t bytes, int64_t bucket, int iters_arg, int rounds_arg)
     if (!data) {
         die("out of memory");
     }
-    check(M_BUCKETED, data, count, bucket);
+    check(method, data, count, bucket);
     memset(data, 0, (size_t)count * sizeof(float));
-    double est = timed(M_BUCKETED, data, count, bucket, 3);
+    double est = timed(method, data, count, bucket, 3);
     int iters = iters_arg > 0 ? iters_arg : iters_for(est, 0.3);
     int rounds = rounds_arg > 0 ? rounds_arg : 5;
     double best = 1e30, sum = 0.0;
     for (int r = 0; r < rounds; r++) {
-        double t = timed(M_BUCKETED, data, count, bucket, iters);
+        double t = timed(method, data, count, bucket, iters);
         best = t < best ? t : best;
         sum += t;
     }
     if (rank == 0) {
         int64_t per = bucket / (int64_t)sizeof(float);
         per = per > 0 ? per : count;
+        long long nb = n_list > 0 ? n_list : (long long)((count + per - 1) / per);
         printf("{\"bytes\": %lld, \"bucket_bytes\": %lld, \"buckets\": %lld, \"ranks\": %d, "
                "\"iters\": %d, \"rounds\": %d, \"ms\": %.4f, \"ms_mean_all_rounds\": %.4f, "
                "\"check\": \"ok\"}\n",
-               (long long)bytes, (long long)bucket, (long long)((count + per - 1) / per), size,
-               iters, rounds, best * 1e3, sum / rounds * 1e3);
+               (long long)bytes, n_list > 0 ? -1LL : (long long)bucket, nb, size, iters, rounds,
+               best * 1e3, sum / rounds * 1e3);
         fflush(stdout);
     }
     free(data);
@@ -212,7 +241,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int64_t bytes = 0, bucket = DEFAULT_BUCKET, max_bytes = 0;
     int iters = 0, rounds = 0;
-    double target_s = 0.15;
+    double target_s = 0.25;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -223,6 +252,19 @@ int main(int argc, char **argv) {
         i++;
         if (strcmp(a, "--bytes") == 0) {
             bytes = parse_i64(a, v);
+        } else if (strcmp(a, "--buckets") == 0) {
+            char *end = (char *)v;
+            while (*end && n_list < MAX_BUCKETS) {
+                long long x = strtoll(end, &end, 10);
+                if (x < 4 || x % 4 != 0 || (*end && *end != ',')) {
+                    fprintf(stderr, "bench_allreduce: --buckets needs byte counts (multiples of "
+                                    "4), comma-separated, got '%s'\n", v);
+                    MPI_Abort(MPI_COMM_WORLD, 2);
+                    return 2;
+                }
+                list[n_list++] = (int64_t)x / (int64_t)sizeof(float);
+                end += *end == ',';
+            }
         } else if (strcmp(a, "--bucket") == 0) {
             bucket = parse_i64(a, v);
         } else if (strcmp(a, "--iters") == 0) {
@@ -239,7 +281,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (bytes > 0) {
+    if (bytes > 0 || n_list > 0) {
         single(bytes, bucket, iters, rounds);
     } else {
         sweep(max_bytes, rounds, target_s);
