@@ -29,8 +29,97 @@
 #define MARKER_RING 64
 #define STALL_EXIT 3
 
+/* ---- the ring all-reduce: reduce-scatter then all-gather over point-to-point ----
+ * Open MPI 4.1's nonblocking MPI_Iallreduce (libnbc) takes a binomial tree whenever there are
+ * fewer than 4 ranks or the buffer is in place, which moves every byte through rank 0 and runs
+ * at about half of blocking MPI_Allreduce (scripts/bench/allreduce.c). This ring moves
+ * 2(n-1)/n of the buffer per rank, like the best blocking algorithms, and its steps advance
+ * whenever the strategy polls, so several buckets overlap backward. */
+typedef struct ring {
+    float *data;
+    float *scratch; /* one chunk */
+    int64_t count;
+    int n, rank, tag;
+    int step;       /* 0 .. 2(n-1); 2(n-1) = done */
+    MPI_Request req[2];
+} ring;
+
+static int64_t chunk_lo(const ring *r, int c) {
+    return r->count * c / r->n;
+}
+
+/* Chunk index modulo n. */
+static int wrap(int c, int n) {
+    return ((c % n) + n) % n;
+}
+
+/* Posts the sends and receives of the current step. */
+static void ring_post(ring *r) {
+    int n = r->n, right = (r->rank + 1) % n, left = (r->rank + n - 1) % n;
+    int s = r->step, send_c, recv_c;
+    if (s < n - 1) { /* reduce-scatter */
+        send_c = wrap(r->rank - s, n);
+        recv_c = wrap(r->rank - s - 1, n);
+    } else { /* all-gather */
+        int t = s - (n - 1);
+        send_c = wrap(r->rank + 1 - t, n);
+        recv_c = wrap(r->rank - t, n);
+    }
+    int64_t slo = chunk_lo(r, send_c), shi = chunk_lo(r, send_c + 1);
+    int64_t rlo = chunk_lo(r, recv_c), rhi = chunk_lo(r, recv_c + 1);
+    float *into = s < n - 1 ? r->scratch : r->data + rlo;
+    MPI_Irecv(into, (int)(rhi - rlo), MPI_FLOAT, left, r->tag, MPI_COMM_WORLD, &r->req[0]);
+    MPI_Isend(r->data + slo, (int)(shi - slo), MPI_FLOAT, right, r->tag, MPI_COMM_WORLD,
+              &r->req[1]);
+}
+
+static void ring_start(ring *r, float *data, int64_t count, float *scratch, int tag) {
+    MPI_Comm_size(MPI_COMM_WORLD, &r->n);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+    r->data = data;
+    r->count = count;
+    r->scratch = scratch;
+    r->tag = tag;
+    r->step = 0;
+    if (r->n > 1) {
+        ring_post(r);
+    } else {
+        r->step = 0; /* one rank: nothing to do */
+    }
+}
+
+static int ring_done(const ring *r) {
+    return r->n <= 1 || r->step >= 2 * (r->n - 1);
+}
+
+/* Advances as far as the network allows; returns 1 when the all-reduce is complete. */
+static int ring_progress(ring *r) {
+    while (!ring_done(r)) {
+        int done = 0;
+        MPI_Testall(2, r->req, &done, MPI_STATUSES_IGNORE);
+        if (!done) {
+            return 0;
+        }
+        if (r->step < r->n - 1) { /* add the received chunk into ours */
+            int c = wrap(r->rank - r->step - 1, r->n);
+            int64_t lo = chunk_lo(r, c), hi = chunk_lo(r, c + 1);
+            float *restrict d = r->data + lo;
+            const float *restrict x = r->scratch;
+            for (int64_t i = 0; i < hi - lo; i++) {
+                d[i] += x[i];
+            }
+        }
+        r->step++;
+        if (!ring_done(r)) {
+            ring_post(r);
+        }
+    }
+    return 1;
+}
+
 typedef struct bucket {
     int64_t lo, hi;  /* float range of params->grad */
+    ring ring;       /* the f32 path: our ring */
     uint16_t *half;  /* compressed copy (strategy.compression), reduced instead of the floats */
     int expected;    /* parameters in it whose gradient a node writes */
     int pending;     /* of those, not written yet this step */
@@ -52,6 +141,8 @@ typedef struct mirrored {
     double timeout;
     int64_t check_every;
     int compression;  /* 0 none, 1 fp16, 2 bf16 */
+    float *scratch;   /* per bucket: one ring chunk */
+    int64_t scratch_per_bucket;
     MPI_Op half_op;
     /* markers */
     int64_t marks[MARKER_RING][2];
@@ -140,7 +231,7 @@ static void start_bucket(mirrored *m, int k) {
         MPI_Iallreduce(MPI_IN_PLACE, b->half, (int)n, MPI_UINT16_T, m->half_op, MPI_COMM_WORLD,
                        &b->req);
     } else {
-        MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req);
+        ring_start(&b->ring, g, n, m->scratch + (int64_t)k * m->scratch_per_bucket, 1000 + k);
     }
     b->started = 1;
 }
@@ -155,7 +246,9 @@ static void start_ready(mirrored *m) {
 /* Gives MPI a chance to progress the started buckets (Open MPI progresses inside calls). */
 static void poll(mirrored *m) {
     for (int k = 0; k < m->next; k++) {
-        if (m->b[k].req != MPI_REQUEST_NULL) {
+        if (!m->compression) {
+            ring_progress(&m->b[k].ring); /* each bucket's ring moves on independently */
+        } else if (m->b[k].req != MPI_REQUEST_NULL) {
             int done = 0;
             MPI_Test(&m->b[k].req, &done, MPI_STATUS_IGNORE);
             break; /* testing the oldest is enough to drive the progress engine */
@@ -290,6 +383,21 @@ static void wait_req(mirrored *m, MPI_Request *r, int k, double start) {
     }
 }
 
+/* As wait_req, for bucket k's ring (progressing the later buckets' rings too). */
+static void wait_ring(mirrored *m, int k, double start) {
+    double limit = m->timeout * (m->rank == 0 ? 1.0 : 1.5);
+    while (!ring_progress(&m->b[k].ring)) {
+        for (int j = k + 1; j < m->nb; j++) {
+            ring_progress(&m->b[j].ring);
+        }
+        drain_markers(m);
+        double waited = now_s() - start;
+        if (waited > limit) {
+            stall(m, k, waited);
+        }
+    }
+}
+
 static ct_status finish(void *user, ct_err *err) {
     (void)err;
     mirrored *m = user;
@@ -299,6 +407,10 @@ static ct_status finish(void *user, ct_err *err) {
     }
     double start = now_s();
     for (int k = 0; k < m->nb; k++) {
+        if (!m->compression) {
+            wait_ring(m, k, start);
+            continue;
+        }
         wait_req(m, &m->b[k].req, k, start);
         if (m->compression) { /* back to f32 */
             bucket *b = &m->b[k];
@@ -378,6 +490,7 @@ static void mirrored_free(mirrored *m) {
     if (m->compression) {
         MPI_Op_free(&m->half_op);
     }
+    free(m->scratch);
     free(m->b);
     free(m->param_bucket);
     free(m->writes);
@@ -433,6 +546,15 @@ static ct_status mirrored_create(ct_params *p, const ct_job *job, int rank, int 
             return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
         }
     }
+    /* ring scratch: a chunk of each bucket (chunks differ by at most one float) */
+    for (int k = 0; k < m->nb; k++) {
+        int64_t chunk = (m->b[k].hi - m->b[k].lo) / size + 1;
+        m->scratch_per_bucket = chunk > m->scratch_per_bucket ? chunk : m->scratch_per_bucket;
+    }
+    if (!(m->scratch = malloc((size_t)(m->nb * m->scratch_per_bucket + 1) * sizeof(float)))) {
+        mirrored_free(m);
+        return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
+    }
     if (job->mirrored.compression) {
         m->compression = job->mirrored.compression;
         MPI_Op_create(m->compression == 2 ? sum_bf16 : sum_fp16, 1, &m->half_op);
@@ -449,19 +571,31 @@ static ct_status mirrored_create(ct_params *p, const ct_job *job, int rank, int 
 
 ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err) {
     int64_t per = bucket_bytes / (int64_t)sizeof(float);
-    per = per > 0 ? per : count;
+    per = per > 0 && per < count ? per : (count > 0 ? count : 1);
     int64_t nb = (count + per - 1) / per;
-    MPI_Request *req = malloc((size_t)(nb ? nb : 1) * sizeof *req);
-    if (!req) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int64_t chunk = per / size + 1;
+    ring *rings = calloc((size_t)(nb ? nb : 1), sizeof *rings);
+    float *scratch = malloc((size_t)((nb ? nb : 1) * chunk) * sizeof(float));
+    if (!rings || !scratch) {
+        free(rings);
+        free(scratch);
         return ct_err_set(err, CT_ENOMEM, "allreduce: out of memory");
     }
     for (int64_t k = 0; k < nb; k++) {
         int64_t lo = k * per, n = count - lo < per ? count - lo : per;
-        MPI_Iallreduce(MPI_IN_PLACE, data + lo, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                       &req[k]);
+        ring_start(&rings[k], data + lo, n, scratch + k * chunk, 1000 + (int)(k % 30000));
     }
-    MPI_Waitall((int)nb, req, MPI_STATUSES_IGNORE);
-    free(req);
+    for (int64_t k = 0; k < nb; k++) {
+        while (!ring_progress(&rings[k])) {
+            for (int64_t j = k + 1; j < nb; j++) {
+                ring_progress(&rings[j]);
+            }
+        }
+    }
+    free(rings);
+    free(scratch);
     return CT_OK;
 }
 
