@@ -318,6 +318,14 @@ static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
         printf("resumed from %s at step %lld\n", ct_trainer_last_checkpoint(t),
                (long long)ct_trainer_step_count(t));
     }
+    int64_t pos[3];
+    ct_trainer_get_position(t, pos);
+    if (resumed && (pos[1] >= job->epochs ||
+                    (job->max_steps > 0 && pos[0] >= job->max_steps))) {
+        fprintf(stderr, "ctrain: %s: the run already finished at step %lld; evaluating only "
+                        "(--no-resume trains again)\n",
+                dir, (long long)pos[0]);
+    }
     if (!resumed && c->init_from) {
         int rc = init_from(c->init_from, t);
         if (rc == 0 && !c->quiet) {

@@ -171,21 +171,27 @@ def test_too_few_output_units(tmp_path):
     assert "10 classes" in r.stderr, r.stderr
 
 
-def test_mlp_convergence():
+def test_mlp_convergence(tmp_path):
     """The default job (seed MLP, Adam 1e-3, batch 32) reaches 86.5% in 5 epochs."""
-    r = ctrain("train", "examples/fashion_mnist_mlp.yaml")
+    r = ctrain("train", "examples/fashion_mnist_mlp.yaml", "--set", f"run_dir={tmp_path}")
     assert r.returncode == 0, r.stderr
     d = done_line(r.stdout)
     assert d["epochs"] == 5 and d["steps"] == 5 * 1875
     assert d["test_accuracy"] >= 0.865, r.stdout
     assert len(re.findall(r"^epoch \d/5: .*test_accuracy=", r.stdout, re.M)) == 5
+    # a second run finds the finished run's checkpoint: nothing to train, the same test figures
+    again = ctrain("train", "examples/fashion_mnist_mlp.yaml", "--set", f"run_dir={tmp_path}")
+    assert again.returncode == 0 and "already finished at step 9375" in again.stderr
+    d2 = done_line(again.stdout)
+    assert d2["epochs"] == 0 and d2["test_accuracy"] == d["test_accuracy"]
 
 
-def test_cnn_convergence():
+def test_cnn_convergence(tmp_path):
     """The seed CNN; the epochs and the bar scale with CTRAIN_CNN_EPOCHS (see README)."""
     epochs = int(os.environ.get("CTRAIN_CNN_EPOCHS", "1"))
     bar = {1: 0.85, 2: 0.88, 3: 0.895}.get(epochs, 0.90)
-    r = ctrain("train", "examples/fashion_mnist_cnn.yaml", "--set", f"train.epochs={epochs}")
+    r = ctrain("train", "examples/fashion_mnist_cnn.yaml", "--set", f"train.epochs={epochs}",
+               "--set", f"run_dir={tmp_path}")
     assert r.returncode == 0, r.stderr
     d = done_line(r.stdout)
     assert d["test_accuracy"] >= bar, r.stdout

@@ -962,6 +962,11 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
     if (st == CT_OK && t->ckpt_dir[0] && !(t->last_ckpt[0] && last_saved_step(t) == t->step)) {
         st = ct_trainer_save(t, NULL, err); /* the final checkpoint */
     }
+    if (st == CT_OK && r.epochs == 0 && eval) {
+        /* resumed a finished run: nothing to train, but report the model's test figures */
+        st = ct_trainer_evaluate(t, eval->x, eval->y, eval->n, &r.test_loss, &r.test_accuracy,
+                                 err);
+    }
     ct_loader_destroy(loader);
     r.steps = t->step;
     r.seconds = train_seconds;
