@@ -18,8 +18,13 @@ CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
 WORKER = os.path.join(BUILD, "worker", "ctrain-worker")
 CHIEF = os.path.join(BUILD, "coordinator", "ctrain-chief")
 JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+# In the sanitizer build (scripts/test.sh --sanitize) MPI ranks keep AddressSanitizer's memory
+# checks but not its leak report: Open MPI's plugins leave allocations at exit (unresolvable
+# frames in dlclosed components), which would fail every run for leaks that are not ours.
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
+           OMPI_MCA_rmaps_base_oversubscribe="1",
+           ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "").replace("detect_leaks=1",
+                                                                   "detect_leaks=0"))
 SMALL = ["--set", "data.train.limit=3000", "--set", "data.eval.limit=1000"]
 
 
