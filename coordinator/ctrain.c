@@ -222,28 +222,6 @@ static void warn_line(const char *msg, void *user) {
     fprintf(stderr, "ctrain: warning: %s\n", msg);
 }
 
-/* The job file's text plus the overrides, as stored in each checkpoint. */
-static char *job_text(const cli *c) {
-    FILE *f = fopen(c->job_path, "rb");
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap + 1);
-    if (!text) {
-        if (f) {
-            fclose(f);
-        }
-        return NULL;
-    }
-    if (f) {
-        len = fread(text, 1, cap - 4096, f);
-        fclose(f);
-    }
-    text[len] = '\0';
-    for (int i = 0; i < c->n_sets && len + 300 < cap; i++) {
-        len += (size_t)snprintf(text + len, cap - len, "# --set %.250s\n", c->sets[i]);
-    }
-    return text;
-}
-
 /* Loads every variable of the model from the .npz at path (names and shapes checked). Returns 0
  * or an exit code. */
 static int init_from(const char *path, ct_trainer *t) {
@@ -301,7 +279,7 @@ static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
             printf("starting over: moved the old checkpoints to %s\n", old);
         }
     }
-    char *text = job_text(c);
+    char *text = ct_job_text(c->job_path, c->sets, c->n_sets);
     ct_status st = ct_trainer_set_checkpointing(t, dir, text, &err);
     free(text);
     if (st != CT_OK) {

@@ -144,6 +144,11 @@ typedef struct ct_job {
     } logs;
 } ct_job;
 
+/* The job file's text followed by one "# --set KEY=VALUE" line per override, as checkpoints
+ * store it (malloc'd; the caller frees it). NULL when out of memory; an unreadable file gives
+ * just the overrides. */
+char *ct_job_text(const char *path, const char *const *sets, int n_sets);
+
 /* Fills `job` with the defaults listed above (no layers, no data). */
 void ct_job_defaults(ct_job *job);
 

@@ -61,28 +61,6 @@ static int parse_int(const char *flag, const char *v, int *out) {
     return 0;
 }
 
-/* The job file's text and the overrides, for checkpoints. */
-static char *job_text(const char *path, const char *const *sets, int n_sets) {
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
-    FILE *f = fopen(path, "rb");
-    if (!text) {
-        if (f) {
-            fclose(f);
-        }
-        return NULL;
-    }
-    if (f) {
-        len = fread(text, 1, cap - 4096, f);
-        fclose(f);
-    }
-    text[len] = '\0';
-    for (int i = 0; i < n_sets && len + 300 < cap; i++) {
-        len += (size_t)snprintf(text + len, cap - len, "# --set %.250s\n", sets[i]);
-    }
-    return text;
-}
-
 int ct_role_main(int argc, char **argv, const char *role) {
     const char *job_path = NULL, *sets[64];
     int n_sets = 0, rank = -1, size = -1, local = -1, no_resume = 0, quiet = 0;
@@ -147,7 +125,7 @@ int ct_role_main(int argc, char **argv, const char *role) {
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    char *text = job_text(job_path, sets, n_sets);
+    char *text = ct_job_text(job_path, sets, n_sets);
     ct_mirrored_options o = {.job_text = text, .no_resume = no_resume, .quiet = quiet,
                              .out = stdout, .stop = &stop_requested};
     ct_train_result r;

@@ -918,6 +918,26 @@ static ct_status read_job(job_reader *r, const ct__yaml_node *root, ct_job *job)
     return r->status;
 }
 
+char *ct_job_text(const char *path, const char *const *sets, int n_sets) {
+    size_t cap = 1 << 16, len = 0;
+    char *text = malloc(cap);
+    FILE *f = fopen(path, "rb");
+    if (text && f) {
+        len = fread(text, 1, cap - 4096, f);
+    }
+    if (f) {
+        fclose(f);
+    }
+    if (!text) {
+        return NULL;
+    }
+    text[len] = '\0';
+    for (int i = 0; i < n_sets && len + 300 < cap; i++) {
+        len += (size_t)snprintf(text + len, cap - len, "# --set %.250s\n", sets[i]);
+    }
+    return text;
+}
+
 void ct_job_defaults(ct_job *job) {
     memset(job, 0, sizeof *job);
     snprintf(job->path, sizeof job->path, "<string>");
