@@ -128,10 +128,13 @@ def test_stopped_rank_is_named(tmp_path):
                           "--set", "train.epochs=100", "--set", "strategy.stall_timeout=3",
                           *SMALL, "--set", f"run_dir={tmp_path}", "--quiet"], cwd=ROOT,
                          env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
-    ps = subprocess.run(["pgrep", "-f", "-P", str(p.pid), "ctrain-worker"], capture_output=True,
-                        text=True).stdout.split()
+    deadline, ps = time.time() + 60, []
+    while len(ps) < 2 and time.time() < deadline:  # both ranks up (slow machines take longer)
+        time.sleep(0.5)
+        ps = subprocess.run(["pgrep", "-f", "-P", str(p.pid), "ctrain-worker"],
+                            capture_output=True, text=True).stdout.split()
     assert len(ps) == 2, ps
+    time.sleep(1.0)  # into training
     # rank 1 is the second child; find it by its environment
     rank1 = None
     for pid in ps:
