@@ -154,6 +154,16 @@ def test_stopped_rank_is_named(tmp_path):
     assert re.search(r"stall: step \d+, .*missing rank\(s\): 1 \(last seen", err), err
 
 
+def test_role_help_and_flags():
+    for binary in (WORKER, CHIEF):
+        r = subprocess.run([binary, "--help"], capture_output=True, text=True)
+        assert r.returncode == 0 and "--job" in r.stdout and "stall_timeout" in r.stdout
+        r = subprocess.run([binary, "--bogus"], capture_output=True, text=True)
+        assert r.returncode == 2 and "--bogus" in r.stderr
+        r = subprocess.run([binary, "--job", JOB, "--rank", "x"], capture_output=True, text=True)
+        assert r.returncode == 2 and "--rank" in r.stderr
+
+
 @pytest.mark.parametrize("env,expect", [
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0",
       "SLURM_NTASKS": "3"}, "OMPI_COMM_WORLD_SIZE"),
