@@ -107,6 +107,8 @@ def test_uneven_tail_and_mpmd_chief(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert "steps=12" in r.stdout.splitlines()[-1]  # 2 epochs of ceil(1000 / 192) = 6 steps
+    assert re.search(r"mirrored: 3 ranks, \d+ buckets .* \d+% of all-reduce time overlapped "
+                     r"backward", r.stdout), r.stdout
     r = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", CHIEF, *args], cwd=ROOT,
                        env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "the chief must be rank 0" in r.stderr

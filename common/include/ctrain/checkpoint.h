@@ -76,6 +76,9 @@ int ct_ckpt_list(const char *dir, char *paths, int64_t *steps, int cap);
 ct_status ct_ckpt_latest(const char *dir, ct_ckpt **ret, char *ret_path,
                          void (*warn)(const char *msg, void *user), void *user, ct_err *err);
 
+/* Creates dir and its missing parents (mkdir -p). */
+ct_status ct_make_dirs(const char *dir, ct_err *err);
+
 /* Leases: a reader holds <file>.lease while it reads, and pruning leaves the file alone. */
 ct_status ct_ckpt_lease(const char *path, ct_err *err);
 void ct_ckpt_release(const char *path);

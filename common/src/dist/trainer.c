@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 
@@ -534,8 +535,8 @@ static ct_train_progress *p_now(ct_train_progress *p, int64_t step, double loss_
 
 ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err) {
     char path[PATH_MAX];
-    ct_status st = CT_OK;
-    if (t->job.logs.tensorboard) {
+    ct_status st = ct_make_dirs(run_dir, err);
+    if (st == CT_OK && t->job.logs.tensorboard) {
         snprintf(path, sizeof path, "%.*s/train", PATH_MAX - 16, run_dir);
         st = ct_events_open(path, &t->train_events, err);
         snprintf(path, sizeof path, "%.*s/validation", PATH_MAX - 16, run_dir);
@@ -548,7 +549,7 @@ ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err
     }
     snprintf(path, sizeof path, "%.*s/metrics.jsonl", PATH_MAX - 16, run_dir);
     if (st == CT_OK && !(t->metrics = fopen(path, "a"))) {
-        st = ct_err_set(err, CT_EIO, "%s: cannot open for writing", path);
+        st = ct_err_set(err, CT_EIO, "%s: cannot open for writing (%s)", path, strerror(errno));
     }
     return st;
 }

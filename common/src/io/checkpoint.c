@@ -529,6 +529,14 @@ static void prune(const char *dir, const ct_ckpt_policy *policy) {
     free(paths);
 }
 
+ct_status ct_make_dirs(const char *dir, ct_err *err) {
+    if (mkdir_p(dir) != 0) {
+        return ct_err_set(err, CT_EIO, "%s: cannot create the directory (%s)", dir,
+                          strerror(errno));
+    }
+    return CT_OK;
+}
+
 ct_status ct_ckpt_save(const char *dir, const ct_ckpt_policy *policy, const ct_ckpt_meta *meta,
                        const ct_ckpt_tensor *tensors, int n, char *ret_path, ct_err *err) {
     if (mkdir_p(dir) != 0) {
