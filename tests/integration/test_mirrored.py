@@ -114,6 +114,22 @@ def test_uneven_tail_and_mpmd_chief(tmp_path):
     assert r.returncode != 0 and "the chief must be rank 0" in r.stderr
 
 
+def test_sharded_evaluation_equals_whole_set(tmp_path):
+    # 3 ranks each evaluate a slice of 1000 test images; the evaluator (one process) reads the
+    # final checkpoint and evaluates the whole set: the same figures
+    args = ["--job", JOB, "--set", "train.max_steps=30", *SMALL, "--set", f"run_dir={tmp_path}"]
+    r = mpirun(3, *args, "--quiet")
+    assert r.returncode == 0, r.stderr
+    acc = float(re.search(r"test_accuracy=([\d.]+)", r.stdout).group(1))
+    loss = float(re.search(r"test_loss=([\d.]+)", r.stdout).group(1))
+    ev = subprocess.run([os.path.join(BUILD, "worker", "ctrain-evaluator"), *args, "--timeout",
+                         "30"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ev.returncode == 0, ev.stderr
+    last = ev.stdout.strip().splitlines()[-1]
+    assert abs(float(re.search(r'"eval_accuracy": ([\d.]+)', last).group(1)) - acc) < 1e-6
+    assert abs(float(re.search(r'"eval_loss": ([\d.]+)', last).group(1)) - loss) < 2e-6
+
+
 def test_misconfigured_replica_is_caught(tmp_path):
     args = ["--job", JOB, "--set", "train.max_steps=20", "--set", "strategy.check_every=5",
             *SMALL, "--set", f"run_dir={tmp_path}"]

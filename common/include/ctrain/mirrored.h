@@ -4,7 +4,9 @@
  * are all-reduced (MPI_Iallreduce, in bucket order on every rank) as soon as backward has
  * written them, overlapping the rest of backward; every rank then applies the same update.
  * A rank that does not join a collective within strategy.stall_timeout seconds is named by the
- * chief, and the job ends with a non-zero exit code. Only the chief writes the run directory. */
+ * chief, and the job ends with a non-zero exit code. Evaluation is sharded the same way (each
+ * rank its slice of the eval set, the sums all-reduced). Only the chief writes the run
+ * directory. */
 #ifndef CTRAIN_MIRRORED_H
 #define CTRAIN_MIRRORED_H
 

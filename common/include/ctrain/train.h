@@ -136,6 +136,9 @@ typedef struct ct_grad_reducer {
     /* Before each step: 1 when any replica wants to stop (a signal reached some of them), so
      * all stop at the same step instead of leaving the others in a collective. */
     int (*agree_stop)(void *user, int local_stop);
+    /* Evaluation is sharded too: each replica evaluates its slice of the eval set and this sums
+     * sums[0..n) (loss x count, accuracy x count, count) across the replicas in place. */
+    ct_status (*sum_eval)(void *user, double *sums, int n, ct_err *err);
 } ct_grad_reducer;
 
 /* Makes steps reduce gradients through r (borrowed), and fit read shard `index` of `count` of

@@ -28,6 +28,8 @@
 #define MARKER_TAG 77
 #define MARKER_RING 64
 #define STALL_EXIT 3
+#define HEARTBEAT_S 0.5 /* a waiting rank re-sends its marker this often */
+#define SILENT_S 2.0    /* the chief calls a rank silent after this long without one */
 
 /* ---- the ring all-reduce: reduce-scatter then all-gather over point-to-point ----
  * Open MPI 4.1's nonblocking MPI_Iallreduce (libnbc) takes a binomial tree whenever there are
@@ -150,6 +152,8 @@ typedef struct mirrored {
     MPI_Request mark_req[MARKER_RING];
     int mark_next;
     int64_t (*seen)[2]; /* chief: last (step, bucket) per rank */
+    double *heard;      /* chief: when each rank's last marker arrived */
+    double last_beat;   /* this rank: when it last sent a marker */
     /* statistics: time spent waiting for all-reduces after backward (exposed communication) */
     double wait_s;
     int64_t steps;
@@ -178,6 +182,7 @@ static void drain_markers(mirrored *m) {
                  MPI_STATUS_IGNORE);
         m->seen[stt.MPI_SOURCE][0] = mk[0];
         m->seen[stt.MPI_SOURCE][1] = mk[1];
+        m->heard[stt.MPI_SOURCE] = now_s();
     }
 }
 
@@ -194,6 +199,7 @@ static void send_marker(mirrored *m, int64_t step, int k) {
     m->marks[slot][0] = step;
     m->marks[slot][1] = k;
     MPI_Isend(m->marks[slot], 2, MPI_INT64_T, 0, MARKER_TAG, MPI_COMM_WORLD, &m->mark_req[slot]);
+    m->last_beat = now_s();
 }
 
 /* ---- 16-bit gradient compression: half the bytes on the wire, sums done in f32 ---- */
@@ -343,12 +349,17 @@ static void stall(mirrored *m, int k, double waited) {
         drain_markers(m);
         char who[512] = "";
         size_t len = 0;
-        for (int r = 1; r < m->size && len < sizeof who - 64; r++) {
-            if (m->seen[r][0] < m->step || (m->seen[r][0] == m->step && m->seen[r][1] < k)) {
+        double now = now_s();
+        for (int r = 1; r < m->size && len < sizeof who - 96; r++) {
+            /* behind: it never started this phase; silent: it stopped sending the heartbeats
+             * that waiting ranks send (stopped or hung inside the collective) */
+            int behind = m->seen[r][0] < m->step || (m->seen[r][0] == m->step && m->seen[r][1] < k);
+            double quiet = now - m->heard[r];
+            if (behind || quiet > SILENT_S) {
                 len += (size_t)snprintf(who + len, sizeof who - len,
-                                        "%s%d (last seen at step %lld bucket %lld)",
+                                        "%s%d (last seen at step %lld bucket %lld, silent %.0f s)",
                                         len ? ", " : "", r, (long long)m->seen[r][0],
-                                        (long long)m->seen[r][1]);
+                                        (long long)m->seen[r][1], quiet);
             }
         }
         fprintf(stderr,
@@ -382,6 +393,9 @@ static void wait_req(mirrored *m, MPI_Request *r, int k, double start) {
         if (waited > limit) {
             stall(m, k, waited);
         }
+        if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
+            send_marker(m, m->step, k);
+        }
         if (waited > 1e-3) {
             struct timespec ts = {0, 50000}; /* a waiting rank yields the core */
             nanosleep(&ts, NULL);
@@ -400,6 +414,9 @@ static void wait_ring(mirrored *m, int k, double start) {
         double waited = now_s() - start;
         if (waited > limit) {
             stall(m, k, waited);
+        }
+        if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
+            send_marker(m, m->step, k);
         }
     }
 }
@@ -476,6 +493,17 @@ static ct_status after_update(void *user, int64_t step, ct_err *err) {
     return st;
 }
 
+/* Sums the replicas' evaluation figures (each evaluated its slice of the eval set). */
+static ct_status sum_eval(void *user, double *sums, int n, ct_err *err) {
+    (void)err;
+    mirrored *m = user;
+    MPI_Request r;
+    send_marker(m, m->step, m->nb + 1);
+    MPI_Iallreduce(MPI_IN_PLACE, sums, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
+    wait_req(m, &r, m->nb + 1, now_s());
+    return CT_OK;
+}
+
 static int agree_stop(void *user, int local_stop) {
     mirrored *m = user;
     int any = 0;
@@ -509,6 +537,7 @@ static void mirrored_free(mirrored *m) {
     free(m->param_bucket);
     free(m->writes);
     free(m->seen);
+    free(m->heard);
     free(m);
 }
 
@@ -530,9 +559,13 @@ static ct_status mirrored_create(ct_params *p, const ct_job *job, int rank, int 
     m->param_bucket = malloc((size_t)(p->n ? p->n : 1) * sizeof *m->param_bucket);
     m->writes = calloc((size_t)(p->n ? p->n : 1), 1);
     m->seen = calloc((size_t)size, sizeof *m->seen);
-    if (!m->b || !m->param_bucket || !m->writes || !m->seen) {
+    m->heard = malloc((size_t)size * sizeof *m->heard);
+    if (!m->b || !m->param_bucket || !m->writes || !m->seen || !m->heard) {
         mirrored_free(m);
         return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
+    }
+    for (int r = 0; r < size; r++) {
+        m->heard[r] = now_s();
     }
     int64_t limit = job->mirrored.bucket_bytes / (int64_t)sizeof(float);
     for (int q = p->n - 1; q >= 0; q--) { /* last layer first: backward's order */
@@ -578,7 +611,8 @@ static ct_status mirrored_create(ct_params *p, const ct_job *job, int rank, int 
                                  .node_done = node_done,
                                  .finish = finish,
                                  .after_update = after_update,
-                                 .agree_stop = agree_stop};
+                                 .agree_stop = agree_stop,
+                                 .sum_eval = sum_eval};
     *ret = m;
     return CT_OK;
 }
@@ -678,7 +712,7 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
     if (st != CT_OK) {
         ct_err_prefix(err, "%s: data.train", job.path);
     }
-    if (st == CT_OK && chief && job.has_eval_data &&
+    if (st == CT_OK && job.has_eval_data && /* every rank evaluates its slice */
         (st = ct_dataset_load_idx(job.eval_data.images, job.eval_data.labels,
                                   job.eval_data.limit, &eval, err)) != CT_OK) {
         ct_err_prefix(err, "%s: data.eval", job.path);

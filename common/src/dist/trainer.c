@@ -818,6 +818,31 @@ int64_t ct_trainer_step_count(const ct_trainer *t) {
     return t->step;
 }
 
+/* Evaluates on eval: the whole set, or with a reducer this replica's slice, summed across the
+ * replicas (so every replica gets the figures of the whole set). */
+static ct_status fit_evaluate(ct_trainer *t, const ct_dataset *eval, double *loss, double *acc,
+                              ct_err *err) {
+    const ct_grad_reducer *r = t->reducer;
+    if (!r || !r->sum_eval || t->shard_count < 2) {
+        return ct_trainer_evaluate(t, eval->x, eval->y, eval->n, loss, acc, err);
+    }
+    int64_t lo = eval->n * t->shard_index / t->shard_count;
+    int64_t hi = eval->n * (t->shard_index + 1) / t->shard_count;
+    double l = 0.0, a = 0.0;
+    ct_status st = CT_OK;
+    if (hi > lo) {
+        st = ct_trainer_evaluate(t, eval->x + lo * eval->example_size, eval->y + lo, hi - lo, &l,
+                                 &a, err);
+    }
+    double sums[3] = {l * (double)(hi - lo), a * (double)(hi - lo), (double)(hi - lo)};
+    if (st == CT_OK) {
+        st = r->sum_eval(r->user, sums, 3, err);
+    }
+    *loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+    *acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+    return st;
+}
+
 ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_dataset *eval,
                          ct_progress_fn progress, void *user, volatile int *stop,
                          ct_train_result *ret, ct_err *err) {
@@ -939,7 +964,7 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
         p.input_wait_fraction =
             (ct_loader_wait_seconds(loader) - wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
         p.test_loss = p.test_accuracy = NAN;
-        if (eval && (st = ct_trainer_evaluate(t, eval->x, eval->y, eval->n, &p.test_loss,
+        if (eval && (st = fit_evaluate(t, eval, &p.test_loss,
                                               &p.test_accuracy, err)) != CT_OK) {
             break;
         }
@@ -965,8 +990,7 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
     }
     if (st == CT_OK && r.epochs == 0 && eval) {
         /* resumed a finished run: nothing to train, but report the model's test figures */
-        st = ct_trainer_evaluate(t, eval->x, eval->y, eval->n, &r.test_loss, &r.test_accuracy,
-                                 err);
+        st = fit_evaluate(t, eval, &r.test_loss, &r.test_accuracy, err);
     }
     ct_loader_destroy(loader);
     r.steps = t->step;
