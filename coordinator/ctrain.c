@@ -364,6 +364,9 @@ static int run_replicas(const cli *c) {
 }
 
 static int cmd_train(int argc, char **argv) {
+    /* from the start: a signal during loading stops the run cleanly instead of killing it */
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     cli c = {0};
     int rc = parse_flags(argc, argv, &c, train_usage);
     if (rc) {
