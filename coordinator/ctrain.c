@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt_cmd.h"
+#include "ps_launch.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/npz.h"
 
@@ -124,6 +125,8 @@ typedef struct cli {
     int quiet;
     int no_resume;
     int replicas;
+    int ps, workers;        /* --ps M --workers N: a local parameter-server cluster */
+    double straggler;
     const char *init_from;
     char threads_set[64];
 } cli;
@@ -166,6 +169,24 @@ static int parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
                 return EXIT_BAD_INPUT;
             }
             c->replicas = (int)n;
+            i++;
+        } else if (!strcmp(a, "--ps") || !strcmp(a, "--workers")) {
+            char *end = NULL;
+            int max = !strcmp(a, "--ps") ? 64 : 1024;
+            long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || *end || n < 1 || n > max) {
+                fprintf(stderr, "ctrain: %s needs a count from 1 to %d\n", a, max);
+                return EXIT_BAD_INPUT;
+            }
+            *(!strcmp(a, "--ps") ? &c->ps : &c->workers) = (int)n;
+            i++;
+        } else if (!strcmp(a, "--straggler")) {
+            char *end = NULL;
+            c->straggler = i + 1 < argc ? strtod(argv[i + 1], &end) : 0.0;
+            if (!end || *end || !(c->straggler >= 1.0 && c->straggler <= 1000.0)) {
+                fprintf(stderr, "ctrain: --straggler needs a slowdown factor from 1 to 1000\n");
+                return EXIT_BAD_INPUT;
+            }
             i++;
         } else if (!strcmp(a, "--init-from")) {
             if (i + 1 >= argc) {
@@ -258,26 +279,42 @@ static int init_from(const char *path, ct_trainer *t) {
     return rc;
 }
 
+/* The job's checkpoint directory into dir (2048 bytes). */
+static void checkpoint_dir(const ct_job *job, char *dir) {
+    if (job->checkpoint.dir[0]) {
+        snprintf(dir, 2048, "%s", job->checkpoint.dir);
+    } else {
+        snprintf(dir, 2048, "%.2000s/checkpoints", job->run_dir);
+    }
+}
+
+/* --no-resume: moves the old checkpoint directory aside. Returns 0 or an exit code. */
+static int move_aside(const cli *c, const ct_job *job) {
+    char dir[2048], old[2100];
+    checkpoint_dir(job, dir);
+    if (!c->no_resume || access(dir, F_OK) != 0) {
+        return 0;
+    }
+    snprintf(old, sizeof old, "%s.previous-%ld", dir, (long)time(NULL));
+    if (rename(dir, old) != 0) {
+        fprintf(stderr, "ctrain: --no-resume: cannot move %s aside\n", dir);
+        return EXIT_RUNTIME;
+    }
+    if (!c->quiet) {
+        printf("starting over: moved the old checkpoints to %s\n", old);
+    }
+    return 0;
+}
+
 /* Points the trainer at its checkpoint directory and resumes from it unless told not to.
  * Returns 0 or an exit code. */
 static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
     char dir[2048];
     ct_err err = {0};
-    if (job->checkpoint.dir[0]) {
-        snprintf(dir, sizeof dir, "%s", job->checkpoint.dir);
-    } else {
-        snprintf(dir, sizeof dir, "%s/checkpoints", job->run_dir);
-    }
-    if (c->no_resume && access(dir, F_OK) == 0) {
-        char old[2100];
-        snprintf(old, sizeof old, "%s.previous-%ld", dir, (long)time(NULL));
-        if (rename(dir, old) != 0) {
-            fprintf(stderr, "ctrain: --no-resume: cannot move %s aside\n", dir);
-            return EXIT_RUNTIME;
-        }
-        if (!c->quiet) {
-            printf("starting over: moved the old checkpoints to %s\n", old);
-        }
+    checkpoint_dir(job, dir);
+    int moved = move_aside(c, job);
+    if (moved != 0) {
+        return moved;
     }
     char *text = ct_job_text(c->job_path, c->sets, c->n_sets);
     ct_status st = ct_trainer_set_checkpointing(t, dir, text, &err);
@@ -363,6 +400,54 @@ static int run_replicas(const cli *c) {
     return EXIT_RUNTIME;
 }
 
+/* --ps M --workers N: the chief here, M servers and N workers as child processes. */
+static int run_local_cluster(cli *c) {
+    if (c->replicas > 1) {
+        fprintf(stderr, "ctrain: --replicas (mirrored) and --ps/--workers (parameter servers) "
+                        "are different strategies: pick one\n");
+        return EXIT_BAD_INPUT;
+    }
+    if (c->n_sets >= MAX_SETS) {
+        fprintf(stderr, "ctrain: too many --set options (at most %d)\n", MAX_SETS);
+        return EXIT_BAD_INPUT;
+    }
+    c->sets[c->n_sets++] = "strategy.type=parameter_server";
+    ct_job job;
+    ct_err err = {0};
+    if (ct_job_load(c->job_path, c->sets, c->n_sets, &job, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    char *text = ct_job_text(c->job_path, c->sets, c->n_sets);
+    ct_local_cluster lc = {.job_path = c->job_path,
+                           .sets = c->sets,
+                           .n_sets = c->n_sets,
+                           .job_text = text,
+                           .n_ps = c->ps > 0 ? c->ps : 1,
+                           .n_workers = c->workers > 0 ? c->workers : 1,
+                           .straggler = c->straggler > 1.0 ? c->straggler : 1.0,
+                           .no_resume = c->no_resume,
+                           .quiet = c->quiet,
+                           .stop = &stop_requested};
+    if (move_aside(c, &job) != 0) {
+        free(text);
+        return EXIT_RUNTIME;
+    }
+    ct_train_result r;
+    ct_status st = ct_run_local_cluster(&lc, &job, &r, &err);
+    free(text);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return st == CT_EINTR ? (stop_signal == SIGTERM ? EXIT_TERMINATED : EXIT_INTERRUPTED)
+                              : (st == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME);
+    }
+    printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
+           "samples_per_s=%.1f ps=%d workers=%d\n",
+           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds,
+           r.samples_per_s, lc.n_ps, lc.n_workers);
+    return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
     /* from the start: a signal during loading stops the run cleanly instead of killing it */
     signal(SIGINT, on_signal);
@@ -374,6 +459,9 @@ static int cmd_train(int argc, char **argv) {
     }
     if (c.replicas > 1) {
         return run_replicas(&c);
+    }
+    if (c.ps > 0 || c.workers > 0) {
+        return run_local_cluster(&c);
     }
     ct_job job;
     ct_err err = {0};

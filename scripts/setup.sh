@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(gcc pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev libyaml-dev
-          protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev dataset-fashion-mnist)
+          protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev libzmq3-dev
+          dataset-fashion-mnist)
 if [[ "${1:-}" == "--tests" ]]; then
     packages+=(libcriterion-dev python3-torch python3-numpy python3-pytest)
 fi

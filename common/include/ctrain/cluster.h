@@ -20,4 +20,68 @@ ct_status ct_cluster_spec_read(int flag_rank, int flag_world_size, int flag_loca
                                ct_getenv_fn getenv_fn, void *user, ct_cluster_spec *ret,
                                ct_err *err);
 
+/* ---- the task view of a cluster (parameter-server strategy) ----
+ * Which task this process is (chief, worker 2, ps 0, ...) and the addresses of every task, in
+ * TensorFlow's TF_CONFIG layout:
+ *   {"cluster": {"chief": ["host:port"], "worker": ["host:port", ...], "ps": [...],
+ *                "evaluator": [...]},
+ *    "task": {"type": "worker", "index": 0}}
+ * Sources, in order: flags (--task TYPE:INDEX, --chief ADDRESS), a cluster file (--cluster
+ * FILE: YAML or JSON, the same layout, "task" optional), and the TF_CONFIG environment variable
+ * (JSON). Sources that are present must agree (the same task; the same chief address; the same
+ * number of tasks of a type); disagreement is an error naming both sources. A task list given
+ * by one source is used whole (lists are not merged). */
+
+typedef enum ct_task_type {
+    CT_TASK_CHIEF,
+    CT_TASK_WORKER,
+    CT_TASK_PS,
+    CT_TASK_EVALUATOR,
+    CT_TASK_TYPES
+} ct_task_type;
+
+#define CT_CLUSTER_MAX_TASKS 1024 /* per type */
+#define CT_CLUSTER_ADDR_MAX 256
+
+typedef struct ct_cluster {
+    int n[CT_TASK_TYPES]; /* tasks of each type listed (0: the list is unknown) */
+    char (*addr[CT_TASK_TYPES])[CT_CLUSTER_ADDR_MAX]; /* addr[type][i]: "host:port" (owned) */
+    int task_type;    /* this process: a ct_task_type, or -1 when no source says */
+    int task_index;   /* -1 when no source says */
+    char source[160]; /* where the task and the lists came from, for messages */
+} ct_cluster;
+
+/* Command-line inputs; NULL / -1 where not given. */
+typedef struct ct_cluster_flags {
+    const char *task;         /* --task "worker:1" (also "ps:0", "chief", "chief:0", "evaluator") */
+    const char *chief;        /* --chief "host:port": the chief's address */
+    const char *cluster_file; /* --cluster FILE */
+} ct_cluster_flags;
+
+/* "chief", "worker", "ps", "evaluator"; NULL for other values. */
+const char *ct_task_type_name(int type);
+/* Returns the ct_task_type named "chief", "worker", "ps" or "evaluator"; -1 for other names
+ * (including TF1's "master") and NULL. */
+int ct_task_type_parse(const char *name);
+
+/* Reads the cluster from flags, the cluster file and TF_CONFIG (getenv_fn as above). Checks:
+ * every address is "host:port" with a port in [0, 65535] (0: any free port, for servers that
+ * report the one they got); the chief list has at most one entry; the task's index is inside
+ * its list when the list is known; no address appears twice; JSON/YAML errors name the source,
+ * the line and the key (TF_CONFIG: "TF_CONFIG: cluster.worker[1]: ..."). A process with no
+ * source at all gets task_type = -1 and empty lists (CT_OK). Addresses are stored without a
+ * "tcp://" prefix; "[v6addr]:port" is accepted. For the task and for each type's list the first
+ * source in the order above that gives it is used. Top-level keys other than cluster, task,
+ * environment and rpc_layer, task types other than the four ("master": rename it to "chief")
+ * and task keys other than type, index and trial are errors. flags: borrowed, NULL for none.
+ * Returns CT_OK and an owned cluster in *ret (free with ct_cluster_finish); CT_EINVAL (a bad
+ * or disagreeing source), CT_EIO (the cluster file cannot be read) or CT_ENOMEM, with *ret not
+ * written and nothing allocated. Thread-safe when getenv_fn is. */
+ct_status ct_cluster_read(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
+                          ct_cluster *ret, ct_err *err);
+
+/* Frees the address lists and empties them (n = 0); accepts NULL, a zeroed cluster and one
+ * already finished. */
+void ct_cluster_finish(ct_cluster *c);
+
 #endif

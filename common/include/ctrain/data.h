@@ -91,6 +91,12 @@ ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch
  * prefetch thread when it is behind; the time spent waiting is added to ct_loader_wait_seconds. */
 ct_status ct_loader_next(ct_loader *l, ct_batch *ret_batch);
 
+/* Random access: gathers batch `index` of `epoch` (this loader's shard of it) in the caller and
+ * returns it in *ret_batch, valid until the next call. For loaders created with prefetch 0 (a
+ * parameter-server worker computes the batches the chief hands out, in any order). CT_EINVAL
+ * for a prefetching loader or an index outside the epoch. */
+ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index, ct_batch *ret_batch);
+
 /* Batches per epoch (counts the smaller last batch unless drop_remainder). */
 int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 

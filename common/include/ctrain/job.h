@@ -97,6 +97,14 @@ typedef struct ct_data_spec {
 
 typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;
 
+/* strategy.staleness.policy (asynchronous parameter-server training). */
+typedef enum ct_staleness_policy {
+    CT_STALENESS_NONE,  /* apply every gradient */
+    CT_STALENESS_DROP,  /* reject a gradient more than `max` versions old */
+    CT_STALENESS_SCALE, /* divide the learning rate by the staleness (Zhang et al. 2016) */
+    CT_STALENESS_SSP,   /* a worker more than `max` steps ahead of the slowest waits (Ho et al.) */
+} ct_staleness_policy;
+
 typedef struct ct_job {
     char path[CT_JOB_PATH_MAX]; /* the file it came from ("<string>" when parsed from memory) */
     uint64_t seed;              /* seed: default 42 */
@@ -122,13 +130,31 @@ typedef struct ct_job {
     unsigned graph_passes;      /* train.graph_passes: "all" (default), "none" or a comma list of
                                    const_fold, cse, dce, simplify, fuse */
     int plan_memory;            /* train.plan_memory: reuse buffers by liveness; default true */
-    char strategy[32];          /* strategy.type: local, mirrored (parameter_server: later) */
+    char strategy[32];          /* strategy.type: local, mirrored, parameter_server */
     struct {
         int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
         float stall_timeout;  /* strategy.stall_timeout: seconds before a stall is reported (60) */
         int64_t check_every;  /* strategy.check_every: replica checksums every K steps; 0 off */
         int compression;      /* strategy.compression: none (0), fp16 (1), bf16 (2) */
     } mirrored;
+    struct {
+        int async;             /* strategy.mode: sync (0, the default) or async (1) */
+        int backup_workers;    /* strategy.backup_workers: sync: apply the first N - b; 0 */
+        int staleness_policy;  /* strategy.staleness.policy: CT_STALENESS_* (none) */
+        int staleness_max;     /* strategy.staleness.max: the bound s of drop and ssp; 4 */
+        int64_t max_shard_bytes; /* strategy.max_shard_bytes: split larger variables; 0: the
+                                    fair share (total / servers) */
+        float heartbeat_timeout; /* strategy.heartbeat_timeout: seconds without a heartbeat
+                                    before a role counts as lost; 5 */
+        float register_timeout;  /* strategy.register_timeout: seconds for every role to
+                                    register (or a lost one to come back); 120 */
+        float chief_timeout;     /* strategy.chief_timeout: seconds a role waits for a silent
+                                    chief to come back before it gives up; 120 */
+        int pull_ahead;          /* strategy.pull_ahead: ask for the next parameters before
+                                    computing (overlaps the pull with compute); true */
+        char keys[CT_JOB_PATH_MAX]; /* strategy.keys: CURVE key directory (ctrain keygen);
+                                       "": plain TCP */
+    } ps;
     char run_dir[CT_JOB_PATH_MAX]; /* run_dir: default "runs/<job file stem>" */
     struct {
         char dir[CT_JOB_PATH_MAX]; /* checkpoint.dir: default "<run_dir>/checkpoints" */

@@ -39,6 +39,10 @@ float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step
 ct_status ct_optimizer_check(const ct_optimizer *o, const ct_params *params, int64_t step,
                              float sum_squares_seen, ct_err *err);
 
+/* Multiplies the learning rate of the following updates by `scale` (1 by default): the
+ * parameter servers' staleness-aware update (policy scale: 1 / staleness). Not thread-safe. */
+void ct_optimizer_set_lr_scale(ct_optimizer *o, float scale);
+
 /* Slot buffers (for checkpoints): n_slots flat buffers of params->total floats each. */
 int ct_optimizer_slot_count(const ct_optimizer *o);
 float *ct_optimizer_slot(ct_optimizer *o, int k);

@@ -139,6 +139,10 @@ typedef struct ct_grad_reducer {
     /* Evaluation is sharded too: each replica evaluates its slice of the eval set and this sums
      * sums[0..n) (loss x count, accuracy x count, count) across the replicas in place. */
     ct_status (*sum_eval)(void *user, double *sums, int n, ct_err *err);
+    /* 1: finish hands the gradients to another process that applies the update (parameter
+     * servers), so the trainer applies none. begin_step, node_done, finish and the others may
+     * be NULL. */
+    int remote_update;
 } ct_grad_reducer;
 
 /* Makes steps reduce gradients through r (borrowed), and fit read shard `index` of `count` of
@@ -154,5 +158,9 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
 void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]);
 void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]);
 struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
+/* Sets what fit would: the training set's size and the run's planned steps (stored in
+ * checkpoints; the evaluator stops after the checkpoint of the last step). For drivers that
+ * run steps themselves (the parameter-server chief). */
+void ct_trainer_set_run(ct_trainer *t, int64_t dataset_n, int64_t total_steps);
 
 #endif

@@ -313,6 +313,18 @@ ct_status ct_loader_next(ct_loader *l, ct_batch *ret_batch) {
     return st;
 }
 
+ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index, ct_batch *ret_batch) {
+    if (!l || !ret_batch || l->opt.prefetch != 0 || epoch < 0 || index < 0 ||
+        index >= l->batches_per_epoch) {
+        return CT_EINVAL;
+    }
+    double start = monotonic_seconds();
+    gather(l, epoch, index, &l->slots[0]);
+    fill_batch(ret_batch, &l->slots[0]);
+    l->wait_seconds += monotonic_seconds() - start;
+    return CT_OK;
+}
+
 int64_t ct_loader_batches_per_epoch(const ct_loader *l) {
     return l ? l->batches_per_epoch : 0;
 }

@@ -11,6 +11,7 @@
 
 #include "ctrain/cluster.h"
 #include "ctrain/mirrored.h"
+#include "ps_role.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_BAD_INPUT 2
@@ -45,6 +46,21 @@ static void usage(FILE *f, const char *role) {
             "\n"
             "strategy keys: strategy.bucket_bytes (1 MiB), strategy.stall_timeout (60 s),\n"
             "strategy.check_every (0: off), strategy.compression (none)\n"
+            "\n"
+            "With strategy.type parameter_server the roles are separate processes that talk\n"
+            "over ZeroMQ (no MPI): ctrain-chief, ctrain-ps and ctrain-worker, e.g.\n"
+            "  ctrain-chief --job J --bind HOST:PORT --num-ps 2 --num-workers 4\n"
+            "  ctrain-ps --job J --chief HOST:PORT --task ps:0\n"
+            "  ctrain-worker --job J --chief HOST:PORT --task worker:0\n"
+            "or with TF_CONFIG (or --cluster FILE) naming the tasks and their addresses.\n"
+            "  --task TYPE:INDEX   this process's task (chief, ps:I, worker:I)\n"
+            "  --chief HOST:PORT   the chief's address (workers and servers)\n"
+            "  --cluster FILE      a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
+            "  --bind HOST:PORT    where a chief or server listens (port 0: any free port)\n"
+            "  --num-ps M, --num-workers N  the chief: how many (default: the cluster's lists)\n"
+            "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= --set strategy.keys=DIR)\n"
+            "  --slow-factor F     benchmarks only: a worker sleeps (F - 1) x its compute time\n"
+            "\n"
             "exit codes: 0 success, 1 runtime failure, 2 bad input, 3 a stalled rank (named by\n"
             "the chief), 130 SIGINT, 143 SIGTERM (after the chief saved a checkpoint)\n",
             role);
@@ -61,15 +77,54 @@ static int parse_int(const char *flag, const char *v, int *out) {
     return 0;
 }
 
+/* Flags of the parameter-server roles; 1 when `a` was one of them (i advanced past its value). */
+static int ps_flag(const char *a, int argc, char **argv, int *i, ct_ps_role_flags *f) {
+    if (*i + 1 >= argc) {
+        return 0;
+    }
+    const char **str = !strcmp(a, "--task")          ? &f->cluster.task
+                       : !strcmp(a, "--chief")       ? &f->cluster.chief
+                       : !strcmp(a, "--cluster")     ? &f->cluster.cluster_file
+                       : !strcmp(a, "--bind")        ? &f->bind
+                       : !strcmp(a, "--keys")        ? &f->keys
+                                                     : NULL;
+    if (str) {
+        *str = argv[++*i];
+        return 1;
+    }
+    int *num = !strcmp(a, "--num-ps") ? &f->n_ps : !strcmp(a, "--num-workers") ? &f->n_workers
+                                                                                : NULL;
+    if (num) {
+        *num = parse_int(a, argv[++*i], num) == 0 ? *num : -2;
+        return 1;
+    }
+    if (!strcmp(a, "--slow-factor")) {
+        char *end;
+        f->slow_factor = strtod(argv[++*i], &end);
+        if (*end || !(f->slow_factor >= 1.0 && f->slow_factor <= 1000.0)) {
+            fprintf(stderr, "ctrain: --slow-factor needs a number from 1 to 1000, got '%s'\n",
+                    argv[*i]);
+            f->n_ps = -2;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 int ct_role_main(int argc, char **argv, const char *role) {
     const char *job_path = NULL, *sets[64];
     int n_sets = 0, rank = -1, size = -1, local = -1, no_resume = 0, quiet = 0;
+    ct_ps_role_flags psf = {.n_ps = -1, .n_workers = -1, .slow_factor = 1.0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout, role);
             return 0;
+        } else if (ps_flag(a, argc, argv, &i, &psf)) {
+            if (psf.n_ps == -2 || psf.n_workers == -2) {
+                return EXIT_BAD_INPUT;
+            }
         } else if (!strcmp(a, "--job") && has) {
             job_path = argv[++i];
         } else if (!strcmp(a, "--set") && has && n_sets < 64) {
@@ -99,9 +154,22 @@ int ct_role_main(int argc, char **argv, const char *role) {
         fprintf(stderr, "%s: --job is required (see --help)\n", role);
         return EXIT_BAD_INPUT;
     }
+    ct_err err = {0};
+    ct_job job;
+    if (ct_job_load(job_path, sets, n_sets, &job, &err) != CT_OK) {
+        fprintf(stderr, "%s: %s\n", role, err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    if (!strcmp(job.strategy, "parameter_server") || !strcmp(role, "ctrain-ps")) {
+        char *text = ct_job_text(job_path, sets, n_sets);
+        psf.no_resume = no_resume;
+        psf.quiet = quiet;
+        int rc = ct_ps_role_main(role, &job, text, &psf);
+        free(text);
+        return rc;
+    }
     /* everything that can be checked without MPI first: a bad job or environment never
      * reaches a collective */
-    ct_err err = {0};
     ct_cluster_spec spec;
     if (ct_cluster_spec_read(rank, size, local, NULL, NULL, &spec, &err) != CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);
@@ -111,11 +179,6 @@ int ct_role_main(int argc, char **argv, const char *role) {
         fprintf(stderr, "%s: the chief must be rank 0, this is rank %d (%s); list it first: "
                         "mpirun -np 1 ctrain-chief ... : -np N ctrain-worker ...\n",
                 role, spec.rank, spec.source);
-        return EXIT_BAD_INPUT;
-    }
-    ct_job job;
-    if (ct_job_load(job_path, sets, n_sets, &job, &err) != CT_OK) {
-        fprintf(stderr, "%s: %s\n", role, err.msg);
         return EXIT_BAD_INPUT;
     }
     int provided = 0;

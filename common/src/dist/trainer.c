@@ -399,16 +399,18 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
         }
         g = sg->g;
     }
-    r->begin_step(r->user, g, t->step, batch, global_n);
+    if (r->begin_step) {
+        r->begin_step(r->user, g, t->step, batch, global_n);
+    }
     if (batch > 0) {
         st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
     } else {
         ct_params_zero_grad(ct_model_params(t->model)); /* an empty shard adds nothing */
     }
-    if (st == CT_OK) {
+    if (st == CT_OK && r->finish) {
         st = r->finish(r->user, err);
     }
-    if (st == CT_OK) {
+    if (st == CT_OK && !r->remote_update) {
         st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0,
                                 err);
     }
@@ -445,6 +447,11 @@ void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]) {
 
 struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t) {
     return t->opt;
+}
+
+void ct_trainer_set_run(ct_trainer *t, int64_t dataset_n, int64_t total_steps) {
+    t->dataset_n = dataset_n;
+    t->total_steps = total_steps;
 }
 
 ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,

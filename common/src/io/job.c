@@ -95,8 +95,12 @@ static const char *const train_keys[] = {"epochs",    "batch_size", "eval_batch_
                                          "shuffle",   "threads",    "prefetch",
                                          "max_steps", "eager",      "graph_passes",
                                          "plan_memory", NULL};
-static const char *const strategy_keys[] = {"type",        "bucket_bytes", "stall_timeout",
-                                            "check_every", "compression",  NULL};
+static const char *const strategy_keys[] = {
+    "type",          "bucket_bytes",     "stall_timeout",   "check_every",
+    "compression",   "mode",             "backup_workers",  "staleness",
+    "max_shard_bytes", "heartbeat_timeout", "register_timeout", "chief_timeout",
+    "pull_ahead",    "keys",             NULL};
+static const char *const staleness_keys[] = {"policy", "max", NULL};
 
 /* Option keys per layer type, indexed by ct_layer_type. */
 static const char *const dense_keys[] = {
@@ -853,6 +857,39 @@ static void read_outputs(job_reader *r, const section *top, ct_job *job) {
     sec_i64(&s, "histogram_every_steps", 0, &job->logs.histogram_every_steps);
 }
 
+/* The parameter-server keys of strategy: (shared names with the mirrored ones: type). */
+static void read_ps_strategy(job_reader *r, section *s, ct_job *job) {
+    char path[KEY_CAP];
+    static const name_value mode_names[] = {{"sync", 0}, {"async", 1}, {NULL, 0}};
+    static const name_value policy_names[] = {{"none", CT_STALENESS_NONE},
+                                              {"drop", CT_STALENESS_DROP},
+                                              {"scale", CT_STALENESS_SCALE},
+                                              {"ssp", CT_STALENESS_SSP},
+                                              {NULL, 0}};
+    sec_name(s, "mode", mode_names, "mode", &job->ps.async);
+    sec_int(s, "backup_workers", 0, &job->ps.backup_workers);
+    sec_i64(s, "max_shard_bytes", 0, &job->ps.max_shard_bytes);
+    sec_float(s, "heartbeat_timeout", POSITIVE, &job->ps.heartbeat_timeout);
+    sec_float(s, "register_timeout", POSITIVE, &job->ps.register_timeout);
+    sec_float(s, "chief_timeout", POSITIVE, &job->ps.chief_timeout);
+    sec_bool(s, "pull_ahead", &job->ps.pull_ahead);
+    sec_string(s, "keys", job->ps.keys, sizeof job->ps.keys);
+    section st;
+    sec_open(r, sec_get(s, "staleness", path), path, staleness_keys, key_line(s, "staleness"),
+             &st);
+    sec_name(&st, "policy", policy_names, "staleness policy", &job->ps.staleness_policy);
+    sec_int(&st, "max", 0, &job->ps.staleness_max);
+    if (job->ps.async && job->ps.backup_workers > 0 && sec_get(s, "backup_workers", path)) {
+        fail(r, key_line(s, "backup_workers"), path,
+             "backup workers belong to mode sync (async never waits for a slow worker)");
+    }
+    if (!job->ps.async && st.map && sec_get(&st, "policy", path) &&
+        job->ps.staleness_policy != CT_STALENESS_NONE) {
+        fail(r, key_line(&st, "policy"), path,
+             "a staleness policy belongs to mode async (sync gradients are never stale)");
+    }
+}
+
 static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     char path[KEY_CAP];
     section s;
@@ -864,16 +901,13 @@ static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     static const name_value compression_names[] = {
         {"none", 0}, {"fp16", 1}, {"bf16", 2}, {NULL, 0}};
     sec_name(&s, "compression", compression_names, "compression", &job->mirrored.compression);
+    read_ps_strategy(r, &s, job);
     const ct__yaml_node *v = sec_get(&s, "type", path);
     if (!v || r->status != CT_OK) {
         return;
     }
-    if (v->kind == CT__YAML_SCALAR && !strcmp(v->text, "parameter_server")) {
-        fail(r, v->line, path, "'%s' is not built yet (only 'local' and 'mirrored' are)",
-             v->text);
-        return;
-    }
-    static const name_value strategy_names[] = {{"local", 0}, {"mirrored", 1}, {NULL, 0}};
+    static const name_value strategy_names[] = {
+        {"local", 0}, {"mirrored", 1}, {"parameter_server", 2}, {NULL, 0}};
     int unused = 0;
     read_name(r, v, path, strategy_names, "strategy", &unused);
     read_string(r, v, path, job->strategy, sizeof job->strategy);
@@ -956,6 +990,11 @@ void ct_job_defaults(ct_job *job) {
     job->plan_memory = 1;
     job->mirrored.bucket_bytes = 1 << 20;
     job->mirrored.stall_timeout = 60.0f;
+    job->ps.staleness_max = 4;
+    job->ps.heartbeat_timeout = 5.0f;
+    job->ps.register_timeout = 120.0f;
+    job->ps.chief_timeout = 120.0f;
+    job->ps.pull_ahead = 1;
     job->checkpoint.keep_last = 5;
     job->checkpoint.resume = 1;
     job->logs.tensorboard = 1;

@@ -13,6 +13,7 @@ struct ct_optimizer {
     int64_t total;
     int n_slots;
     float *slots[2];
+    float lr_scale; /* ct_optimizer_set_lr_scale */
 };
 
 static int slots_needed(const ct_optimizer_spec *s) {
@@ -37,6 +38,7 @@ ct_status ct_optimizer_create(const ct_optimizer_spec *spec, const ct_params *pa
     o->spec = *spec;
     o->total = params->total;
     o->n_slots = slots_needed(spec);
+    o->lr_scale = 1.0f;
     for (int k = 0; k < o->n_slots; k++) {
         size_t bytes = (size_t)(o->total ? o->total : 16) * sizeof(float);
         o->slots[k] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -58,6 +60,10 @@ void ct_optimizer_destroy(ct_optimizer *o) {
         free(o->slots[k]);
     }
     free(o);
+}
+
+void ct_optimizer_set_lr_scale(ct_optimizer *o, float scale) {
+    o->lr_scale = scale;
 }
 
 int ct_optimizer_slot_count(const ct_optimizer *o) {
@@ -158,7 +164,7 @@ float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step
     float *restrict g = params->grad + begin;
     float *restrict s0 = o->slots[0] ? o->slots[0] + begin : NULL;
     float *restrict s1 = o->slots[1] ? o->slots[1] + begin : NULL;
-    const float lr = ct_optimizer_learning_rate(o, step, total_steps);
+    const float lr = ct_optimizer_learning_rate(o, step, total_steps) * o->lr_scale;
     /* Each loop also sums g^2 (a vector reduction): NaN/Inf in any gradient shows up in it. */
     float g2 = 0.0f;
     const float b1 = s->beta1, b2 = s->beta2, eps = s->epsilon, mom = s->momentum;

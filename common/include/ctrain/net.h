@@ -1,0 +1,85 @@
+/* ZeroMQ transport helpers shared by the parameter-server roles (chief, ps, worker): binding
+ * and connecting with endpoints read back, the job's CURVE keys, and a ZAP authenticator that
+ * admits only the job's members.
+ *
+ * Keys. `ctrain keygen DIR` (ct_net_keygen) writes one server key pair, shared by every server
+ * of the job (the chief and the parameter servers), and one client key pair, shared by every
+ * member (workers, parameter servers and the chief connect as clients too):
+ *   DIR/server.key      the server's secret key (Z85, 40 characters, mode 0600)
+ *   DIR/server.pub      the server's public key
+ *   DIR/client.key      the members' secret key (mode 0600)
+ *   DIR/client.pub      the members' public key
+ *   DIR/authorized_keys the client public keys that servers admit, one per line ('#' comments);
+ *                       keygen writes client.pub into it, and an operator may add more.
+ * With keys, servers are CURVE servers and ask the ZAP authenticator about every connection; a
+ * client whose public key is not in authorized_keys is refused, and the refusal is logged
+ * through ct_log (CT_LOG_WARN) with the peer's address and key. Without keys (keys->enabled ==
+ * 0) sockets are plain TCP. */
+#ifndef CTRAIN_NET_H
+#define CTRAIN_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/status.h"
+
+#define CT_NET_KEY_LEN 40     /* a Z85-encoded CURVE key */
+#define CT_NET_MAX_AUTHORIZED 256
+
+typedef struct ct_net_keys {
+    int enabled;                                   /* 0: plain TCP */
+    char dir[1024];                                /* where they came from (messages) */
+    char server_public[CT_NET_KEY_LEN + 1];
+    char server_secret[CT_NET_KEY_LEN + 1];        /* "" where the file is absent */
+    char client_public[CT_NET_KEY_LEN + 1];
+    char client_secret[CT_NET_KEY_LEN + 1];
+    int n_authorized;
+    char authorized[CT_NET_MAX_AUTHORIZED][CT_NET_KEY_LEN + 1];
+} ct_net_keys;
+
+/* Creates DIR (mode 0700) if needed and writes a fresh key set into it (see above). Refuses
+ * (CT_EINVAL) to overwrite an existing server.key or client.key, naming the file. CT_EIO names
+ * the file that could not be written. CT_EUNSUPPORTED when libzmq lacks CURVE. */
+ct_status ct_net_keygen(const char *dir, ct_err *err);
+
+/* Reads the key set of DIR into *ret (enabled = 1). Every file must be present and hold a
+ * 40-character Z85 key; authorized_keys must hold at least one. Errors name the file and the
+ * line. dir NULL or "": *ret = {.enabled = 0} (plain TCP). */
+ct_status ct_net_keys_load(const char *dir, ct_net_keys *ret, ct_err *err);
+
+/* The process's ZeroMQ context (created on first use, one I/O thread; never destroyed before
+ * exit: sockets of several objects share it). NULL when out of memory. Thread-safe. */
+void *ct_net_context(void);
+
+/* The ZAP authenticator of a server process: a thread answering ZAP requests on the context's
+ * inproc://zeromq.zap.01. Start it before binding CURVE server sockets. `who` names the process
+ * in log lines ("ps 1"). With keys->enabled == 0 it does nothing (*ret = NULL is valid). */
+typedef struct ct_net_auth ct_net_auth;
+ct_status ct_net_auth_start(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
+                            ct_err *err);
+/* Connections refused so far (for tests and status lines). */
+uint64_t ct_net_auth_refused(const ct_net_auth *a);
+/* Stops the thread; accepts NULL. */
+void ct_net_auth_stop(ct_net_auth *a);
+
+/* Creates a socket of `type` (ZMQ_ROUTER, ZMQ_DEALER, ...) on the process context with the
+ * options every ctrain socket uses (linger 0, unlimited high-water marks, TCP keepalive) and,
+ * with keys, CURVE as a server (`server` = 1) or as a client of the job's servers. */
+ct_status ct_net_socket(int type, const ct_net_keys *keys, int server, void **ret, ct_err *err);
+
+/* Binds `sock` to `address` ("tcp://127.0.0.1:0", "127.0.0.1:0", "*:5555", "host:port"; no
+ * scheme means tcp://; port 0 means any free port) and writes the endpoint that others connect
+ * to ("tcp://127.0.0.1:41235"; a wildcard host is replaced by this machine's host name) into
+ * ret_endpoint. Errors name the address and say why (address in use, unknown host). A CURVE
+ * server socket refuses to bind (CT_EINVAL) while no authenticator runs in the process: libzmq
+ * 4.3 would otherwise admit every client key. */
+ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_t cap,
+                      ct_err *err);
+
+/* Connects `sock` to `address` (same forms as ct_net_bind, without port 0). */
+ct_status ct_net_connect(void *sock, const char *address, ct_err *err);
+
+/* Closes a socket (NULL allowed). */
+void ct_net_close(void *sock);
+
+#endif

@@ -1,0 +1,125 @@
+/* The parameter-server strategy (central storage on CPU servers) over ZeroMQ.
+ *
+ * Roles: one chief (registration, the global step, task dispatch in async mode, metrics,
+ * checkpoints, TensorBoard, failure detection and restarts), M parameter servers (each holds
+ * its shards of the variables and their optimizer slots, and applies updates), N workers (pull
+ * the parameters, compute gradients on their batches, push them). docs/parameter-server.md
+ * describes the protocol, the modes and the failure handling.
+ *
+ * Modes (job keys strategy.*): `sync` (a version advances when N - backup_workers gradients for
+ * it have arrived; later ones are dropped) and `async` with a staleness policy (none, drop,
+ * scale, ssp; bound strategy.staleness.max). */
+#ifndef CTRAIN_PS_H
+#define CTRAIN_PS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ctrain/job.h"
+#include "ctrain/net.h"
+#include "ctrain/nn.h"
+#include "ctrain/status.h"
+#include "ctrain/train.h"
+
+/* ---- the partition plan: which server holds which part of which variable ----
+ * Trainable variables are cut into shards: a variable larger than the shard limit (by default
+ * the fair share, total / M) is split into equal contiguous pieces of at most the limit; shards
+ * go to servers largest first, each to the least loaded server (ties: the lowest index). The
+ * plan is a function of the model and M only, so every role computes the same one. */
+typedef struct ct_ps_shard {
+    int param;          /* index into ct_params */
+    int64_t offset;     /* in floats, into the flat parameter (and gradient, slot) buffers */
+    int64_t size;       /* floats */
+    int server;         /* owner */
+    int local;          /* position among the owner's shards */
+    int64_t server_offset; /* in floats, into the owner's flat buffer (64-byte aligned) */
+} ct_ps_shard;
+
+typedef struct ct_ps_plan {
+    int n_servers;
+    int n_shards;
+    ct_ps_shard *shards;   /* ordered by server, then local position */
+    int *first;            /* [n_servers + 1]: server s holds shards first[s] .. first[s+1]-1 */
+    int64_t *floats;       /* [n_servers]: the floats each server holds (its buffer, padded) */
+    int64_t *load;         /* [n_servers]: the floats of variables each server holds */
+    int64_t total;         /* floats of trainable variables */
+} ct_ps_plan;
+
+/* Makes the plan for the trainable parameters of p over n_servers servers; max_shard_bytes 0
+ * means the fair share. CT_EINVAL when n_servers < 1. Free with ct_ps_plan_finish. */
+ct_status ct_ps_plan_make(const ct_params *p, int n_servers, int64_t max_shard_bytes,
+                          ct_ps_plan *ret, ct_err *err);
+void ct_ps_plan_finish(ct_ps_plan *plan);
+/* One line describing the balance: "2 servers, 5 shards: ps 0 50.2 KB (50.1%), ps 1 ...;
+ * imbalance 1.01 (largest / mean)". */
+void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap);
+
+/* A 64-bit id of the job's fields that every role must agree on (model, optimizer, seed, batch
+ * size, epochs, data limits, strategy), not of the paths or thread counts that may differ per
+ * machine. */
+uint64_t ct_ps_job_id(const ct_job *job);
+
+/* ---- the parameter server ---- */
+typedef struct ct_ps_server_options {
+    int index;                /* this server's task index */
+    int n_servers;            /* 0: as the chief says; otherwise checked against it */
+    const char *bind;         /* address to bind ("127.0.0.1:0" when NULL) */
+    const char *chief;        /* the chief's endpoint */
+    const ct_net_keys *keys;  /* NULL or disabled: plain TCP */
+    volatile int *stop;       /* raised by a signal: leave the loop (may be NULL) */
+} ct_ps_server_options;
+
+/* Runs parameter server `index` of job until the chief says the job is done: registers with
+ * the chief, takes its state from RESTORE messages, serves pulls and pushes, reports stats in
+ * heartbeats. Returns CT_OK when the job is done, CT_EINTR when *stop was raised, an error when
+ * the chief stayed silent for strategy.chief_timeout seconds or the chief refused it. */
+ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_err *err);
+
+/* ---- the worker ---- */
+typedef struct ct_ps_worker_options {
+    int index;
+    const char *chief;
+    const ct_net_keys *keys;
+    volatile int *stop;
+    double slow_factor;  /* benchmarks only: sleep (factor - 1) x the compute time per step */
+} ct_ps_worker_options;
+
+/* Runs worker `index` until the chief says the job is done (CT_OK), *stop is raised (CT_EINTR),
+ * or a wait times out naming whom it waited for. */
+ct_status ct_ps_worker_run(const ct_job *job, const ct_ps_worker_options *o, ct_err *err);
+
+/* ---- the chief ---- */
+
+/* Standalone mode: the chief starts the roles itself and restarts the ones it loses. `start`
+ * starts role (CT_TASK_PS or CT_TASK_WORKER) `index`, connecting to chief_endpoint; returns 0,
+ * or -1 (the chief then fails the job). `alive` returns 0 when the process it started for that
+ * role has exited (reaped), 1 otherwise. */
+typedef struct ct_ps_launcher {
+    void *user;
+    int (*start)(void *user, int role, int index, const char *chief_endpoint);
+    int (*alive)(void *user, int role, int index);
+} ct_ps_launcher;
+
+typedef struct ct_ps_chief_options {
+    int n_servers, n_workers;
+    const char *bind;             /* the chief's address ("127.0.0.1:0" when NULL) */
+    const ct_net_keys *keys;
+    const char *job_text;         /* stored in checkpoints */
+    int no_resume;
+    int quiet;
+    FILE *out;                    /* progress lines; NULL: stdout */
+    volatile int *stop;           /* a signal: save a checkpoint, stop everyone, CT_EINTR */
+    const ct_ps_launcher *launcher; /* NULL: cluster mode (roles are started by someone else) */
+    /* Called once the chief is listening, with its endpoint (may be NULL). */
+    void (*listening)(void *user, const char *endpoint);
+    void *listening_user;
+} ct_ps_chief_options;
+
+/* Runs the job as its chief: waits for every role to register (naming the missing ones after
+ * strategy.register_timeout), restores or initializes the servers, hands out tasks (async),
+ * aggregates metrics, evaluates after every epoch, writes checkpoints and logs, restarts lost
+ * roles (standalone) or waits for them (cluster mode), and ends the job. The result in *ret. */
+ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_train_result *ret,
+                          ct_err *err);
+
+#endif

@@ -1,0 +1,190 @@
+/* The link from a parameter server or a worker to the chief (see ps_link.h): registration,
+ * heartbeats every CT_PS_HEARTBEAT_S, the view the chief sends back, and a timeout that names
+ * the chief when it stays silent. A chief that restarted does not know us: it answers our
+ * heartbeat with ERROR "not registered", and we register again. */
+#include "ps_link.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REGISTER_RETRY_S 1.0
+
+double ct__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ct__sleep(double seconds) {
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
+    Ctrain__Ps__Register reg = CTRAIN__PS__REGISTER__INIT;
+    reg.endpoint = l->endpoint;
+    reg.pid = (int32_t)getpid();
+    reg.host = host;
+    reg.generation = generation;
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__REGISTER;
+    env.role = (Ctrain__Ps__Role)l->role;
+    env.index = l->index;
+    env.generation = generation;
+    env.reg = &reg;
+    l->last_register = ct__now();
+    return ct__msg_send(l->sock, NULL, 0, &env, l->job_id, NULL, NULL, 0, err);
+}
+
+ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
+                        int index, uint64_t job_id, const char *endpoint, ct_err *err) {
+    memset(l, 0, sizeof *l);
+    snprintf(l->chief, sizeof l->chief, "%s", chief ? chief : "");
+    snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint ? endpoint : "");
+    l->role = role;
+    l->index = index;
+    l->job_id = job_id;
+    l->timeout_s = 120.0;
+    if (!chief || !chief[0]) {
+        return ct_err_set(err, CT_EINVAL, "no chief address (--chief HOST:PORT, a cluster file "
+                                          "or TF_CONFIG)");
+    }
+    ct_status st = ct_net_socket(ZMQ_DEALER, keys, 0, &l->sock, err);
+    if (st == CT_OK) {
+        st = ct_net_connect(l->sock, chief, err);
+    }
+    if (st == CT_OK) {
+        l->last_heard = l->last_beat = ct__now();
+        st = send_register(l, 0, err);
+    }
+    return st;
+}
+
+void ct__link_close(ct__link *l) {
+    ct_net_close(l->sock);
+    l->sock = NULL;
+}
+
+ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Ps__Stats *stats,
+                        ct_err *err) {
+    double now = ct__now();
+    if (now - l->last_heard > l->timeout_s) {
+        return ct_err_set(err, CT_ETIMEDOUT,
+                          "the chief at %s has been silent for %.0f s (strategy.chief_timeout): "
+                          "is it running?",
+                          l->chief, now - l->last_heard);
+    }
+    if (!l->registered) {
+        return now - l->last_register > REGISTER_RETRY_S ? send_register(l, generation, err)
+                                                         : CT_OK;
+    }
+    if (now - l->last_beat < CT_PS_HEARTBEAT_S) {
+        return CT_OK;
+    }
+    l->last_beat = now;
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__HEARTBEAT;
+    env.role = (Ctrain__Ps__Role)l->role;
+    env.index = l->index;
+    env.generation = generation;
+    env.stats = (Ctrain__Ps__Stats *)stats;
+    return ct__msg_send(l->sock, NULL, 0, &env, l->job_id, NULL, NULL, 0, err);
+}
+
+static void take_view(ct__link *l, const ct__env *env) {
+    const Ctrain__Ps__View *v = env->view;
+    ct__view *w = &l->view;
+    w->state = v->state;
+    w->generation = env->generation;
+    w->n_ps = (int)v->n_ps;
+    w->n_workers = (int)v->n_workers;
+    for (size_t k = 0; k < v->n_ps_endpoints && k < 64; k++) {
+        snprintf(w->ps_endpoints[k], sizeof w->ps_endpoints[k], "%s", v->ps_endpoints[k]);
+    }
+    memset(w->live, 0, sizeof w->live);
+    for (size_t k = 0; k < v->n_live_workers; k++) {
+        if (v->live_workers[k] >= 0 && v->live_workers[k] < 1024) {
+            w->live[v->live_workers[k]] = 1;
+        }
+    }
+    w->step = v->step;
+    snprintf(w->message, sizeof w->message, "%s", v->message ? v->message : "");
+    l->view_changed = 1;
+}
+
+int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err) {
+    const ct__env *env = m->env;
+    *ret_status = CT_OK;
+    switch (env->kind) {
+    case CTRAIN__PS__KIND__REGISTERED:
+        l->last_heard = ct__now();
+        if (env->error && env->error[0]) {
+            *ret_status = ct_err_set(err, CT_EPEER, "the chief refused us: %s", env->error);
+            return 1;
+        }
+        l->registered = 1;
+        if (env->view) {
+            take_view(l, env);
+        }
+        return 1;
+    case CTRAIN__PS__KIND__VIEW:
+        l->last_heard = ct__now();
+        if (env->view) {
+            take_view(l, env);
+            if (env->view->state == CTRAIN__PS__STATE__FAILED) {
+                *ret_status = ct_err_set(err, CT_EPEER, "the job failed: %s", l->view.message);
+            }
+        }
+        return 1;
+    case CTRAIN__PS__KIND__ERROR:
+        l->last_heard = ct__now();
+        if (env->error && !strcmp(env->error, "not registered")) {
+            l->registered = 0; /* a chief that restarted: register again */
+            l->last_register = 0.0;
+            return 1;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+ct_status ct__link_join(ct__link *l, ct__msg *m, volatile int *stop, ct_err *err) {
+    ct_status st = CT_OK;
+    while (st == CT_OK && !(l->registered && l->view.n_ps > 0)) {
+        if (stop && *stop) {
+            return ct_err_set(err, CT_EINTR, "interrupted while registering with the chief");
+        }
+        zmq_pollitem_t item = {l->sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, 50);
+        ct_err bad = {0};
+        ct_status got = ct__msg_recv(l->sock, 0, l->job_id, m, &bad);
+        if (got == CT_OK) {
+            if (!ct__link_handle(l, m, &st, err)) {
+                ct_log(CT_LOG_WARN, "a %s came before the chief accepted us; dropped",
+                       ct__kind_name(m->env->kind));
+            }
+            ct__msg_free(m);
+        } else if (got != CT_ETIMEDOUT) {
+            ct_log(CT_LOG_WARN, "dropped a bad message from the chief: %s", bad.msg);
+        }
+        if (st == CT_OK) {
+            st = ct__link_tick(l, 0, NULL, err);
+        }
+    }
+    return st;
+}
+
+void ct__shard_name(const ct_params *p, const ct_ps_shard *s, char *buf, size_t cap) {
+    const ct_param *v = &p->items[s->param];
+    if (s->size == v->size) {
+        snprintf(buf, cap, "%s", v->name);
+    } else {
+        long long lo = (long long)(s->offset - v->offset);
+        snprintf(buf, cap, "%s[%lld:%lld]", v->name, lo, lo + (long long)s->size);
+    }
+}

@@ -1,0 +1,69 @@
+/* What a parameter server and a worker share (internal): the link to the chief (register,
+ * heartbeats, the chief's view of the job, giving up on a chief that stays silent) and small
+ * helpers. */
+#ifndef CTRAIN_PS_LINK_H
+#define CTRAIN_PS_LINK_H
+
+#include <stdint.h>
+
+#include "ctrain/net.h"
+#include "ctrain/ps.h"
+#include "wire.h"
+
+#define CT_PS_HEARTBEAT_S 0.5 /* roles send a heartbeat this often */
+#define CT_PS_ENDPOINT_MAX 256
+#define CT_PS_STALENESS_BUCKETS 33 /* staleness 0..31, and 32 or more */
+
+/* Seconds on the monotonic clock. */
+double ct__now(void);
+/* Sleeps for `seconds` (short waits in loops that must not spin). */
+void ct__sleep(double seconds);
+
+/* The chief's last view of the job, as a role keeps it. */
+typedef struct ct__view {
+    int state;             /* CTRAIN__PS__STATE__* (0 before the first view) */
+    uint64_t generation;
+    int n_ps, n_workers;
+    char ps_endpoints[64][CT_PS_ENDPOINT_MAX];
+    int live[1024];        /* live[w]: worker w is alive, as the chief sees it */
+    uint64_t step;
+    char message[512];
+} ct__view;
+
+typedef struct ct__link {
+    void *sock;            /* DEALER to the chief */
+    char chief[CT_PS_ENDPOINT_MAX];
+    int role, index;       /* CTRAIN__PS__ROLE__*, task index */
+    uint64_t job_id;
+    char endpoint[CT_PS_ENDPOINT_MAX]; /* a server's own endpoint, sent when it registers */
+    double timeout_s;      /* strategy.chief_timeout */
+    double last_heard, last_beat, last_register;
+    int registered;
+    ct__view view;
+    int view_changed;      /* set when a view arrives; the role clears it */
+} ct__link;
+
+/* Connects to the chief and sends REGISTER. */
+ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
+                        int index, uint64_t job_id, const char *endpoint, ct_err *err);
+void ct__link_close(ct__link *l);
+
+/* Sends a heartbeat (with stats, may be NULL) when one is due, and registers again when the
+ * chief has not accepted us yet. `generation`: the state this role holds. CT_ETIMEDOUT naming
+ * the chief when it has been silent for longer than the timeout. */
+ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Ps__Stats *stats,
+                        ct_err *err);
+
+/* Handles the chief's REGISTERED, VIEW and ERROR messages: returns 1 when m was one of them
+ * (the view is updated), 0 for other kinds (the role handles them). A refused registration or
+ * a FAILED job gives CT_EPEER with the chief's reason in err. */
+int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err);
+
+/* Waits until the chief has accepted the registration and sent a view (the number of servers
+ * and workers), reading nothing beyond that message. CT_EINTR when *stop is raised. */
+ct_status ct__link_join(ct__link *l, ct__msg *m, volatile int *stop, ct_err *err);
+
+/* A shard's name for messages: "dense_1/kernel[0:50176]" (or the whole variable's name). */
+void ct__shard_name(const ct_params *p, const ct_ps_shard *s, char *buf, size_t cap);
+
+#endif

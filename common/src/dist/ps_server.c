@@ -1,0 +1,657 @@
+/* The parameter server (see ctrain/ps.h and docs/parameter-server.md).
+ *
+ * A server holds its shards of the trainable variables in one flat buffer, described to the
+ * optimizer as a parameter set of its own (one "variable" per shard), so the optimizer and its
+ * slots run here exactly as in a single process. The whole server has one version: the number
+ * of updates applied; each shard remembers the version at which it last changed, so a pull
+ * sends only what is newer than what the worker holds.
+ *
+ * sync: gradients for the current version are summed, weighted by their examples; when
+ * N - backup_workers have arrived the mean is applied and the version advances. A gradient for
+ * an older version is late and dropped (backup workers), a second one from the same worker is
+ * dropped. A pull that asks for a version not reached yet waits here (parked) and is answered
+ * when it is reached.
+ * async: every gradient is applied when it arrives; its staleness (versions applied since the
+ * worker's pull) goes into a histogram, and the policy decides: none, drop (staleness > max is
+ * rejected), scale (learning rate / staleness), ssp (a pull from a worker more than max pushes
+ * ahead of the slowest live worker waits).
+ *
+ * One thread; ZeroMQ's I/O thread moves the bytes. Every message is checked by the wire layer
+ * and by the handler (shard ids, sizes, versions); a bad one is logged and answered with ERROR,
+ * and the server goes on serving. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/optim.h"
+#include "ctrain/ps.h"
+#include "ps_link.h"
+
+#define MAX_WORKERS 1024
+#define MAX_SNAPSHOT_REQUESTS 8
+#define POLL_MS 100
+
+typedef struct parked {
+    unsigned char peer[CT_PS_ROUTING_ID_MAX];
+    size_t peer_len;
+    int worker;
+    uint64_t want;        /* sync: the version asked for */
+    uint64_t generation;  /* of the state the worker holds */
+    uint64_t *held;       /* [n_local] */
+} parked;
+
+typedef struct server {
+    const ct_job *job;
+    const ct_ps_server_options *o;
+    uint64_t job_id;
+    ct_model *model;         /* only for the variables' layout and names */
+    ct_ps_plan plan;
+    const ct_ps_shard *shards; /* this server's shards */
+    int n_local;
+    ct_params vars;          /* the shards, one "variable" each */
+    ct_optimizer *opt;
+    uint64_t *shard_version;
+    uint64_t version, generation, total_steps;
+    int restored;
+    int n_workers, required;
+    /* sync: the sum for the current version */
+    char contributed[MAX_WORKERS];
+    int count;
+    double examples;
+    /* async (ssp): pushes received per worker */
+    int64_t clock[MAX_WORKERS];
+    parked *parked;
+    int n_parked, cap_parked;
+    struct {
+        uint64_t at, id;
+        int active;
+    } snap[MAX_SNAPSHOT_REQUESTS];
+    /* stats for the chief */
+    uint64_t applied, dropped_late, dropped_stale, duplicates, waits;
+    uint64_t staleness[CT_PS_STALENESS_BUCKETS];
+    /* sockets */
+    void *router;
+    char endpoint[CT_PS_ENDPOINT_MAX];
+    ct__link link;
+    ct__msg msg;
+    char who[32];
+    ct_status fatal;         /* a NaN update: reported to the chief, then the loop ends */
+} server;
+
+static void reply_error(server *s, const ct__msg *m, const char *why) {
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__ERROR;
+    env.role = CTRAIN__PS__ROLE__PS;
+    env.index = s->o->index;
+    env.generation = s->generation;
+    env.error = (char *)why;
+    ct__msg_send(s->router, m->peer, m->peer_len, &env, s->job_id, NULL, NULL, 0, NULL);
+}
+
+/* Checks that m carries exactly one tensor per local shard (slot 0) of the right size. */
+static int check_tensors(server *s, const ct__env *env, int per_shard, char *why, size_t cap) {
+    if (env->n_tensors != (size_t)(s->n_local * per_shard)) {
+        snprintf(why, cap, "%s carries %zu tensors, ps %d expects %d (%d shards x %d)",
+                 ct__kind_name(env->kind), env->n_tensors, s->o->index, s->n_local * per_shard,
+                 s->n_local, per_shard);
+        return 0;
+    }
+    for (int k = 0; k < s->n_local; k++) {
+        for (int j = 0; j < per_shard; j++) {
+            const Ctrain__Ps__TensorRef *t = env->tensors[k * per_shard + j];
+            int global = (int)(s->shards - s->plan.shards) + k;
+            if ((int)t->shard != global || (int)t->slot != j ||
+                t->bytes != (uint64_t)s->shards[k].size * sizeof(float)) {
+                snprintf(why, cap,
+                         "%s tensor %d is shard %u slot %u of %llu bytes; ps %d expects shard %d "
+                         "slot %d of %lld bytes",
+                         ct__kind_name(env->kind), k * per_shard + j, t->shard, t->slot,
+                         (unsigned long long)t->bytes, s->o->index, global, j,
+                         (long long)s->shards[k].size * 4);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Sends PARAMS: every shard newer than the worker holds (all of them across generations). */
+static void send_params(server *s, const unsigned char *peer, size_t peer_len,
+                        uint64_t generation, const uint64_t *held) {
+    Ctrain__Ps__TensorRef refs[s->n_local > 0 ? s->n_local : 1];
+    Ctrain__Ps__TensorRef *ptrs[s->n_local > 0 ? s->n_local : 1];
+    const void *data[s->n_local > 0 ? s->n_local : 1];
+    size_t bytes[s->n_local > 0 ? s->n_local : 1];
+    int n = 0;
+    for (int k = 0; k < s->n_local; k++) {
+        if (generation == s->generation && held[k] >= s->shard_version[k]) {
+            continue;
+        }
+        refs[n] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+        refs[n].shard = (uint32_t)(s->shards - s->plan.shards) + (uint32_t)k;
+        refs[n].version = s->shard_version[k];
+        refs[n].bytes = (uint64_t)s->shards[k].size * sizeof(float);
+        ptrs[n] = &refs[n];
+        data[n] = ct_params_data(&s->vars, k);
+        bytes[n] = refs[n].bytes;
+        n++;
+    }
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__PARAMS;
+    env.role = CTRAIN__PS__ROLE__PS;
+    env.index = s->o->index;
+    env.generation = s->generation;
+    env.version = s->version;
+    env.n_tensors = (size_t)n;
+    env.tensors = ptrs;
+    ct__msg_send(s->router, peer, peer_len, &env, s->job_id, data, bytes, n, NULL);
+}
+
+/* The slowest live worker's pushes (ssp). */
+static int64_t min_live_clock(const server *s) {
+    int64_t lo = INT64_MAX;
+    for (int w = 0; w < s->n_workers && w < MAX_WORKERS; w++) {
+        int live = s->link.view.state ? s->link.view.live[w] : 1;
+        if (live && s->clock[w] < lo) {
+            lo = s->clock[w];
+        }
+    }
+    return lo == INT64_MAX ? 0 : lo;
+}
+
+/* Whether a pull can be answered now. */
+static int pull_ready(server *s, int worker, uint64_t want, uint64_t generation) {
+    if (!s->restored) {
+        return 0;
+    }
+    if (generation != s->generation) {
+        return 1; /* a worker from before a restore: it needs everything, now */
+    }
+    if (!s->job->ps.async) {
+        return s->version >= want;
+    }
+    if (s->job->ps.staleness_policy == CT_STALENESS_SSP && worker >= 0 && worker < MAX_WORKERS) {
+        return s->clock[worker] <= min_live_clock(s) + s->job->ps.staleness_max;
+    }
+    return 1;
+}
+
+static void park(server *s, const ct__msg *m) {
+    if (s->n_parked == s->cap_parked) {
+        int cap = s->cap_parked ? 2 * s->cap_parked : 16;
+        parked *p = realloc(s->parked, (size_t)cap * sizeof *p);
+        if (!p) {
+            reply_error(s, m, "ps out of memory");
+            return;
+        }
+        for (int k = s->cap_parked; k < cap; k++) {
+            p[k].held = calloc((size_t)(s->n_local ? s->n_local : 1), sizeof *p[k].held);
+        }
+        s->parked = p;
+        s->cap_parked = cap;
+    }
+    parked *p = &s->parked[s->n_parked];
+    if (!p->held) {
+        reply_error(s, m, "ps out of memory");
+        return;
+    }
+    s->n_parked++;
+    memcpy(p->peer, m->peer, m->peer_len);
+    p->peer_len = m->peer_len;
+    p->worker = m->env->index;
+    p->want = m->env->version;
+    p->generation = m->env->generation;
+    for (int k = 0; k < s->n_local; k++) {
+        p->held[k] = m->env->held[k];
+    }
+}
+
+/* Answers the parked pulls that can be answered now. */
+static void serve_parked(server *s) {
+    for (int i = 0; i < s->n_parked;) {
+        parked *p = &s->parked[i];
+        if (!pull_ready(s, p->worker, p->want, p->generation)) {
+            i++;
+            continue;
+        }
+        send_params(s, p->peer, p->peer_len, p->generation, p->held);
+        /* swap with the last, keeping the held buffers owned by the array */
+        parked last = s->parked[s->n_parked - 1];
+        s->parked[s->n_parked - 1] = *p;
+        *p = last;
+        s->n_parked--;
+    }
+}
+
+static void on_pull(server *s, ct__msg *m) {
+    const ct__env *env = m->env;
+    char why[256];
+    if (env->n_held != (size_t)s->n_local) {
+        snprintf(why, sizeof why, "PULL holds %zu shard versions, ps %d has %d shards",
+                 env->n_held, s->o->index, s->n_local);
+        ct_log(CT_LOG_WARN, "%s: %s (worker %d)", s->who, why, env->index);
+        reply_error(s, m, why);
+        return;
+    }
+    if (pull_ready(s, env->index, env->version, env->generation)) {
+        send_params(s, m->peer, m->peer_len, env->generation, env->held);
+        return;
+    }
+    if (s->restored && s->job->ps.async) {
+        s->waits++; /* ssp: this worker ran ahead */
+    }
+    park(s, m);
+}
+
+/* Sends SNAPSHOT for request k: values and optimizer slots of every shard. */
+static void send_snapshot(server *s, int k) {
+    int n_slots = ct_optimizer_slot_count(s->opt), per = 1 + n_slots;
+    int n = s->n_local * per;
+    Ctrain__Ps__TensorRef *refs = calloc((size_t)(n ? n : 1), sizeof *refs);
+    Ctrain__Ps__TensorRef **ptrs = calloc((size_t)(n ? n : 1), sizeof *ptrs);
+    const void **data = calloc((size_t)(n ? n : 1), sizeof *data);
+    size_t *bytes = calloc((size_t)(n ? n : 1), sizeof *bytes);
+    if (refs && ptrs && data && bytes) {
+        for (int i = 0; i < s->n_local; i++) {
+            for (int j = 0; j < per; j++) {
+                Ctrain__Ps__TensorRef *r = &refs[i * per + j];
+                *r = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+                r->shard = (uint32_t)(s->shards - s->plan.shards) + (uint32_t)i;
+                r->slot = (uint32_t)j;
+                r->version = s->shard_version[i];
+                r->bytes = (uint64_t)s->shards[i].size * sizeof(float);
+                ptrs[i * per + j] = r;
+                data[i * per + j] = j == 0 ? ct_params_data(&s->vars, i)
+                                           : ct_optimizer_slot(s->opt, j - 1) +
+                                                 s->vars.items[i].offset;
+                bytes[i * per + j] = r->bytes;
+            }
+        }
+        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+        env.kind = CTRAIN__PS__KIND__SNAPSHOT;
+        env.role = CTRAIN__PS__ROLE__PS;
+        env.index = s->o->index;
+        env.generation = s->generation;
+        env.version = s->version;
+        env.request_id = s->snap[k].id;
+        env.n_tensors = (size_t)n;
+        env.tensors = ptrs;
+        ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, data, bytes, n, NULL);
+    }
+    free(refs);
+    free(ptrs);
+    free(data);
+    free(bytes);
+    s->snap[k].active = 0;
+}
+
+static void serve_snapshots(server *s) {
+    for (int k = 0; k < MAX_SNAPSHOT_REQUESTS; k++) {
+        if (s->snap[k].active && s->restored && s->version >= s->snap[k].at) {
+            send_snapshot(s, k);
+        }
+    }
+}
+
+/* Applies the gradient in vars.grad as update number `version`. */
+static void apply(server *s, float lr_scale) {
+    ct_err err = {0};
+    ct_optimizer_set_lr_scale(s->opt, lr_scale);
+    ct_status st = ct_optimizer_apply(s->opt, &s->vars, (int64_t)s->version,
+                                      (int64_t)s->total_steps, 1, &err);
+    if (st != CT_OK) {
+        /* NaN or Inf: the variables can no longer be trusted; the chief fails the job */
+        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+        env.kind = CTRAIN__PS__KIND__ERROR;
+        env.role = CTRAIN__PS__ROLE__PS;
+        env.index = s->o->index;
+        env.generation = s->generation;
+        char why[600];
+        snprintf(why, sizeof why, "ps %d: %s", s->o->index, err.msg);
+        env.error = why;
+        ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
+        s->fatal = st;
+        return;
+    }
+    s->version++;
+    s->applied++;
+    for (int k = 0; k < s->n_local; k++) {
+        s->shard_version[k] = s->version;
+    }
+}
+
+static void on_push(server *s, ct__msg *m) {
+    const ct__env *env = m->env;
+    char why[320];
+    int w = env->index;
+    if (!check_tensors(s, env, 1, why, sizeof why) || w < 0 || w >= MAX_WORKERS ||
+        env->examples < 0) {
+        if (w < 0 || w >= MAX_WORKERS || env->examples < 0) {
+            snprintf(why, sizeof why, "PUSH from worker %d with %lld examples", w,
+                     (long long)env->examples);
+        }
+        ct_log(CT_LOG_WARN, "%s: refused a push: %s", s->who, why);
+        reply_error(s, m, why);
+        return;
+    }
+    if (!s->restored || env->generation != s->generation) {
+        s->dropped_late++; /* computed on a state from before a restore */
+        return;
+    }
+    uint64_t used = env->version <= s->version ? env->version : s->version;
+    uint64_t staleness = s->version - used;
+    s->staleness[staleness < CT_PS_STALENESS_BUCKETS - 1 ? staleness
+                                                         : CT_PS_STALENESS_BUCKETS - 1]++;
+    if (!s->job->ps.async) {
+        if (env->version != s->version) {
+            s->dropped_late++;
+            return;
+        }
+        if (s->contributed[w]) {
+            s->duplicates++;
+            return;
+        }
+        s->contributed[w] = 1;
+        float weight = (float)env->examples;
+        for (int k = 0; k < s->n_local; k++) {
+            float *restrict g = ct_params_grad(&s->vars, k);
+            const float *restrict x = ct__msg_tensor(m, k);
+            for (int64_t i = 0; i < s->shards[k].size; i++) {
+                g[i] += weight * x[i];
+            }
+        }
+        s->examples += (double)env->examples;
+        if (++s->count < s->required) {
+            return;
+        }
+        /* the weighted mean over the examples of the gradients that made it */
+        float inv = s->examples > 0 ? (float)(1.0 / s->examples) : 0.0f;
+        for (int k = 0; k < s->n_local; k++) {
+            float *g = ct_params_grad(&s->vars, k);
+            for (int64_t i = 0; i < s->shards[k].size; i++) {
+                g[i] *= inv;
+            }
+        }
+        apply(s, 1.0f);
+        memset(s->contributed, 0, sizeof s->contributed);
+        s->count = 0;
+        s->examples = 0.0;
+    } else {
+        s->clock[w]++;
+        int policy = s->job->ps.staleness_policy;
+        if (policy == CT_STALENESS_DROP && staleness > (uint64_t)s->job->ps.staleness_max) {
+            s->dropped_stale++;
+        } else {
+            for (int k = 0; k < s->n_local; k++) {
+                memcpy(ct_params_grad(&s->vars, k), ct__msg_tensor(m, k),
+                       (size_t)s->shards[k].size * sizeof(float));
+            }
+            apply(s, policy == CT_STALENESS_SCALE && staleness > 1 ? 1.0f / (float)staleness
+                                                                   : 1.0f);
+        }
+    }
+    serve_parked(s);
+    serve_snapshots(s);
+}
+
+static void on_restore(server *s, ct__msg *m) {
+    const ct__env *env = m->env;
+    int per = 1 + ct_optimizer_slot_count(s->opt);
+    char why[320];
+    if (!check_tensors(s, env, per, why, sizeof why) || !env->restore ||
+        env->restore->n_workers < 1 || env->restore->n_workers > MAX_WORKERS) {
+        ct_log(CT_LOG_WARN, "%s: refused a restore: %s", s->who,
+               env->restore ? why : "RESTORE without its restore fields");
+        return;
+    }
+    for (int k = 0; k < s->n_local; k++) {
+        memcpy(ct_params_data(&s->vars, k), ct__msg_tensor(m, k * per),
+               (size_t)s->shards[k].size * sizeof(float));
+        for (int j = 1; j < per; j++) {
+            memcpy(ct_optimizer_slot(s->opt, j - 1) + s->vars.items[k].offset,
+                   ct__msg_tensor(m, k * per + j), (size_t)s->shards[k].size * sizeof(float));
+        }
+        s->shard_version[k] = env->version;
+    }
+    ct_params_zero_grad(&s->vars);
+    s->version = env->version;
+    s->generation = env->generation;
+    s->total_steps = env->restore->total_steps;
+    s->n_workers = (int)env->restore->n_workers;
+    s->required = s->n_workers - s->job->ps.backup_workers;
+    s->required = s->required < 1 ? 1 : s->required;
+    memset(s->contributed, 0, sizeof s->contributed);
+    memset(s->clock, 0, sizeof s->clock);
+    s->count = 0;
+    s->examples = 0.0;
+    s->restored = 1;
+    ct__env reply = CTRAIN__PS__ENVELOPE__INIT;
+    reply.kind = CTRAIN__PS__KIND__RESTORED;
+    reply.role = CTRAIN__PS__ROLE__PS;
+    reply.index = s->o->index;
+    reply.generation = s->generation;
+    reply.version = s->version;
+    ct__msg_send(s->link.sock, NULL, 0, &reply, s->job_id, NULL, NULL, 0, NULL);
+    serve_parked(s);
+    serve_snapshots(s);
+}
+
+static void on_snapshot_request(server *s, const ct__env *env) {
+    int k = 0;
+    while (k < MAX_SNAPSHOT_REQUESTS && s->snap[k].active) {
+        k++;
+    }
+    if (k == MAX_SNAPSHOT_REQUESTS) {
+        k = 0; /* the chief asks for one at a time; a full table is an old chief's leftovers */
+    }
+    s->snap[k].at = env->version;
+    s->snap[k].id = env->request_id;
+    s->snap[k].active = 1;
+    serve_snapshots(s);
+}
+
+static void handle_worker(server *s) {
+    ct_err err = {0};
+    for (;;) {
+        ct_status st = ct__msg_recv(s->router, 1, s->job_id, &s->msg, &err);
+        if (st == CT_ETIMEDOUT) {
+            return;
+        }
+        if (st != CT_OK) {
+            ct_log(CT_LOG_WARN, "%s: dropped a bad message: %s", s->who, err.msg);
+            ct__msg tmp = {.peer_len = s->msg.peer_len};
+            memcpy(tmp.peer, s->msg.peer, s->msg.peer_len);
+            if (tmp.peer_len) {
+                reply_error(s, &tmp, err.msg);
+            }
+            continue;
+        }
+        switch (s->msg.env->kind) {
+        case CTRAIN__PS__KIND__PULL:
+            on_pull(s, &s->msg);
+            break;
+        case CTRAIN__PS__KIND__PUSH:
+            on_push(s, &s->msg);
+            break;
+        default:
+            ct_log(CT_LOG_WARN, "%s: a worker sent %s, which a ps does not take", s->who,
+                   ct__kind_name(s->msg.env->kind));
+            reply_error(s, &s->msg, "a parameter server takes PULL and PUSH only");
+        }
+        ct__msg_free(&s->msg);
+        if (s->fatal != CT_OK) {
+            return;
+        }
+    }
+}
+
+/* Messages from the chief; returns CT_OK to go on, anything else to leave the loop. */
+static ct_status handle_chief(server *s, int *done, ct_err *err) {
+    for (;;) {
+        ct_err bad = {0};
+        ct_status st = ct__msg_recv(s->link.sock, 0, s->job_id, &s->msg, &bad);
+        if (st == CT_ETIMEDOUT) {
+            return CT_OK;
+        }
+        if (st != CT_OK) {
+            ct_log(CT_LOG_WARN, "%s: dropped a bad message from the chief: %s", s->who, bad.msg);
+            continue;
+        }
+        ct_status link_st;
+        if (ct__link_handle(&s->link, &s->msg, &link_st, err)) {
+            ct__msg_free(&s->msg);
+            if (link_st != CT_OK) {
+                return link_st;
+            }
+            if (s->link.view.state == CTRAIN__PS__STATE__DONE) {
+                *done = 1;
+                return CT_OK;
+            }
+            if (s->link.view_changed) {
+                s->link.view_changed = 0;
+                serve_parked(s); /* the live workers may have changed (ssp) */
+            }
+            continue;
+        }
+        switch (s->msg.env->kind) {
+        case CTRAIN__PS__KIND__RESTORE:
+            on_restore(s, &s->msg);
+            break;
+        case CTRAIN__PS__KIND__SNAPSHOT_REQUEST:
+            on_snapshot_request(s, s->msg.env);
+            break;
+        default:
+            ct_log(CT_LOG_WARN, "%s: the chief sent %s, which a ps does not take", s->who,
+                   ct__kind_name(s->msg.env->kind));
+        }
+        ct__msg_free(&s->msg);
+    }
+}
+
+static void server_free(server *s) {
+    for (int k = 0; k < s->cap_parked; k++) {
+        free(s->parked[k].held);
+    }
+    free(s->parked);
+    ct__msg_finish(&s->msg);
+    ct__link_close(&s->link);
+    ct_net_close(s->router);
+    free(s->shard_version);
+    ct_optimizer_destroy(s->opt);
+    ct_params_finish(&s->vars);
+    ct_ps_plan_finish(&s->plan);
+    ct_model_destroy(s->model);
+}
+
+/* The server's variables: its shards, in plan order, as a parameter set of their own. */
+static ct_status make_vars(server *s, ct_err *err) {
+    ct_params *p = ct_model_params(s->model);
+    ct_params_init(&s->vars);
+    for (int k = 0; k < s->n_local; k++) {
+        char name[64];
+        ct__shard_name(p, &s->shards[k], name, sizeof name);
+        ct_shape shape = {.rank = 1, .dims = {s->shards[k].size}};
+        if (ct_params_declare(&s->vars, name, &shape, 1, CT_INIT_ZEROS, 1, 1) < 0) {
+            return ct_err_set(err, CT_ENOMEM, "%s: out of memory", s->who);
+        }
+    }
+    ct_status st = ct_params_allocate(&s->vars, s->job->seed, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    ct_optimizer_spec spec = s->job->optimizer;
+    spec.clip_norm = 0.0f; /* workers clip their own gradients: the norm spans every server */
+    st = ct_optimizer_create(&spec, &s->vars, &s->opt, err);
+    s->shard_version = calloc((size_t)(s->n_local ? s->n_local : 1), sizeof *s->shard_version);
+    if (st == CT_OK && !s->shard_version) {
+        st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", s->who);
+    }
+    return st;
+}
+
+ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_err *err) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) {
+        return ct_err_set(err, CT_ENOMEM, "ps: out of memory");
+    }
+    s->job = job;
+    s->o = o;
+    s->job_id = ct_ps_job_id(job);
+    snprintf(s->who, sizeof s->who, "ps %d", o->index);
+    ct_status st = ct_model_create(job, &s->model, err);
+    if (st == CT_OK) {
+        st = ct_net_socket(ZMQ_ROUTER, o->keys, 1, &s->router, err);
+    }
+    if (st == CT_OK) {
+        st = ct_net_bind(s->router, o->bind ? o->bind : "127.0.0.1:0", s->endpoint,
+                         sizeof s->endpoint, err);
+    }
+    if (st == CT_OK) {
+        st = ct__link_open(&s->link, o->keys, o->chief, CTRAIN__PS__ROLE__PS, o->index, s->job_id,
+                           s->endpoint, err);
+        s->link.timeout_s = job->ps.chief_timeout;
+    }
+    if (st == CT_OK) { /* the chief says how many servers share the variables */
+        st = ct__link_join(&s->link, &s->msg, o->stop, err);
+    }
+    int n_servers = s->link.view.n_ps;
+    if (st == CT_OK && o->n_servers > 0 && o->n_servers != n_servers) {
+        st = ct_err_set(err, CT_EINVAL, "ps %d was told of %d servers, the chief has %d", o->index,
+                        o->n_servers, n_servers);
+    }
+    if (st == CT_OK && (o->index < 0 || o->index >= n_servers)) {
+        st = ct_err_set(err, CT_EINVAL, "ps index %d is outside the chief's %d servers",
+                        o->index, n_servers);
+    }
+    if (st == CT_OK) {
+        st = ct_ps_plan_make(ct_model_params(s->model), n_servers, job->ps.max_shard_bytes,
+                             &s->plan, err);
+    }
+    if (st == CT_OK) {
+        s->shards = s->plan.shards + s->plan.first[o->index];
+        s->n_local = s->plan.first[o->index + 1] - s->plan.first[o->index];
+        st = make_vars(s, err);
+    }
+    int done = 0;
+    while (st == CT_OK && !done) {
+        if (o->stop && *o->stop) {
+            st = ct_err_set(err, CT_EINTR, "ps %d: interrupted", o->index);
+            break;
+        }
+        zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0},
+                                   {s->link.sock, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, POLL_MS) < 0 && zmq_errno() != EINTR) {
+            st = ct_err_set(err, CT_EIO, "ps %d: poll: %s", o->index, zmq_strerror(zmq_errno()));
+            break;
+        }
+        handle_worker(s);
+        if (s->fatal == CT_OK) {
+            st = handle_chief(s, &done, err);
+        }
+        if (s->fatal != CT_OK) {
+            st = ct_err_set(err, s->fatal, "ps %d: an update was not finite (reported to the "
+                                           "chief)",
+                            o->index);
+            break;
+        }
+        Ctrain__Ps__Stats stats = CTRAIN__PS__STATS__INIT;
+        stats.version = s->version;
+        stats.applied = s->applied;
+        stats.dropped_late = s->dropped_late;
+        stats.dropped_stale = s->dropped_stale;
+        stats.duplicates = s->duplicates;
+        stats.n_staleness = CT_PS_STALENESS_BUCKETS;
+        stats.staleness = s->staleness;
+        stats.waits = s->waits;
+        if (st == CT_OK) {
+            st = ct__link_tick(&s->link, s->restored ? s->generation : 0, &stats, err);
+            if (st != CT_OK) {
+                ct_err_prefix(err, "ps %d", o->index);
+            }
+        }
+    }
+    server_free(s);
+    free(s);
+    return st;
+}

@@ -1,0 +1,527 @@
+/* A parameter-server worker (see ctrain/ps.h and docs/parameter-server.md).
+ *
+ * The loop: hold a copy of every variable (the trainer's flat buffer) with the version of each
+ * server's shards; when the parameters for the next step are in, ask every server for the next
+ * ones at once (pull-ahead: the answer travels while this step computes), compute the gradient
+ * of the step's batch, push each server its shards' gradients tagged with the version they were
+ * computed on, and report the step's metrics to the chief.
+ *
+ * Which batch: sync: version v is global step v, and this worker takes its slice of global batch
+ * v of the epoch order (as the mirrored strategy shards), so sync training without backup
+ * workers computes what one process computes on the global batch. async: the chief hands out
+ * batches (tasks), two ahead, and hands a lost worker's tasks to the others.
+ *
+ * Waiting: every wait is a poll loop that keeps the heartbeats going; the chief decides whether
+ * a lost server or worker is worth waiting for, and its view (PAUSED, FAILED, DONE) steers the
+ * loop. A server that answers no pull for strategy.register_timeout seconds is named. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/data.h"
+#include "ctrain/optim.h"
+#include "ctrain/ps.h"
+#include "ps_link.h"
+
+#define MAX_SERVERS 64
+#define MAX_TASKS 2
+#define POLL_MS 50
+
+typedef struct task {
+    int64_t epoch, index;
+} task;
+
+typedef struct worker {
+    const ct_job *job;
+    const ct_ps_worker_options *o;
+    uint64_t job_id;
+    ct_dataset *train;
+    ct_loader *loader;
+    ct_trainer *t;
+    ct_params *p;
+    ct_grad_reducer reducer;
+    ct_ps_plan plan;
+    int n_servers, n_workers;
+    int64_t steps_per_epoch, total_steps;
+    /* per server */
+    void *sock[MAX_SERVERS];
+    char endpoint[MAX_SERVERS][CT_PS_ENDPOINT_MAX];
+    uint64_t version[MAX_SERVERS];  /* of the parameters held */
+    uint64_t *held;                 /* [n_shards]: version of each shard held */
+    int pending[MAX_SERVERS];       /* a pull is out */
+    uint64_t want[MAX_SERVERS];     /* the version it asked for */
+    double pull_sent[MAX_SERVERS];
+    int have[MAX_SERVERS];          /* parameters of the current generation arrived */
+    uint64_t generation;            /* of the parameters held */
+    /* async tasks */
+    task tasks[MAX_TASKS];
+    int n_tasks, asked;
+    int no_more_tasks;
+    ct__link link;
+    ct__msg msg;
+    int64_t steps_done;
+    char who[32];
+} worker;
+
+static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
+    int first = w->plan.first[s], n = w->plan.first[s + 1] - first;
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__PULL;
+    env.role = CTRAIN__PS__ROLE__WORKER;
+    env.index = w->o->index;
+    env.generation = w->generation;
+    env.version = want;
+    env.n_held = (size_t)n;
+    env.held = w->held + first;
+    w->pending[s] = 1;
+    w->want[s] = want;
+    w->pull_sent[s] = ct__now();
+    return ct__msg_send(w->sock[s], NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
+}
+
+static void reset_for(worker *w, uint64_t generation);
+
+/* Copies the shards of a PARAMS message into the variables. Generations only grow: a reply
+ * from an older one is dropped, one from a newer one (a server restored before the chief's
+ * view says so) makes everything held stale. Within a generation versions only grow. */
+static void take_params(worker *w, int s, ct__msg *m) {
+    const ct__env *env = m->env;
+    int first = w->plan.first[s], last = w->plan.first[s + 1];
+    if (env->generation < w->generation ||
+        (env->generation == w->generation && w->have[s] && env->version < w->version[s])) {
+        return;
+    }
+    if (env->generation > w->generation) {
+        reset_for(w, env->generation);
+    }
+    if (env->version >= w->want[s]) {
+        w->pending[s] = 0; /* the answer to the pull that is out (not an older one's) */
+    }
+    for (size_t k = 0; k < env->n_tensors; k++) {
+        const Ctrain__Ps__TensorRef *t = env->tensors[k];
+        if ((int)t->shard < first || (int)t->shard >= last ||
+            t->bytes != (uint64_t)w->plan.shards[t->shard].size * sizeof(float)) {
+            ct_log(CT_LOG_WARN, "%s: ps %d sent shard %u that is not its own, or of the wrong "
+                                "size; ignored",
+                   w->who, s, t->shard);
+            continue;
+        }
+        memcpy(w->p->data + w->plan.shards[t->shard].offset, ct__msg_tensor(m, (int)k),
+               (size_t)t->bytes);
+        w->held[t->shard] = t->version;
+    }
+    w->version[s] = env->version;
+    w->have[s] = 1;
+}
+
+/* Pushes the gradients of every server's shards, tagged with the versions they came from. */
+static ct_status push(worker *w, int64_t examples, ct_err *err) {
+    for (int s = 0; s < w->n_servers; s++) {
+        int first = w->plan.first[s], n = w->plan.first[s + 1] - first;
+        Ctrain__Ps__TensorRef refs[n > 0 ? n : 1], *ptrs[n > 0 ? n : 1];
+        const void *data[n > 0 ? n : 1];
+        size_t bytes[n > 0 ? n : 1];
+        for (int k = 0; k < n; k++) {
+            const ct_ps_shard *sh = &w->plan.shards[first + k];
+            refs[k] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+            refs[k].shard = (uint32_t)(first + k);
+            refs[k].bytes = (uint64_t)sh->size * sizeof(float);
+            ptrs[k] = &refs[k];
+            data[k] = w->p->grad + sh->offset;
+            bytes[k] = refs[k].bytes;
+        }
+        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+        env.kind = CTRAIN__PS__KIND__PUSH;
+        env.role = CTRAIN__PS__ROLE__WORKER;
+        env.index = w->o->index;
+        env.generation = w->generation;
+        env.version = w->version[s];
+        env.examples = examples;
+        env.n_tensors = (size_t)n;
+        env.tensors = ptrs;
+        ct_status st = ct__msg_send(w->sock[s], NULL, 0, &env, w->job_id, data, bytes, n, err);
+        if (st != CT_OK) {
+            return st;
+        }
+    }
+    return CT_OK;
+}
+
+static ct_status report(worker *w, const task *tk, int64_t examples, double loss, double acc,
+                        uint64_t version, int want, double compute_s, ct_err *err) {
+    Ctrain__Ps__Report r = CTRAIN__PS__REPORT__INIT;
+    r.epoch = tk ? tk->epoch : -1;
+    r.index = tk ? tk->index : -1;
+    r.examples = examples;
+    r.loss = loss;
+    r.accuracy = acc;
+    r.version = version;
+    r.want_tasks = (uint32_t)want;
+    r.compute_s = compute_s;
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__REPORT;
+    env.role = CTRAIN__PS__ROLE__WORKER;
+    env.index = w->o->index;
+    env.generation = w->link.view.generation;
+    env.report = &r;
+    return ct__msg_send(w->link.sock, NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
+}
+
+/* (Re)connects the sockets to the servers whose endpoints the view names. */
+static ct_status connect_servers(worker *w, ct_err *err) {
+    for (int s = 0; s < w->n_servers; s++) {
+        const char *ep = w->link.view.ps_endpoints[s];
+        if (!ep[0] || !strcmp(ep, w->endpoint[s])) {
+            continue;
+        }
+        ct_net_close(w->sock[s]);
+        w->sock[s] = NULL;
+        ct_status st = ct_net_socket(ZMQ_DEALER, w->o->keys, 0, &w->sock[s], err);
+        if (st == CT_OK) {
+            st = ct_net_connect(w->sock[s], ep, err);
+        }
+        if (st != CT_OK) {
+            return st;
+        }
+        snprintf(w->endpoint[s], sizeof w->endpoint[s], "%s", ep);
+        w->pending[s] = 0; /* a new server process: what the old one owed is gone */
+        w->have[s] = 0;
+    }
+    return CT_OK;
+}
+
+/* A new generation (the servers were restored): everything held is stale. */
+static void reset_for(worker *w, uint64_t generation) {
+    memset(w->held, 0, (size_t)w->plan.n_shards * sizeof *w->held);
+    for (int s = 0; s < w->n_servers; s++) {
+        w->have[s] = 0;
+        w->pending[s] = 0;
+        w->want[s] = 0;
+        w->version[s] = 0;
+    }
+    w->n_tasks = 0;
+    w->asked = 0;
+    w->no_more_tasks = 0;
+    w->generation = generation;
+}
+
+/* Receives everything queued; returns CT_OK or the reason to stop. */
+static ct_status drain(worker *w, ct_err *err) {
+    ct_err bad = {0};
+    ct_status st = CT_OK;
+    while (st == CT_OK && ct__msg_recv(w->link.sock, 0, w->job_id, &w->msg, &bad) != CT_ETIMEDOUT) {
+        if (!w->msg.env) {
+            ct_log(CT_LOG_WARN, "%s: dropped a bad message from the chief: %s", w->who, bad.msg);
+            continue;
+        }
+        if (ct__link_handle(&w->link, &w->msg, &st, err)) {
+            if (st == CT_OK && w->link.view_changed) {
+                w->link.view_changed = 0;
+                if (w->link.view.generation > w->generation) {
+                    reset_for(w, w->link.view.generation);
+                }
+                st = connect_servers(w, err);
+            }
+        } else if (w->msg.env->kind == CTRAIN__PS__KIND__TASK && w->msg.env->task &&
+                   w->msg.env->generation == w->link.view.generation) {
+            const Ctrain__Ps__Task *tk = w->msg.env->task;
+            w->asked = w->asked > 0 ? w->asked - 1 : 0;
+            if (tk->has_task && w->n_tasks < MAX_TASKS) {
+                w->tasks[w->n_tasks++] = (task){tk->epoch, tk->index};
+            }
+            w->no_more_tasks = tk->done;
+        } else if (w->msg.env->kind == CTRAIN__PS__KIND__ERROR) {
+            ct_log(CT_LOG_WARN, "%s: the chief says: %s", w->who, w->msg.env->error);
+        }
+        ct__msg_free(&w->msg);
+    }
+    for (int s = 0; st == CT_OK && s < w->n_servers; s++) {
+        while (w->sock[s] && ct__msg_recv(w->sock[s], 0, w->job_id, &w->msg, &bad) != CT_ETIMEDOUT) {
+            if (!w->msg.env) {
+                ct_log(CT_LOG_WARN, "%s: dropped a bad message from ps %d: %s", w->who, s,
+                       bad.msg);
+                continue;
+            }
+            if (w->msg.env->kind == CTRAIN__PS__KIND__PARAMS) {
+                take_params(w, s, &w->msg);
+            } else if (w->msg.env->kind == CTRAIN__PS__KIND__ERROR) {
+                /* a server refused what we sent: a bug or a mismatched build; say it loudly */
+                st = ct_err_set(err, CT_EPROTO, "%s: ps %d refused a message: %s", w->who, s,
+                                w->msg.env->error);
+            }
+            ct__msg_free(&w->msg);
+        }
+    }
+    return st;
+}
+
+/* Whether the parameters for the next step are in; sync: *ret_version is the step. */
+static int params_ready(worker *w, uint64_t *ret_version) {
+    uint64_t lo = UINT64_MAX;
+    for (int s = 0; s < w->n_servers; s++) {
+        if (!w->have[s] || w->pending[s]) {
+            return 0;
+        }
+        lo = w->version[s] < lo ? w->version[s] : lo;
+    }
+    *ret_version = lo;
+    return 1;
+}
+
+/* Clips the local gradient to the job's global norm (servers cannot: the norm spans them). */
+static void clip_gradient(worker *w) {
+    float clip = w->job->optimizer.clip_norm;
+    if (clip <= 0.0f) {
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < w->p->trainable_total; i++) {
+        sum += (double)w->p->grad[i] * w->p->grad[i];
+    }
+    double norm = sqrt(sum);
+    if (norm > clip) {
+        float f = (float)(clip / norm);
+        for (int64_t i = 0; i < w->p->trainable_total; i++) {
+            w->p->grad[i] *= f;
+        }
+    }
+}
+
+/* One step on (epoch, index): the loader's slice, the gradient, the push, the report. */
+static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) {
+    ct_batch b;
+    ct_status st = ct_loader_batch_at(w->loader, tk->epoch, tk->index, &b);
+    if (st != CT_OK) {
+        return ct_err_set(err, st, "%s: batch %lld of epoch %lld is outside the data", w->who,
+                          (long long)tk->index, (long long)tk->epoch);
+    }
+    int64_t global_n = b.size;
+    if (!w->job->ps.async) {
+        int64_t global = (int64_t)w->job->batch_size * w->n_workers;
+        int64_t left = w->train->n - tk->index * global;
+        global_n = left < global ? left : global;
+    }
+    /* the step number keys dropout: sync uses the version (as one process would), async the
+     * batch's place in the run */
+    int64_t pos[3] = {w->job->ps.async ? tk->epoch * w->steps_per_epoch + tk->index
+                                       : (int64_t)version,
+                      tk->epoch, tk->index};
+    ct_trainer_set_position(w->t, pos);
+    float loss = NAN, acc = NAN;
+    double start = ct__now();
+    st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    clip_gradient(w);
+    double compute = ct__now() - start;
+    if (w->o->slow_factor > 1.0) { /* benchmarks: a straggler */
+        ct__sleep(compute * (w->o->slow_factor - 1.0));
+    }
+    if ((st = push(w, b.size, err)) != CT_OK) {
+        return st;
+    }
+    w->steps_done++;
+    return report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version,
+                  w->job->ps.async ? 1 : 0, compute, err);
+}
+
+/* The next step's task: sync: the version's slice; async: the chief's next task. 0: none yet. */
+static int next_task(worker *w, uint64_t version, task *ret) {
+    if (!w->job->ps.async) {
+        if ((int64_t)version >= w->total_steps) {
+            return 0; /* the last step is done: wait for the chief's DONE */
+        }
+        *ret = (task){(int64_t)version / w->steps_per_epoch,
+                      (int64_t)version % w->steps_per_epoch};
+        return 1;
+    }
+    if (w->n_tasks == 0) {
+        return 0;
+    }
+    *ret = w->tasks[0];
+    memmove(w->tasks, w->tasks + 1, (size_t)(w->n_tasks - 1) * sizeof *w->tasks);
+    w->n_tasks--;
+    return 1;
+}
+
+/* Names a server that has owed us parameters for too long (sync waits may be long: the chief
+ * decides how long a lost worker is waited for, and tells us through the view). */
+static ct_status check_pulls(worker *w, ct_err *err) {
+    double now = ct__now(), limit = w->job->ps.register_timeout + w->job->ps.heartbeat_timeout;
+    for (int s = 0; s < w->n_servers; s++) {
+        if (w->pending[s] && now - w->pull_sent[s] > limit) {
+            return ct_err_set(err, CT_ETIMEDOUT,
+                              "%s: ps %d (%s) has not answered a pull for %.0f s (version %llu "
+                              "asked)",
+                              w->who, s, w->endpoint[s], now - w->pull_sent[s],
+                              (unsigned long long)w->version[s] + (w->job->ps.async ? 0 : 1));
+        }
+    }
+    return CT_OK;
+}
+
+static ct_status run(worker *w, ct_err *err) {
+    ct_status st = CT_OK;
+    int idle = 0;
+    while (st == CT_OK) {
+        if (w->o->stop && *w->o->stop) {
+            return ct_err_set(err, CT_EINTR, "%s: interrupted after %lld steps", w->who,
+                              (long long)w->steps_done);
+        }
+        if (idle) {
+            zmq_pollitem_t items[MAX_SERVERS + 1];
+            int n = 0;
+            items[n++] = (zmq_pollitem_t){w->link.sock, 0, ZMQ_POLLIN, 0};
+            for (int s = 0; s < w->n_servers; s++) {
+                if (w->sock[s]) {
+                    items[n++] = (zmq_pollitem_t){w->sock[s], 0, ZMQ_POLLIN, 0};
+                }
+            }
+            zmq_poll(items, n, POLL_MS);
+        }
+        idle = 1;
+        if ((st = drain(w, err)) != CT_OK ||
+            (st = ct__link_tick(&w->link, w->generation, NULL, err)) != CT_OK ||
+            (st = check_pulls(w, err)) != CT_OK) {
+            break;
+        }
+        const ct__view *v = &w->link.view;
+        if (v->state == CTRAIN__PS__STATE__DONE) {
+            return CT_OK;
+        }
+        if (v->state != CTRAIN__PS__STATE__RUNNING || !w->link.registered) {
+            continue;
+        }
+        /* the first pull of a generation, or after a server came back */
+        for (int s = 0; s < w->n_servers && st == CT_OK; s++) {
+            if (!w->have[s] && !w->pending[s] && w->sock[s]) {
+                st = send_pull(w, s, 0, err);
+            }
+        }
+        if (w->job->ps.async && w->n_tasks + w->asked < MAX_TASKS && !w->no_more_tasks) {
+            int want = MAX_TASKS - w->n_tasks - w->asked;
+            w->asked += want;
+            st = report(w, NULL, 0, 0.0, 0.0, 0, want, 0.0, err);
+        }
+        uint64_t version;
+        task tk;
+        if (st != CT_OK || !params_ready(w, &version) || !next_task(w, version, &tk)) {
+            continue;
+        }
+        idle = 0;
+        if (w->job->ps.pull_ahead) { /* the next parameters travel while this step computes */
+            for (int s = 0; s < w->n_servers && st == CT_OK; s++) {
+                st = send_pull(w, s, w->job->ps.async ? 0 : version + 1, err);
+            }
+        }
+        if (st == CT_OK) {
+            st = step(w, &tk, version, err);
+        }
+        if (st == CT_OK && w->job->ps.async) {
+            w->asked++; /* the report asked for one more task */
+        }
+        if (st == CT_OK && !w->job->ps.pull_ahead) {
+            for (int s = 0; s < w->n_servers && st == CT_OK; s++) {
+                st = send_pull(w, s, w->job->ps.async ? 0 : version + 1, err);
+            }
+        }
+    }
+    return st;
+}
+
+static void worker_free(worker *w) {
+    for (int s = 0; s < MAX_SERVERS; s++) {
+        ct_net_close(w->sock[s]);
+    }
+    ct__msg_finish(&w->msg);
+    ct__link_close(&w->link);
+    free(w->held);
+    ct_ps_plan_finish(&w->plan);
+    ct_loader_destroy(w->loader);
+    ct_trainer_destroy(w->t);
+    ct_dataset_destroy(w->train);
+}
+
+/* Registers and waits for the chief's first view (the number of servers and workers). */
+static ct_status join(worker *w, ct_err *err) {
+    ct_status st = ct__link_open(&w->link, w->o->keys, w->o->chief, CTRAIN__PS__ROLE__WORKER,
+                                 w->o->index, w->job_id, "", err);
+    w->link.timeout_s = w->job->ps.chief_timeout;
+    if (st == CT_OK) {
+        st = ct__link_join(&w->link, &w->msg, w->o->stop, err);
+    }
+    if (st == CT_OK && (w->link.view.n_ps > MAX_SERVERS || w->link.view.n_workers < 1 ||
+                        w->o->index >= w->link.view.n_workers)) {
+        st = ct_err_set(err, CT_EPROTO, "%s: the chief's view has %d servers and %d workers",
+                        w->who, w->link.view.n_ps, w->link.view.n_workers);
+    }
+    return st;
+}
+
+ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, ct_err *err) {
+    worker *w = calloc(1, sizeof *w);
+    ct_job *job = malloc(sizeof *job);
+    if (!w || !job) {
+        free(w);
+        free(job);
+        return ct_err_set(err, CT_ENOMEM, "worker: out of memory");
+    }
+    *job = *job_in;
+    job->threads = job->threads ? job->threads : 1; /* workers share the machine's cores */
+    w->job = job;
+    w->o = o;
+    w->job_id = ct_ps_job_id(job);
+    snprintf(w->who, sizeof w->who, "worker %d", o->index);
+    ct_status st = ct_dataset_load_idx(job->train_data.images, job->train_data.labels,
+                                       job->train_data.limit, &w->train, err);
+    if (st != CT_OK) {
+        ct_err_prefix(err, "%s: data.train", job->path);
+    }
+    if (st == CT_OK) {
+        st = ct_trainer_create(job, &w->t, err);
+    }
+    if (st == CT_OK) {
+        w->p = ct_trainer_params(w->t);
+        st = join(w, err);
+    }
+    if (st == CT_OK) {
+        w->n_servers = w->link.view.n_ps;
+        w->n_workers = w->link.view.n_workers;
+        st = ct_ps_plan_make(w->p, w->n_servers, job->ps.max_shard_bytes, &w->plan, err);
+    }
+    if (st == CT_OK) {
+        int shards = job->ps.async ? 1 : w->n_workers;
+        ct_loader_options lo = {.batch_size = job->batch_size,
+                                .shuffle = job->shuffle,
+                                .seed = job->seed,
+                                .prefetch = 0,
+                                .shard_index = job->ps.async ? 0 : o->index,
+                                .shard_count = shards};
+        st = ct_loader_create(w->train, &lo, &w->loader, err);
+    }
+    if (st == CT_OK) {
+        w->steps_per_epoch = ct_loader_batches_per_epoch(w->loader);
+        w->total_steps = job->max_steps > 0 ? job->max_steps : w->steps_per_epoch * job->epochs;
+        w->held = calloc((size_t)(w->plan.n_shards ? w->plan.n_shards : 1), sizeof *w->held);
+        if (!w->held) {
+            st = ct_err_set(err, CT_ENOMEM, "worker: out of memory");
+        }
+    }
+    if (st == CT_OK) {
+        w->reducer = (ct_grad_reducer){.user = w, .remote_update = 1};
+        ct_trainer_set_data_parallel(w->t, &w->reducer, job->ps.async ? 0 : o->index,
+                                     job->ps.async ? 1 : w->n_workers);
+        w->generation = w->link.view.generation;
+        reset_for(w, w->link.view.generation);
+        st = connect_servers(w, err);
+    }
+    if (st == CT_OK) {
+        st = run(w, err);
+    }
+    worker_free(w);
+    free(w);
+    free(job);
+    return st;
+}

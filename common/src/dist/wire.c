@@ -1,0 +1,220 @@
+/* The parameter-server wire layer (see wire.h): decoding with every check a handler relies on,
+ * receiving multipart messages without blocking, and sending an envelope with tensor frames. */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[] = {
+    "UNSPECIFIED", "REGISTER", "REGISTERED", "HEARTBEAT", "VIEW",
+    "REPORT",      "TASK",     "PULL",       "PARAMS",    "PUSH",
+    "RESTORE",     "RESTORED", "SNAPSHOT_REQUEST", "SNAPSHOT", "ERROR",
+};
+#define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+const char *ct__kind_name(int kind) {
+    return kind >= 0 && kind < N_KINDS ? kind_names[kind] : "unknown";
+}
+
+void ct__env_free(ct__env *env) {
+    if (env) {
+        ctrain__ps__envelope__free_unpacked(env, NULL);
+    }
+}
+
+ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, uint64_t job_id,
+                         ct__env **ret_env, ct_err *err) {
+    if (n < 1) {
+        return ct_err_set(err, CT_EPROTO, "empty message (no envelope frame)");
+    }
+    if (n > CT_PS_MAX_FRAMES) {
+        return ct_err_set(err, CT_EPROTO, "%d frames, more than the %d allowed", n,
+                          CT_PS_MAX_FRAMES);
+    }
+    if (sizes[0] == 0 || sizes[0] > CT_PS_MAX_ENVELOPE_BYTES) {
+        return ct_err_set(err, CT_EPROTO, "frame 0: an envelope of %zu bytes (allowed: 1 to %u)",
+                          sizes[0], CT_PS_MAX_ENVELOPE_BYTES);
+    }
+    ct__env *env = ctrain__ps__envelope__unpack(NULL, sizes[0], frames[0]);
+    if (!env) {
+        return ct_err_set(err, CT_EPROTO,
+                          "frame 0: %zu bytes that are not a ctrain.ps.Envelope (garbage, or "
+                          "truncated)",
+                          sizes[0]);
+    }
+    ct_status st = CT_OK;
+    if (env->protocol != CT_PS_PROTOCOL) {
+        st = ct_err_set(err, CT_EPROTO, "protocol version %u, this build speaks %d",
+                        env->protocol, CT_PS_PROTOCOL);
+    } else if (job_id && env->job_id != job_id) {
+        st = ct_err_set(err, CT_EPROTO,
+                        "job id %016llx, this job is %016llx (another job's process, or another "
+                        "job file)",
+                        (unsigned long long)env->job_id, (unsigned long long)job_id);
+    } else if ((int)env->kind <= 0 || (int)env->kind >= N_KINDS) {
+        st = ct_err_set(err, CT_EPROTO, "unknown message kind %d", (int)env->kind);
+    } else if (env->n_tensors != (size_t)(n - 1)) {
+        st = ct_err_set(err, CT_EPROTO, "%s promises %zu tensor frames, %d came%s",
+                        ct__kind_name(env->kind), env->n_tensors, n - 1,
+                        (size_t)(n - 1) < env->n_tensors ? " (truncated)" : "");
+    }
+    for (size_t k = 0; st == CT_OK && k < env->n_tensors; k++) {
+        const Ctrain__Ps__TensorRef *t = env->tensors[k];
+        if (t->bytes != sizes[k + 1] || t->bytes % sizeof(float) != 0 ||
+            t->bytes > CT_PS_MAX_TENSOR_BYTES) {
+            st = ct_err_set(err, CT_EPROTO,
+                            "frame %zu: tensor %zu (shard %u) promises %llu bytes of f32, the "
+                            "frame has %zu",
+                            k + 1, k, t->shard, (unsigned long long)t->bytes, sizes[k + 1]);
+        }
+    }
+    if (st != CT_OK) {
+        ct__env_free(env);
+        return st;
+    }
+    *ret_env = env;
+    return CT_OK;
+}
+
+void ct__msg_free(ct__msg *m) {
+    for (int k = 0; k < m->n_frames; k++) {
+        zmq_msg_close(&m->frames[k]);
+    }
+    m->n_frames = 0;
+    ct__env_free(m->env);
+    m->env = NULL;
+}
+
+void ct__msg_finish(ct__msg *m) {
+    ct__msg_free(m);
+    free(m->frames);
+    m->frames = NULL;
+    m->cap = 0;
+}
+
+/* Receives the rest of a multipart message and throws it away. */
+static void drain(void *sock) {
+    int more = 1;
+    size_t len = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) == 0 && more) {
+        zmq_msg_t f;
+        zmq_msg_init(&f);
+        if (zmq_msg_recv(&f, sock, 0) < 0) {
+            zmq_msg_close(&f);
+            return;
+        }
+        zmq_msg_close(&f);
+        len = sizeof more;
+    }
+}
+
+/* Makes room for k + 1 frames; 0 or -1. */
+static int reserve(ct__msg *m, int k) {
+    if (k < m->cap) {
+        return 0;
+    }
+    int cap = m->cap ? 2 * m->cap : 16;
+    cap = cap > CT_PS_MAX_FRAMES ? CT_PS_MAX_FRAMES : cap;
+    zmq_msg_t *f = realloc(m->frames, (size_t)cap * sizeof *f);
+    if (!f) {
+        return -1;
+    }
+    m->frames = f;
+    m->cap = cap;
+    return 0;
+}
+
+ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_err *err) {
+    ct__msg_free(m);
+    m->peer_len = 0;
+    zmq_msg_t head;
+    zmq_msg_init(&head);
+    if (zmq_msg_recv(&head, sock, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&head);
+        if (e == EAGAIN) {
+            return CT_ETIMEDOUT;
+        }
+        return ct_err_set(err, CT_EIO, "receive: %s", zmq_strerror(e));
+    }
+    if (router) { /* the routing id, then the envelope */
+        size_t len = zmq_msg_size(&head);
+        m->peer_len = len < CT_PS_ROUTING_ID_MAX ? len : CT_PS_ROUTING_ID_MAX;
+        memcpy(m->peer, zmq_msg_data(&head), m->peer_len);
+        int more = zmq_msg_more(&head);
+        zmq_msg_close(&head);
+        zmq_msg_init(&head);
+        if (!more || zmq_msg_recv(&head, sock, 0) < 0) {
+            zmq_msg_close(&head);
+            return ct_err_set(err, CT_EPROTO, "a message with a routing id and nothing else");
+        }
+    }
+    /* the tensor frames: receive them all (up to the limit) before decoding */
+    int n = 0, more = zmq_msg_more(&head);
+    ct_status st = CT_OK;
+    while (more) {
+        if (n >= CT_PS_MAX_FRAMES - 1 || reserve(m, n) != 0) {
+            drain(sock);
+            st = ct_err_set(err, CT_EPROTO, "more than %d frames (or out of memory)",
+                            CT_PS_MAX_FRAMES);
+            break;
+        }
+        zmq_msg_init(&m->frames[n]);
+        if (zmq_msg_recv(&m->frames[n], sock, 0) < 0) {
+            zmq_msg_close(&m->frames[n]);
+            st = ct_err_set(err, CT_EIO, "receive: %s", zmq_strerror(zmq_errno()));
+            break;
+        }
+        more = zmq_msg_more(&m->frames[n]);
+        n++;
+    }
+    m->n_frames = n;
+    if (st == CT_OK) {
+        const void *ptrs[CT_PS_MAX_FRAMES];
+        size_t sizes[CT_PS_MAX_FRAMES];
+        ptrs[0] = zmq_msg_data(&head);
+        sizes[0] = zmq_msg_size(&head);
+        for (int k = 0; k < n; k++) {
+            ptrs[k + 1] = zmq_msg_data(&m->frames[k]);
+            sizes[k + 1] = zmq_msg_size(&m->frames[k]);
+        }
+        st = ct__msg_decode(ptrs, sizes, n + 1, job_id, &m->env, err);
+    }
+    zmq_msg_close(&head);
+    if (st != CT_OK) {
+        ct__msg_free(m);
+    }
+    return st;
+}
+
+ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
+                       uint64_t job_id, const void *const *data, const size_t *bytes, int n,
+                       ct_err *err) {
+    env->protocol = CT_PS_PROTOCOL;
+    env->job_id = job_id;
+    size_t len = ctrain__ps__envelope__get_packed_size(env);
+    zmq_msg_t head;
+    if (zmq_msg_init_size(&head, len) != 0) {
+        return ct_err_set(err, CT_ENOMEM, "send %s: out of memory", ct__kind_name(env->kind));
+    }
+    ctrain__ps__envelope__pack(env, zmq_msg_data(&head));
+    int rc = 0;
+    if (peer_len > 0) {
+        rc = zmq_send(sock, peer, peer_len, ZMQ_SNDMORE) < 0 ? -1 : 0;
+    }
+    if (rc == 0) {
+        rc = zmq_msg_send(&head, sock, n > 0 ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;
+    }
+    if (rc != 0) {
+        zmq_msg_close(&head);
+    }
+    for (int k = 0; rc == 0 && k < n; k++) {
+        rc = zmq_send(sock, data[k], bytes[k], k + 1 < n ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;
+    }
+    if (rc != 0) {
+        return ct_err_set(err, CT_EIO, "send %s: %s", ct__kind_name(env->kind),
+                          zmq_strerror(zmq_errno()));
+    }
+    return CT_OK;
+}

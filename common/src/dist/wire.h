@@ -1,0 +1,69 @@
+/* The parameter-server wire layer (internal): one message = an Envelope frame (protobuf-c,
+ * common/proto/ps.proto) plus one raw frame per tensor. Receiving checks everything before a
+ * handler sees the message: the frame count, the envelope's size and encoding, the protocol
+ * version, the job id, the kind, and that every tensor frame has the size its TensorRef
+ * promises. A bad message is drained whole and reported in one line; the caller logs it and
+ * goes on serving others. */
+#ifndef CTRAIN_WIRE_H
+#define CTRAIN_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "ctrain/status.h"
+#include "ps.pb-c.h"
+
+#define CT_PS_PROTOCOL 1
+#define CT_PS_MAX_FRAMES 4097                    /* an envelope and up to 4096 tensors */
+#define CT_PS_MAX_ENVELOPE_BYTES (1u << 20)
+#define CT_PS_MAX_TENSOR_BYTES ((uint64_t)1 << 33) /* 8 GiB: one shard */
+#define CT_PS_ROUTING_ID_MAX 256
+
+typedef Ctrain__Ps__Envelope ct__env;
+
+/* A received message: the decoded envelope and its tensor frames (owned). The frame array grows
+ * as needed and is kept between messages (ct__msg_finish frees it). Zero-initialize. */
+typedef struct ct__msg {
+    ct__env *env;
+    zmq_msg_t *frames;
+    int n_frames, cap;
+    unsigned char peer[CT_PS_ROUTING_ID_MAX]; /* ROUTER: the sender's routing id */
+    size_t peer_len;
+} ct__msg;
+
+/* Decodes and checks a message given as raw frames (frames[0] is the envelope). job_id 0
+ * accepts any job id (the chief checks it itself, to refuse a registration with a reason).
+ * Returns an owned envelope in *ret_env (free with ct__env_free), or CT_EPROTO with a message
+ * that says what is wrong and where ("frame 2: TensorRef 1 promises 4096 bytes, the frame has
+ * 100"). Thread-safe; the fuzz target calls this. */
+ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, uint64_t job_id,
+                         ct__env **ret_env, ct_err *err);
+void ct__env_free(ct__env *env);
+
+/* Receives one message from `sock` (router: a routing id comes first) without waiting:
+ * CT_ETIMEDOUT when none is queued. A malformed message is drained and gives CT_EPROTO (err
+ * says why; m->peer names the sender when known). On CT_OK, *m owns the envelope and the
+ * frames: release them with ct__msg_free. */
+ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_err *err);
+/* Releases the envelope and the frames of the last message (keeps the array). */
+void ct__msg_free(ct__msg *m);
+/* ct__msg_free, then frees the array. */
+void ct__msg_finish(ct__msg *m);
+
+/* The data and size of tensor frame k of m. */
+static inline const float *ct__msg_tensor(ct__msg *m, int k) {
+    return (const float *)zmq_msg_data(&m->frames[k]);
+}
+
+/* Sends env (its protocol and job_id are filled in here) and n tensor frames (data[k], bytes[k]
+ * bytes; copied) to `sock`, behind the routing id `peer` when peer_len > 0. CT_EIO with the
+ * reason when ZeroMQ refuses. */
+ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
+                       uint64_t job_id, const void *const *data, const size_t *bytes, int n,
+                       ct_err *err);
+
+/* A readable name of a Kind ("PULL"). */
+const char *ct__kind_name(int kind);
+
+#endif
