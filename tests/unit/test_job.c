@@ -189,6 +189,41 @@ Test(job, full_valid_job) {
     cr_expect_str_eq(job.run_dir, "/tmp/ctrain-run");
 }
 
+Test(job, parameter_server_keys) {
+    ct_job job;
+    ct_err err = {0};
+    const char *text = MINIMAL_JOB "strategy:\n"
+                                   "  type: parameter_server\n"
+                                   "  mode: async\n"
+                                   "  staleness: {policy: ssp, max: 3}\n"
+                                   "  max_shard_bytes: 65536\n"
+                                   "  heartbeat_timeout: 2.5\n"
+                                   "  register_timeout: 30\n"
+                                   "  chief_timeout: 40\n"
+                                   "  pull_ahead: false\n"
+                                   "  keys: /tmp/keys\n";
+    cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
+                 err.msg);
+    cr_expect_str_eq(job.strategy, "parameter_server");
+    cr_expect_eq(job.ps.async, 1);
+    cr_expect_eq(job.ps.staleness_policy, CT_STALENESS_SSP);
+    cr_expect_eq(job.ps.staleness_max, 3);
+    cr_expect_eq(job.ps.max_shard_bytes, 65536);
+    cr_expect_float_eq(job.ps.heartbeat_timeout, 2.5f, 1e-6);
+    cr_expect_float_eq(job.ps.register_timeout, 30.0f, 1e-6);
+    cr_expect_float_eq(job.ps.chief_timeout, 40.0f, 1e-6);
+    cr_expect_eq(job.ps.pull_ahead, 0);
+    cr_expect_str_eq(job.ps.keys, "/tmp/keys");
+    const char *sync = MINIMAL_JOB "strategy: {type: parameter_server, backup_workers: 1}\n";
+    cr_assert_eq(ct_job_parse(sync, strlen(sync), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
+                 err.msg);
+    cr_expect_eq(job.ps.async, 0);
+    cr_expect_eq(job.ps.backup_workers, 1);
+    cr_expect_eq(job.ps.staleness_policy, CT_STALENESS_NONE);
+    cr_expect_eq(job.ps.staleness_max, 4, "the default bound");
+    cr_expect_eq(job.ps.pull_ahead, 1);
+}
+
 Test(job, defaults) {
     ct_job job;
     ct_job_defaults(&job);
@@ -482,10 +517,18 @@ Test(job, section_errors) {
     EXPECT_ERROR(MINIMAL_JOB "metrics: [accuracy, auc]\n",
                  "job.yaml:12: metrics[1]: unknown metric 'auc' (expected one of: accuracy)");
     EXPECT_ERROR(MINIMAL_JOB "metrics: accuracy\n", "job.yaml:12: metrics: must be a list");
-    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: parameter_server}\n",
-                 "job.yaml:12: strategy.type: 'parameter_server' is not built yet");
-    EXPECT_ERROR(MINIMAL_JOB "strategy:\n  type: parameter_server\n",
-                 "job.yaml:13: strategy.type: 'parameter_server' is not built yet");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: parameter_server, mode: eventual}\n",
+                 "job.yaml:12: strategy.mode: unknown mode 'eventual' (expected one of: sync, "
+                 "async)");
+    EXPECT_ERROR(MINIMAL_JOB "strategy:\n  type: parameter_server\n  staleness: {policy: x}\n",
+                 "job.yaml:14: strategy.staleness.policy: unknown staleness policy 'x'");
+    EXPECT_ERROR(MINIMAL_JOB "strategy:\n  type: parameter_server\n  staleness: {policy: drop}\n",
+                 "job.yaml:14: strategy.staleness.policy: a staleness policy belongs to mode "
+                 "async");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: parameter_server, backup_workers: -1}\n",
+                 "job.yaml:12: strategy.backup_workers: must be a non-negative integer");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: parameter_server, heartbeat_timeout: 0}\n",
+                 "job.yaml:12: strategy.heartbeat_timeout: must be a positive number");
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: ring}\n",
                  "job.yaml:12: strategy.type: unknown strategy 'ring'");
 }
@@ -579,8 +622,8 @@ Test(job, override_errors) {
     EXPECT_SET_ERROR(MINIMAL_JOB, "train.epochs=abc",
                      "job.yaml: --set train.epochs: must be an integer, got 'abc'");
     EXPECT_SET_ERROR(MINIMAL_JOB, "train.epochs=", "job.yaml: --set train.epochs", "got nothing");
-    EXPECT_SET_ERROR(MINIMAL_JOB, "strategy.type=parameter_server",
-                     "job.yaml: --set strategy.type: 'parameter_server' is not built yet");
+    EXPECT_SET_ERROR(MINIMAL_JOB, "strategy.staleness.max=-2",
+                     "job.yaml: --set strategy.staleness.max: must be a non-negative integer");
     /* file errors come before override errors */
     EXPECT_SET_ERROR("a: [", "foo", "job.yaml:1: bad YAML");
 }
