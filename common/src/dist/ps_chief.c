@@ -36,6 +36,7 @@
 #define POLL_MS 50
 #define TAKEOVER_S 1.5 /* a registration replaces one that has been silent this long */
 #define DONE_GRACE_S 3.0
+#define STOP_SAVE_S 15.0 /* a stop waits this long for the servers' snapshot */
 #define MAX_OUT 4      /* tasks a worker may hold */
 
 typedef struct task {
@@ -83,6 +84,7 @@ typedef struct chief {
     char endpoint[CT_PS_ENDPOINT_MAX];
     int state;
     uint64_t generation;
+    uint64_t max_seen;        /* the largest generation a role has told us of */
     char message[512];
     ct__msg msg;
     char ckpt_dir[PATH_MAX];
@@ -99,6 +101,7 @@ typedef struct chief {
     uint64_t snap_id;
     int snap_active, snap_got;
     int64_t snap_at;          /* the step it stands for */
+    uint64_t snap_lo, snap_hi; /* the servers' versions in their answers */
     int64_t last_snap_step;
     int64_t next_point;       /* async: the completed count of the next snapshot */
     int stopping;
@@ -209,7 +212,8 @@ static void send_to(chief *c, const slot *s, ct__env *env, const void *const *da
 static void send_restore(chief *c) {
     ct_optimizer *opt = ct_trainer_optimizer(c->t);
     int per = 1 + ct_optimizer_slot_count(opt);
-    c->generation++;
+    /* generations only grow, across chief restarts too: above any a role has seen */
+    c->generation = (c->generation > c->max_seen ? c->generation : c->max_seen) + 1;
     c->restoring = 1;
     c->snap_active = 0;
     for (int s = 0; s < c->n_ps; s++) {
@@ -251,6 +255,8 @@ static void request_snapshot(chief *c, int64_t at_step) {
     c->snap_active = 1;
     c->snap_got = 0;
     c->snap_at = at_step;
+    c->snap_lo = UINT64_MAX;
+    c->snap_hi = 0;
     for (int s = 0; s < c->n_ps; s++) {
         ct__env env = CTRAIN__PS__ENVELOPE__INIT;
         env.kind = CTRAIN__PS__KIND__SNAPSHOT_REQUEST;
@@ -423,6 +429,18 @@ static ct_status end_epoch(chief *c, int64_t e, ct_err *err) {
 static ct_status snapshot_done(chief *c, ct_err *err) {
     int64_t step = c->snap_at;
     c->snap_active = 0;
+    if (!c->job->ps.async) {
+        /* sync servers answer at the version asked for; one already past it answers later
+         * than asked, and a checkpoint must be labelled with what it holds */
+        if (c->snap_lo != c->snap_hi) {
+            say(c, "warning: the servers answered the snapshot at versions %llu to %llu; not "
+                   "saving it",
+                (unsigned long long)c->snap_lo, (unsigned long long)c->snap_hi);
+            request_snapshot(c, next_sync_point(c, (int64_t)c->snap_hi));
+            return CT_OK;
+        }
+        step = (int64_t)c->snap_lo;
+    }
     c->step = step > c->step ? step : c->step;
     c->last_snap_step = step;
     int64_t pos[3];
@@ -500,6 +518,8 @@ static ct_status on_snapshot(chief *c, slot *s, ct_err *err) {
                      sh->offset;
         memcpy(dst, ct__msg_tensor(&c->msg, k), (size_t)r->bytes);
     }
+    c->snap_lo = env->version < c->snap_lo ? env->version : c->snap_lo;
+    c->snap_hi = env->version > c->snap_hi ? env->version : c->snap_hi;
     if (++c->snap_got < c->n_ps) {
         return CT_OK;
     }
@@ -649,7 +669,14 @@ static void on_register(chief *c) {
     }
     slot *s = &list[index];
     int was_lost = s->registered && !s->live;
-    int again = s->registered;
+    /* the same process asking twice (its first REGISTER waited for us to bind) is not news */
+    int same = s->registered && s->peer_len == c->msg.peer_len &&
+               !memcmp(s->peer, c->msg.peer, c->msg.peer_len);
+    int again = s->registered && !same;
+    if (same) {
+        send_view(c, c->msg.peer, c->msg.peer_len, CTRAIN__PS__KIND__REGISTERED, NULL);
+        return;
+    }
     if (role == CTRAIN__PS__ROLE__WORKER) {
         requeue(c, s);
         s->told_done = 0;
@@ -747,6 +774,7 @@ static ct_status handle(chief *c, ct_err *err) {
         const ct__env *env = c->msg.env;
         int role = 0;
         slot *s = find_peer(c, &c->msg, &role);
+        c->max_seen = env->generation > c->max_seen ? env->generation : c->max_seen;
         st = CT_OK;
         if (env->kind == CTRAIN__PS__KIND__REGISTER) {
             on_register(c);
@@ -1037,6 +1065,7 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
         if (c->restoring && all_restored(c)) {
             c->restoring = 0;
             c->state = CTRAIN__PS__STATE__RUNNING;
+            c->started = c->started > 0 ? c->started : ct__now(); /* training time from here */
             if (c->step >= c->total_steps) {
                 /* a finished run: evaluate it once more, save nothing new */
                 say(c, "the run already finished at step %lld; evaluating only",
@@ -1072,8 +1101,13 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
 static void begin_stop(chief *c) {
     c->stopping = 1;
     if (c->state == CTRAIN__PS__STATE__RUNNING && c->ckpt_dir[0]) {
-        say(c, "interrupted: saving the servers' state");
-        request_snapshot(c, c->step);
+        /* sync: a version a few steps ahead, which every server snapshots exactly (the workers
+         * go on until then); async: the state as it is */
+        int64_t at = c->job->ps.async ? c->step : c->step + 3;
+        say(c, "interrupted: saving the servers' state%s", c->job->ps.async ? "" : " (sync: a "
+                                                                                    "few steps "
+                                                                                    "ahead)");
+        request_snapshot(c, at < c->total_steps ? at : c->total_steps);
     } else {
         c->state = CTRAIN__PS__STATE__DONE;
     }
@@ -1210,11 +1244,18 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
             }
         }
     }
-    double wait_start = ct__now(), done_at = 0.0;
-    c->started = wait_start;
+    double wait_start = ct__now(), done_at = 0.0, stop_at = 0.0;
     while (st == CT_OK) {
         if (o->stop && *o->stop && !c->stopping) {
             begin_stop(c);
+            stop_at = ct__now();
+        }
+        if (c->stopping && c->state != CTRAIN__PS__STATE__DONE &&
+            ct__now() - stop_at > STOP_SAVE_S) {
+            say(c, "interrupted: the servers did not reach the snapshot in %.0f s; the last "
+                   "checkpoint stays the latest",
+                STOP_SAVE_S);
+            c->state = CTRAIN__PS__STATE__DONE;
         }
         zmq_pollitem_t item = {c->router, 0, ZMQ_POLLIN, 0};
         zmq_poll(&item, 1, POLL_MS);
@@ -1240,8 +1281,10 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
         }
     }
     if (st == CT_OK && c->stopping) {
-        st = ct_err_set(err, CT_EINTR, "interrupted at step %lld; saved %s", (long long)c->step,
-                        ct_trainer_last_checkpoint(c->t));
+        const char *saved = ct_trainer_last_checkpoint(c->t);
+        st = ct_err_set(err, CT_EINTR, "interrupted at step %lld%s%s",
+                        (long long)(saved[0] ? c->last_snap_step : c->step),
+                        saved[0] ? "; saved " : " (nothing to save)", saved);
     }
     if (st == CT_OK) {
         uint64_t applied = 0, late = 0, stale = 0, waits = 0;
@@ -1257,7 +1300,9 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
             (unsigned long long)waits);
     }
     c->result.steps = c->step;
-    c->result.seconds = c->train_seconds > 0 ? c->train_seconds : ct__now() - c->started;
+    c->result.seconds = c->train_seconds > 0  ? c->train_seconds
+                        : c->started > 0 ? ct__now() - c->started
+                                         : 0.0;
     c->result.samples_per_s = c->result.seconds > 0 ? (double)c->samples / c->result.seconds : 0;
     *ret = c->result;
     chief_free(c);
