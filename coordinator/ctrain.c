@@ -14,6 +14,7 @@
 #include "ckpt_cmd.h"
 #include "ps_launch.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/net.h"
 #include "ctrain/npz.h"
 
 #define EXIT_RUNTIME 1
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
             "  summary [JOB.yaml]  print the model's layers, output shapes and parameter counts\n"
             "  graph [JOB.yaml]    print the optimized step graph, fused groups and memory plan\n"
             "  ckpt ls|show|diff|export  inspect, compare and export checkpoints\n"
+            "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
             "  version             print the version\n"
             "\n"
             "Run 'ctrain <command> --help' for the options of a command.\n",
@@ -400,6 +402,12 @@ static int run_replicas(const cli *c) {
     return EXIT_RUNTIME;
 }
 
+static void log_line(ct_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    fprintf(stderr, "ctrain: %s\n", msg);
+}
+
 /* --ps M --workers N: the chief here, M servers and N workers as child processes. */
 static int run_local_cluster(cli *c) {
     if (c->replicas > 1) {
@@ -418,6 +426,7 @@ static int run_local_cluster(cli *c) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
+    ct_log_set(CT_LOG_WARN, log_line, NULL);
     char *text = ct_job_text(c->job_path, c->sets, c->n_sets);
     ct_local_cluster lc = {.job_path = c->job_path,
                            .sets = c->sets,
@@ -671,6 +680,31 @@ static int cmd_graph(int argc, char **argv) {
     return 0;
 }
 
+/* ctrain keygen DIR: the CURVE keys of a parameter-server job (see ctrain/net.h). */
+static int cmd_keygen(int argc, char **argv) {
+    if (argc == 1 && (!strcmp(argv[0], "-h") || !strcmp(argv[0], "--help"))) {
+        printf("usage: ctrain keygen DIR\n"
+               "Writes a parameter-server job's CURVE keys into DIR (created, mode 0700):\n"
+               "server.key/server.pub (the chief's and the servers'), client.key/client.pub (the\n"
+               "members'), and authorized_keys (the client keys servers admit; add more there).\n"
+               "Point the job at them with strategy.keys: DIR (or --keys DIR on the roles);\n"
+               "copy DIR to every machine of the job. Existing keys are never overwritten.\n");
+        return 0;
+    }
+    if (argc != 1 || argv[0][0] == '-') {
+        fprintf(stderr, "ctrain: keygen needs one directory: ctrain keygen DIR\n");
+        return EXIT_BAD_INPUT;
+    }
+    ct_err err = {0};
+    ct_status st = ct_net_keygen(argv[0], &err);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain: keygen: %s\n", err.msg);
+        return st == CT_EIO ? EXIT_RUNTIME : EXIT_BAD_INPUT;
+    }
+    printf("wrote the job's CURVE keys to %s (use strategy.keys: %s)\n", argv[0], argv[0]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -697,8 +731,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) {
         return ckpt_main(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "keygen")) {
+        return cmd_keygen(argc - 2, argv + 2);
+    }
     fprintf(stderr,
-            "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, version)\n",
+            "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, keygen, "
+            "version)\n",
             cmd);
     return EXIT_BAD_INPUT;
 }

@@ -36,7 +36,8 @@
 #define POLL_MS 50
 #define TAKEOVER_S 1.5 /* a registration replaces one that has been silent this long */
 #define DONE_GRACE_S 3.0
-#define STOP_SAVE_S 15.0 /* a stop waits this long for the servers' snapshot */
+#define STOP_SAVE_S 15.0
+#define SETTLE_S 1.0     /* async: from the last report to the final snapshot */ /* a stop waits this long for the servers' snapshot */
 #define MAX_OUT 4      /* tasks a worker may hold */
 
 typedef struct task {
@@ -104,6 +105,7 @@ typedef struct chief {
     uint64_t snap_lo, snap_hi; /* the servers' versions in their answers */
     int64_t last_snap_step;
     int64_t next_point;       /* async: the completed count of the next snapshot */
+    double final_due;         /* async: when the final snapshot may be asked for */
     int stopping;
     int restoring;            /* waiting for RESTORED */
     double paused_since;
@@ -205,6 +207,8 @@ static void send_to(chief *c, const slot *s, ct__env *env, const void *const *da
     env->generation = c->generation;
     ct__msg_send(c->router, s->peer, s->peer_len, env, c->job_id, data, bytes, n, NULL);
 }
+
+static void take_stats(slot *s, const Ctrain__Ps__Stats *st);
 
 /* ---- the servers' state: restore and snapshots ---- */
 
@@ -498,6 +502,7 @@ static ct_status on_snapshot(chief *c, slot *s, ct_err *err) {
         return CT_OK; /* an old request's answer */
     }
     int index = (int)(s - c->ps);
+    take_stats(s, env->stats);
     ct_optimizer *opt = ct_trainer_optimizer(c->t);
     int per = 1 + ct_optimizer_slot_count(opt);
     int first = c->plan.first[index], m = c->plan.first[index + 1] - first;
@@ -609,6 +614,16 @@ static void maybe_async_snapshot(chief *c) {
     }
     int epoch_ended = c->evaluated_epochs < c->job->epochs &&
                       c->epoch_done[c->evaluated_epochs] >= c->steps_per_epoch;
+    if (c->completed >= c->total_steps) {
+        /* the last pushes travel on other connections than the reports: give them a moment to
+         * reach the servers before the final snapshot */
+        if (c->final_due == 0.0) {
+            c->final_due = ct__now() + SETTLE_S;
+        }
+        if (ct__now() < c->final_due) {
+            return;
+        }
+    }
     if (c->completed >= c->next_point || epoch_ended) {
         request_snapshot(c, c->completed);
         c->next_point = next_async_point(c);
@@ -740,10 +755,8 @@ static ct_status on_report(chief *c, slot *s, ct_err *err) {
     return CT_OK;
 }
 
-static void on_heartbeat(chief *c, slot *s, int role) {
-    const Ctrain__Ps__Stats *st = c->msg.env->stats;
-    s->last_heard = ct__now();
-    if (role == CTRAIN__PS__ROLE__PS && st) {
+static void take_stats(slot *s, const Ctrain__Ps__Stats *st) {
+    if (st) {
         s->version = st->version;
         s->applied = st->applied;
         s->dropped_late = st->dropped_late;
@@ -753,6 +766,13 @@ static void on_heartbeat(chief *c, slot *s, int role) {
         for (size_t b = 0; b < st->n_staleness && b < CT_PS_STALENESS_BUCKETS; b++) {
             s->staleness[b] = st->staleness[b];
         }
+    }
+}
+
+static void on_heartbeat(chief *c, slot *s, int role) {
+    s->last_heard = ct__now();
+    if (role == CTRAIN__PS__ROLE__PS) {
+        take_stats(s, c->msg.env->stats);
     }
     if (c->state == CTRAIN__PS__STATE__DONE) {
         s->told_done = 1;
@@ -849,6 +869,7 @@ static void reset_progress(chief *c, int64_t step, int64_t open) {
         c->completed = c->first_open = c->cursor = open;
         c->n_requeued = 0;
         c->next_point = next_async_point(c);
+        c->final_due = 0.0;
     }
     for (int w = 0; w < c->n_workers; w++) {
         c->workers[w].n_out = 0;
@@ -930,8 +951,10 @@ static ct_status check_roles(chief *c, ct_err *err) {
             }
             s->live = 0;
             s->lost_at = now;
-            char why[64];
-            snprintf(why, sizeof why, exited ? "its process exited" : "no heartbeat for %.0f s",
+            char why[96];
+            int len = snprintf(why, sizeof why, "at step %lld: ", (long long)c->step);
+            snprintf(why + len, sizeof why - (size_t)len,
+                     exited ? "its process exited" : "no heartbeat for %.0f s",
                      now - s->last_heard);
             if (role == CTRAIN__PS__ROLE__PS) {
                 c->state = CTRAIN__PS__STATE__PAUSED;
@@ -1085,6 +1108,7 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
         }
         break;
     case CTRAIN__PS__STATE__RUNNING:
+        maybe_async_snapshot(c);
         st = check_deadlines(c, err);
         break;
     default:

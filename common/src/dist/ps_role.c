@@ -87,7 +87,7 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
     char who[32];
     snprintf(who, sizeof who, type == CT_TASK_CHIEF ? "%s" : "%s %d", ct_task_type_name(type),
              index);
-    ct_log_set(CT_LOG_WARN, log_line, who);
+    ct_log_set(CT_LOG_WARN, log_line, (void *)role); /* messages name the task themselves */
     ct_net_auth *auth = NULL;
     if (!rc && type != CT_TASK_WORKER && ct_net_auth_start(keys, who, &auth, &err) != CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);

@@ -244,6 +244,18 @@ static void on_pull(server *s, ct__msg *m) {
     park(s, m);
 }
 
+static void fill_stats(server *s, Ctrain__Ps__Stats *stats) {
+    *stats = (Ctrain__Ps__Stats)CTRAIN__PS__STATS__INIT;
+    stats->version = s->version;
+    stats->applied = s->applied;
+    stats->dropped_late = s->dropped_late;
+    stats->dropped_stale = s->dropped_stale;
+    stats->duplicates = s->duplicates;
+    stats->n_staleness = CT_PS_STALENESS_BUCKETS;
+    stats->staleness = s->staleness;
+    stats->waits = s->waits;
+}
+
 /* Sends SNAPSHOT for request k: values and optimizer slots of every shard. */
 static void send_snapshot(server *s, int k) {
     int n_slots = ct_optimizer_slot_count(s->opt), per = 1 + n_slots;
@@ -275,6 +287,9 @@ static void send_snapshot(server *s, int k) {
         env.generation = s->generation;
         env.version = s->version;
         env.request_id = s->snap[k].id;
+        Ctrain__Ps__Stats stats;
+        fill_stats(s, &stats);
+        env.stats = &stats;
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
         ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, data, bytes, n, NULL);
@@ -635,15 +650,8 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
                             o->index);
             break;
         }
-        Ctrain__Ps__Stats stats = CTRAIN__PS__STATS__INIT;
-        stats.version = s->version;
-        stats.applied = s->applied;
-        stats.dropped_late = s->dropped_late;
-        stats.dropped_stale = s->dropped_stale;
-        stats.duplicates = s->duplicates;
-        stats.n_staleness = CT_PS_STALENESS_BUCKETS;
-        stats.staleness = s->staleness;
-        stats.waits = s->waits;
+        Ctrain__Ps__Stats stats;
+        fill_stats(s, &stats);
         if (st == CT_OK) {
             st = ct__link_tick(&s->link, s->restored ? s->generation : 0, &stats, err);
             if (st != CT_OK) {
