@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ctrain needs on a fresh Debian machine (apt packages by name) and builds it.
 #   scripts/setup.sh            runtime + build dependencies, then a release build in build/
-#   scripts/setup.sh --tests    also the test dependencies (Criterion, PyTorch, numpy, pytest)
+#   scripts/setup.sh --tests    also the test dependencies (Criterion, PyTorch, numpy, pytest,
+#                               pyzmq, clang for the libFuzzer target)
 # Set CTRAIN_BUILD_DIR to build elsewhere, CTRAIN_MESON_ARGS to pass meson options.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,9 @@ packages=(gcc pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-de
           protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev libzmq3-dev
           dataset-fashion-mnist)
 if [[ "${1:-}" == "--tests" ]]; then
-    packages+=(libcriterion-dev python3-torch python3-numpy python3-pytest)
+    # clang and its runtime: the libFuzzer target; python3-zmq: tests that send raw messages
+    packages+=(libcriterion-dev python3-torch python3-numpy python3-pytest python3-zmq clang
+               libclang-rt-dev)
 fi
 
 missing=()

@@ -318,12 +318,15 @@ def test_a_role_that_never_registers_is_named(cluster):
 
 def test_a_role_of_another_job_is_refused(cluster):
     c = cluster(1, 1, *SMALL, "--set", "train.max_steps=30")
-    c.start_all()
-    c.worker(1, "--set", "optimizer.learning_rate=0.5", name="stranger")
+    c.chief()
+    c.worker(0, "--set", "optimizer.learning_rate=0.5", name="stranger")
     assert c.procs["stranger"].wait(timeout=60) != 0
     assert re.search(r"the chief refused us: job id [0-9a-f]+, the chief runs job [0-9a-f]+",
                      c.log("stranger")), c.log("stranger")
+    c.ps(0)
+    c.worker(0)
     assert c.finish() == 0, c.log("chief")
+    assert "refused a registration: job id" in c.log("chief")
 
 
 def test_curve_keys_admit_members_and_refuse_strangers(tmp_path, cluster):
@@ -335,7 +338,11 @@ def test_curve_keys_admit_members_and_refuse_strangers(tmp_path, cluster):
                                         "server.key", "server.pub"]
     assert os.stat(keys / "client.key").st_mode & 0o077 == 0
     r = subprocess.run([CTRAIN, "keygen", str(keys)], capture_output=True, text=True)
-    assert r.returncode == 2 and "client.key" in r.stderr or "server.key" in r.stderr, r.stderr
+    assert r.returncode == 2 and ("client.key" in r.stderr or "server.key" in r.stderr), r.stderr
+    # the stranger knows the servers' public key (it is public) but has its own client key
+    for name in ("server.pub", "server.key"):
+        os.chmod(other / name, 0o600)
+        (other / name).write_bytes((keys / name).read_bytes())
     c = cluster(1, 1, *SMALL, "--set", "train.max_steps=200", "--set", f"strategy.keys={keys}")
     c.start_all()
     c.wait_for("chief", r"all 1 servers and 1 workers registered")
@@ -434,8 +441,8 @@ def test_role_help_and_flags():
     assert r.returncode == 0 and "--chief" in r.stdout and "--task" in r.stdout
     r = subprocess.run([PS, "--job", JOB, "--bogus"], capture_output=True, text=True)
     assert r.returncode == 2 and "--bogus" in r.stderr
-    r = subprocess.run([PS, "--job", JOB, "--chief", "127.0.0.1:1"], capture_output=True,
-                       text=True)
+    r = subprocess.run([PS, "--job", JOB, *PS_JOB, "--chief", "127.0.0.1:1"],
+                       capture_output=True, text=True)
     assert r.returncode == 2 and "--task ps:INDEX" in r.stderr, r.stderr
     r = subprocess.run([WORKER, "--job", JOB, *PS_JOB, "--task", "worker:0"],
                        capture_output=True, text=True, env={k: v for k, v in ENV.items()

@@ -518,7 +518,7 @@ Test(ps, sync_averages_by_examples_and_drops_late_and_duplicate_gradients, .time
     push(&h, 1, 9.0f, 0, 1); /* late: computed on version 0 */
     Ctrain__Ps__Stats s = stats(&h);
     cr_expect_eq(s.version, 1);
-    cr_expect_eq(s.applied, 1);
+    cr_expect_eq(s.applied, 2, "two gradients went into version 1");
     cr_expect_eq(s.duplicates, 1);
     cr_expect_eq(s.dropped_late, 1);
     cr_expect_eq(s.staleness[1], 1, "the late gradient was one version old");

@@ -38,6 +38,10 @@ float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step
                                 int64_t total_steps, float clip, int64_t begin, int64_t end);
 ct_status ct_optimizer_check(const ct_optimizer *o, const ct_params *params, int64_t step,
                              float sum_squares_seen, ct_err *err);
+/* ct_optimizer_update_range on n floats at w with their gradient at g (anywhere: a parameter
+ * server applies a received message in place), whose slots start at slot_offset. */
+float ct_optimizer_update_span(ct_optimizer *o, float *w, const float *g, int64_t slot_offset,
+                               int64_t n, int64_t step, int64_t total_steps, float clip);
 
 /* Multiplies the learning rate of the following updates by `scale` (1 by default): the
  * parameter servers' staleness-aware update (policy scale: 1 / staleness). Not thread-safe. */

@@ -460,6 +460,9 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
     }
     ct_trainer_set_position(c->t, pos);
     int final = step >= c->total_steps;
+    if (final && c->train_seconds == 0.0) {
+        c->train_seconds = ct__now() - c->started; /* before the final evaluation */
+    }
     int64_t k = c->job->checkpoint.every_steps;
     ct_status st = CT_OK;
     if (final || c->stopping || (k > 0 && step % k == 0)) {
@@ -486,7 +489,7 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
     }
     if (final || c->stopping) {
         c->state = CTRAIN__PS__STATE__DONE;
-        c->train_seconds = ct__now() - c->started;
+        c->train_seconds = c->train_seconds > 0 ? c->train_seconds : ct__now() - c->started;
         return CT_OK;
     }
     if (!c->job->ps.async) {
@@ -592,6 +595,9 @@ static void finish_task(chief *c, slot *s, task t) {
     }
     c->finished[id] = 1;
     c->completed++;
+    if (c->completed >= c->total_steps && c->train_seconds == 0.0) {
+        c->train_seconds = ct__now() - c->started; /* the last batch: training ends here */
+    }
     c->epoch_done[t.epoch]++;
     while (c->first_open < c->total_steps && c->finished[c->first_open]) {
         c->first_open++;
@@ -678,7 +684,6 @@ static void on_register(chief *c) {
     }
     if (why[0]) {
         ct_log(CT_LOG_WARN, "chief: refused a registration: %s", why);
-        say(c, "refused a registration: %s", why);
         send_view(c, c->msg.peer, c->msg.peer_len, CTRAIN__PS__KIND__REGISTERED, why);
         return;
     }

@@ -22,6 +22,13 @@ void ct__sleep(double seconds) {
     nanosleep(&ts, NULL);
 }
 
+/* A message to the chief; one that finds no chief to go to is not an error here: the chief's
+ * silence is, after the timeout (ct__link_tick). */
+static ct_status quiet_send(ct__link *l, ct__env *env, ct_err *err) {
+    ct_status st = ct__msg_send(l->sock, NULL, 0, env, l->job_id, NULL, NULL, 0, err);
+    return st == CT_ETIMEDOUT ? CT_OK : st;
+}
+
 static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
     char host[128] = "";
     gethostname(host, sizeof host - 1);
@@ -37,7 +44,7 @@ static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
     env.generation = generation;
     env.reg = &reg;
     l->last_register = ct__now();
-    return ct__msg_send(l->sock, NULL, 0, &env, l->job_id, NULL, NULL, 0, err);
+    return quiet_send(l, &env, err);
 }
 
 ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
@@ -49,6 +56,7 @@ ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief,
     l->index = index;
     l->job_id = job_id;
     l->timeout_s = 120.0;
+    l->secure = keys && keys->enabled;
     if (!chief || !chief[0]) {
         return ct_err_set(err, CT_EINVAL, "no chief address (--chief HOST:PORT, a cluster file "
                                           "or TF_CONFIG)");
@@ -75,8 +83,11 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Ps__Stat
     if (now - l->last_heard > l->timeout_s) {
         return ct_err_set(err, CT_ETIMEDOUT,
                           "the chief at %s has been silent for %.0f s (strategy.chief_timeout): "
-                          "is it running?",
-                          l->chief, now - l->last_heard);
+                          "is it running?%s",
+                          l->chief, now - l->last_heard,
+                          l->secure ? " Are this process's CURVE keys the job's (the chief logs "
+                                      "refused keys)?"
+                                    : "");
     }
     if (!l->registered) {
         return now - l->last_register > REGISTER_RETRY_S ? send_register(l, generation, err)
@@ -92,7 +103,7 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Ps__Stat
     env.index = l->index;
     env.generation = generation;
     env.stats = (Ctrain__Ps__Stats *)stats;
-    return ct__msg_send(l->sock, NULL, 0, &env, l->job_id, NULL, NULL, 0, err);
+    return quiet_send(l, &env, err);
 }
 
 static void take_view(ct__link *l, const ct__env *env) {
@@ -119,6 +130,15 @@ static void take_view(ct__link *l, const ct__env *env) {
 int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err) {
     const ct__env *env = m->env;
     *ret_status = CT_OK;
+    if (env->job_id != l->job_id && !(env->kind == CTRAIN__PS__KIND__REGISTERED && env->error &&
+                                      env->error[0])) {
+        *ret_status = ct_err_set(err, CT_EPEER,
+                                 "the chief at %s runs job %016llx, this process has job %016llx "
+                                 "(another job file, or other --set overrides)",
+                                 l->chief, (unsigned long long)env->job_id,
+                                 (unsigned long long)l->job_id);
+        return 1;
+    }
     switch (env->kind) {
     case CTRAIN__PS__KIND__REGISTERED:
         l->last_heard = ct__now();
@@ -162,7 +182,7 @@ ct_status ct__link_join(ct__link *l, ct__msg *m, volatile int *stop, ct_err *err
         zmq_pollitem_t item = {l->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&item, 1, 50);
         ct_err bad = {0};
-        ct_status got = ct__msg_recv(l->sock, 0, l->job_id, m, &bad);
+        ct_status got = ct__msg_recv(l->sock, 0, 0, m, &bad); /* the job id: checked above */
         if (got == CT_OK) {
             if (!ct__link_handle(l, m, &st, err)) {
                 ct_log(CT_LOG_WARN, "a %s came before the chief accepted us; dropped",

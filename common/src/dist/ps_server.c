@@ -309,31 +309,79 @@ static void serve_snapshots(server *s) {
     }
 }
 
-/* Applies the gradient in vars.grad as update number `version`. */
-static void apply(server *s, float lr_scale) {
-    ct_err err = {0};
+/* Applies the gradients grads[k] (one per shard: the server's sum, or a message's frames read
+ * in place) as update number `version`. A NaN or Inf is reported to the chief with the shard
+ * and the element, and ends the server: its variables can no longer be trusted. */
+static void apply(server *s, const float *const *grads, float lr_scale) {
     ct_optimizer_set_lr_scale(s->opt, lr_scale);
-    ct_status st = ct_optimizer_apply(s->opt, &s->vars, (int64_t)s->version,
-                                      (int64_t)s->total_steps, 1, &err);
-    if (st != CT_OK) {
-        /* NaN or Inf: the variables can no longer be trusted; the chief fails the job */
+    float g2 = 0.0f;
+    for (int k = 0; k < s->n_local; k++) {
+        g2 += ct_optimizer_update_span(s->opt, ct_params_data(&s->vars, k), grads[k],
+                                       s->vars.items[k].offset, s->shards[k].size,
+                                       (int64_t)s->version, (int64_t)s->total_steps, 1.0f);
+    }
+    if (!isfinite(g2)) {
+        char why[600] = "";
+        for (int k = 0; k < s->n_local && !why[0]; k++) {
+            for (int64_t i = 0; i < s->shards[k].size; i++) {
+                if (!isfinite(grads[k][i])) {
+                    snprintf(why, sizeof why, "ps %d: version %llu: gradient of '%s' is %s at "
+                                              "element %lld",
+                             s->o->index, (unsigned long long)s->version, s->vars.items[k].name,
+                             isnan(grads[k][i]) ? "NaN" : "Inf", (long long)i);
+                    break;
+                }
+            }
+        }
         ct__env env = CTRAIN__PS__ENVELOPE__INIT;
         env.kind = CTRAIN__PS__KIND__ERROR;
         env.role = CTRAIN__PS__ROLE__PS;
         env.index = s->o->index;
         env.generation = s->generation;
-        char why[600];
-        snprintf(why, sizeof why, "ps %d: %s", s->o->index, err.msg);
-        env.error = why;
+        env.error = why[0] ? why : "an update was not finite";
         ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
-        s->fatal = st;
+        s->fatal = CT_ENUMERIC;
         return;
     }
     s->version++;
-    s->applied++;
     for (int k = 0; k < s->n_local; k++) {
         s->shard_version[k] = s->version;
     }
+}
+
+/* sync: adds a worker's gradient, weighted by its examples, to the sum for this version; the
+ * last one also divides by the examples, so the sum is the global batch's mean gradient. The
+ * first one overwrites, so the sum never needs zeroing. Returns 1 when the version is complete. */
+static int accumulate(server *s, ct__msg *m, int64_t examples) {
+    int first = s->count == 0, last = s->count + 1 >= s->required;
+    double total = s->examples + (double)examples;
+    float weight = (float)examples, inv = last && total > 0 ? (float)(1.0 / total) : 1.0f;
+    for (int k = 0; k < s->n_local; k++) {
+        float *restrict g = ct_params_grad(&s->vars, k);
+        const float *restrict x = ct__msg_tensor(m, k);
+        int64_t n = s->shards[k].size;
+        if (first && last) {
+            float f = total > 0 ? weight * inv : 0.0f;
+            for (int64_t i = 0; i < n; i++) {
+                g[i] = f * x[i];
+            }
+        } else if (first) {
+            for (int64_t i = 0; i < n; i++) {
+                g[i] = weight * x[i];
+            }
+        } else if (last) {
+            for (int64_t i = 0; i < n; i++) {
+                g[i] = (g[i] + weight * x[i]) * inv;
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                g[i] += weight * x[i];
+            }
+        }
+    }
+    s->examples = total;
+    s->count++;
+    return last;
 }
 
 static void on_push(server *s, ct__msg *m) {
@@ -358,6 +406,7 @@ static void on_push(server *s, ct__msg *m) {
     uint64_t staleness = s->version - used;
     s->staleness[staleness < CT_PS_STALENESS_BUCKETS - 1 ? staleness
                                                          : CT_PS_STALENESS_BUCKETS - 1]++;
+    const float *grads[s->n_local > 0 ? s->n_local : 1];
     if (!s->job->ps.async) {
         if (env->version != s->version) {
             s->dropped_late++;
@@ -368,27 +417,14 @@ static void on_push(server *s, ct__msg *m) {
             return;
         }
         s->contributed[w] = 1;
-        float weight = (float)env->examples;
-        for (int k = 0; k < s->n_local; k++) {
-            float *restrict g = ct_params_grad(&s->vars, k);
-            const float *restrict x = ct__msg_tensor(m, k);
-            for (int64_t i = 0; i < s->shards[k].size; i++) {
-                g[i] += weight * x[i];
-            }
-        }
-        s->examples += (double)env->examples;
-        if (++s->count < s->required) {
+        if (!accumulate(s, m, env->examples)) {
             return;
         }
-        /* the weighted mean over the examples of the gradients that made it */
-        float inv = s->examples > 0 ? (float)(1.0 / s->examples) : 0.0f;
         for (int k = 0; k < s->n_local; k++) {
-            float *g = ct_params_grad(&s->vars, k);
-            for (int64_t i = 0; i < s->shards[k].size; i++) {
-                g[i] *= inv;
-            }
+            grads[k] = ct_params_grad(&s->vars, k);
         }
-        apply(s, 1.0f);
+        apply(s, grads, 1.0f);
+        s->applied += (uint64_t)s->count; /* gradients, not updates */
         memset(s->contributed, 0, sizeof s->contributed);
         s->count = 0;
         s->examples = 0.0;
@@ -399,11 +435,11 @@ static void on_push(server *s, ct__msg *m) {
             s->dropped_stale++;
         } else {
             for (int k = 0; k < s->n_local; k++) {
-                memcpy(ct_params_grad(&s->vars, k), ct__msg_tensor(m, k),
-                       (size_t)s->shards[k].size * sizeof(float));
+                grads[k] = ct__msg_tensor(m, k); /* applied where it arrived: no copy */
             }
-            apply(s, policy == CT_STALENESS_SCALE && staleness > 1 ? 1.0f / (float)staleness
-                                                                   : 1.0f);
+            apply(s, grads, policy == CT_STALENESS_SCALE && staleness > 1 ? 1.0f / (float)staleness
+                                                                          : 1.0f);
+            s->applied++;
         }
     }
     serve_parked(s);
@@ -429,7 +465,6 @@ static void on_restore(server *s, ct__msg *m) {
         }
         s->shard_version[k] = env->version;
     }
-    ct_params_zero_grad(&s->vars);
     s->version = env->version;
     s->generation = env->generation;
     s->total_steps = env->restore->total_steps;
@@ -505,7 +540,7 @@ static void handle_worker(server *s) {
 static ct_status handle_chief(server *s, int *done, ct_err *err) {
     for (;;) {
         ct_err bad = {0};
-        ct_status st = ct__msg_recv(s->link.sock, 0, s->job_id, &s->msg, &bad);
+        ct_status st = ct__msg_recv(s->link.sock, 0, 0, &s->msg, &bad); /* ids: the link */
         if (st == CT_ETIMEDOUT) {
             return CT_OK;
         }

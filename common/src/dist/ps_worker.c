@@ -74,10 +74,14 @@ static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
     env.version = want;
     env.n_held = (size_t)n;
     env.held = w->held + first;
-    w->pending[s] = 1;
+    ct_status st = ct__msg_send(w->sock[s], NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
+    if (st == CT_ETIMEDOUT) {
+        return CT_OK; /* the server is not there (yet): asked again on a later pass */
+    }
+    w->pending[s] = st == CT_OK;
     w->want[s] = want;
     w->pull_sent[s] = ct__now();
-    return ct__msg_send(w->sock[s], NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
+    return st;
 }
 
 static void reset_for(worker *w, uint64_t generation);
@@ -141,7 +145,7 @@ static ct_status push(worker *w, int64_t examples, ct_err *err) {
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
         ct_status st = ct__msg_send(w->sock[s], NULL, 0, &env, w->job_id, data, bytes, n, err);
-        if (st != CT_OK) {
+        if (st != CT_OK && st != CT_ETIMEDOUT) { /* a server that is gone loses the gradient */
             return st;
         }
     }
@@ -165,7 +169,8 @@ static ct_status report(worker *w, const task *tk, int64_t examples, double loss
     env.index = w->o->index;
     env.generation = w->link.view.generation;
     env.report = &r;
-    return ct__msg_send(w->link.sock, NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
+    ct_status st = ct__msg_send(w->link.sock, NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
+    return st == CT_ETIMEDOUT ? CT_OK : st; /* the chief's silence is handled by the link */
 }
 
 /* (Re)connects the sockets to the servers whose endpoints the view names. */
@@ -210,7 +215,7 @@ static void reset_for(worker *w, uint64_t generation) {
 static ct_status drain(worker *w, ct_err *err) {
     ct_err bad = {0};
     ct_status st = CT_OK;
-    while (st == CT_OK && ct__msg_recv(w->link.sock, 0, w->job_id, &w->msg, &bad) != CT_ETIMEDOUT) {
+    while (st == CT_OK && ct__msg_recv(w->link.sock, 0, 0, &w->msg, &bad) != CT_ETIMEDOUT) {
         if (!w->msg.env) {
             ct_log(CT_LOG_WARN, "%s: dropped a bad message from the chief: %s", w->who, bad.msg);
             continue;

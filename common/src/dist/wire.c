@@ -199,15 +199,26 @@ ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *e
         return ct_err_set(err, CT_ENOMEM, "send %s: out of memory", ct__kind_name(env->kind));
     }
     ctrain__ps__envelope__pack(env, zmq_msg_data(&head));
+    /* the first frame never waits: a DEALER with no peer (its server is gone, or refused our
+     * keys) would block forever; once it is queued, the other frames of the message follow */
     int rc = 0;
     if (peer_len > 0) {
-        rc = zmq_send(sock, peer, peer_len, ZMQ_SNDMORE) < 0 ? -1 : 0;
+        rc = zmq_send(sock, peer, peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ? -1 : 0;
     }
     if (rc == 0) {
-        rc = zmq_msg_send(&head, sock, n > 0 ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;
+        rc = zmq_msg_send(&head, sock, (n > 0 ? ZMQ_SNDMORE : 0) | (peer_len ? 0 : ZMQ_DONTWAIT)) <
+                     0
+                 ? -1
+                 : 0;
     }
     if (rc != 0) {
+        int e = zmq_errno();
         zmq_msg_close(&head);
+        if (e == EAGAIN) {
+            return ct_err_set(err, CT_ETIMEDOUT, "send %s: no peer to send to (not connected)",
+                              ct__kind_name(env->kind));
+        }
+        errno = e;
     }
     for (int k = 0; rc == 0 && k < n; k++) {
         rc = zmq_send(sock, data[k], bytes[k], k + 1 < n ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;

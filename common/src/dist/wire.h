@@ -57,7 +57,8 @@ static inline const float *ct__msg_tensor(ct__msg *m, int k) {
 }
 
 /* Sends env (its protocol and job_id are filled in here) and n tensor frames (data[k], bytes[k]
- * bytes; copied) to `sock`, behind the routing id `peer` when peer_len > 0. CT_EIO with the
+ * bytes; copied) to `sock`, behind the routing id `peer` when peer_len > 0. Never waits:
+ * CT_ETIMEDOUT when the socket has no peer to queue it for (nothing was sent); CT_EIO with the
  * reason when ZeroMQ refuses. */
 ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
                        uint64_t job_id, const void *const *data, const size_t *bytes, int n,

@@ -158,12 +158,17 @@ float ct_optimizer_clip_factor(const ct_optimizer *o, const ct_params *params) {
 
 float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step,
                                 int64_t total_steps, float clip, int64_t begin, int64_t end) {
+    return ct_optimizer_update_span(o, params->data + begin, params->grad + begin, begin,
+                                    end - begin, step, total_steps, clip);
+}
+
+float ct_optimizer_update_span(ct_optimizer *o, float *w_, const float *g_, int64_t slot_offset,
+                               int64_t n, int64_t step, int64_t total_steps, float clip) {
     const ct_optimizer_spec *s = &o->spec;
-    const int64_t n = end - begin;
-    float *restrict w = params->data + begin;
-    float *restrict g = params->grad + begin;
-    float *restrict s0 = o->slots[0] ? o->slots[0] + begin : NULL;
-    float *restrict s1 = o->slots[1] ? o->slots[1] + begin : NULL;
+    float *restrict w = w_;
+    const float *restrict g = g_;
+    float *restrict s0 = o->slots[0] ? o->slots[0] + slot_offset : NULL;
+    float *restrict s1 = o->slots[1] ? o->slots[1] + slot_offset : NULL;
     const float lr = ct_optimizer_learning_rate(o, step, total_steps) * o->lr_scale;
     /* Each loop also sums g^2 (a vector reduction): NaN/Inf in any gradient shows up in it. */
     float g2 = 0.0f;
