@@ -159,6 +159,7 @@ typedef struct ours {
     pid_t pid[MAX_SERVERS];
     int servers;
     ct__msg m;
+    ct__inflight inflight;
 } ours;
 
 static int recv_kind(ours *o, void *sock, int router, int kind, double timeout_s) {
@@ -225,8 +226,11 @@ static void send_shards(ours *o, int s, void *sock, const unsigned char *peer, s
     env.tensors = ptrs;
     if (kind == CTRAIN__PS__KIND__RESTORE) {
         env.restore = &rs;
+        ct__msg_send(sock, peer, peer_len, &env, o->job_id, data, bytes, n, NULL);
+    } else { /* a push: from the gradient buffer, as the worker sends it */
+        ct__inflight_wait(&o->inflight, 60.0);
+        ct__msg_send_borrowed(sock, &env, o->job_id, data, bytes, n, &o->inflight, NULL);
     }
-    ct__msg_send(sock, peer, peer_len, &env, o->job_id, data, bytes, n, NULL);
 }
 
 static void ours_start(ours *o, const char *ps_bin, const char *job_path, int servers) {
@@ -282,6 +286,7 @@ static void ours_stop(ours *o) {
         waitpid(o->pid[s], NULL, 0);
         ct_net_close(o->worker[s]);
     }
+    ct__inflight_wait(&o->inflight, 5.0);
     ct_net_close(o->chief);
     ct__msg_finish(&o->m);
     ct_ps_plan_finish(&o->plan);

@@ -417,11 +417,19 @@ static void on_push(server *s, ct__msg *m) {
             return;
         }
         s->contributed[w] = 1;
-        if (!accumulate(s, m, env->examples)) {
+        if (s->required == 1 && env->examples > 0) {
+            /* one gradient makes the version (one worker, or all but one are backups): it is
+             * the mean as it stands, applied where it arrived */
+            s->count = 1;
+            for (int k = 0; k < s->n_local; k++) {
+                grads[k] = ct__msg_tensor(m, k);
+            }
+        } else if (!accumulate(s, m, env->examples)) {
             return;
-        }
-        for (int k = 0; k < s->n_local; k++) {
-            grads[k] = ct_params_grad(&s->vars, k);
+        } else {
+            for (int k = 0; k < s->n_local; k++) {
+                grads[k] = ct_params_grad(&s->vars, k);
+            }
         }
         apply(s, grads, 1.0f);
         s->applied += (uint64_t)s->count; /* gradients, not updates */

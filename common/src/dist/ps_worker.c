@@ -60,6 +60,7 @@ typedef struct worker {
     int no_more_tasks;
     ct__link link;
     ct__msg msg;
+    ct__inflight inflight;          /* gradient frames ZeroMQ still sends from p->grad */
     int64_t steps_done;
     char who[32];
 } worker;
@@ -144,7 +145,8 @@ static ct_status push(worker *w, int64_t examples, ct_err *err) {
         env.examples = examples;
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
-        ct_status st = ct__msg_send(w->sock[s], NULL, 0, &env, w->job_id, data, bytes, n, err);
+        ct_status st = ct__msg_send_borrowed(w->sock[s], &env, w->job_id, data, bytes, n,
+                                             &w->inflight, err);
         if (st != CT_OK && st != CT_ETIMEDOUT) { /* a server that is gone loses the gradient */
             return st;
         }
@@ -315,6 +317,12 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     ct_trainer_set_position(w->t, pos);
     float loss = NAN, acc = NAN;
     double start = ct__now();
+    /* the last push is sent straight from the gradient buffer: backward may write it again
+     * once ZeroMQ has let go of it (long done, in practice) */
+    if (ct__inflight_wait(&w->inflight, w->job->ps.register_timeout) != 0) {
+        return ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent within %.0f s",
+                          w->who, w->job->ps.register_timeout);
+    }
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
         return st;
@@ -438,8 +446,9 @@ static ct_status run(worker *w, ct_err *err) {
 
 static void worker_free(worker *w) {
     for (int s = 0; s < MAX_SERVERS; s++) {
-        ct_net_close(w->sock[s]);
+        ct_net_close(w->sock[s]); /* linger 0: what was not sent is dropped and released */
     }
+    ct__inflight_wait(&w->inflight, 5.0); /* the gradient buffer must outlive ZeroMQ's use */
     ct__msg_finish(&w->msg);
     ct__link_close(&w->link);
     free(w->held);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const kind_names[] = {
     "UNSPECIFIED", "REGISTER", "REGISTERED", "HEARTBEAT", "VIEW",
@@ -188,9 +189,63 @@ ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_e
     return st;
 }
 
+static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
+                             uint64_t job_id, const void *const *data, const size_t *bytes,
+                             int n, ct__inflight *inflight, ct_err *err);
+
 ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
                        uint64_t job_id, const void *const *data, const size_t *bytes, int n,
                        ct_err *err) {
+    return send_frames(sock, peer, peer_len, env, job_id, data, bytes, n, NULL, err);
+}
+
+ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id,
+                                const void *const *data, const size_t *bytes, int n,
+                                ct__inflight *inflight, ct_err *err) {
+    return send_frames(sock, NULL, 0, env, job_id, data, bytes, n, inflight, err);
+}
+
+static void release(void *data, void *hint) {
+    (void)data;
+    atomic_fetch_sub(&((ct__inflight *)hint)->frames, 1);
+}
+
+int ct__inflight_wait(ct__inflight *inflight, double timeout_s) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (atomic_load(&inflight->frames) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec) >
+            timeout_s) {
+            return -1;
+        }
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+    return 0;
+}
+
+/* One tensor frame: copied, or borrowed when it is large and the caller tracks it. */
+static int send_tensor(void *sock, const void *data, size_t bytes, int flags,
+                       ct__inflight *inflight) {
+    if (!inflight || bytes < CT_PS_ZERO_COPY_BYTES) {
+        return zmq_send(sock, data, bytes, flags) < 0 ? -1 : 0;
+    }
+    zmq_msg_t m;
+    atomic_fetch_add(&inflight->frames, 1);
+    if (zmq_msg_init_data(&m, (void *)data, bytes, release, inflight) != 0) {
+        atomic_fetch_sub(&inflight->frames, 1);
+        return -1;
+    }
+    if (zmq_msg_send(&m, sock, flags) < 0) {
+        zmq_msg_close(&m); /* calls release */
+        return -1;
+    }
+    return 0;
+}
+
+static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
+                             uint64_t job_id, const void *const *data, const size_t *bytes,
+                             int n, ct__inflight *inflight, ct_err *err) {
     env->protocol = CT_PS_PROTOCOL;
     env->job_id = job_id;
     size_t len = ctrain__ps__envelope__get_packed_size(env);
@@ -221,7 +276,7 @@ ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *e
         errno = e;
     }
     for (int k = 0; rc == 0 && k < n; k++) {
-        rc = zmq_send(sock, data[k], bytes[k], k + 1 < n ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;
+        rc = send_tensor(sock, data[k], bytes[k], k + 1 < n ? ZMQ_SNDMORE : 0, inflight);
     }
     if (rc != 0) {
         return ct_err_set(err, CT_EIO, "send %s: %s", ct__kind_name(env->kind),

@@ -7,6 +7,7 @@
 #ifndef CTRAIN_WIRE_H
 #define CTRAIN_WIRE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <zmq.h>
@@ -63,6 +64,23 @@ static inline const float *ct__msg_tensor(ct__msg *m, int k) {
 ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
                        uint64_t job_id, const void *const *data, const size_t *bytes, int n,
                        ct_err *err);
+
+/* Tensor frames handed to ZeroMQ without a copy: the count of those it still holds. The owner
+ * of the data waits for zero before it writes the data again. */
+typedef struct ct__inflight {
+    atomic_int frames;
+} ct__inflight;
+
+#define CT_PS_ZERO_COPY_BYTES (64 * 1024) /* smaller frames are copied: cheaper than tracking */
+
+/* As ct__msg_send (no routing id), but frames of CT_PS_ZERO_COPY_BYTES or more are sent from
+ * the caller's memory, which must stay unchanged until inflight->frames is back to zero. */
+ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id,
+                                const void *const *data, const size_t *bytes, int n,
+                                ct__inflight *inflight, ct_err *err);
+
+/* Waits (up to timeout_s) until ZeroMQ has released every borrowed frame; 0, or -1 on timeout. */
+int ct__inflight_wait(ct__inflight *inflight, double timeout_s);
 
 /* A readable name of a Kind ("PULL"). */
 const char *ct__kind_name(int kind);
