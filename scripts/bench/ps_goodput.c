@@ -160,6 +160,8 @@ typedef struct ours {
     int servers;
     ct__msg m;
     ct__inflight inflight;
+    uint64_t version;         /* the servers' version: what the next push is computed on */
+    uint64_t held[256];       /* per shard: the version of the parameters held */
 } ours;
 
 static int recv_kind(ours *o, void *sock, int router, int kind, double timeout_s) {
@@ -245,6 +247,9 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
         die("setup", err.msg);
     }
     o->job_id = ct_ps_job_id(&o->job);
+    if (o->plan.n_shards > 256) {
+        die("plan", "more than 256 shards");
+    }
     for (int s = 0; s < servers; s++) {
         char task[16];
         snprintf(task, sizeof task, "ps:%d", s);
@@ -296,10 +301,8 @@ static void ours_stop(ours *o) {
 /* One worker step's communication: push every server its gradients, pull the new version. */
 static double ours_round(ours *o, int iters) {
     ct_params *p = ct_model_params(o->model);
-    uint64_t version = 0;
     double best = INFINITY;
-    int n_shards = o->plan.n_shards;
-    uint64_t *held = calloc((size_t)n_shards, sizeof *held);
+    uint64_t *held = o->held, version = o->version;
     for (int i = 0; i < iters + 2; i++) {
         double t0 = now_s();
         for (int s = 0; s < o->servers; s++) {
@@ -329,8 +332,14 @@ static double ours_round(ours *o, int iters) {
         if (i >= 2) {
             best = dt < best ? dt : best;
         }
+        /* every pull must have brought every shard: the server applied every push */
+        for (int k = 0; k < o->plan.n_shards; k++) {
+            if (held[k] != version) {
+                die("pull", "a shard did not come back at the version pushed");
+            }
+        }
     }
-    free(held);
+    o->version = version;
     return best;
 }
 

@@ -31,7 +31,8 @@ def main():
     if r.returncode != 0:
         sys.exit(f"bench_ps_goodput failed ({r.returncode}):\n{r.stderr}")
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    print("| parameters | servers | raw ZeroMQ push+pull | ctrain push+pull | ours / raw (goal >= 0.8) |")
+    print("| parameters | servers | raw ZeroMQ push+pull | ctrain push+pull "
+          "| ours / raw (goal >= 0.8) |")
     print("|---|---|---|---|---|")
     for row in rows:
         mib = row["bytes"] / 2**20

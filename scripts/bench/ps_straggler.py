@@ -86,6 +86,9 @@ def parse_args():
                    help="worker 0's slowdown factor (default 3)")
     p.add_argument("--epochs", type=int, help="epochs (default 2; quick: 1)")
     p.add_argument("--limit", type=int, help="training examples (default all; quick: 6000)")
+    p.add_argument("--job", default=JOB,
+                   help="job file (default the MLP; examples/fashion_mnist_cnn.yaml makes the "
+                        "step's compute dominate)")
     p.add_argument("--repeats", type=int, default=1,
                    help="runs per straggler configuration, best steps/s kept (default 1)")
     p.add_argument("--quick", action="store_true",
@@ -110,7 +113,8 @@ def command(args, sets, run_dir, straggler):
     all_sets = {"train.epochs": args.epochs, "run_dir": run_dir, **sets}
     if args.limit is not None:
         all_sets["data.train.limit"] = args.limit
-    cmd = [CTRAIN, "train", JOB, "--ps", "1", "--workers", str(args.workers), "--no-resume"]
+    cmd = [CTRAIN, "train", args.job, "--ps", "1", "--workers", str(args.workers),
+           "--no-resume"]
     if straggler > 1.0:
         cmd += ["--straggler", f"{straggler:g}"]
     for key, value in all_sets.items():
@@ -196,7 +200,8 @@ def dropped(r):
 def print_table(args, best):
     base = best[BASELINE]
     data = f"{args.limit} examples" if args.limit is not None else "the full training set"
-    print(f"\nParameter server: 1 ps, {args.workers} workers, worker 0 {args.straggler:g}x slower; "
+    print(f"\n{os.path.basename(args.job)}: 1 ps, {args.workers} workers, "
+          f"worker 0 {args.straggler:g}x slower; "
           f"{args.epochs} epoch{'s' if args.epochs > 1 else ''} on {data}; best steps/s of "
           f"{args.repeats} run{'s' if args.repeats > 1 else ''} (reference: 1 run)")
     print(f"(a sync step is {args.workers} x 32 examples, an async step 32: compare samples/s "

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+from ckpt_compare import final_ckpt, weights_rel_diff
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
@@ -31,37 +32,6 @@ SMALL = ["--set", "data.train.limit=3000", "--set", "data.eval.limit=1000"]
 def mpirun(n, *args, timeout=600, binary=WORKER):
     return subprocess.run(["mpirun", "--oversubscribe", "-np", str(n), binary, *args],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
-
-
-def final_ckpt(run_dir):
-    with open(os.path.join(run_dir, "checkpoints", "checkpoint")) as f:
-        name = re.match(r'model_checkpoint_path: "(.*)"', f.readline()).group(1)
-    return os.path.join(run_dir, "checkpoints", name)
-
-
-COMPARE = r"""
-import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-worst = 0.0
-for k in a.files:
-    if "/" in k and k.split("/")[-1] in ("m", "v") or k.startswith("input/"):
-        continue
-    x, y = a[k].astype(np.float64), b[k].astype(np.float64)
-    worst = max(worst, float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-12)))
-print(worst)
-"""
-
-
-def weights_rel_diff(tmp_path, ck_a, ck_b):
-    za, zb = tmp_path / "a.npz", tmp_path / "b.npz"
-    for ck, z in ((ck_a, za), (ck_b, zb)):
-        r = subprocess.run([CTRAIN, "ckpt", "export", ck, "--format", "npz", str(z)],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-    r = subprocess.run(["/usr/bin/python3", "-c", COMPARE, str(za), str(zb)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return float(r.stdout)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import pytest
+from ckpt_compare import final_ckpt, weights_rel_diff
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
@@ -38,37 +39,6 @@ def free_port():
 def done_line(out):
     line = [l for l in out.splitlines() if l.startswith("done:")][-1]
     return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.e+-]+)", line)}
-
-
-def final_ckpt(run_dir):
-    with open(os.path.join(run_dir, "checkpoints", "checkpoint")) as f:
-        name = re.match(r'model_checkpoint_path: "(.*)"', f.readline()).group(1)
-    return os.path.join(run_dir, "checkpoints", name)
-
-
-COMPARE = r"""
-import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-worst = 0.0
-for k in a.files:
-    if k.startswith("input/"):
-        continue
-    x, y = a[k].astype(np.float64), b[k].astype(np.float64)
-    worst = max(worst, float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-12)))
-print(worst)
-"""
-
-
-def weights_rel_diff(tmp_path, ck_a, ck_b):
-    za, zb = tmp_path / "a.npz", tmp_path / "b.npz"
-    for ck, z in ((ck_a, za), (ck_b, zb)):
-        r = subprocess.run([CTRAIN, "ckpt", "export", ck, "--format", "npz", str(z)],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-    r = subprocess.run(["/usr/bin/python3", "-c", COMPARE, str(za), str(zb)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return float(r.stdout)
 
 
 class Cluster:
@@ -171,7 +141,7 @@ def test_sync_equals_single_process_on_the_global_batch(tmp_path, n_ps, n_worker
                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"ps={n_ps} workers={n_workers}" in r.stdout
-    diff = weights_rel_diff(tmp_path, final_ckpt(single), final_ckpt(multi))
+    diff = weights_rel_diff(tmp_path, final_ckpt(single), final_ckpt(multi), slots=True)
     assert diff < 1e-5, diff
 
 
@@ -414,26 +384,36 @@ def test_tf_config_and_cluster_file(tmp_path, cluster):
     assert r.returncode == 2 and "says this task is worker 0" in r.stderr, r.stderr
 
 
-def test_slurm_script_with_variables_set_by_hand(tmp_path):
+def test_slurm_and_mpirun_ranks_become_tasks(tmp_path):
     script = os.path.join(ROOT, "scripts", "slurm", "parameter_server.sbatch")
-    task = os.path.join(ROOT, "scripts", "slurm", "ps_task.sh")
-    for path in (script, task):
-        assert subprocess.run(["bash", "-n", path]).returncode == 0
-    assert "#SBATCH" in open(script).read() and "srun" in open(script).read()
-    # srun would run ps_task.sh once per task: run the four tasks by hand
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    text = open(script).read()
+    assert "#SBATCH" in text and "srun" in text
     clean = {k: v for k, v in ENV.items() if not k.startswith(("OMPI_COMM", "SLURM_", "PMIX"))}
-    port = str(free_port())
-    procs = []
-    for rank in range(4):
-        env = {**clean, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "4", "CTRAIN_NUM_PS": "1",
-               "CTRAIN_CHIEF_HOST": "127.0.0.1", "CTRAIN_CHIEF_PORT": port, "JOB": JOB,
-               "CTRAIN_BUILD": BUILD}
-        procs.append(subprocess.Popen(["bash", task, "--set", "train.max_steps=20", *SMALL,
-                                       "--set", f"run_dir={tmp_path}"], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=180) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
-    assert "ps=1 workers=2" in outs[0][0], outs[0]
+    r = subprocess.run(["bash", script, "--print-command"], cwd=ROOT,
+                       env={**clean, "JOB": JOB, "CTRAIN_NUM_PS": "1"}, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "srun" in r.stdout and "--num-ps 1" in r.stdout, r.stderr
+    # what srun starts: the same binary on 4 tasks, each the task of its rank (0 the chief on the
+    # node list's first host, 1 the server, 2 and 3 workers); then the same under mpirun's names
+    for launcher in ("slurm", "mpirun"):
+        port = str(free_port())
+        procs = []
+        for rank in range(4):
+            if launcher == "slurm":
+                env = {**clean, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "4",
+                       "SLURM_LOCALID": str(rank), "SLURM_JOB_NODELIST": "localhost"}
+            else:
+                env = {**clean, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "4",
+                       "OMPI_COMM_WORLD_LOCAL_RANK": str(rank)}
+            env["CTRAIN_CHIEF_PORT"] = port
+            procs.append(subprocess.Popen(
+                [WORKER, "--job", JOB, *PS_JOB, "--num-ps", "1", "--set", "train.max_steps=20",
+                 *SMALL, "--set", f"run_dir={tmp_path / launcher}"], cwd=ROOT, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=180) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
+        assert "ps=1 workers=2" in outs[0][0], outs[0]
 
 
 def test_role_help_and_flags():

@@ -387,3 +387,72 @@ Test(cluster, spec_read_still_works) {
     cr_expect_eq(ct_cluster_spec_read(2, 4, -1, fake_getenv, env, &spec, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "OMPI_COMM_WORLD_RANK") != NULL, "message: %s", err.msg);
 }
+
+/* ---- tasks from a launcher's ranks ---- */
+
+static ct_status from_launcher(const env_var *env, int n_ps, ct_cluster *c, ct_err *err) {
+    ct_cluster_flags none = {0};
+    ct_status st = ct_cluster_read(&none, fake_getenv, (void *)env, c, err);
+    cr_assert_eq(st, CT_OK, "%s", err->msg);
+    return ct_cluster_from_launcher(c, n_ps, fake_getenv, (void *)env, err);
+}
+
+Test(cluster, slurm_ranks_become_chief_servers_and_workers) {
+    const char *want_type[] = {"chief", "ps", "ps", "worker", "worker"};
+    int want_index[] = {0, 0, 1, 0, 1};
+    for (int rank = 0; rank < 5; rank++) {
+        char r[8];
+        snprintf(r, sizeof r, "%d", rank);
+        env_var env[] = {{"SLURM_PROCID", r},
+                         {"SLURM_NTASKS", "5"},
+                         {"SLURM_JOB_NODELIST", "node[07-10,12],login3"},
+                         {NULL, NULL}};
+        ct_cluster c;
+        ct_err err = {0};
+        cr_assert_eq(from_launcher(env, 2, &c, &err), CT_OK, "%s", err.msg);
+        cr_expect_str_eq(ct_task_type_name(c.task_type), want_type[rank]);
+        cr_expect_eq(c.task_index, want_index[rank]);
+        cr_expect_eq(c.n[CT_TASK_PS], 2);
+        cr_expect_eq(c.n[CT_TASK_WORKER], 2);
+        cr_expect_str_eq(c.addr[CT_TASK_CHIEF][0], "node07:7450", "the first node of the list");
+        cr_expect_str_eq(c.addr[CT_TASK_PS][1], "*:0");
+        cr_expect(strstr(c.source, "rank") && strstr(c.source, "SLURM_PROCID"), "%s", c.source);
+        ct_cluster_finish(&c);
+    }
+}
+
+Test(cluster, launcher_host_port_and_errors) {
+    env_var ompi[] = {{"OMPI_COMM_WORLD_RANK", "3"},
+                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"CTRAIN_CHIEF_HOST", "10.0.0.5"},
+                      {"CTRAIN_CHIEF_PORT", "9001"},
+                      {NULL, NULL}};
+    ct_cluster c;
+    ct_err err = {0};
+    cr_assert_eq(from_launcher(ompi, 1, &c, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(c.task_type, CT_TASK_WORKER);
+    cr_expect_eq(c.task_index, 1);
+    cr_expect_str_eq(c.addr[CT_TASK_CHIEF][0], "10.0.0.5:9001");
+    ct_cluster_finish(&c);
+    /* no launcher (or one process): nothing changes */
+    env_var alone[] = {{NULL, NULL}};
+    cr_assert_eq(from_launcher(alone, 1, &c, &err), CT_OK);
+    cr_expect_eq(c.task_type, -1);
+    ct_cluster_finish(&c);
+    /* a task named by a flag wins over the rank */
+    ct_cluster_flags flags = {.task = "ps:0", .chief = "c:1"};
+    cr_assert_eq(ct_cluster_read(&flags, fake_getenv, ompi, &c, &err), CT_OK);
+    cr_assert_eq(ct_cluster_from_launcher(&c, 1, fake_getenv, ompi, &err), CT_OK);
+    cr_expect_eq(c.task_type, CT_TASK_PS);
+    ct_cluster_finish(&c);
+    /* too few tasks, a bad port */
+    env_var two[] = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {NULL, NULL}};
+    cr_expect_eq(from_launcher(two, 1, &c, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "2 tasks") && strstr(err.msg, "leave no worker"), "%s", err.msg);
+    ct_cluster_finish(&c);
+    env_var port[] = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"},
+                      {"CTRAIN_CHIEF_PORT", "70000"}, {NULL, NULL}};
+    cr_expect_eq(from_launcher(port, 1, &c, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "CTRAIN_CHIEF_PORT=\"70000\""), "%s", err.msg);
+    ct_cluster_finish(&c);
+}

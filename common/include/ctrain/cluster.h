@@ -80,6 +80,17 @@ int ct_task_type_parse(const char *name);
 ct_status ct_cluster_read(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
                           ct_cluster *ret, ct_err *err);
 
+/* Tasks from a launcher's ranks (srun, mpirun) when no source above named this process's task:
+ * with a rank and a size from Open MPI, PMIx or Slurm (ct_cluster_spec_read), rank 0 is the
+ * chief, ranks 1..n_ps (at least 1) the parameter servers and the others the workers. The
+ * chief's address is HOST:PORT, HOST being CTRAIN_CHIEF_HOST, else the first host of
+ * SLURM_JOB_NODELIST ("node[01-04],gpu5" -> node01; with srun's block distribution rank 0 runs
+ * there), else localhost, and PORT CTRAIN_CHIEF_PORT (7450); servers listen on any port ("*:0")
+ * and report it. Leaves c alone (CT_OK) when a source named the task or there is no launcher;
+ * CT_EINVAL when the ranks leave no worker or a variable is malformed. */
+ct_status ct_cluster_from_launcher(ct_cluster *c, int n_ps, ct_getenv_fn getenv_fn, void *user,
+                                   ct_err *err);
+
 /* Frees the address lists and empties them (n = 0); accepts NULL, a zeroed cluster and one
  * already finished. */
 void ct_cluster_finish(ct_cluster *c);

@@ -744,3 +744,80 @@ void ct_cluster_finish(ct_cluster *c) {
         c->n[type] = 0;
     }
 }
+
+/* ---- tasks from a launcher's ranks ---- */
+
+/* The first host of a Slurm node list: "node[01-04,07],login2" -> "node01". */
+static void first_host(const char *list, char *out, size_t cap) {
+    size_t n = strcspn(list, ",[");
+    size_t len = n < cap - 1 ? n : cap - 1;
+    memcpy(out, list, len);
+    out[len] = '\0';
+    if (list[n] == '[') {
+        const char *digits = list + n + 1;
+        size_t d = strcspn(digits, "-,]");
+        if (len + d < cap) {
+            memcpy(out + len, digits, d);
+            out[len + d] = '\0';
+        }
+    }
+}
+
+ct_status ct_cluster_from_launcher(ct_cluster *c, int n_ps, ct_getenv_fn getenv_fn, void *user,
+                                   ct_err *err) {
+    ct_getenv_fn get = getenv_fn ? getenv_fn : env_default;
+    if (c->task_type >= 0) {
+        return CT_OK; /* a source named the task: it wins */
+    }
+    ct_cluster_spec spec;
+    ct_status st = ct_cluster_spec_read(-1, -1, -1, get, user, &spec, err);
+    if (st != CT_OK || spec.world_size < 2) {
+        return st; /* no launcher, or one process */
+    }
+    n_ps = n_ps > 0 ? n_ps : 1;
+    int n_workers = spec.world_size - 1 - n_ps;
+    if (n_workers < 1) {
+        return ct_err_set(err, CT_EINVAL,
+                          "cluster spec: %d tasks (%s) leave no worker after the chief and %d "
+                          "parameter server%s (--num-ps)",
+                          spec.world_size, spec.source, n_ps, n_ps == 1 ? "" : "s");
+    }
+    char host[CT_CLUSTER_ADDR_MAX - 8] = "";
+    const char *given = get("CTRAIN_CHIEF_HOST", user), *nodes = get("SLURM_JOB_NODELIST", user);
+    const char *port_text = get("CTRAIN_CHIEF_PORT", user);
+    if (given && given[0]) {
+        snprintf(host, sizeof host, "%s", given);
+    } else if (nodes && nodes[0]) {
+        first_host(nodes, host, sizeof host);
+    }
+    long port = port_text ? strtol(port_text, NULL, 10) : 7450;
+    if (port < 1 || port > 65535) {
+        return ct_err_set(err, CT_EINVAL, "cluster spec: CTRAIN_CHIEF_PORT=\"%s\" is not a port",
+                          port_text);
+    }
+    int counts[CT_TASK_TYPES] = {[CT_TASK_CHIEF] = 1, [CT_TASK_PS] = n_ps,
+                                 [CT_TASK_WORKER] = n_workers};
+    ct_cluster_finish(c);
+    for (int type = 0; type < CT_TASK_TYPES; type++) {
+        if (!counts[type]) {
+            continue;
+        }
+        c->addr[type] = calloc((size_t)counts[type], sizeof *c->addr[type]);
+        if (!c->addr[type]) {
+            ct_cluster_finish(c);
+            return ct_err_set(err, CT_ENOMEM, "cluster spec: out of memory");
+        }
+        c->n[type] = counts[type];
+        for (int i = 0; i < counts[type]; i++) { /* servers listen on any port and report it */
+            snprintf(c->addr[type][i], CT_CLUSTER_ADDR_MAX, type == CT_TASK_CHIEF ? "%s:%ld"
+                                                                                : "*:0",
+                     host[0] ? host : "localhost", port);
+        }
+    }
+    int r = spec.rank;
+    c->task_type = r == 0 ? CT_TASK_CHIEF : r <= n_ps ? CT_TASK_PS : CT_TASK_WORKER;
+    c->task_index = r == 0 ? 0 : r <= n_ps ? r - 1 : r - 1 - n_ps;
+    snprintf(c->source, sizeof c->source, "rank %d of %d (%.60s)", r, spec.world_size,
+             spec.source);
+    return CT_OK;
+}

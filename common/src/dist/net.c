@@ -4,8 +4,10 @@
  * address. */
 #include "ctrain/net.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -673,6 +675,42 @@ static int zap_handler_present(void) {
     return present;
 }
 
+/* libzmq binds to an interface name or a numeric address, not a host name: a host name (as
+ * TF_CONFIG and Slurm give them) is resolved to its IPv4 address here. Other forms, and names
+ * that do not resolve (an interface such as eth0), are left to libzmq. */
+static void resolve_host(char *endpoint, size_t cap) {
+    if (strncmp(endpoint, "tcp://", 6) != 0) {
+        return;
+    }
+    char *host = endpoint + 6, *colon = strrchr(host, ':');
+    if (!colon || *host == '[' || *host == '*') {
+        return;
+    }
+    char name[1024], port[16];
+    size_t len = (size_t)(colon - host);
+    if (len >= sizeof name || strlen(colon + 1) >= sizeof port) {
+        return;
+    }
+    memcpy(name, host, len);
+    name[len] = '\0';
+    snprintf(port, sizeof port, "%s", colon + 1);
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, name, &a4) == 1 || inet_pton(AF_INET6, name, &a6) == 1) {
+        return;
+    }
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(name, NULL, &hints, &res) != 0 || !res) {
+        return;
+    }
+    char ip[INET_ADDRSTRLEN];
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)res->ai_addr;
+    if (inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip)) {
+        snprintf(endpoint, cap, "tcp://%s:%s", ip, port);
+    }
+    freeaddrinfo(res);
+}
+
 ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_t cap,
                       ct_err *err) {
     char endpoint[1100];
@@ -680,6 +718,7 @@ ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_
     if (st != CT_OK) {
         return st;
     }
+    resolve_host(endpoint, sizeof endpoint);
     int curve_server = 0;
     size_t option_len = sizeof curve_server;
     if (zmq_getsockopt(sock, ZMQ_CURVE_SERVER, &curve_server, &option_len) == 0 && curve_server &&

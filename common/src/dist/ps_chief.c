@@ -36,8 +36,8 @@
 #define POLL_MS 50
 #define TAKEOVER_S 1.5 /* a registration replaces one that has been silent this long */
 #define DONE_GRACE_S 3.0
-#define STOP_SAVE_S 15.0
-#define SETTLE_S 1.0     /* async: from the last report to the final snapshot */ /* a stop waits this long for the servers' snapshot */
+#define STOP_SAVE_S 15.0 /* a stop waits this long for the servers' snapshot */
+#define SETTLE_S 1.0     /* async: from the last report to the final snapshot */
 #define MAX_OUT 4      /* tasks a worker may hold */
 
 typedef struct task {
@@ -394,8 +394,8 @@ static ct_status end_epoch(chief *c, int64_t e, ct_err *err) {
     }
     /* steps of this epoch: sync, versions (each is one global batch); async, finished tasks */
     int64_t lo = e * c->steps_per_epoch, hi = lo + c->steps_per_epoch;
-    int64_t steps = c->job->ps.async ? c->epoch_done[e]
-                                     : (c->step < hi ? c->step : hi) - (c->step > lo ? lo : c->step);
+    int64_t done = c->step < hi ? c->step : hi;
+    int64_t steps = c->job->ps.async ? c->epoch_done[e] : done - (c->step > lo ? lo : c->step);
     double seconds = s->first_report > 0 ? ct__now() - s->first_report : 0.0;
     double loss = s->examples > 0 ? s->loss / s->examples : NAN;
     double acc = s->examples > 0 ? s->accuracy / s->examples : NAN;

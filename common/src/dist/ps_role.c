@@ -57,6 +57,15 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
         fprintf(stderr, "%s: %s\n", role, err.msg);
         return EXIT_BAD_INPUT;
     }
+    int launched = cl.task_type < 0; /* by srun or mpirun: the rank says which task */
+    if (ct_cluster_from_launcher(&cl, f->n_ps, NULL, NULL, &err) != CT_OK) {
+        fprintf(stderr, "%s: %s\n", role, err.msg);
+        ct_cluster_finish(&cl);
+        return EXIT_BAD_INPUT;
+    }
+    if (launched && cl.task_type >= 0) {
+        type = cl.task_type; /* any role binary becomes the task of its rank */
+    }
     int rc = 0;
     int index = cl.task_index >= 0 ? cl.task_index : 0;
     if (cl.task_type >= 0 && cl.task_type != type) {

@@ -244,7 +244,8 @@ static ct_status drain(worker *w, ct_err *err) {
         ct__msg_free(&w->msg);
     }
     for (int s = 0; st == CT_OK && s < w->n_servers; s++) {
-        while (w->sock[s] && ct__msg_recv(w->sock[s], 0, w->job_id, &w->msg, &bad) != CT_ETIMEDOUT) {
+        while (w->sock[s] &&
+               ct__msg_recv(w->sock[s], 0, w->job_id, &w->msg, &bad) != CT_ETIMEDOUT) {
             if (!w->msg.env) {
                 ct_log(CT_LOG_WARN, "%s: dropped a bad message from ps %d: %s", w->who, s,
                        bad.msg);

@@ -58,7 +58,7 @@ static void usage(FILE *f, const char *role) {
             "  --cluster FILE      a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
             "  --bind HOST:PORT    where a chief or server listens (port 0: any free port)\n"
             "  --num-ps M, --num-workers N  the chief: how many (default: the cluster's lists)\n"
-            "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= --set strategy.keys=DIR)\n"
+            "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
             "  --slow-factor F     benchmarks only: a worker sleeps (F - 1) x its compute time\n"
             "\n"
             "exit codes: 0 success, 1 runtime failure, 2 bad input, 3 a stalled rank (named by\n"
