@@ -184,7 +184,11 @@ def test_async_policies_train_and_log_staleness(tmp_path, policy):
 # ---- failures ----
 
 def test_async_goes_on_without_a_killed_worker(cluster):
-    c = cluster(1, 2, "--set", "strategy.mode=async", "--set", "train.epochs=5")
+    # Async gradients land on parameters 1-3 versions newer than those they came from: at a
+    # constant learning rate the last epoch's test accuracy wanders (85.6-87.1% over six runs
+    # here), so this job decays it (cosine), as async training usually does: 87.3-87.5%
+    c = cluster(1, 2, "--set", "strategy.mode=async", "--set", "train.epochs=5",
+                "--set", "optimizer.schedule.type=cosine")
     c.start_all()
     c.wait_for("chief", r"epoch 1/5")
     c.procs["worker1"].send_signal(signal.SIGKILL)
@@ -197,18 +201,19 @@ def test_async_goes_on_without_a_killed_worker(cluster):
 
 def test_sync_with_a_backup_worker_goes_on(cluster):
     # Backup workers drop b of every N slices by design (Chen et al. 2016): with 3 workers and 1
-    # backup, a third of each global batch of 48 is never applied, so the job trains 7 epochs to
-    # apply about as many examples as 5 epochs do (it measured 86.8% after 5 and 87.0% after 7)
-    c = cluster(1, 3, "--set", "strategy.backup_workers=1", "--set", "train.epochs=7",
+    # backup, a third of each global batch of 48 is never applied, so the job trains 8 epochs:
+    # 10,000 updates of 32 examples, as many as 5 epochs of the single-process job make (it
+    # measured 86.7-87.1% after 7 epochs, too close to the bar for a test)
+    c = cluster(1, 3, "--set", "strategy.backup_workers=1", "--set", "train.epochs=8",
                 "--set", "train.batch_size=16")
     c.start_all()
-    c.wait_for("chief", r"epoch 1/7")
+    c.wait_for("chief", r"epoch 1/8")
     c.procs["worker2"].send_signal(signal.SIGKILL)
     c.wait_for("chief", r"worker 2 lost .*; sync training goes on with 2 workers "
                         r"\(strategy.backup_workers 1\)")
     assert c.finish() == 0, c.log("chief")
     d = done_line(c.log("chief"))
-    assert d["epochs"] == 7 and d["test_accuracy"] >= BAR, c.log("chief")
+    assert d["epochs"] == 8 and d["test_accuracy"] >= BAR, c.log("chief")
 
 
 def test_sync_waits_for_a_killed_worker_and_goes_on_when_it_is_back(cluster):
@@ -222,6 +227,22 @@ def test_sync_waits_for_a_killed_worker_and_goes_on_when_it_is_back(cluster):
     assert c.finish() == 0, c.log("chief")
     d = done_line(c.log("chief"))
     assert d["epochs"] == 5 and d["steps"] == 5 * 938 and d["test_accuracy"] >= BAR
+
+
+def test_a_worker_restarted_at_once_waits_for_its_predecessor_to_be_declared_lost(cluster):
+    # a supervisor restarts a killed worker immediately: the chief has not noticed the old one
+    # is gone, so the new one is told "busy" and asks again until the old one is declared lost
+    c = cluster(1, 2, *SMALL, "--set", "train.max_steps=200")
+    c.start_all()
+    c.wait_for("chief", r"all 1 servers and 2 workers registered")
+    time.sleep(0.5)
+    c.procs["worker1"].send_signal(signal.SIGKILL)
+    c.procs["worker1"].wait()
+    c.worker(1, name="worker1-again")
+    c.wait_for("chief", r"worker 1 is back")
+    assert c.finish() == 0, c.log("chief")
+    assert done_line(c.log("chief"))["steps"] == 200
+    assert "refused" not in c.log("worker1-again"), c.log("worker1-again")
 
 
 def test_a_killed_server_is_restarted_and_restored_from_the_last_checkpoint(tmp_path):

@@ -576,6 +576,9 @@ static void dispatch(chief *c) {
 /* Puts a worker's unfinished tasks back for the others. */
 static void requeue(chief *c, slot *s) {
     for (int k = 0; k < s->n_out; k++) {
+        /* a task is outstanding at one worker or waiting here, never both: the room for every
+         * worker's MAX_OUT always suffices */
+        CT_ASSERT(c->n_requeued < c->n_workers * MAX_OUT);
         c->requeued[c->n_requeued++] = task_id(c, s->out[k]);
     }
     s->n_out = 0;
@@ -659,7 +662,7 @@ static void on_register(chief *c) {
     const ct__env *env = c->msg.env;
     const Ctrain__Ps__Register *reg = env->reg;
     char why[400] = "";
-    int role = env->role, index = env->index;
+    int role = env->role, index = env->index, busy = 0;
     slot *list = role == CTRAIN__PS__ROLE__PS       ? c->ps
                  : role == CTRAIN__PS__ROLE__WORKER ? c->workers
                                                     : NULL;
@@ -679,8 +682,18 @@ static void on_register(chief *c) {
                ct__now() - list[index].last_heard < TAKEOVER_S &&
                !(list[index].peer_len == c->msg.peer_len &&
                  !memcmp(list[index].peer, c->msg.peer, c->msg.peer_len))) {
-        snprintf(why, sizeof why, "%s %d is already registered (pid %d on %s)", role_name(role),
-                 index, list[index].pid, list[index].host);
+        snprintf(why, sizeof why, "busy: %s %d is registered by a live process (pid %d on %s)",
+                 role_name(role), index, list[index].pid, list[index].host);
+        busy = 1;
+    }
+    if (why[0] && busy) {
+        /* a restarted process may register before its predecessor's silence is noticed: it
+         * asks again each second until the slot is free (a true duplicate gives up) */
+        ct__env e = CTRAIN__PS__ENVELOPE__INIT;
+        e.kind = CTRAIN__PS__KIND__ERROR;
+        e.error = why;
+        ct__msg_send(c->router, c->msg.peer, c->msg.peer_len, &e, c->job_id, NULL, NULL, 0, NULL);
+        return;
     }
     if (why[0]) {
         ct_log(CT_LOG_WARN, "chief: refused a registration: %s", why);
@@ -814,6 +827,13 @@ static ct_status handle(chief *c, ct_err *err) {
                          NULL);
         } else {
             s->last_heard = ct__now();
+            if (!s->live && c->state != CTRAIN__PS__STATE__DONE) {
+                /* declared lost, but it was only slow or stopped (SIGSTOP): it is back, and a
+                 * server among them brings a restore (see advance) */
+                s->live = 1;
+                say(c, "%s %d is back (it was silent, not gone)", role_name(role),
+                    (int)(s - (role == CTRAIN__PS__ROLE__PS ? c->ps : c->workers)));
+            }
             switch (env->kind) {
             case CTRAIN__PS__KIND__HEARTBEAT:
                 on_heartbeat(c, s, role);

@@ -167,6 +167,15 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
             l->last_register = 0.0;
             return 1;
         }
+        if (env->error && !strncmp(env->error, "busy: ", 6) && !l->registered) {
+            /* our predecessor's silence is not noticed yet: ask again (ct__link_tick), up to
+             * the chief timeout; a live process that really holds the task keeps it */
+            l->busy_since = l->busy_since > 0 ? l->busy_since : ct__now();
+            if (ct__now() - l->busy_since > l->timeout_s) {
+                *ret_status = ct_err_set(err, CT_EPEER, "the chief refused us: %s", env->error + 6);
+            }
+            return 1;
+        }
         return 0;
     default:
         return 0;

@@ -39,6 +39,7 @@ typedef struct ct__link {
     double timeout_s;      /* strategy.chief_timeout */
     double last_heard, last_beat, last_register;
     int registered;
+    double busy_since;     /* the chief said our task is held by a live process, since */
     int secure;            /* CURVE keys: a refused key looks like a silent chief */
     ct__view view;
     int view_changed;      /* set when a view arrives; the role clears it */

@@ -484,6 +484,7 @@ static void on_restore(server *s, ct__msg *m) {
     s->count = 0;
     s->examples = 0.0;
     s->restored = 1;
+    memset(s->snap, 0, sizeof s->snap); /* the chief asks again for the new generation */
     ct__env reply = CTRAIN__PS__ENVELOPE__INIT;
     reply.kind = CTRAIN__PS__KIND__RESTORED;
     reply.role = CTRAIN__PS__ROLE__PS;

@@ -518,7 +518,9 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     }
     if (st == CT_OK) {
         w->steps_per_epoch = ct_loader_batches_per_epoch(w->loader);
-        w->total_steps = job->max_steps > 0 ? job->max_steps : w->steps_per_epoch * job->epochs;
+        w->total_steps = w->steps_per_epoch * job->epochs; /* the chief's count, exactly */
+        w->total_steps = job->max_steps > 0 && job->max_steps < w->total_steps ? job->max_steps
+                                                                               : w->total_steps;
         w->held = calloc((size_t)(w->plan.n_shards ? w->plan.n_shards : 1), sizeof *w->held);
         if (!w->held) {
             st = ct_err_set(err, CT_ENOMEM, "worker: out of memory");
