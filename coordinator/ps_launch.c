@@ -49,8 +49,8 @@ static int find_binaries(cluster_run *r) {
             snprintf(out[k], PATH_MAX, "%.3800s/../%s/%s", self, dirs[k], names[k]);
         }
         if (access(out[k], X_OK) != 0) {
-            fprintf(stderr, "ctrain: cannot find %s next to %s (or in the build tree)\n",
-                    names[k], self);
+            fprintf(stderr, "ctrain: cannot find %s next to %s (or in the build tree)\n", names[k],
+                    self);
             return -1;
         }
     }
@@ -91,8 +91,8 @@ static int start(void *user, int role, int index, const char *chief_endpoint) {
         return -1;
     }
     if (pid == 0) {
-        setpgid(0, 0);                       /* the terminal's Ctrl-C is for the chief */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);    /* never outlive the chief */
+        setpgid(0, 0);                    /* the terminal's Ctrl-C is for the chief */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the chief */
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         execv(argv[0], (char *const *)argv);
@@ -139,8 +139,8 @@ static void reap_all(cluster_run *r) {
             }
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
-        double waited = (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec -
-                                                                                start.tv_nsec);
+        double waited =
+            (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
         if (!left) {
             return;
         }
@@ -161,8 +161,8 @@ static void reap_all(cluster_run *r) {
     }
 }
 
-ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job,
-                               ct_train_result *ret, ct_err *err) {
+ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct_train_result *ret,
+                               ct_err *err) {
     cluster_run *r = calloc(1, sizeof *r);
     if (!r) {
         return ct_err_set(err, CT_ENOMEM, "ctrain: out of memory");
@@ -170,8 +170,9 @@ ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job,
     r->lc = lc;
     if (find_binaries(r) != 0) {
         free(r);
-        return ct_err_set(err, CT_EINVAL, "the role binaries ctrain-ps and ctrain-worker are "
-                                          "missing (build or install them)");
+        return ct_err_set(err, CT_EINVAL,
+                          "the role binaries ctrain-ps and ctrain-worker are "
+                          "missing (build or install them)");
     }
     ct_net_keys *keys = calloc(1, sizeof *keys);
     ct_net_auth *auth = NULL;

@@ -1,4 +1,5 @@
-/* `ctrain train JOB --ps M --workers N`: a local parameter-server cluster (coordinator/ps_launch.c). */
+/* `ctrain train JOB --ps M --workers N`: a local parameter-server cluster
+ * (coordinator/ps_launch.c). */
 #ifndef CTRAIN_PS_LAUNCH_H
 #define CTRAIN_PS_LAUNCH_H
 
@@ -11,14 +12,14 @@ typedef struct ct_local_cluster {
     int n_sets;
     const char *job_text;
     int n_ps, n_workers;
-    double straggler;        /* benchmarks: worker 0 runs this many times slower (1: off) */
+    double straggler; /* benchmarks: worker 0 runs this many times slower (1: off) */
     int no_resume, quiet;
     volatile int *stop;
 } ct_local_cluster;
 
 /* Runs the chief of `job` here and the servers and workers as child processes; returns the
  * chief's status, with the result in *ret. */
-ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job,
-                               ct_train_result *ret, ct_err *err);
+ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct_train_result *ret,
+                               ct_err *err);
 
 #endif

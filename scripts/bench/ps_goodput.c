@@ -160,8 +160,8 @@ typedef struct ours {
     int servers;
     ct__msg m;
     ct__inflight inflight;
-    uint64_t version;         /* the servers' version: what the next push is computed on */
-    uint64_t held[256];       /* per shard: the version of the parameters held */
+    uint64_t version;   /* the servers' version: what the next push is computed on */
+    uint64_t held[256]; /* per shard: the version of the parameters held */
 } ours;
 
 static int recv_kind(ours *o, void *sock, int router, int kind, double timeout_s) {
@@ -253,8 +253,8 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
     for (int s = 0; s < servers; s++) {
         char task[16];
         snprintf(task, sizeof task, "ps:%d", s);
-        char *argv[] = {(char *)ps_bin, "--job", (char *)job_path, "--chief", o->chief_ep,
-                        "--task", task, NULL};
+        char *argv[] = {(char *)ps_bin, "--job", (char *)job_path, "--chief", o->chief_ep, "--task",
+                        task,           NULL};
         o->pid[s] = spawn(argv);
     }
     for (int got = 0; got < servers; got++) {
@@ -269,8 +269,8 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
     ct_params *p = ct_model_params(o->model);
     for (int s = 0; s < servers; s++) {
         send_view(o, s, CTRAIN__PS__KIND__REGISTERED, CTRAIN__PS__STATE__RUNNING);
-        send_shards(o, s, o->chief, o->peer[s], o->peer_len[s], CTRAIN__PS__KIND__RESTORE,
-                    p->data, 0);
+        send_shards(o, s, o->chief, o->peer[s], o->peer_len[s], CTRAIN__PS__KIND__RESTORE, p->data,
+                    0);
     }
     for (int s = 0; s < servers; s++) {
         if (!recv_kind(o, o->chief, 1, CTRAIN__PS__KIND__RESTORED, 60)) {

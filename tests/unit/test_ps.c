@@ -130,8 +130,8 @@ static ct_job parse_job(const char *text, const char *name, const char *set) {
     ct_job job;
     ct_err err = {0};
     const char *sets[1] = {set};
-    cr_assert_eq(ct_job_parse(text, strlen(text), name, sets, set ? 1 : 0, &job, &err), CT_OK,
-                 "%s", err.msg);
+    cr_assert_eq(ct_job_parse(text, strlen(text), name, sets, set ? 1 : 0, &job, &err), CT_OK, "%s",
+                 err.msg);
     return job;
 }
 
@@ -282,11 +282,11 @@ Test(ps, sockets_drain_a_bad_message_and_go_on) {
 
 typedef struct harness {
     ct_job job;
-    void *chief;              /* ROUTER: this test is the chief */
+    void *chief; /* ROUTER: this test is the chief */
     char chief_ep[256];
     unsigned char ps_peer[256];
     size_t ps_peer_len;
-    void *worker[3];          /* DEALERs to the server */
+    void *worker[3]; /* DEALERs to the server */
     pthread_t thread;
     ct_ps_server_options o;
     ct_status result;
@@ -330,8 +330,8 @@ static void send_view(harness *h, int kind, int state, int n_workers) {
     env.kind = (Ctrain__Ps__Kind)kind;
     env.generation = h->generation;
     env.view = &v;
-    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env,
-                              ct_ps_job_id(&h->job), NULL, NULL, 0, NULL),
+    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job),
+                              NULL, NULL, 0, NULL),
                  CT_OK);
 }
 
@@ -368,8 +368,8 @@ static void restore(harness *h, float w, int n_workers) {
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
     env.restore = &rs;
-    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env,
-                              ct_ps_job_id(&h->job), data, bytes, n, NULL),
+    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job),
+                              data, bytes, n, NULL),
                  CT_OK);
     cr_assert(recv_kind(h, h->chief, 1, CTRAIN__PS__KIND__RESTORED, 5000), "no RESTORED");
     free(zeros);
@@ -440,9 +440,9 @@ static void push(harness *h, int w, float g, uint64_t version, int64_t examples)
     env.examples = examples;
     env.n_tensors = 2;
     env.tensors = ptrs;
-    cr_assert_eq(ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), data, bytes, 2,
-                              NULL),
-                 CT_OK);
+    cr_assert_eq(
+        ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), data, bytes, 2, NULL),
+        CT_OK);
 }
 
 static void pull(harness *h, int w, uint64_t want, uint64_t held) {
@@ -454,9 +454,9 @@ static void pull(harness *h, int w, uint64_t want, uint64_t held) {
     env.version = want;
     env.n_held = 2;
     env.held = held_v;
-    cr_assert_eq(ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), NULL, NULL, 0,
-                              NULL),
-                 CT_OK);
+    cr_assert_eq(
+        ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), NULL, NULL, 0, NULL),
+        CT_OK);
 }
 
 /* Worker w's next PARAMS (waiting up to timeout_ms): the version and the first float. */
@@ -492,8 +492,8 @@ static Ctrain__Ps__Stats stats(harness *h) {
     env.kind = CTRAIN__PS__KIND__SNAPSHOT_REQUEST;
     env.generation = h->generation;
     env.request_id = ++id;
-    ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job), NULL, NULL,
-                 0, NULL);
+    ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job), NULL, NULL, 0,
+                 NULL);
     cr_assert(recv_kind(h, h->chief, 1, CTRAIN__PS__KIND__SNAPSHOT, 5000), "no SNAPSHOT");
     cr_assert_eq(h->m.env->request_id, id);
     cr_assert_not_null(h->m.env->stats);
@@ -573,7 +573,7 @@ Test(ps, async_scale_divides_the_learning_rate_by_the_staleness, .timeout = 60) 
     push(&h, 0, 0.25f, 0, 1); /* staleness 0: w = 1 - 0.25 */
     push(&h, 0, 0.25f, 1, 1); /* 0: w = 0.5 */
     flush(&h, 0);
-    push(&h, 1, 0.5f, 0, 1);  /* 2: lr / 2, w = 0.5 - 0.25 */
+    push(&h, 1, 0.5f, 0, 1); /* 2: lr / 2, w = 0.5 - 0.25 */
     uint64_t v;
     float w;
     pull(&h, 0, 0, 0);

@@ -27,22 +27,22 @@
  * go to servers largest first, each to the least loaded server (ties: the lowest index). The
  * plan is a function of the model and M only, so every role computes the same one. */
 typedef struct ct_ps_shard {
-    int param;          /* index into ct_params */
-    int64_t offset;     /* in floats, into the flat parameter (and gradient, slot) buffers */
-    int64_t size;       /* floats */
-    int server;         /* owner */
-    int local;          /* position among the owner's shards */
+    int param;             /* index into ct_params */
+    int64_t offset;        /* in floats, into the flat parameter (and gradient, slot) buffers */
+    int64_t size;          /* floats */
+    int server;            /* owner */
+    int local;             /* position among the owner's shards */
     int64_t server_offset; /* in floats, into the owner's flat buffer (64-byte aligned) */
 } ct_ps_shard;
 
 typedef struct ct_ps_plan {
     int n_servers;
     int n_shards;
-    ct_ps_shard *shards;   /* ordered by server, then local position */
-    int *first;            /* [n_servers + 1]: server s holds shards first[s] .. first[s+1]-1 */
-    int64_t *floats;       /* [n_servers]: the floats each server holds (its buffer, padded) */
-    int64_t *load;         /* [n_servers]: the floats of variables each server holds */
-    int64_t total;         /* floats of trainable variables */
+    ct_ps_shard *shards; /* ordered by server, then local position */
+    int *first;          /* [n_servers + 1]: server s holds shards first[s] .. first[s+1]-1 */
+    int64_t *floats;     /* [n_servers]: the floats each server holds (its buffer, padded) */
+    int64_t *load;       /* [n_servers]: the floats of variables each server holds */
+    int64_t total;       /* floats of trainable variables */
 } ct_ps_plan;
 
 /* Makes the plan for the trainable parameters of p over n_servers servers; max_shard_bytes 0
@@ -61,12 +61,12 @@ uint64_t ct_ps_job_id(const ct_job *job);
 
 /* ---- the parameter server ---- */
 typedef struct ct_ps_server_options {
-    int index;                /* this server's task index */
-    int n_servers;            /* 0: as the chief says; otherwise checked against it */
-    const char *bind;         /* address to bind ("127.0.0.1:0" when NULL) */
-    const char *chief;        /* the chief's endpoint */
-    const ct_net_keys *keys;  /* NULL or disabled: plain TCP */
-    volatile int *stop;       /* raised by a signal: leave the loop (may be NULL) */
+    int index;               /* this server's task index */
+    int n_servers;           /* 0: as the chief says; otherwise checked against it */
+    const char *bind;        /* address to bind ("127.0.0.1:0" when NULL) */
+    const char *chief;       /* the chief's endpoint */
+    const ct_net_keys *keys; /* NULL or disabled: plain TCP */
+    volatile int *stop;      /* raised by a signal: leave the loop (may be NULL) */
 } ct_ps_server_options;
 
 /* Runs parameter server `index` of job until the chief says the job is done: registers with
@@ -81,7 +81,7 @@ typedef struct ct_ps_worker_options {
     const char *chief;
     const ct_net_keys *keys;
     volatile int *stop;
-    double slow_factor;  /* benchmarks only: sleep (factor - 1) x the compute time per step */
+    double slow_factor; /* benchmarks only: sleep (factor - 1) x the compute time per step */
 } ct_ps_worker_options;
 
 /* Runs worker `index` until the chief says the job is done (CT_OK), *stop is raised (CT_EINTR),
@@ -102,13 +102,13 @@ typedef struct ct_ps_launcher {
 
 typedef struct ct_ps_chief_options {
     int n_servers, n_workers;
-    const char *bind;             /* the chief's address ("127.0.0.1:0" when NULL) */
+    const char *bind; /* the chief's address ("127.0.0.1:0" when NULL) */
     const ct_net_keys *keys;
-    const char *job_text;         /* stored in checkpoints */
+    const char *job_text; /* stored in checkpoints */
     int no_resume;
     int quiet;
-    FILE *out;                    /* progress lines; NULL: stdout */
-    volatile int *stop;           /* a signal: save a checkpoint, stop everyone, CT_EINTR */
+    FILE *out;                      /* progress lines; NULL: stdout */
+    volatile int *stop;             /* a signal: save a checkpoint, stop everyone, CT_EINTR */
     const ct_ps_launcher *launcher; /* NULL: cluster mode (roles are started by someone else) */
     /* Called once the chief is listening, with its endpoint (may be NULL). */
     void (*listening)(void *user, const char *endpoint);

@@ -38,7 +38,7 @@
 #define DONE_GRACE_S 3.0
 #define STOP_SAVE_S 15.0 /* a stop waits this long for the servers' snapshot */
 #define SETTLE_S 1.0     /* async: from the last report to the final snapshot */
-#define MAX_OUT 4      /* tasks a worker may hold */
+#define MAX_OUT 4        /* tasks a worker may hold */
 
 typedef struct task {
     int64_t epoch, index;
@@ -85,29 +85,29 @@ typedef struct chief {
     char endpoint[CT_PS_ENDPOINT_MAX];
     int state;
     uint64_t generation;
-    uint64_t max_seen;        /* the largest generation a role has told us of */
+    uint64_t max_seen; /* the largest generation a role has told us of */
     char message[512];
     ct__msg msg;
     char ckpt_dir[PATH_MAX];
-    int64_t step;             /* steps done, as far as the chief knows */
+    int64_t step; /* steps done, as far as the chief knows */
     /* async dispatch */
-    int64_t cursor;           /* the next task never handed out (epoch * spe + index) */
+    int64_t cursor; /* the next task never handed out (epoch * spe + index) */
     int64_t *requeued;
     int n_requeued;
-    unsigned char *finished;  /* [total_steps] */
-    int64_t first_open;       /* every task before it is finished */
+    unsigned char *finished; /* [total_steps] */
+    int64_t first_open;      /* every task before it is finished */
     int64_t completed;
-    int64_t *epoch_done;      /* tasks finished per epoch */
+    int64_t *epoch_done; /* tasks finished per epoch */
     /* snapshots */
     uint64_t snap_id;
     int snap_active, snap_got;
-    int64_t snap_at;          /* the step it stands for */
+    int64_t snap_at;           /* the step it stands for */
     uint64_t snap_lo, snap_hi; /* the servers' versions in their answers */
     int64_t last_snap_step;
-    int64_t next_point;       /* async: the completed count of the next snapshot */
-    double final_due;         /* async: when the final snapshot may be asked for */
+    int64_t next_point; /* async: the completed count of the next snapshot */
+    double final_due;   /* async: when the final snapshot may be asked for */
     int stopping;
-    int restoring;            /* waiting for RESTORED */
+    int restoring; /* waiting for RESTORED */
     double paused_since;
     /* metrics */
     epoch_sums *epochs;
@@ -131,8 +131,9 @@ static task task_of(const chief *c, int64_t id) {
 }
 
 static const char *role_name(int role) {
-    return role == CTRAIN__PS__ROLE__PS ? "ps" : role == CTRAIN__PS__ROLE__WORKER ? "worker"
-                                                                                    : "role";
+    return role == CTRAIN__PS__ROLE__PS       ? "ps"
+           : role == CTRAIN__PS__ROLE__WORKER ? "worker"
+                                              : "role";
 }
 
 static void say(chief *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -234,8 +235,8 @@ static void send_restore(chief *c) {
                 r->slot = (uint32_t)j;
                 r->bytes = (uint64_t)sh->size * sizeof(float);
                 ptrs[k * per + j] = r;
-                data[k * per + j] = (j == 0 ? c->p->data : ct_optimizer_slot(opt, j - 1)) +
-                                    sh->offset;
+                data[k * per + j] =
+                    (j == 0 ? c->p->data : ct_optimizer_slot(opt, j - 1)) + sh->offset;
                 bytes[k * per + j] = r->bytes;
             }
         }
@@ -331,8 +332,7 @@ static void log_interval(chief *c) {
             c->ps[s].staleness_logged[b] = c->ps[s].staleness[b];
         }
     }
-    float lr = ct_optimizer_learning_rate(ct_trainer_optimizer(c->t), c->step - 1,
-                                          c->total_steps);
+    float lr = ct_optimizer_learning_rate(ct_trainer_optimizer(c->t), c->step - 1, c->total_steps);
     if (c->train_ev) {
         ct_events *ev = c->train_ev;
         struct {
@@ -403,8 +403,8 @@ static ct_status end_epoch(chief *c, int64_t e, ct_err *err) {
         fprintf(c->out,
                 "epoch %lld/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f "
                 "test_accuracy=%.4f seconds=%.1f samples_per_s=%.0f\n",
-                (long long)e + 1, c->job->epochs, (long long)steps, loss, acc, test_loss,
-                test_acc, seconds, seconds > 0 ? s->examples / seconds : 0.0);
+                (long long)e + 1, c->job->epochs, (long long)steps, loss, acc, test_loss, test_acc,
+                seconds, seconds > 0 ? s->examples / seconds : 0.0);
         fflush(c->out);
     }
     c->result.epochs = (int)e + 1;
@@ -437,8 +437,9 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
         /* sync servers answer at the version asked for; one already past it answers later
          * than asked, and a checkpoint must be labelled with what it holds */
         if (c->snap_lo != c->snap_hi) {
-            say(c, "warning: the servers answered the snapshot at versions %llu to %llu; not "
-                   "saving it",
+            say(c,
+                "warning: the servers answered the snapshot at versions %llu to %llu; not "
+                "saving it",
                 (unsigned long long)c->snap_lo, (unsigned long long)c->snap_hi);
             request_snapshot(c, next_sync_point(c, (int64_t)c->snap_hi));
             return CT_OK;
@@ -510,20 +511,20 @@ static ct_status on_snapshot(chief *c, slot *s, ct_err *err) {
     int per = 1 + ct_optimizer_slot_count(opt);
     int first = c->plan.first[index], m = c->plan.first[index + 1] - first;
     if (env->n_tensors != (size_t)(m * per)) {
-        return fail(c, CT_EPROTO, err, "ps %d sent a snapshot of %zu tensors, expected %d",
-                    index, env->n_tensors, m * per);
+        return fail(c, CT_EPROTO, err, "ps %d sent a snapshot of %zu tensors, expected %d", index,
+                    env->n_tensors, m * per);
     }
     for (int k = 0; k < m * per; k++) {
         const Ctrain__Ps__TensorRef *r = env->tensors[k];
         const ct_ps_shard *sh = &c->plan.shards[first + k / per];
         if ((int)r->shard != first + k / per || (int)r->slot != k % per ||
             r->bytes != (uint64_t)sh->size * sizeof(float)) {
-            return fail(c, CT_EPROTO, err, "ps %d sent a snapshot with tensor %d for shard %u "
-                                           "slot %u, expected shard %d slot %d",
+            return fail(c, CT_EPROTO, err,
+                        "ps %d sent a snapshot with tensor %d for shard %u "
+                        "slot %u, expected shard %d slot %d",
                         index, k, r->shard, r->slot, first + k / per, k % per);
         }
-        float *dst = (k % per == 0 ? c->p->data : ct_optimizer_slot(opt, k % per - 1)) +
-                     sh->offset;
+        float *dst = (k % per == 0 ? c->p->data : ct_optimizer_slot(opt, k % per - 1)) + sh->offset;
         memcpy(dst, ct__msg_tensor(&c->msg, k), (size_t)r->bytes);
     }
     c->snap_lo = env->version < c->snap_lo ? env->version : c->snap_lo;
@@ -676,8 +677,8 @@ static void on_register(chief *c) {
         snprintf(why, sizeof why, "a %s cannot register with a parameter-server chief",
                  role_name(role));
     } else if (index < 0 || index >= n) {
-        snprintf(why, sizeof why, "%s %d is outside this job's %d %s tasks", role_name(role),
-                 index, n, role_name(role));
+        snprintf(why, sizeof why, "%s %d is outside this job's %d %s tasks", role_name(role), index,
+                 n, role_name(role));
     } else if (list[index].registered && list[index].live &&
                ct__now() - list[index].last_heard < TAKEOVER_S &&
                !(list[index].peer_len == c->msg.peer_len &&
@@ -854,8 +855,8 @@ static ct_status handle(chief *c, ct_err *err) {
                 break;
             default:
                 ct_log(CT_LOG_WARN, "chief: %s %d sent %s, which the chief does not take",
-                       role_name(role), (int)(s - (role == CTRAIN__PS__ROLE__PS ? c->ps
-                                                                                 : c->workers)),
+                       role_name(role),
+                       (int)(s - (role == CTRAIN__PS__ROLE__PS ? c->ps : c->workers)),
                        ct__kind_name(env->kind));
             }
         }
@@ -966,8 +967,9 @@ static ct_status check_roles(chief *c, ct_err *err) {
             slot *s = &list[i];
             int exited = l && l->alive && !l->alive(l->user, task, i);
             if (!s->registered && exited && c->state != CTRAIN__PS__STATE__DONE) {
-                return fail(c, CT_EPEER, err, "%s %d exited before it registered (see its "
-                                              "message above)",
+                return fail(c, CT_EPEER, err,
+                            "%s %d exited before it registered (see its "
+                            "message above)",
                             role_name(role), i);
             }
             if (!s->live || !(now - s->last_heard > timeout || exited) ||
@@ -984,25 +986,27 @@ static ct_status check_roles(chief *c, ct_err *err) {
             if (role == CTRAIN__PS__ROLE__PS) {
                 c->state = CTRAIN__PS__STATE__PAUSED;
                 c->restoring = 0;
-                say(c, "ps %d lost (%s); training pauses until it is back, then every server "
-                       "restarts from the last checkpoint",
+                say(c,
+                    "ps %d lost (%s); training pauses until it is back, then every server "
+                    "restarts from the last checkpoint",
                     i, why);
             } else {
                 requeue(c, s);
                 int live = count_live(c->workers, c->n_workers);
                 int need = c->n_workers - c->job->ps.backup_workers;
                 if (c->job->ps.async) {
-                    say(c, "worker %d lost (%s); async training goes on with %d worker%s", i,
-                        why, live, live == 1 ? "" : "s");
+                    say(c, "worker %d lost (%s); async training goes on with %d worker%s", i, why,
+                        live, live == 1 ? "" : "s");
                 } else if (live >= need) {
-                    say(c, "worker %d lost (%s); sync training goes on with %d workers "
-                           "(strategy.backup_workers %d)",
+                    say(c,
+                        "worker %d lost (%s); sync training goes on with %d workers "
+                        "(strategy.backup_workers %d)",
                         i, why, live, c->job->ps.backup_workers);
                 } else {
-                    say(c, "worker %d lost (%s); sync training waits for it to be restarted "
-                           "(%d live, %d needed: strategy.backup_workers %d), up to %.0f s",
-                        i, why, live, need, c->job->ps.backup_workers,
-                        c->job->ps.register_timeout);
+                    say(c,
+                        "worker %d lost (%s); sync training waits for it to be restarted "
+                        "(%d live, %d needed: strategy.backup_workers %d), up to %.0f s",
+                        i, why, live, need, c->job->ps.backup_workers, c->job->ps.register_timeout);
                 }
                 dispatch(c);
             }
@@ -1125,8 +1129,7 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
                 request_snapshot(c, next_sync_point(c, c->step));
             }
             dispatch(c);
-        } else if (!c->restoring && count_live(c->ps, c->n_ps) == c->n_ps &&
-                   all_registered(c)) {
+        } else if (!c->restoring && count_live(c->ps, c->n_ps) == c->n_ps && all_registered(c)) {
             restore_from_checkpoint(c, err);
         } else {
             st = check_deadlines(c, err);
@@ -1153,9 +1156,11 @@ static void begin_stop(chief *c) {
         /* sync: a version a few steps ahead, which every server snapshots exactly (the workers
          * go on until then); async: the state as it is */
         int64_t at = c->job->ps.async ? c->step : c->step + 3;
-        say(c, "interrupted: saving the servers' state%s", c->job->ps.async ? "" : " (sync: a "
-                                                                                    "few steps "
-                                                                                    "ahead)");
+        say(c, "interrupted: saving the servers' state%s",
+            c->job->ps.async ? ""
+                             : " (sync: a "
+                               "few steps "
+                               "ahead)");
         request_snapshot(c, at < c->total_steps ? at : c->total_steps);
     } else {
         c->state = CTRAIN__PS__STATE__DONE;
@@ -1189,10 +1194,9 @@ static ct_status setup(chief *c, ct_err *err) {
     if (st != CT_OK) {
         return ct_err_prefix(err, "%s: data.train", job->path);
     }
-    if (job->has_eval_data && (st = ct_dataset_load_idx(job->eval_data.images,
-                                                        job->eval_data.labels,
-                                                        job->eval_data.limit, &c->eval, err)) !=
-                                  CT_OK) {
+    if (job->has_eval_data &&
+        (st = ct_dataset_load_idx(job->eval_data.images, job->eval_data.labels,
+                                  job->eval_data.limit, &c->eval, err)) != CT_OK) {
         return ct_err_prefix(err, "%s: data.eval", job->path);
     }
     if ((st = ct_trainer_create(job, &c->t, err)) != CT_OK) {
@@ -1230,8 +1234,7 @@ static ct_status setup(chief *c, ct_err *err) {
     if (job->checkpoint.dir[0]) {
         snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", job->checkpoint.dir);
     } else {
-        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.*s/checkpoints", PATH_MAX - 16,
-                 job->run_dir);
+        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.*s/checkpoints", PATH_MAX - 16, job->run_dir);
     }
     if ((st = ct_trainer_set_checkpointing(c->t, c->ckpt_dir, c->o->job_text, err)) != CT_OK) {
         return st;
@@ -1301,8 +1304,9 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
         }
         if (c->stopping && c->state != CTRAIN__PS__STATE__DONE &&
             ct__now() - stop_at > STOP_SAVE_S) {
-            say(c, "interrupted: the servers did not reach the snapshot in %.0f s; the last "
-                   "checkpoint stays the latest",
+            say(c,
+                "interrupted: the servers did not reach the snapshot in %.0f s; the last "
+                "checkpoint stays the latest",
                 STOP_SAVE_S);
             c->state = CTRAIN__PS__STATE__DONE;
         }
@@ -1343,15 +1347,16 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
             stale += c->ps[s].dropped_stale;
             waits += c->ps[s].waits;
         }
-        say(c, "servers applied %llu gradients, dropped %llu late and %llu stale; %llu ssp "
-               "waits",
+        say(c,
+            "servers applied %llu gradients, dropped %llu late and %llu stale; %llu ssp "
+            "waits",
             (unsigned long long)applied, (unsigned long long)late, (unsigned long long)stale,
             (unsigned long long)waits);
     }
     c->result.steps = c->step;
-    c->result.seconds = c->train_seconds > 0  ? c->train_seconds
-                        : c->started > 0 ? ct__now() - c->started
-                                         : 0.0;
+    c->result.seconds = c->train_seconds > 0 ? c->train_seconds
+                        : c->started > 0     ? ct__now() - c->started
+                                             : 0.0;
     c->result.samples_per_s = c->result.seconds > 0 ? (double)c->samples / c->result.seconds : 0;
     *ret = c->result;
     chief_free(c);

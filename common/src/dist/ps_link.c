@@ -58,8 +58,9 @@ ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief,
     l->timeout_s = 120.0;
     l->secure = keys && keys->enabled;
     if (!chief || !chief[0]) {
-        return ct_err_set(err, CT_EINVAL, "no chief address (--chief HOST:PORT, a cluster file "
-                                          "or TF_CONFIG)");
+        return ct_err_set(err, CT_EINVAL,
+                          "no chief address (--chief HOST:PORT, a cluster file "
+                          "or TF_CONFIG)");
     }
     ct_status st = ct_net_socket(ZMQ_DEALER, keys, 0, &l->sock, err);
     if (st == CT_OK) {
@@ -130,13 +131,13 @@ static void take_view(ct__link *l, const ct__env *env) {
 int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err) {
     const ct__env *env = m->env;
     *ret_status = CT_OK;
-    if (env->job_id != l->job_id && !(env->kind == CTRAIN__PS__KIND__REGISTERED && env->error &&
-                                      env->error[0])) {
-        *ret_status = ct_err_set(err, CT_EPEER,
-                                 "the chief at %s runs job %016llx, this process has job %016llx "
-                                 "(another job file, or other --set overrides)",
-                                 l->chief, (unsigned long long)env->job_id,
-                                 (unsigned long long)l->job_id);
+    if (env->job_id != l->job_id &&
+        !(env->kind == CTRAIN__PS__KIND__REGISTERED && env->error && env->error[0])) {
+        *ret_status =
+            ct_err_set(err, CT_EPEER,
+                       "the chief at %s runs job %016llx, this process has job %016llx "
+                       "(another job file, or other --set overrides)",
+                       l->chief, (unsigned long long)env->job_id, (unsigned long long)l->job_id);
         return 1;
     }
     switch (env->kind) {

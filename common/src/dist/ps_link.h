@@ -21,28 +21,28 @@ void ct__sleep(double seconds);
 
 /* The chief's last view of the job, as a role keeps it. */
 typedef struct ct__view {
-    int state;             /* CTRAIN__PS__STATE__* (0 before the first view) */
+    int state; /* CTRAIN__PS__STATE__* (0 before the first view) */
     uint64_t generation;
     int n_ps, n_workers;
     char ps_endpoints[64][CT_PS_ENDPOINT_MAX];
-    int live[1024];        /* live[w]: worker w is alive, as the chief sees it */
+    int live[1024]; /* live[w]: worker w is alive, as the chief sees it */
     uint64_t step;
     char message[512];
 } ct__view;
 
 typedef struct ct__link {
-    void *sock;            /* DEALER to the chief */
+    void *sock; /* DEALER to the chief */
     char chief[CT_PS_ENDPOINT_MAX];
-    int role, index;       /* CTRAIN__PS__ROLE__*, task index */
+    int role, index; /* CTRAIN__PS__ROLE__*, task index */
     uint64_t job_id;
     char endpoint[CT_PS_ENDPOINT_MAX]; /* a server's own endpoint, sent when it registers */
-    double timeout_s;      /* strategy.chief_timeout */
+    double timeout_s;                  /* strategy.chief_timeout */
     double last_heard, last_beat, last_register;
     int registered;
-    double busy_since;     /* the chief said our task is held by a live process, since */
-    int secure;            /* CURVE keys: a refused key looks like a silent chief */
+    double busy_since; /* the chief said our task is held by a live process, since */
+    int secure;        /* CURVE keys: a refused key looks like a silent chief */
     ct__view view;
-    int view_changed;      /* set when a view arrives; the role clears it */
+    int view_changed; /* set when a view arrives; the role clears it */
 } ct__link;
 
 /* Connects to the chief and sends REGISTER. */

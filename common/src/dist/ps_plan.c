@@ -108,9 +108,10 @@ ct_status ct_ps_plan_make(const ct_params *p, int n_servers, int64_t max_shard_b
     }
     for (int k = 0; k < n; k++) {
         int s = owner[k];
-        plan.shards[plan.first[s] + count[s]++] = (ct_ps_shard){
-            .param = pieces[k].param, .offset = pieces[k].offset, .size = pieces[k].size,
-            .server = s};
+        plan.shards[plan.first[s] + count[s]++] = (ct_ps_shard){.param = pieces[k].param,
+                                                                .offset = pieces[k].offset,
+                                                                .size = pieces[k].size,
+                                                                .server = s};
     }
     for (int s = 0; s < n_servers; s++) {
         ct_ps_shard *first = plan.shards + plan.first[s];
@@ -146,8 +147,8 @@ void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap) {
     int64_t largest = 0;
     for (int s = 0; s < plan->n_servers && len < cap; s++) {
         double share = plan->total ? 100.0 * (double)plan->load[s] / (double)plan->total : 0.0;
-        len += (size_t)snprintf(buf + len, cap - len, "%s ps %d %.1f KB (%.1f%%)", s ? "," : "",
-                                s, 4.0 * (double)plan->load[s] / 1000.0, share);
+        len += (size_t)snprintf(buf + len, cap - len, "%s ps %d %.1f KB (%.1f%%)", s ? "," : "", s,
+                                4.0 * (double)plan->load[s] / 1000.0, share);
         largest = plan->load[s] > largest ? plan->load[s] : largest;
     }
     double mean = (double)plan->total / plan->n_servers;
@@ -177,15 +178,35 @@ uint64_t ct_ps_job_id(const ct_job *job) {
         h = fnv(h, &l, sizeof l);
     }
     const ct_optimizer_spec *o = &job->optimizer; /* field by field: the struct has padding */
-    double opt[] = {o->type,     o->learning_rate, o->momentum,     o->nesterov,    o->beta1,
-                    o->beta2,    o->epsilon,       o->rho,          o->weight_decay, o->decay,
-                    o->clip_norm, o->schedule,     (double)o->warmup_steps, (double)o->step_size,
-                    o->gamma,    (double)o->decay_steps, o->min_lr};
+    double opt[] = {o->type,
+                    o->learning_rate,
+                    o->momentum,
+                    o->nesterov,
+                    o->beta1,
+                    o->beta2,
+                    o->epsilon,
+                    o->rho,
+                    o->weight_decay,
+                    o->decay,
+                    o->clip_norm,
+                    o->schedule,
+                    (double)o->warmup_steps,
+                    (double)o->step_size,
+                    o->gamma,
+                    (double)o->decay_steps,
+                    o->min_lr};
     h = fnv(h, opt, sizeof opt);
-    int64_t fields[] = {job->epochs, job->batch_size, job->shuffle, job->max_steps,
-                        job->train_data.limit, job->ps.async, job->ps.backup_workers,
-                        job->ps.staleness_policy, job->ps.staleness_max,
-                        job->ps.max_shard_bytes, job->checkpoint.every_steps};
+    int64_t fields[] = {job->epochs,
+                        job->batch_size,
+                        job->shuffle,
+                        job->max_steps,
+                        job->train_data.limit,
+                        job->ps.async,
+                        job->ps.backup_workers,
+                        job->ps.staleness_policy,
+                        job->ps.staleness_max,
+                        job->ps.max_shard_bytes,
+                        job->checkpoint.every_steps};
     h = fnv(h, fields, sizeof fields);
     return h ? h : 1; /* 0 means "any job" in the decoder */
 }

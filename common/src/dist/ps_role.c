@@ -43,8 +43,9 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
                : !strcmp(role, "ctrain-chief") ? CT_TASK_CHIEF
                                                : CT_TASK_WORKER;
     if (strcmp(job->strategy, "parameter_server") != 0) {
-        fprintf(stderr, "%s: %s: strategy.type is '%s'; %s serves parameter_server jobs (--set "
-                        "strategy.type=parameter_server)\n",
+        fprintf(stderr,
+                "%s: %s: strategy.type is '%s'; %s serves parameter_server jobs (--set "
+                "strategy.type=parameter_server)\n",
                 role, job->path, job->strategy, role);
         return EXIT_BAD_INPUT;
     }
@@ -69,12 +70,13 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
     int rc = 0;
     int index = cl.task_index >= 0 ? cl.task_index : 0;
     if (cl.task_type >= 0 && cl.task_type != type) {
-        fprintf(stderr, "%s: the cluster spec (%s) says this task is %s %d; start %s there, or "
-                        "fix --task / TF_CONFIG\n",
+        fprintf(stderr,
+                "%s: the cluster spec (%s) says this task is %s %d; start %s there, or "
+                "fix --task / TF_CONFIG\n",
                 role, cl.source, ct_task_type_name(cl.task_type), cl.task_index,
-                cl.task_type == CT_TASK_PS ? "ctrain-ps" : cl.task_type == CT_TASK_CHIEF
-                                                               ? "ctrain-chief"
-                                                               : "ctrain-worker");
+                cl.task_type == CT_TASK_PS      ? "ctrain-ps"
+                : cl.task_type == CT_TASK_CHIEF ? "ctrain-chief"
+                                                : "ctrain-worker");
         rc = EXIT_BAD_INPUT;
     } else if (type != CT_TASK_CHIEF && cl.task_index < 0) {
         fprintf(stderr, "%s: which %s is this? give --task %s:INDEX (or TF_CONFIG's task)\n", role,
@@ -83,8 +85,9 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
     }
     const char *chief = cl.n[CT_TASK_CHIEF] > 0 ? cl.addr[CT_TASK_CHIEF][0] : NULL;
     if (!rc && type != CT_TASK_CHIEF && !chief) {
-        fprintf(stderr, "%s: where is the chief? give --chief HOST:PORT (or a cluster file or "
-                        "TF_CONFIG listing it)\n",
+        fprintf(stderr,
+                "%s: where is the chief? give --chief HOST:PORT (or a cluster file or "
+                "TF_CONFIG listing it)\n",
                 role);
         rc = EXIT_BAD_INPUT;
     }
@@ -111,7 +114,7 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
     signal(SIGTERM, on_signal);
     ct_status st;
     if (type == CT_TASK_PS) {
-        const char *bind = f->bind ? f->bind
+        const char *bind = f->bind                    ? f->bind
                            : cl.n[CT_TASK_PS] > index ? cl.addr[CT_TASK_PS][index]
                                                       : NULL;
         ct_ps_server_options o = {.index = index,

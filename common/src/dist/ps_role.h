@@ -17,7 +17,6 @@ typedef struct ct_ps_role_flags {
 
 /* Runs `role` ("ctrain-chief", "ctrain-ps", "ctrain-worker") of a parameter-server job; returns
  * the exit code (0, 1 runtime failure, 2 bad input, 130 SIGINT, 143 SIGTERM). */
-int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
-                    const ct_ps_role_flags *f);
+int ct_ps_role_main(const char *role, ct_job *job, const char *job_text, const ct_ps_role_flags *f);
 
 #endif

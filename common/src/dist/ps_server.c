@@ -36,20 +36,20 @@ typedef struct parked {
     unsigned char peer[CT_PS_ROUTING_ID_MAX];
     size_t peer_len;
     int worker;
-    uint64_t want;        /* sync: the version asked for */
-    uint64_t generation;  /* of the state the worker holds */
-    uint64_t *held;       /* [n_local] */
+    uint64_t want;       /* sync: the version asked for */
+    uint64_t generation; /* of the state the worker holds */
+    uint64_t *held;      /* [n_local] */
 } parked;
 
 typedef struct server {
     const ct_job *job;
     const ct_ps_server_options *o;
     uint64_t job_id;
-    ct_model *model;         /* only for the variables' layout and names */
+    ct_model *model; /* only for the variables' layout and names */
     ct_ps_plan plan;
     const ct_ps_shard *shards; /* this server's shards */
     int n_local;
-    ct_params vars;          /* the shards, one "variable" each */
+    ct_params vars; /* the shards, one "variable" each */
     ct_optimizer *opt;
     uint64_t *shard_version;
     uint64_t version, generation, total_steps;
@@ -76,7 +76,7 @@ typedef struct server {
     ct__link link;
     ct__msg msg;
     char who[32];
-    ct_status fatal;         /* a NaN update: reported to the chief, then the loop ends */
+    ct_status fatal; /* a NaN update: reported to the chief, then the loop ends */
 } server;
 
 static void reply_error(server *s, const ct__msg *m, const char *why) {
@@ -117,8 +117,8 @@ static int check_tensors(server *s, const ct__env *env, int per_shard, char *why
 }
 
 /* Sends PARAMS: every shard newer than the worker holds (all of them across generations). */
-static void send_params(server *s, const unsigned char *peer, size_t peer_len,
-                        uint64_t generation, const uint64_t *held) {
+static void send_params(server *s, const unsigned char *peer, size_t peer_len, uint64_t generation,
+                        const uint64_t *held) {
     Ctrain__Ps__TensorRef refs[s->n_local > 0 ? s->n_local : 1];
     Ctrain__Ps__TensorRef *ptrs[s->n_local > 0 ? s->n_local : 1];
     const void *data[s->n_local > 0 ? s->n_local : 1];
@@ -228,8 +228,8 @@ static void on_pull(server *s, ct__msg *m) {
     const ct__env *env = m->env;
     char why[256];
     if (env->n_held != (size_t)s->n_local) {
-        snprintf(why, sizeof why, "PULL holds %zu shard versions, ps %d has %d shards",
-                 env->n_held, s->o->index, s->n_local);
+        snprintf(why, sizeof why, "PULL holds %zu shard versions, ps %d has %d shards", env->n_held,
+                 s->o->index, s->n_local);
         ct_log(CT_LOG_WARN, "%s: %s (worker %d)", s->who, why, env->index);
         reply_error(s, m, why);
         return;
@@ -274,9 +274,9 @@ static void send_snapshot(server *s, int k) {
                 r->version = s->shard_version[i];
                 r->bytes = (uint64_t)s->shards[i].size * sizeof(float);
                 ptrs[i * per + j] = r;
-                data[i * per + j] = j == 0 ? ct_params_data(&s->vars, i)
-                                           : ct_optimizer_slot(s->opt, j - 1) +
-                                                 s->vars.items[i].offset;
+                data[i * per + j] =
+                    j == 0 ? ct_params_data(&s->vars, i)
+                           : ct_optimizer_slot(s->opt, j - 1) + s->vars.items[i].offset;
                 bytes[i * per + j] = r->bytes;
             }
         }
@@ -325,8 +325,9 @@ static void apply(server *s, const float *const *grads, float lr_scale) {
         for (int k = 0; k < s->n_local && !why[0]; k++) {
             for (int64_t i = 0; i < s->shards[k].size; i++) {
                 if (!isfinite(grads[k][i])) {
-                    snprintf(why, sizeof why, "ps %d: version %llu: gradient of '%s' is %s at "
-                                              "element %lld",
+                    snprintf(why, sizeof why,
+                             "ps %d: version %llu: gradient of '%s' is %s at "
+                             "element %lld",
                              s->o->index, (unsigned long long)s->version, s->vars.items[k].name,
                              isnan(grads[k][i]) ? "NaN" : "Inf", (long long)i);
                     break;
@@ -445,8 +446,8 @@ static void on_push(server *s, ct__msg *m) {
             for (int k = 0; k < s->n_local; k++) {
                 grads[k] = ct__msg_tensor(m, k); /* applied where it arrived: no copy */
             }
-            apply(s, grads, policy == CT_STALENESS_SCALE && staleness > 1 ? 1.0f / (float)staleness
-                                                                          : 1.0f);
+            apply(s, grads,
+                  policy == CT_STALENESS_SCALE && staleness > 1 ? 1.0f / (float)staleness : 1.0f);
             s->applied++;
         }
     }
@@ -660,8 +661,8 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
                         o->n_servers, n_servers);
     }
     if (st == CT_OK && (o->index < 0 || o->index >= n_servers)) {
-        st = ct_err_set(err, CT_EINVAL, "ps index %d is outside the chief's %d servers",
-                        o->index, n_servers);
+        st = ct_err_set(err, CT_EINVAL, "ps index %d is outside the chief's %d servers", o->index,
+                        n_servers);
     }
     if (st == CT_OK) {
         st = ct_ps_plan_make(ct_model_params(s->model), n_servers, job->ps.max_shard_bytes,
@@ -678,8 +679,7 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
             st = ct_err_set(err, CT_EINTR, "ps %d: interrupted", o->index);
             break;
         }
-        zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0},
-                                   {s->link.sock, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0}, {s->link.sock, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, POLL_MS) < 0 && zmq_errno() != EINTR) {
             st = ct_err_set(err, CT_EIO, "ps %d: poll: %s", o->index, zmq_strerror(zmq_errno()));
             break;
@@ -689,8 +689,9 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
             st = handle_chief(s, &done, err);
         }
         if (s->fatal != CT_OK) {
-            st = ct_err_set(err, s->fatal, "ps %d: an update was not finite (reported to the "
-                                           "chief)",
+            st = ct_err_set(err, s->fatal,
+                            "ps %d: an update was not finite (reported to the "
+                            "chief)",
                             o->index);
             break;
         }

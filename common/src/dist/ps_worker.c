@@ -47,20 +47,20 @@ typedef struct worker {
     /* per server */
     void *sock[MAX_SERVERS];
     char endpoint[MAX_SERVERS][CT_PS_ENDPOINT_MAX];
-    uint64_t version[MAX_SERVERS];  /* of the parameters held */
-    uint64_t *held;                 /* [n_shards]: version of each shard held */
-    int pending[MAX_SERVERS];       /* a pull is out */
-    uint64_t want[MAX_SERVERS];     /* the version it asked for */
+    uint64_t version[MAX_SERVERS]; /* of the parameters held */
+    uint64_t *held;                /* [n_shards]: version of each shard held */
+    int pending[MAX_SERVERS];      /* a pull is out */
+    uint64_t want[MAX_SERVERS];    /* the version it asked for */
     double pull_sent[MAX_SERVERS];
-    int have[MAX_SERVERS];          /* parameters of the current generation arrived */
-    uint64_t generation;            /* of the parameters held */
+    int have[MAX_SERVERS]; /* parameters of the current generation arrived */
+    uint64_t generation;   /* of the parameters held */
     /* async tasks */
     task tasks[MAX_TASKS];
     int n_tasks, asked;
     int no_more_tasks;
     ct__link link;
     ct__msg msg;
-    ct__inflight inflight;          /* gradient frames ZeroMQ still sends from p->grad */
+    ct__inflight inflight; /* gradient frames ZeroMQ still sends from p->grad */
     int64_t steps_done;
     char who[32];
 } worker;
@@ -107,8 +107,9 @@ static void take_params(worker *w, int s, ct__msg *m) {
         const Ctrain__Ps__TensorRef *t = env->tensors[k];
         if ((int)t->shard < first || (int)t->shard >= last ||
             t->bytes != (uint64_t)w->plan.shards[t->shard].size * sizeof(float)) {
-            ct_log(CT_LOG_WARN, "%s: ps %d sent shard %u that is not its own, or of the wrong "
-                                "size; ignored",
+            ct_log(CT_LOG_WARN,
+                   "%s: ps %d sent shard %u that is not its own, or of the wrong "
+                   "size; ignored",
                    w->who, s, t->shard);
             continue;
         }
@@ -145,8 +146,8 @@ static ct_status push(worker *w, int64_t examples, ct_err *err) {
         env.examples = examples;
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
-        ct_status st = ct__msg_send_borrowed(w->sock[s], &env, w->job_id, data, bytes, n,
-                                             &w->inflight, err);
+        ct_status st =
+            ct__msg_send_borrowed(w->sock[s], &env, w->job_id, data, bytes, n, &w->inflight, err);
         if (st != CT_OK && st != CT_ETIMEDOUT) { /* a server that is gone loses the gradient */
             return st;
         }
@@ -247,8 +248,7 @@ static ct_status drain(worker *w, ct_err *err) {
         while (w->sock[s] &&
                ct__msg_recv(w->sock[s], 0, w->job_id, &w->msg, &bad) != CT_ETIMEDOUT) {
             if (!w->msg.env) {
-                ct_log(CT_LOG_WARN, "%s: dropped a bad message from ps %d: %s", w->who, s,
-                       bad.msg);
+                ct_log(CT_LOG_WARN, "%s: dropped a bad message from ps %d: %s", w->who, s, bad.msg);
                 continue;
             }
             if (w->msg.env->kind == CTRAIN__PS__KIND__PARAMS) {
@@ -321,8 +321,8 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     /* the last push is sent straight from the gradient buffer: backward may write it again
      * once ZeroMQ has let go of it (long done, in practice) */
     if (ct__inflight_wait(&w->inflight, w->job->ps.register_timeout) != 0) {
-        return ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent within %.0f s",
-                          w->who, w->job->ps.register_timeout);
+        return ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent within %.0f s", w->who,
+                          w->job->ps.register_timeout);
     }
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
@@ -347,8 +347,7 @@ static int next_task(worker *w, uint64_t version, task *ret) {
         if ((int64_t)version >= w->total_steps) {
             return 0; /* the last step is done: wait for the chief's DONE */
         }
-        *ret = (task){(int64_t)version / w->steps_per_epoch,
-                      (int64_t)version % w->steps_per_epoch};
+        *ret = (task){(int64_t)version / w->steps_per_epoch, (int64_t)version % w->steps_per_epoch};
         return 1;
     }
     if (w->n_tasks == 0) {
@@ -519,8 +518,8 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     if (st == CT_OK) {
         w->steps_per_epoch = ct_loader_batches_per_epoch(w->loader);
         w->total_steps = w->steps_per_epoch * job->epochs; /* the chief's count, exactly */
-        w->total_steps = job->max_steps > 0 && job->max_steps < w->total_steps ? job->max_steps
-                                                                               : w->total_steps;
+        w->total_steps =
+            job->max_steps > 0 && job->max_steps < w->total_steps ? job->max_steps : w->total_steps;
         w->held = calloc((size_t)(w->plan.n_shards ? w->plan.n_shards : 1), sizeof *w->held);
         if (!w->held) {
             st = ct_err_set(err, CT_ENOMEM, "worker: out of memory");

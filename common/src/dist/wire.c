@@ -8,9 +8,21 @@
 #include <time.h>
 
 static const char *const kind_names[] = {
-    "UNSPECIFIED", "REGISTER", "REGISTERED", "HEARTBEAT", "VIEW",
-    "REPORT",      "TASK",     "PULL",       "PARAMS",    "PUSH",
-    "RESTORE",     "RESTORED", "SNAPSHOT_REQUEST", "SNAPSHOT", "ERROR",
+    "UNSPECIFIED",
+    "REGISTER",
+    "REGISTERED",
+    "HEARTBEAT",
+    "VIEW",
+    "REPORT",
+    "TASK",
+    "PULL",
+    "PARAMS",
+    "PUSH",
+    "RESTORE",
+    "RESTORED",
+    "SNAPSHOT_REQUEST",
+    "SNAPSHOT",
+    "ERROR",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
@@ -46,8 +58,8 @@ ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, 
     }
     ct_status st = CT_OK;
     if (env->protocol != CT_PS_PROTOCOL) {
-        st = ct_err_set(err, CT_EPROTO, "protocol version %u, this build speaks %d",
-                        env->protocol, CT_PS_PROTOCOL);
+        st = ct_err_set(err, CT_EPROTO, "protocol version %u, this build speaks %d", env->protocol,
+                        CT_PS_PROTOCOL);
     } else if (job_id && env->job_id != job_id) {
         st = ct_err_set(err, CT_EPROTO,
                         "job id %016llx, this job is %016llx (another job's process, or another "
@@ -190,18 +202,16 @@ ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_e
 }
 
 static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
-                             uint64_t job_id, const void *const *data, const size_t *bytes,
-                             int n, ct__inflight *inflight, ct_err *err);
+                             uint64_t job_id, const void *const *data, const size_t *bytes, int n,
+                             ct__inflight *inflight, ct_err *err);
 
-ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
-                       uint64_t job_id, const void *const *data, const size_t *bytes, int n,
-                       ct_err *err) {
+ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env, uint64_t job_id,
+                       const void *const *data, const size_t *bytes, int n, ct_err *err) {
     return send_frames(sock, peer, peer_len, env, job_id, data, bytes, n, NULL, err);
 }
 
-ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id,
-                                const void *const *data, const size_t *bytes, int n,
-                                ct__inflight *inflight, ct_err *err) {
+ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id, const void *const *data,
+                                const size_t *bytes, int n, ct__inflight *inflight, ct_err *err) {
     return send_frames(sock, NULL, 0, env, job_id, data, bytes, n, inflight, err);
 }
 
@@ -244,8 +254,8 @@ static int send_tensor(void *sock, const void *data, size_t bytes, int flags,
 }
 
 static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
-                             uint64_t job_id, const void *const *data, const size_t *bytes,
-                             int n, ct__inflight *inflight, ct_err *err) {
+                             uint64_t job_id, const void *const *data, const size_t *bytes, int n,
+                             ct__inflight *inflight, ct_err *err) {
     env->protocol = CT_PS_PROTOCOL;
     env->job_id = job_id;
     size_t len = ctrain__ps__envelope__get_packed_size(env);
@@ -261,10 +271,10 @@ static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__
         rc = zmq_send(sock, peer, peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ? -1 : 0;
     }
     if (rc == 0) {
-        rc = zmq_msg_send(&head, sock, (n > 0 ? ZMQ_SNDMORE : 0) | (peer_len ? 0 : ZMQ_DONTWAIT)) <
-                     0
-                 ? -1
-                 : 0;
+        rc =
+            zmq_msg_send(&head, sock, (n > 0 ? ZMQ_SNDMORE : 0) | (peer_len ? 0 : ZMQ_DONTWAIT)) < 0
+                ? -1
+                : 0;
     }
     if (rc != 0) {
         int e = zmq_errno();

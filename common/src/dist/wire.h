@@ -16,7 +16,7 @@
 #include "ps.pb-c.h"
 
 #define CT_PS_PROTOCOL 1
-#define CT_PS_MAX_FRAMES 4097                    /* an envelope and up to 4096 tensors */
+#define CT_PS_MAX_FRAMES 4097 /* an envelope and up to 4096 tensors */
 #define CT_PS_MAX_ENVELOPE_BYTES (1u << 20)
 #define CT_PS_MAX_TENSOR_BYTES ((uint64_t)1 << 33) /* 8 GiB: one shard */
 #define CT_PS_ROUTING_ID_MAX 256
@@ -61,9 +61,8 @@ static inline const float *ct__msg_tensor(ct__msg *m, int k) {
  * bytes; copied) to `sock`, behind the routing id `peer` when peer_len > 0. Never waits:
  * CT_ETIMEDOUT when the socket has no peer to queue it for (nothing was sent); CT_EIO with the
  * reason when ZeroMQ refuses. */
-ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env,
-                       uint64_t job_id, const void *const *data, const size_t *bytes, int n,
-                       ct_err *err);
+ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env, uint64_t job_id,
+                       const void *const *data, const size_t *bytes, int n, ct_err *err);
 
 /* Tensor frames handed to ZeroMQ without a copy: the count of those it still holds. The owner
  * of the data waits for zero before it writes the data again. */
@@ -75,9 +74,8 @@ typedef struct ct__inflight {
 
 /* As ct__msg_send (no routing id), but frames of CT_PS_ZERO_COPY_BYTES or more are sent from
  * the caller's memory, which must stay unchanged until inflight->frames is back to zero. */
-ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id,
-                                const void *const *data, const size_t *bytes, int n,
-                                ct__inflight *inflight, ct_err *err);
+ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id, const void *const *data,
+                                const size_t *bytes, int n, ct__inflight *inflight, ct_err *err);
 
 /* Waits (up to timeout_s) until ZeroMQ has released every borrowed frame; 0, or -1 on timeout. */
 int ct__inflight_wait(ct__inflight *inflight, double timeout_s);
