@@ -1,0 +1,154 @@
+/* The chief's metrics and logs (see ps_chief.h): the workers' reports averaged per logging
+ * interval and per epoch, the servers' staleness and drops, TensorBoard runs and
+ * metrics.jsonl, and the evaluation at the end of each epoch. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/checkpoint.h"
+#include "ctrain/optim.h"
+#include "ps_chief.h"
+
+ct_status ct__chief_open_logs(chief *c, ct_err *err) {
+    char path[PATH_MAX];
+    ct_status st = ct_make_dirs(c->job->run_dir, err);
+    if (st == CT_OK && c->job->logs.tensorboard) {
+        snprintf(path, sizeof path, "%.*s/train", PATH_MAX - 16, c->job->run_dir);
+        st = ct_events_open(path, &c->train_ev, err);
+        snprintf(path, sizeof path, "%.*s/validation", PATH_MAX - 16, c->job->run_dir);
+        if (st == CT_OK) {
+            st = ct_events_open(path, &c->valid_ev, err);
+        }
+        if (st == CT_OK && c->o->job_text) {
+            st = ct_events_text(c->train_ev, "job", c->step, c->o->job_text, err);
+        }
+    }
+    snprintf(path, sizeof path, "%.*s/metrics.jsonl", PATH_MAX - 16, c->job->run_dir);
+    if (st == CT_OK && !(c->metrics = fopen(path, "a"))) {
+        st = ct_err_set(err, CT_EIO, "%s: cannot open for writing (%s)", path, strerror(errno));
+    }
+    return st;
+}
+
+/* Scalars every logs.every_steps steps: the reports' means since the last line, throughput,
+ * and the servers' staleness and drops. */
+void ct__chief_log_interval(chief *c) {
+    int64_t every = c->job->logs.every_steps;
+    if (every <= 0 || c->step / every == c->log_step / every || c->log_examples <= 0) {
+        return;
+    }
+    double now = ct__now(), dt = now - c->log_time;
+    double steps_per_s = dt > 0 ? (double)(c->step - c->log_step) / dt : 0.0;
+    double loss = c->log_loss / c->log_examples, acc = c->log_acc / c->log_examples;
+    double samples_per_s = dt > 0 ? c->log_examples / dt : 0.0;
+    uint64_t dropped = 0, applied = 0, waits = 0, delta[CT_PS_STALENESS_BUCKETS] = {0}, n = 0;
+    double stale_sum = 0.0;
+    for (int s = 0; s < c->n_ps; s++) {
+        dropped += c->ps[s].dropped_late + c->ps[s].dropped_stale;
+        applied += c->ps[s].applied;
+        waits += c->ps[s].waits;
+        for (int b = 0; b < CT_PS_STALENESS_BUCKETS; b++) {
+            uint64_t d = c->ps[s].staleness[b] - c->ps[s].staleness_logged[b];
+            delta[b] += d;
+            n += d;
+            stale_sum += (double)b * (double)d;
+            c->ps[s].staleness_logged[b] = c->ps[s].staleness[b];
+        }
+    }
+    float lr = ct_optimizer_learning_rate(ct_trainer_optimizer(c->t), c->step - 1, c->total_steps);
+    if (c->train_ev) {
+        ct_events *ev = c->train_ev;
+        struct {
+            const char *tag;
+            double v;
+        } sc[] = {{"loss", loss},
+                  {"accuracy", acc},
+                  {"learning_rate", lr},
+                  {"steps_per_s", steps_per_s},
+                  {"samples_per_s", samples_per_s},
+                  {"ps/dropped_gradients", (double)dropped},
+                  {"ps/staleness_mean", n ? stale_sum / (double)n : 0.0},
+                  {"ps/ssp_waits", (double)waits}};
+        ct_status st = CT_OK;
+        for (size_t k = 0; k < sizeof sc / sizeof sc[0] && st == CT_OK; k++) {
+            st = ct_events_scalar(ev, sc[k].tag, c->step, sc[k].v, NULL);
+        }
+        /* the staleness histogram of this interval, as values (capped: a sample suffices) */
+        uint64_t cap = n < 20000 ? n : 20000;
+        float *vals = cap ? malloc((size_t)cap * sizeof *vals) : NULL;
+        if (vals) {
+            uint64_t k = 0;
+            for (int b = 0; b < CT_PS_STALENESS_BUCKETS; b++) {
+                uint64_t take = (uint64_t)((double)delta[b] * (double)cap / (double)n + 0.5);
+                for (uint64_t i = 0; i < take && k < cap; i++) {
+                    vals[k++] = (float)b;
+                }
+            }
+            ct_events_histogram(ev, "ps/staleness", c->step, vals, (int64_t)k, NULL);
+            free(vals);
+        }
+        ct_events_flush(ev, NULL);
+    }
+    if (c->metrics) {
+        fprintf(c->metrics,
+                "{\"step\": %lld, \"loss\": %.9g, \"accuracy\": %.9g, \"learning_rate\": %.9g, "
+                "\"steps_per_s\": %.6g, \"samples_per_s\": %.6g, \"ps_applied\": %llu, "
+                "\"ps_dropped\": %llu, \"ps_staleness_mean\": %.6g, \"ps_ssp_waits\": %llu}\n",
+                (long long)c->step, loss, acc, lr, steps_per_s, samples_per_s,
+                (unsigned long long)applied, (unsigned long long)dropped,
+                n ? stale_sum / (double)n : 0.0, (unsigned long long)waits);
+        fflush(c->metrics);
+    }
+    c->log_time = now;
+    c->log_step = c->step;
+    c->log_loss = c->log_acc = c->log_examples = 0.0;
+}
+
+/* End of epoch e (0-based): evaluate the assembled variables, print the epoch line, log. */
+ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
+    epoch_sums *s = &c->epochs[e];
+    double test_loss = NAN, test_acc = NAN;
+    if (c->eval) {
+        ct_status st = ct_trainer_evaluate(c->t, c->eval->x, c->eval->y, c->eval->n, &test_loss,
+                                           &test_acc, err);
+        if (st != CT_OK) {
+            return st;
+        }
+    }
+    /* steps of this epoch: sync, versions (each is one global batch); async, finished tasks */
+    int64_t lo = e * c->steps_per_epoch, hi = lo + c->steps_per_epoch;
+    int64_t done = c->step < hi ? c->step : hi;
+    int64_t steps = c->job->ps.async ? c->epoch_done[e] : done - (c->step > lo ? lo : c->step);
+    double seconds = s->first_report > 0 ? ct__now() - s->first_report : 0.0;
+    double loss = s->examples > 0 ? s->loss / s->examples : NAN;
+    double acc = s->examples > 0 ? s->accuracy / s->examples : NAN;
+    if (!c->o->quiet) {
+        fprintf(c->out,
+                "epoch %lld/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f "
+                "test_accuracy=%.4f seconds=%.1f samples_per_s=%.0f\n",
+                (long long)e + 1, c->job->epochs, (long long)steps, loss, acc, test_loss, test_acc,
+                seconds, seconds > 0 ? s->examples / seconds : 0.0);
+        fflush(c->out);
+    }
+    c->result.epochs = (int)e + 1;
+    c->result.train_loss = loss;
+    c->result.train_accuracy = acc;
+    c->result.test_loss = test_loss;
+    c->result.test_accuracy = test_acc;
+    if (c->valid_ev && !isnan(test_loss)) {
+        ct_events_scalar(c->valid_ev, "loss", c->step, test_loss, NULL);
+        ct_events_scalar(c->valid_ev, "accuracy", c->step, test_acc, NULL);
+        ct_events_flush(c->valid_ev, NULL);
+    }
+    if (c->metrics) {
+        fprintf(c->metrics,
+                "{\"step\": %lld, \"epoch\": %lld, \"end_of_epoch\": true, \"epoch_loss\": "
+                "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
+                "%.9g, \"epoch_seconds\": %.6g}\n",
+                (long long)c->step, (long long)e, loss, acc, test_loss, test_acc, seconds);
+        fflush(c->metrics);
+    }
+    c->evaluated_epochs = (int)e + 1;
+    return CT_OK;
+}
