@@ -275,6 +275,59 @@ def test_a_killed_server_is_restarted_and_restored_from_the_last_checkpoint(tmp_
     assert d["epochs"] == 5 and d["test_accuracy"] >= BAR, out
 
 
+def test_cluster_mode_waits_for_a_killed_server_to_be_restarted(cluster):
+    c = cluster(2, 2, *SMALL, "--set", "train.max_steps=600", "--set",
+                "checkpoint.every_steps=50")
+    c.start_all()
+    c.wait_for("chief", r"epoch 2/5")
+    c.procs["ps1"].send_signal(signal.SIGKILL)
+    c.wait_for("chief", r"ps 1 lost \(at step \d+: no heartbeat for \d+ s\); training pauses")
+    c.ps(1)  # by hand, as a cluster manager would (another port: the chief tells the workers)
+    m = c.wait_for("chief", r"restoring the servers from \S+ckpt-(\d+)\.ctck")
+    assert int(m.group(1)) % 50 == 0
+    assert c.finish() == 0, c.log("chief")
+    assert done_line(c.log("chief"))["steps"] == 235  # 5 epochs of 47 global batches
+
+
+def test_sigint_saves_stops_every_role_and_resumes_exactly(tmp_path):
+    args = [CTRAIN, "train", JOB, "--ps", "2", "--workers", "2", "--quiet",
+            "--set", "train.epochs=3", "--set", "data.train.limit=12000", *SMALL[2:]]
+    straight = tmp_path / "straight"
+    r = subprocess.run([*args, "--set", f"run_dir={straight}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    delay = 2.0
+    for attempt in range(8):
+        run = tmp_path / f"run{attempt}"
+        p = subprocess.Popen([*args, "--set", f"run_dir={run}"], cwd=ROOT, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        if p.returncode == 0:
+            delay *= 0.6  # finished first: sooner
+            continue
+        if "nothing to save" in err or not (run / "checkpoints").exists():
+            delay *= 1.5  # still starting: later
+            continue
+        assert p.returncode == 130, err
+        assert re.search(r"interrupted at step \d+; saved \S+ckpt-\d+\.ctck", err), err
+        assert len(children) == 4, children  # 2 servers and 2 workers ran, and are gone
+        for pid in children:
+            assert not os.path.exists(f"/proc/{pid}") or \
+                open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+        r = subprocess.run([*args, "--set", f"run_dir={run}"], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        d = subprocess.run([CTRAIN, "ckpt", "diff", final_ckpt(straight), final_ckpt(run)],
+                           capture_output=True, text=True)
+        assert d.returncode == 0, d.stdout  # sync saved at an exact version: the same bits
+        return
+    pytest.fail("SIGINT never arrived mid-run in 8 tries")
+
+
 def test_a_killed_chief_is_restarted_and_resumes_from_the_last_checkpoint(cluster):
     c = cluster(1, 2, "--set", "train.epochs=5", "--set", "checkpoint.every_steps=400")
     c.start_all()
