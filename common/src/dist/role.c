@@ -24,7 +24,38 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
+/* ctrain-ps serves parameter-server jobs only. */
+static void ps_usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain-ps --job JOB.yaml --chief HOST:PORT --task ps:I [options]\n"
+            "       (or TF_CONFIG / --cluster FILE naming the cluster and this task; or any role\n"
+            "       binary under srun/mpirun: rank 0 the chief, 1..M the servers, see --num-ps)\n"
+            "\n"
+            "A parameter server of a job with strategy.type parameter_server: it holds its shards\n"
+            "of the variables and their optimizer slots, answers the workers' pulls and applies\n"
+            "their gradients (sync, or async with strategy.staleness.policy), and reports to the\n"
+            "chief, which restores it from checkpoints.\n"
+            "\n"
+            "options:\n"
+            "  --job FILE          the job file (required; the same as the chief's)\n"
+            "  --set KEY=VALUE     override a job field (repeatable; the same as the chief's)\n"
+            "  --task ps:I         this server's index\n"
+            "  --chief HOST:PORT   the chief's address\n"
+            "  --cluster FILE      a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
+            "  --bind HOST:PORT    where to listen (default 127.0.0.1:0; port 0: any free port)\n"
+            "  --num-ps M          servers in the job (under srun/mpirun: ranks 1..M are servers)\n"
+            "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
+            "  -h, --help          show this help\n"
+            "\n"
+            "exit codes: 0 the job is done, 1 runtime failure (the chief silent for\n"
+            "strategy.chief_timeout, or the job failed), 2 bad input, 130 SIGINT, 143 SIGTERM\n");
+}
+
 static void usage(FILE *f, const char *role) {
+    if (!strcmp(role, "ctrain-ps")) {
+        ps_usage(f);
+        return;
+    }
     fprintf(f,
             "usage: mpirun -np N %s --job JOB.yaml [options]\n"
             "       mpirun -np 1 ctrain-chief --job J : -np N-1 ctrain-worker --job J\n"
