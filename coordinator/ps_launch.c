@@ -68,7 +68,12 @@ static int start(void *user, int role, int index, const char *chief_endpoint) {
     argv[n++] = k == 0 ? r->ps_bin : r->worker_bin;
     argv[n++] = "--job";
     argv[n++] = lc->job_path;
-    for (int i = 0; i < lc->n_sets && n + 12 < MAX_ARGS; i++) {
+    if (2 * lc->n_sets + 16 > MAX_ARGS) {
+        fprintf(stderr, "ctrain: %d --set options are too many to pass on to the roles\n",
+                lc->n_sets);
+        return -1;
+    }
+    for (int i = 0; i < lc->n_sets; i++) {
         argv[n++] = "--set";
         argv[n++] = lc->sets[i];
     }
@@ -116,6 +121,17 @@ static int alive(void *user, int role, int index) {
         return 0;
     }
     return 1;
+}
+
+/* Kills the process of one role and reaps it (the chief replaces a silent one). */
+static void stop(void *user, int role, int index) {
+    cluster_run *r = user;
+    int k = role == CT_TASK_PS ? 0 : 1;
+    if (r->pid[k][index] > 0) {
+        kill(r->pid[k][index], SIGKILL);
+        waitpid(r->pid[k][index], NULL, 0);
+        r->pid[k][index] = 0;
+    }
 }
 
 /* Stops and reaps every child still running. */
@@ -182,7 +198,7 @@ ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct
         st = ct_net_auth_start(keys, "chief", &auth, err);
     }
     if (st == CT_OK) {
-        ct_ps_launcher launcher = {.user = r, .start = start, .alive = alive};
+        ct_ps_launcher launcher = {.user = r, .start = start, .alive = alive, .stop = stop};
         ct_ps_chief_options o = {.n_servers = lc->n_ps,
                                  .n_workers = lc->n_workers,
                                  .bind = "127.0.0.1:0",

@@ -289,6 +289,26 @@ def test_cluster_mode_waits_for_a_killed_server_to_be_restarted(cluster):
     assert done_line(c.log("chief"))["steps"] == 235  # 5 epochs of 47 global batches
 
 
+def test_async_survives_a_server_restarted_at_once_on_its_address(cluster):
+    # a supervisor restarts a killed server at once, on the same address: the chief restores
+    # every server while the workers still hold tasks of the old generation; none may be lost
+    ps_port = free_port()
+    c = cluster(2, 2, "--set", "strategy.mode=async", "--set", "data.train.limit=12000",
+                *SMALL[2:], "--set", "train.epochs=3", "--set", "checkpoint.every_steps=100")
+    c.chief()
+    c.ps(0)
+    c.ps(1, "--bind", f"127.0.0.1:{ps_port}")
+    c.worker(0)
+    c.worker(1)
+    c.wait_for("chief", r"epoch 1/3")
+    c.procs["ps1"].send_signal(signal.SIGKILL)
+    c.procs["ps1"].wait()
+    c.ps(1, "--bind", f"127.0.0.1:{ps_port}")
+    c.wait_for("chief", r"restoring the servers from \S+ckpt-\d+\.ctck")
+    assert c.finish(timeout=300) == 0, c.log("chief")
+    assert done_line(c.log("chief"))["steps"] == 3 * 375
+
+
 def test_sigint_saves_stops_every_role_and_resumes_exactly(tmp_path):
     args = [CTRAIN, "train", JOB, "--ps", "2", "--workers", "2", "--quiet",
             "--set", "train.epochs=3", "--set", "data.train.limit=12000", *SMALL[2:]]
@@ -422,7 +442,8 @@ def test_bad_messages_are_dropped_and_the_servers_go_on(cluster):
     ctx.term()
     assert c.finish() == 0, c.log("chief")
     assert done_line(c.log("chief"))["steps"] == 300
-    assert re.search(r"ps 0: dropped a bad message: .*not a ctrain.ps.Envelope", c.log("ps0"))
+    assert re.search(r"ps 0: dropped a bad message from \S+: .*not a ctrain.ps.Envelope",
+                     c.log("ps0"))
     assert re.search(r"chief: dropped a bad message", c.log("chief"))
 
 

@@ -98,6 +98,9 @@ typedef struct ct_ps_launcher {
     void *user;
     int (*start)(void *user, int role, int index, const char *chief_endpoint);
     int (*alive)(void *user, int role, int index);
+    /* Ends the process started for that role (a silent one, before it is replaced) and reaps
+     * it; may be NULL. */
+    void (*stop)(void *user, int role, int index);
 } ct_ps_launcher;
 
 typedef struct ct_ps_chief_options {

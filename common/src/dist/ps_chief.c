@@ -41,6 +41,7 @@
 #define TAKEOVER_S 1.5 /* a registration replaces one that has been silent this long */
 #define DONE_GRACE_S 3.0
 #define STOP_SAVE_S 15.0 /* a stop waits this long for the servers' snapshot */
+#define RESEND_S 5.0     /* an unanswered RESTORE or SNAPSHOT_REQUEST goes out again */
 
 static const char *role_name(int role) {
     return role == CTRAIN__PS__ROLE__PS       ? "ps"
@@ -214,7 +215,13 @@ static void on_register(chief *c) {
     if (role == CTRAIN__PS__ROLE__PS && c->generation > 0 && reg->generation != c->generation &&
         c->state != CTRAIN__PS__STATE__DONE) {
         s->restored = 0;
+        c->restoring = 0; /* a new round (advance), even if one was under way */
         c->state = CTRAIN__PS__STATE__PAUSED;
+    }
+    if (role == CTRAIN__PS__ROLE__PS) {
+        /* a new process counts from zero: log the next interval from there */
+        memset(s->staleness_logged, 0, sizeof s->staleness_logged);
+        memset(s->staleness, 0, sizeof s->staleness);
     }
 }
 
@@ -225,8 +232,16 @@ static ct_status on_report(chief *c, slot *s, ct_err *err) {
     if (!r || env->generation != c->generation) {
         return CT_OK; /* computed before a restore: its gradient was dropped too */
     }
-    s->want += (int)r->want_tasks;
-    if (r->examples > 0 && r->epoch >= 0 && r->epoch < c->job->epochs) {
+    if (r->epoch < 0 || r->epoch >= c->job->epochs || r->index < 0 ||
+        r->index >= c->steps_per_epoch || r->examples < 0) {
+        ct_log(CT_LOG_WARN,
+               "chief: dropped a report of batch %lld of epoch %lld (%lld examples): "
+               "outside the job's %d epochs of %lld batches",
+               (long long)r->index, (long long)r->epoch, (long long)r->examples, c->job->epochs,
+               (long long)c->steps_per_epoch);
+        return CT_OK;
+    }
+    if (r->examples > 0) {
         epoch_sums *e = &c->epochs[r->epoch];
         if (e->first_report == 0.0) {
             e->first_report = ct__now();
@@ -240,15 +255,13 @@ static ct_status on_report(chief *c, slot *s, ct_err *err) {
         c->log_examples += (double)r->examples;
         c->samples += r->examples;
     }
-    if (r->epoch >= 0) {
-        if (c->job->ps.async) {
-            ct__chief_finish_task(c, s, (task){r->epoch, r->index});
-            c->step = c->completed;
-        } else if ((int64_t)r->version + 1 > c->step) {
-            c->step = (int64_t)r->version + 1;
-        }
-        ct__chief_log_interval(c);
+    if (c->job->ps.async) {
+        ct__chief_finish_task(c, s, (task){r->epoch, r->index});
+        c->step = c->completed;
+    } else if ((int64_t)r->version + 1 > c->step && (int64_t)r->version < c->total_steps) {
+        c->step = (int64_t)r->version + 1;
     }
+    ct__chief_log_interval(c);
     ct__chief_dispatch(c);
     ct__chief_maybe_async_snapshot(c);
     return CT_OK;
@@ -287,7 +300,9 @@ static ct_status handle(chief *c, ct_err *err) {
             return CT_OK;
         }
         if (st != CT_OK) {
-            ct_log(CT_LOG_WARN, "chief: dropped a bad message: %s", bad.msg);
+            char from[80];
+            ct_log(CT_LOG_WARN, "chief: dropped a bad message from %s: %s",
+                   ct__peer_name(&c->msg, from, sizeof from), bad.msg);
             continue;
         }
         const ct__env *env = c->msg.env;
@@ -315,7 +330,15 @@ static ct_status handle(chief *c, ct_err *err) {
                 ct__chief_say(c, "%s %d is back (it was silent, not gone)", role_name(role),
                               (int)(s - (role == CTRAIN__PS__ROLE__PS ? c->ps : c->workers)));
             }
-            switch (env->kind) {
+            int from_ps = role == CTRAIN__PS__ROLE__PS;
+            int kind = env->kind;
+            if ((kind == CTRAIN__PS__KIND__REPORT && from_ps) ||
+                ((kind == CTRAIN__PS__KIND__RESTORED || kind == CTRAIN__PS__KIND__SNAPSHOT ||
+                  kind == CTRAIN__PS__KIND__ERROR) &&
+                 !from_ps)) {
+                kind = CTRAIN__PS__KIND__KIND_UNSPECIFIED; /* not this role's to send */
+            }
+            switch (kind) {
             case CTRAIN__PS__KIND__HEARTBEAT:
                 on_heartbeat(c, s, role);
                 break;
@@ -417,6 +440,9 @@ static ct_status check_roles(chief *c, ct_err *err) {
                 ct__chief_dispatch(c);
             }
             if (l && l->start) {
+                if (!exited && l->stop) {
+                    l->stop(l->user, task, i); /* silent, not gone: one process per task */
+                }
                 ct__chief_say(c, "restarting %s %d", role_name(role), i);
                 if (l->start(l->user, task, i, c->endpoint) != 0) {
                     return ct__chief_fail(c, CT_EPEER, err, "cannot restart %s %d", role_name(role),
@@ -504,6 +530,34 @@ static int all_told(const chief *c) {
     return 1;
 }
 
+/* A restore some servers have not answered: send it again now and then, and name them after
+ * register_timeout (the job cannot go on without them). */
+static ct_status chase_restore(chief *c, ct_err *err) {
+    double now = ct__now();
+    if (now - c->restore_started > c->job->ps.register_timeout) {
+        char who[256] = "";
+        size_t len = 0;
+        for (int s = 0; s < c->n_ps && len + 16 < sizeof who; s++) {
+            if (!c->ps[s].restored) {
+                len += (size_t)snprintf(who + len, sizeof who - len, "%sps %d", len ? ", " : "", s);
+            }
+        }
+        return ct__chief_fail(c, CT_ETIMEDOUT, err,
+                              "restoring the servers: %s did not answer in %.0f s "
+                              "(strategy.register_timeout)",
+                              who, now - c->restore_started);
+    }
+    if (now - c->restore_sent > RESEND_S) {
+        c->restore_sent = now;
+        for (int s = 0; s < c->n_ps; s++) {
+            if (!c->ps[s].restored && c->ps[s].live) {
+                ct__chief_send_restore(c, s);
+            }
+        }
+    }
+    return CT_OK;
+}
+
 /* One pass of the state machine after the messages are handled. */
 static ct_status advance(chief *c, double wait_start, ct_err *err) {
     ct_status st = CT_OK;
@@ -521,7 +575,9 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
         }
         break;
     case CTRAIN__PS__STATE__PAUSED:
-        if (c->restoring && all_restored(c)) {
+        if (c->restoring && !all_restored(c)) {
+            st = chase_restore(c, err);
+        } else if (c->restoring && all_restored(c)) {
             c->restoring = 0;
             c->state = CTRAIN__PS__STATE__RUNNING;
             c->started = c->started > 0 ? c->started : ct__now(); /* training time from here */
@@ -543,7 +599,11 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
         }
         break;
     case CTRAIN__PS__STATE__RUNNING:
+        ct__chief_dispatch(c); /* a worker that (re)joined gets its tasks */
         ct__chief_maybe_async_snapshot(c);
+        if (c->snap_active && ct__now() - c->snap_sent > RESEND_S) {
+            ct__chief_resend_snapshot(c); /* a lost request would stop checkpoints for good */
+        }
         st = check_deadlines(c, err);
         break;
     default:
@@ -628,6 +688,17 @@ static ct_status setup(chief *c, ct_err *err) {
     if ((st = ct_ps_plan_make(c->p, c->n_ps, job->ps.max_shard_bytes, &c->plan, err)) != CT_OK) {
         return st;
     }
+    ct_optimizer *opt = ct_trainer_optimizer(c->t);
+    for (int s = 0; s < c->n_ps; s++) {
+        int n = (c->plan.first[s + 1] - c->plan.first[s]) * (1 + ct_optimizer_slot_count(opt));
+        if (n > CT_PS_MAX_FRAMES - 1) {
+            return ct_err_set(err, CT_EINVAL,
+                              "%s: ps %d would hold %d shards x %d tensors, more than a message "
+                              "carries (%d): raise strategy.max_shard_bytes or add servers",
+                              job->path, s, c->plan.first[s + 1] - c->plan.first[s],
+                              1 + ct_optimizer_slot_count(opt), CT_PS_MAX_FRAMES - 1);
+        }
+    }
     c->n_train = c->train->n;
     int64_t global = (int64_t)job->batch_size * (job->ps.async ? 1 : c->n_workers);
     c->steps_per_epoch = (c->n_train + global - 1) / global;
@@ -656,6 +727,7 @@ static ct_status setup(chief *c, ct_err *err) {
         return ct_err_set(err, CT_ENOMEM, "chief: out of memory");
     }
     if ((st = ct_net_socket(ZMQ_ROUTER, c->o->keys, 1, &c->router, err)) != CT_OK ||
+        (st = ct__router_handover(c->router, err)) != CT_OK ||
         (st = ct_net_bind(c->router, c->o->bind ? c->o->bind : "127.0.0.1:0", c->endpoint,
                           sizeof c->endpoint, err)) != CT_OK) {
         return st;

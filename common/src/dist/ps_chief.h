@@ -13,7 +13,7 @@
 #include "ps_link.h"
 
 #define SETTLE_S 1.0 /* async: from the last report to the final snapshot */
-#define MAX_OUT 4    /* tasks a worker may hold */
+#define MAX_OUT 2    /* async: tasks a worker holds (one computing, one ready): kept topped up */
 
 typedef struct task {
     int64_t epoch, index;
@@ -32,7 +32,6 @@ typedef struct slot {
     uint64_t version, applied, dropped_late, dropped_stale, duplicates, waits;
     uint64_t staleness[CT_PS_STALENESS_BUCKETS], staleness_logged[CT_PS_STALENESS_BUCKETS];
     /* worker */
-    int want;
     task out[MAX_OUT];
     int n_out;
     int told_done;
@@ -76,6 +75,10 @@ typedef struct chief {
     /* snapshots */
     uint64_t snap_id;
     int snap_active, snap_got;
+    uint64_t snap_answered; /* bit s: server s answered (a resent request may answer twice) */
+    double snap_sent;       /* when the request last went out */
+    double restore_sent, restore_started;
+    int64_t ckpt_due;          /* the next checkpoint step (checkpoint.every_steps) */
     int64_t snap_at;           /* the step it stands for */
     uint64_t snap_lo, snap_hi; /* the servers' versions in their answers */
     int64_t last_snap_step;
@@ -126,6 +129,10 @@ void ct__chief_take_stats(slot *s, const Ctrain__Ps__Stats *st);
 void ct__chief_restore(chief *c, ct_err *err);
 /* Asks every server for its state: sync at version at_step exactly, async as it is. */
 void ct__chief_request_snapshot(chief *c, int64_t at_step);
+/* Sends the current request again to the servers that have not answered it. */
+void ct__chief_resend_snapshot(chief *c);
+/* Sends server s the chief's state as this generation's RESTORE (again, for a late one). */
+void ct__chief_send_restore(chief *c, int s);
 /* The next step after `after` that sync training snapshots (checkpoint, epoch end, last). */
 int64_t ct__chief_next_sync_point(const chief *c, int64_t after);
 /* A SNAPSHOT message from server s; the last one completes the snapshot (save, evaluate). */
@@ -133,7 +140,7 @@ ct_status ct__chief_on_snapshot(chief *c, slot *s, ct_err *err);
 /* async: asks for a snapshot when the finished tasks reach a checkpoint, an epoch's end or
  * the end (the last after a settling moment). */
 void ct__chief_maybe_async_snapshot(chief *c);
-/* async: hands the live workers the tasks they asked for. */
+/* async: tops every live worker up to MAX_OUT tasks handed out and not reported finished. */
 void ct__chief_dispatch(chief *c);
 /* async: puts the unfinished tasks of a lost (or re-registered) worker back for the others. */
 void ct__chief_requeue(chief *c, slot *s);

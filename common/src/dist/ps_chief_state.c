@@ -11,43 +11,50 @@
 #include "ps_chief.h"
 
 /* Sends every server the trainer's variables and slots, as version `version`. */
-static void send_restore(chief *c) {
+/* Sends server s the trainer's variables and slots as version c->step of this generation. */
+void ct__chief_send_restore(chief *c, int s) {
     ct_optimizer *opt = ct_trainer_optimizer(c->t);
     int per = 1 + ct_optimizer_slot_count(opt);
+    int first = c->plan.first[s], m = c->plan.first[s + 1] - first, n = m * per;
+    Ctrain__Ps__TensorRef refs[n > 0 ? n : 1], *ptrs[n > 0 ? n : 1];
+    const void *data[n > 0 ? n : 1];
+    size_t bytes[n > 0 ? n : 1];
+    for (int k = 0; k < m; k++) {
+        const ct_ps_shard *sh = &c->plan.shards[first + k];
+        for (int j = 0; j < per; j++) {
+            Ctrain__Ps__TensorRef *r = &refs[k * per + j];
+            *r = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+            r->shard = (uint32_t)(first + k);
+            r->slot = (uint32_t)j;
+            r->bytes = (uint64_t)sh->size * sizeof(float);
+            ptrs[k * per + j] = r;
+            data[k * per + j] = (j == 0 ? c->p->data : ct_optimizer_slot(opt, j - 1)) + sh->offset;
+            bytes[k * per + j] = r->bytes;
+        }
+    }
+    Ctrain__Ps__Restore rs = CTRAIN__PS__RESTORE__INIT;
+    rs.total_steps = (uint64_t)c->total_steps;
+    rs.n_workers = (uint32_t)c->n_workers;
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__RESTORE;
+    env.version = (uint64_t)c->step;
+    env.n_tensors = (size_t)n;
+    env.tensors = ptrs;
+    env.restore = &rs;
+    c->ps[s].restored = 0;
+    ct__chief_send(c, &c->ps[s], &env, data, bytes, n);
+}
+
+/* Every server gets the trainer's state under a new generation; the job pauses until all
+ * answer (advance resends to the late ones and gives up after register_timeout). */
+static void send_restore(chief *c) {
     /* generations only grow, across chief restarts too: above any a role has seen */
     c->generation = (c->generation > c->max_seen ? c->generation : c->max_seen) + 1;
     c->restoring = 1;
+    c->restore_sent = c->restore_started = ct__now();
     c->snap_active = 0;
     for (int s = 0; s < c->n_ps; s++) {
-        int first = c->plan.first[s], m = c->plan.first[s + 1] - first, n = m * per;
-        Ctrain__Ps__TensorRef refs[n > 0 ? n : 1], *ptrs[n > 0 ? n : 1];
-        const void *data[n > 0 ? n : 1];
-        size_t bytes[n > 0 ? n : 1];
-        for (int k = 0; k < m; k++) {
-            const ct_ps_shard *sh = &c->plan.shards[first + k];
-            for (int j = 0; j < per; j++) {
-                Ctrain__Ps__TensorRef *r = &refs[k * per + j];
-                *r = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
-                r->shard = (uint32_t)(first + k);
-                r->slot = (uint32_t)j;
-                r->bytes = (uint64_t)sh->size * sizeof(float);
-                ptrs[k * per + j] = r;
-                data[k * per + j] =
-                    (j == 0 ? c->p->data : ct_optimizer_slot(opt, j - 1)) + sh->offset;
-                bytes[k * per + j] = r->bytes;
-            }
-        }
-        Ctrain__Ps__Restore rs = CTRAIN__PS__RESTORE__INIT;
-        rs.total_steps = (uint64_t)c->total_steps;
-        rs.n_workers = (uint32_t)c->n_workers;
-        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-        env.kind = CTRAIN__PS__KIND__RESTORE;
-        env.version = (uint64_t)c->step;
-        env.n_tensors = (size_t)n;
-        env.tensors = ptrs;
-        env.restore = &rs;
-        c->ps[s].restored = 0;
-        ct__chief_send(c, &c->ps[s], &env, data, bytes, n);
+        ct__chief_send_restore(c, s);
     }
     c->state = CTRAIN__PS__STATE__PAUSED;
 }
@@ -56,15 +63,24 @@ void ct__chief_request_snapshot(chief *c, int64_t at_step) {
     c->snap_id++;
     c->snap_active = 1;
     c->snap_got = 0;
+    c->snap_answered = 0;
     c->snap_at = at_step;
     c->snap_lo = UINT64_MAX;
     c->snap_hi = 0;
+    ct__chief_resend_snapshot(c);
+}
+
+void ct__chief_resend_snapshot(chief *c) {
+    c->snap_sent = ct__now();
     for (int s = 0; s < c->n_ps; s++) {
+        if (c->snap_answered >> s & 1) {
+            continue;
+        }
+        /* the same id again is harmless: a server keeps one request per id */
         ct__env env = CTRAIN__PS__ENVELOPE__INIT;
         env.kind = CTRAIN__PS__KIND__SNAPSHOT_REQUEST;
         env.request_id = c->snap_id;
-        env.version = c->job->ps.async ? 0 : (uint64_t)at_step;
-        c->ps[s].restored = c->ps[s].restored; /* unchanged */
+        env.version = c->job->ps.async ? 0 : (uint64_t)c->snap_at;
         ct__chief_send(c, &c->ps[s], &env, NULL, NULL, 0);
     }
 }
@@ -82,6 +98,15 @@ int64_t ct__chief_next_sync_point(const chief *c, int64_t after) {
 }
 
 /* A snapshot is complete: the trainer holds the servers' state as of step c->snap_at. */
+/* sync: the version of the next snapshot after `after`: the next interesting one, but never
+ * one the servers may have passed by the time the request reaches them (the chief's step, from
+ * the reports, trails theirs by a step at most). */
+static int64_t next_request(const chief *c, int64_t after) {
+    int64_t at = ct__chief_next_sync_point(c, after), soon = c->step + 2;
+    at = at > soon ? at : soon;
+    return at < c->total_steps ? at : c->total_steps;
+}
+
 static ct_status snapshot_done(chief *c, ct_err *err) {
     int64_t step = c->snap_at;
     c->snap_active = 0;
@@ -94,7 +119,7 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
                 "warning: the servers answered the snapshot at versions %llu to %llu; not "
                 "saving it",
                 (unsigned long long)c->snap_lo, (unsigned long long)c->snap_hi);
-            ct__chief_request_snapshot(c, ct__chief_next_sync_point(c, (int64_t)c->snap_hi));
+            ct__chief_request_snapshot(c, next_request(c, (int64_t)c->snap_hi));
             return CT_OK;
         }
         step = (int64_t)c->snap_lo;
@@ -114,17 +139,26 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
     }
     ct_trainer_set_position(c->t, pos);
     int final = step >= c->total_steps;
+    if (!c->job->ps.async && !final && !c->stopping) {
+        /* the next request goes out before the save and the evaluation: the servers must not
+         * pass its version meanwhile (the trainer already holds this snapshot) */
+        ct__chief_request_snapshot(c, next_request(c, step));
+    }
+    int due = c->job->checkpoint.every_steps > 0 && step >= c->ckpt_due;
     if (final && c->train_seconds == 0.0) {
         c->train_seconds = ct__now() - c->started; /* before the final evaluation */
     }
     int64_t k = c->job->checkpoint.every_steps;
     ct_status st = CT_OK;
-    if (final || c->stopping || (k > 0 && step % k == 0)) {
+    if (final || c->stopping || due) {
+        /* a checkpoint at least every K steps: a server already past the step asked for
+         * answers later, and the file is labelled with what it holds */
         char path[PATH_MAX];
         st = ct_trainer_save(c->t, path, err);
         if (st != CT_OK) {
             return st;
         }
+        c->ckpt_due = k > 0 ? (step / k + 1) * k : INT64_MAX;
     }
     /* epochs that ended by this step (sync: by the version; async: all tasks finished) */
     while (!c->stopping && c->evaluated_epochs < c->job->epochs) {
@@ -146,9 +180,6 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
         c->train_seconds = c->train_seconds > 0 ? c->train_seconds : ct__now() - c->started;
         return CT_OK;
     }
-    if (!c->job->ps.async) {
-        ct__chief_request_snapshot(c, ct__chief_next_sync_point(c, step));
-    }
     return CT_OK;
 }
 
@@ -159,6 +190,9 @@ ct_status ct__chief_on_snapshot(chief *c, slot *s, ct_err *err) {
         return CT_OK; /* an old request's answer */
     }
     int index = (int)(s - c->ps);
+    if (c->snap_answered >> index & 1) {
+        return CT_OK; /* a resent request answered twice: the first answer stands */
+    }
     ct__chief_take_stats(s, env->stats);
     ct_optimizer *opt = ct_trainer_optimizer(c->t);
     int per = 1 + ct_optimizer_slot_count(opt);
@@ -183,6 +217,7 @@ ct_status ct__chief_on_snapshot(chief *c, slot *s, ct_err *err) {
     }
     c->snap_lo = env->version < c->snap_lo ? env->version : c->snap_lo;
     c->snap_hi = env->version > c->snap_hi ? env->version : c->snap_hi;
+    c->snap_answered |= (uint64_t)1 << index;
     if (++c->snap_got < c->n_ps) {
         return CT_OK;
     }
@@ -211,7 +246,7 @@ void ct__chief_dispatch(chief *c) {
     for (int w = 0; w < c->n_workers; w++) {
         slot *s = &c->workers[w];
         task t;
-        while (s->live && s->want > 0 && s->n_out < MAX_OUT && next_task(c, &t)) {
+        while (s->live && s->n_out < MAX_OUT && next_task(c, &t)) {
             Ctrain__Ps__Task tk = CTRAIN__PS__TASK__INIT;
             tk.has_task = 1;
             tk.epoch = t.epoch;
@@ -221,7 +256,6 @@ void ct__chief_dispatch(chief *c) {
             env.task = &tk;
             ct__chief_send(c, s, &env, NULL, NULL, 0);
             s->out[s->n_out++] = t;
-            s->want--;
         }
     }
 }
@@ -235,7 +269,6 @@ void ct__chief_requeue(chief *c, slot *s) {
         c->requeued[c->n_requeued++] = task_id(c, s->out[k]);
     }
     s->n_out = 0;
-    s->want = 0;
 }
 
 void ct__chief_finish_task(chief *c, slot *s, task t) {
@@ -296,6 +329,8 @@ void ct__chief_maybe_async_snapshot(chief *c) {
  * (epoch * spe + index): async bookkeeping, the epochs' sums, the snapshot schedule. */
 static void reset_progress(chief *c, int64_t step, int64_t open) {
     c->step = step;
+    int64_t k = c->job->checkpoint.every_steps;
+    c->ckpt_due = k > 0 ? (step / k + 1) * k : INT64_MAX;
     c->log_step = step;
     c->log_time = ct__now();
     c->log_loss = c->log_acc = c->log_examples = 0.0;
@@ -313,8 +348,7 @@ static void reset_progress(chief *c, int64_t step, int64_t open) {
         c->final_due = 0.0;
     }
     for (int w = 0; w < c->n_workers; w++) {
-        c->workers[w].n_out = 0;
-        c->workers[w].want = 0;
+        c->workers[w].n_out = 0; /* the workers drop the old generation's tasks too */
     }
     int64_t epoch = open / c->steps_per_epoch;
     c->evaluated_epochs = (int)(epoch < c->job->epochs ? epoch : c->job->epochs);
@@ -334,11 +368,24 @@ void ct__chief_restore(chief *c, ct_err *err) {
     int resumed = 0;
     ct_status st = CT_OK;
     int first = c->generation == 0;
-    if (!(first && c->o->no_resume) && c->job->checkpoint.resume) {
+    char own[PATH_MAX];
+    snprintf(own, sizeof own, "%s", ct_trainer_last_checkpoint(c->t));
+    if (first && !c->o->no_resume && c->job->checkpoint.resume) {
+        /* the start: the newest good checkpoint of the directory, as ctrain train resumes */
         st = ct_trainer_resume(c->t, c->ckpt_dir, &resumed, warn_line, c, err);
+    } else if (!first && own[0]) {
+        /* mid-run: exactly the checkpoint this run saved last (or resumed from), never another
+         * run's file in the same directory */
+        ct_ckpt *ck = NULL;
+        if ((st = ct_ckpt_read(own, &ck, err)) == CT_OK) {
+            st = ct_trainer_restore(c->t, ck, own, err);
+        }
+        ct_ckpt_free(ck);
+        resumed = st == CT_OK;
     }
     if (st != CT_OK) {
-        ct__chief_fail(c, st, err, "restoring from %s: %s", c->ckpt_dir, err ? err->msg : "failed");
+        ct__chief_fail(c, st, err, "restoring from %s: %s", own[0] ? own : c->ckpt_dir,
+                       err ? err->msg : "failed");
         return;
     }
     int64_t pos[3] = {0, 0, 0};
@@ -347,10 +394,11 @@ void ct__chief_restore(chief *c, ct_err *err) {
     } else if (!first) {
         /* no checkpoint yet: the initial state again (a function of the seed) */
         ct_trainer *fresh = NULL;
-        if (ct_trainer_create(c->job, &fresh, err) != CT_OK ||
-            ct_trainer_set_checkpointing(fresh, c->ckpt_dir, c->o->job_text, err) != CT_OK) {
+        if ((st = ct_trainer_create(c->job, &fresh, err)) != CT_OK ||
+            (st = ct_trainer_set_checkpointing(fresh, c->ckpt_dir, c->o->job_text, err)) != CT_OK) {
             ct_trainer_destroy(fresh);
-            ct__chief_fail(c, CT_ENOMEM, err, "re-creating the initial state failed");
+            ct__chief_fail(c, st, err, "re-creating the initial state: %s",
+                           err ? err->msg : "failed");
             return;
         }
         ct_trainer_destroy(c->t);

@@ -64,6 +64,10 @@ ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief,
     }
     ct_status st = ct_net_socket(ZMQ_DEALER, keys, 0, &l->sock, err);
     if (st == CT_OK) {
+        st =
+            ct__set_routing_id(l->sock, role == CTRAIN__PS__ROLE__PS ? "ps" : "worker", index, err);
+    }
+    if (st == CT_OK) {
         st = ct_net_connect(l->sock, chief, err);
     }
     if (st == CT_OK) {
@@ -148,6 +152,7 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
             return 1;
         }
         l->registered = 1;
+        l->busy_since = 0.0;
         if (env->view) {
             take_view(l, env);
         }
@@ -207,6 +212,26 @@ ct_status ct__link_join(ct__link *l, ct__msg *m, volatile int *stop, ct_err *err
         }
     }
     return st;
+}
+
+ct_status ct__set_routing_id(void *sock, const char *role, int index, ct_err *err) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    char id[64];
+    int n = snprintf(id, sizeof id, "%s%d-%ld-%ld", role, index, (long)getpid(), (long)ts.tv_nsec);
+    if (zmq_setsockopt(sock, ZMQ_ROUTING_ID, id, (size_t)n) != 0) {
+        return ct_err_set(err, CT_EIO, "setting the routing id %s: %s", id,
+                          zmq_strerror(zmq_errno()));
+    }
+    return CT_OK;
+}
+
+ct_status ct__router_handover(void *sock, ct_err *err) {
+    int on = 1;
+    if (zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &on, sizeof on) != 0) {
+        return ct_err_set(err, CT_EIO, "ZMQ_ROUTER_HANDOVER: %s", zmq_strerror(zmq_errno()));
+    }
+    return CT_OK;
 }
 
 void ct__shard_name(const ct_params *p, const ct_ps_shard *s, char *buf, size_t cap) {

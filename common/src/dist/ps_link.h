@@ -65,6 +65,13 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
  * and workers), reading nothing beyond that message. CT_EINTR when *stop is raised. */
 ct_status ct__link_join(ct__link *l, ct__msg *m, volatile int *stop, ct_err *err);
 
+/* Routing ids: a DEALER names itself (role, index, pid, a nonce), and a ROUTER hands that
+ * name over to a reconnecting peer, so a connection that breaks and comes back (the same
+ * process) keeps its address: parked pulls and the chief's messages still reach it. A
+ * restarted process has another name, and registers again. */
+ct_status ct__set_routing_id(void *sock, const char *role, int index, ct_err *err);
+ct_status ct__router_handover(void *sock, ct_err *err);
+
 /* A shard's name for messages: "dense_1/kernel[0:50176]" (or the whole variable's name). */
 void ct__shard_name(const ct_params *p, const ct_ps_shard *s, char *buf, size_t cap);
 

@@ -20,6 +20,7 @@
  * and by the handler (shard ids, sizes, versions); a bad one is logged and answered with ERROR,
  * and the server goes on serving. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ typedef struct server {
     ct_params vars; /* the shards, one "variable" each */
     ct_optimizer *opt;
     uint64_t *shard_version;
+    float *scratch; /* misaligned frames are copied here (frame()) */
     uint64_t version, generation, total_steps;
     int restored;
     int n_workers, required;
@@ -165,7 +167,10 @@ static int pull_ready(server *s, int worker, uint64_t want, uint64_t generation)
     if (!s->restored) {
         return 0;
     }
-    if (generation != s->generation) {
+    if (generation > s->generation) {
+        return 0; /* the chief restored the others already: wait for our RESTORE */
+    }
+    if (generation < s->generation) {
         return 1; /* a worker from before a restore: it needs everything, now */
     }
     if (!s->job->ps.async) {
@@ -244,6 +249,8 @@ static void on_pull(server *s, ct__msg *m) {
     park(s, m);
 }
 
+static void tell_chief(server *s, const char *why);
+
 static void fill_stats(server *s, Ctrain__Ps__Stats *stats) {
     *stats = (Ctrain__Ps__Stats)CTRAIN__PS__STATS__INIT;
     stats->version = s->version;
@@ -293,6 +300,8 @@ static void send_snapshot(server *s, int k) {
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
         ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, data, bytes, n, NULL);
+    } else {
+        tell_chief(s, "out of memory for a snapshot");
     }
     free(refs);
     free(ptrs);
@@ -353,13 +362,26 @@ static void apply(server *s, const float *const *grads, float lr_scale) {
 /* sync: adds a worker's gradient, weighted by its examples, to the sum for this version; the
  * last one also divides by the examples, so the sum is the global batch's mean gradient. The
  * first one overwrites, so the sum never needs zeroing. Returns 1 when the version is complete. */
+/* Frame k of a push as floats the server may read: in place when it is aligned (large frames
+ * are: they have buffers of their own), else copied into the scratch buffer (libzmq packs small
+ * frames into its receive buffer at any offset, and a misaligned float read is undefined). */
+static const float *frame(server *s, ct__msg *m, int k) {
+    const float *x = ct__msg_tensor(m, k);
+    if ((uintptr_t)x % _Alignof(float) == 0) {
+        return x;
+    }
+    float *copy = s->scratch + s->vars.items[k].offset;
+    memcpy(copy, x, (size_t)s->shards[k].size * sizeof(float));
+    return copy;
+}
+
 static int accumulate(server *s, ct__msg *m, int64_t examples) {
     int first = s->count == 0, last = s->count + 1 >= s->required;
     double total = s->examples + (double)examples;
     float weight = (float)examples, inv = last && total > 0 ? (float)(1.0 / total) : 1.0f;
     for (int k = 0; k < s->n_local; k++) {
         float *restrict g = ct_params_grad(&s->vars, k);
-        const float *restrict x = ct__msg_tensor(m, k);
+        const float *restrict x = frame(s, m, k);
         int64_t n = s->shards[k].size;
         if (first && last) {
             float f = total > 0 ? weight * inv : 0.0f;
@@ -423,7 +445,7 @@ static void on_push(server *s, ct__msg *m) {
              * the mean as it stands, applied where it arrived */
             s->count = 1;
             for (int k = 0; k < s->n_local; k++) {
-                grads[k] = ct__msg_tensor(m, k);
+                grads[k] = frame(s, m, k);
             }
         } else if (!accumulate(s, m, env->examples)) {
             return;
@@ -444,7 +466,7 @@ static void on_push(server *s, ct__msg *m) {
             s->dropped_stale++;
         } else {
             for (int k = 0; k < s->n_local; k++) {
-                grads[k] = ct__msg_tensor(m, k); /* applied where it arrived: no copy */
+                grads[k] = frame(s, m, k); /* applied where it arrived: no copy */
             }
             apply(s, grads,
                   policy == CT_STALENESS_SCALE && staleness > 1 ? 1.0f / (float)staleness : 1.0f);
@@ -455,14 +477,44 @@ static void on_push(server *s, ct__msg *m) {
     serve_snapshots(s);
 }
 
+/* Tells the chief that something it sent cannot be used (the chief fails the job with it). */
+static void tell_chief(server *s, const char *why) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "ps %d: %s", s->o->index, why);
+    ct_log(CT_LOG_WARN, "%s", msg);
+    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+    env.kind = CTRAIN__PS__KIND__ERROR;
+    env.role = CTRAIN__PS__ROLE__PS;
+    env.index = s->o->index;
+    env.generation = s->generation;
+    env.error = msg;
+    ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
+}
+
+static void send_restored(server *s) {
+    ct__env reply = CTRAIN__PS__ENVELOPE__INIT;
+    reply.kind = CTRAIN__PS__KIND__RESTORED;
+    reply.role = CTRAIN__PS__ROLE__PS;
+    reply.index = s->o->index;
+    reply.generation = s->generation;
+    reply.version = s->version;
+    ct__msg_send(s->link.sock, NULL, 0, &reply, s->job_id, NULL, NULL, 0, NULL);
+}
+
 static void on_restore(server *s, ct__msg *m) {
     const ct__env *env = m->env;
     int per = 1 + ct_optimizer_slot_count(s->opt);
     char why[320];
+    if (s->restored && env->generation == s->generation) {
+        send_restored(s); /* the chief sent it again: it may have moved on since, keep it */
+        return;
+    }
     if (!check_tensors(s, env, per, why, sizeof why) || !env->restore ||
         env->restore->n_workers < 1 || env->restore->n_workers > MAX_WORKERS) {
-        ct_log(CT_LOG_WARN, "%s: refused a restore: %s", s->who,
-               env->restore ? why : "RESTORE without its restore fields");
+        char msg[400];
+        snprintf(msg, sizeof msg, "refused a restore: %s",
+                 env->restore ? why : "RESTORE without its restore fields");
+        tell_chief(s, msg);
         return;
     }
     for (int k = 0; k < s->n_local; k++) {
@@ -486,21 +538,15 @@ static void on_restore(server *s, ct__msg *m) {
     s->examples = 0.0;
     s->restored = 1;
     memset(s->snap, 0, sizeof s->snap); /* the chief asks again for the new generation */
-    ct__env reply = CTRAIN__PS__ENVELOPE__INIT;
-    reply.kind = CTRAIN__PS__KIND__RESTORED;
-    reply.role = CTRAIN__PS__ROLE__PS;
-    reply.index = s->o->index;
-    reply.generation = s->generation;
-    reply.version = s->version;
-    ct__msg_send(s->link.sock, NULL, 0, &reply, s->job_id, NULL, NULL, 0, NULL);
+    send_restored(s);
     serve_parked(s);
     serve_snapshots(s);
 }
 
 static void on_snapshot_request(server *s, const ct__env *env) {
     int k = 0;
-    while (k < MAX_SNAPSHOT_REQUESTS && s->snap[k].active) {
-        k++;
+    while (k < MAX_SNAPSHOT_REQUESTS && s->snap[k].active && s->snap[k].id != env->request_id) {
+        k++; /* a request sent again keeps its place */
     }
     if (k == MAX_SNAPSHOT_REQUESTS) {
         k = 0; /* the chief asks for one at a time; a full table is an old chief's leftovers */
@@ -519,7 +565,9 @@ static void handle_worker(server *s) {
             return;
         }
         if (st != CT_OK) {
-            ct_log(CT_LOG_WARN, "%s: dropped a bad message: %s", s->who, err.msg);
+            char from[80];
+            ct_log(CT_LOG_WARN, "%s: dropped a bad message from %s: %s", s->who,
+                   ct__peer_name(&s->msg, from, sizeof from), err.msg);
             ct__msg tmp = {.peer_len = s->msg.peer_len};
             memcpy(tmp.peer, s->msg.peer, s->msg.peer_len);
             if (tmp.peer_len) {
@@ -598,6 +646,7 @@ static void server_free(server *s) {
     ct__link_close(&s->link);
     ct_net_close(s->router);
     free(s->shard_version);
+    free(s->scratch);
     ct_optimizer_destroy(s->opt);
     ct_params_finish(&s->vars);
     ct_ps_plan_finish(&s->plan);
@@ -624,7 +673,8 @@ static ct_status make_vars(server *s, ct_err *err) {
     spec.clip_norm = 0.0f; /* workers clip their own gradients: the norm spans every server */
     st = ct_optimizer_create(&spec, &s->vars, &s->opt, err);
     s->shard_version = calloc((size_t)(s->n_local ? s->n_local : 1), sizeof *s->shard_version);
-    if (st == CT_OK && !s->shard_version) {
+    s->scratch = malloc((size_t)(s->vars.total ? s->vars.total : 1) * sizeof *s->scratch);
+    if (st == CT_OK && (!s->shard_version || !s->scratch)) {
         st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", s->who);
     }
     return st;
@@ -642,6 +692,9 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
     ct_status st = ct_model_create(job, &s->model, err);
     if (st == CT_OK) {
         st = ct_net_socket(ZMQ_ROUTER, o->keys, 1, &s->router, err);
+    }
+    if (st == CT_OK) {
+        st = ct__router_handover(s->router, err);
     }
     if (st == CT_OK) {
         st = ct_net_bind(s->router, o->bind ? o->bind : "127.0.0.1:0", s->endpoint,

@@ -25,7 +25,7 @@
 #include "ps_link.h"
 
 #define MAX_SERVERS 64
-#define MAX_TASKS 2
+#define MAX_TASKS 4 /* the chief keeps at most 2 outstanding (ps_chief.h, MAX_OUT): room */
 #define POLL_MS 50
 
 typedef struct task {
@@ -55,9 +55,8 @@ typedef struct worker {
     int have[MAX_SERVERS]; /* parameters of the current generation arrived */
     uint64_t generation;   /* of the parameters held */
     /* async tasks */
-    task tasks[MAX_TASKS];
-    int n_tasks, asked;
-    int no_more_tasks;
+    task tasks[MAX_TASKS]; /* async: handed out by the chief, not started */
+    int n_tasks;
     ct__link link;
     ct__msg msg;
     ct__inflight inflight; /* gradient frames ZeroMQ still sends from p->grad */
@@ -93,8 +92,11 @@ static void reset_for(worker *w, uint64_t generation);
 static void take_params(worker *w, int s, ct__msg *m) {
     const ct__env *env = m->env;
     int first = w->plan.first[s], last = w->plan.first[s + 1];
-    if (env->generation < w->generation ||
-        (env->generation == w->generation && w->have[s] && env->version < w->version[s])) {
+    if (env->generation < w->generation) {
+        w->pending[s] = 0; /* it answered a pull from before the reset: ask again */
+        return;
+    }
+    if (env->generation == w->generation && w->have[s] && env->version < w->version[s]) {
         return;
     }
     if (env->generation > w->generation) {
@@ -122,7 +124,7 @@ static void take_params(worker *w, int s, ct__msg *m) {
 }
 
 /* Pushes the gradients of every server's shards, tagged with the versions they came from. */
-static ct_status push(worker *w, int64_t examples, ct_err *err) {
+static ct_status push(worker *w, int64_t examples, uint64_t version, ct_err *err) {
     for (int s = 0; s < w->n_servers; s++) {
         int first = w->plan.first[s], n = w->plan.first[s + 1] - first;
         Ctrain__Ps__TensorRef refs[n > 0 ? n : 1], *ptrs[n > 0 ? n : 1];
@@ -142,7 +144,9 @@ static ct_status push(worker *w, int64_t examples, ct_err *err) {
         env.role = CTRAIN__PS__ROLE__WORKER;
         env.index = w->o->index;
         env.generation = w->generation;
-        env.version = w->version[s];
+        /* sync: the step computed, so a server already past it drops it as late; async: the
+         * version of that server's shards, which its staleness is counted from */
+        env.version = w->job->ps.async ? w->version[s] : version;
         env.examples = examples;
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
@@ -156,7 +160,7 @@ static ct_status push(worker *w, int64_t examples, ct_err *err) {
 }
 
 static ct_status report(worker *w, const task *tk, int64_t examples, double loss, double acc,
-                        uint64_t version, int want, double compute_s, ct_err *err) {
+                        uint64_t version, double compute_s, ct_err *err) {
     Ctrain__Ps__Report r = CTRAIN__PS__REPORT__INIT;
     r.epoch = tk ? tk->epoch : -1;
     r.index = tk ? tk->index : -1;
@@ -164,13 +168,12 @@ static ct_status report(worker *w, const task *tk, int64_t examples, double loss
     r.loss = loss;
     r.accuracy = acc;
     r.version = version;
-    r.want_tasks = (uint32_t)want;
     r.compute_s = compute_s;
     ct__env env = CTRAIN__PS__ENVELOPE__INIT;
     env.kind = CTRAIN__PS__KIND__REPORT;
     env.role = CTRAIN__PS__ROLE__WORKER;
     env.index = w->o->index;
-    env.generation = w->link.view.generation;
+    env.generation = w->generation; /* the state the step was computed on */
     env.report = &r;
     ct_status st = ct__msg_send(w->link.sock, NULL, 0, &env, w->job_id, NULL, NULL, 0, err);
     return st == CT_ETIMEDOUT ? CT_OK : st; /* the chief's silence is handled by the link */
@@ -186,6 +189,9 @@ static ct_status connect_servers(worker *w, ct_err *err) {
         ct_net_close(w->sock[s]);
         w->sock[s] = NULL;
         ct_status st = ct_net_socket(ZMQ_DEALER, w->o->keys, 0, &w->sock[s], err);
+        if (st == CT_OK) {
+            st = ct__set_routing_id(w->sock[s], "worker", w->o->index, err);
+        }
         if (st == CT_OK) {
             st = ct_net_connect(w->sock[s], ep, err);
         }
@@ -208,9 +214,7 @@ static void reset_for(worker *w, uint64_t generation) {
         w->want[s] = 0;
         w->version[s] = 0;
     }
-    w->n_tasks = 0;
-    w->asked = 0;
-    w->no_more_tasks = 0;
+    w->n_tasks = 0; /* the chief hands out the new generation's tasks itself */
     w->generation = generation;
 }
 
@@ -232,13 +236,19 @@ static ct_status drain(worker *w, ct_err *err) {
                 st = connect_servers(w, err);
             }
         } else if (w->msg.env->kind == CTRAIN__PS__KIND__TASK && w->msg.env->task &&
-                   w->msg.env->generation == w->link.view.generation) {
+                   w->msg.env->generation >= w->generation) {
             const Ctrain__Ps__Task *tk = w->msg.env->task;
-            w->asked = w->asked > 0 ? w->asked - 1 : 0;
+            if (w->msg.env->generation > w->generation) {
+                reset_for(w, w->msg.env->generation); /* the chief restored the servers */
+            }
             if (tk->has_task && w->n_tasks < MAX_TASKS) {
                 w->tasks[w->n_tasks++] = (task){tk->epoch, tk->index};
+            } else if (tk->has_task) {
+                ct_log(CT_LOG_WARN,
+                       "%s: the chief handed out more tasks than it may (%d held); "
+                       "batch %lld of epoch %lld dropped",
+                       w->who, w->n_tasks, (long long)tk->index, (long long)tk->epoch);
             }
-            w->no_more_tasks = tk->done;
         } else if (w->msg.env->kind == CTRAIN__PS__KIND__ERROR) {
             ct_log(CT_LOG_WARN, "%s: the chief says: %s", w->who, w->msg.env->error);
         }
@@ -319,10 +329,17 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     float loss = NAN, acc = NAN;
     double start = ct__now();
     /* the last push is sent straight from the gradient buffer: backward may write it again
-     * once ZeroMQ has let go of it (long done, in practice) */
-    if (ct__inflight_wait(&w->inflight, w->job->ps.register_timeout) != 0) {
-        return ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent within %.0f s", w->who,
-                          w->job->ps.register_timeout);
+     * once ZeroMQ has let go of it (long done, in practice; a server that is gone holds it
+     * until the socket to it is replaced, so the heartbeats go on meanwhile) */
+    double waited = ct__now();
+    while (ct__inflight_wait(&w->inflight, 0.05) != 0) {
+        if ((st = ct__link_tick(&w->link, w->generation, NULL, err)) != CT_OK) {
+            return st;
+        }
+        if (ct__now() - waited > w->job->ps.register_timeout) {
+            return ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent within %.0f s",
+                              w->who, w->job->ps.register_timeout);
+        }
     }
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
@@ -330,15 +347,22 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     }
     clip_gradient(w);
     double compute = ct__now() - start;
-    if (w->o->slow_factor > 1.0) { /* benchmarks: a straggler */
-        ct__sleep(compute * (w->o->slow_factor - 1.0));
+    if (w->o->slow_factor > 1.0) { /* benchmarks: a straggler, still sending heartbeats */
+        double until = ct__now() + compute * (w->o->slow_factor - 1.0);
+        while (ct__now() < until &&
+               (st = ct__link_tick(&w->link, w->generation, NULL, err)) == CT_OK) {
+            double left = until - ct__now();
+            ct__sleep(left < 0.05 ? (left > 0 ? left : 0) : 0.05);
+        }
+        if (st != CT_OK) {
+            return st;
+        }
     }
-    if ((st = push(w, b.size, err)) != CT_OK) {
+    if ((st = push(w, b.size, version, err)) != CT_OK) {
         return st;
     }
     w->steps_done++;
-    return report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version,
-                  w->job->ps.async ? 1 : 0, compute, err);
+    return report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version, compute, err);
 }
 
 /* The next step's task: sync: the version's slice; async: the chief's next task. 0: none yet. */
@@ -369,7 +393,7 @@ static ct_status check_pulls(worker *w, ct_err *err) {
                               "%s: ps %d (%s) has not answered a pull for %.0f s (version %llu "
                               "asked)",
                               w->who, s, w->endpoint[s], now - w->pull_sent[s],
-                              (unsigned long long)w->version[s] + (w->job->ps.async ? 0 : 1));
+                              (unsigned long long)w->want[s]);
         }
     }
     return CT_OK;
@@ -413,11 +437,6 @@ static ct_status run(worker *w, ct_err *err) {
                 st = send_pull(w, s, 0, err);
             }
         }
-        if (w->job->ps.async && w->n_tasks + w->asked < MAX_TASKS && !w->no_more_tasks) {
-            int want = MAX_TASKS - w->n_tasks - w->asked;
-            w->asked += want;
-            st = report(w, NULL, 0, 0.0, 0.0, 0, want, 0.0, err);
-        }
         uint64_t version;
         task tk;
         if (st != CT_OK || !params_ready(w, &version) || !next_task(w, version, &tk)) {
@@ -431,9 +450,6 @@ static ct_status run(worker *w, ct_err *err) {
         }
         if (st == CT_OK) {
             st = step(w, &tk, version, err);
-        }
-        if (st == CT_OK && w->job->ps.async) {
-            w->asked++; /* the report asked for one more task */
         }
         if (st == CT_OK && !w->job->ps.pull_ahead) {
             for (int s = 0; s < w->n_servers && st == CT_OK; s++) {

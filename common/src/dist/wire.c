@@ -294,3 +294,18 @@ static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__
     }
     return CT_OK;
 }
+
+const char *ct__peer_name(const ct__msg *m, char *buf, size_t cap) {
+    size_t n = 0;
+    int printable = m->peer_len > 0;
+    for (size_t i = 0; i < m->peer_len; i++) {
+        printable &= m->peer[i] >= 0x20 && m->peer[i] < 0x7f;
+    }
+    for (size_t i = 0; i < m->peer_len && n + 3 < cap; i++) {
+        n += (size_t)snprintf(buf + n, cap - n, printable ? "%c" : "%02x", m->peer[i]);
+    }
+    if (!m->peer_len && cap) {
+        snprintf(buf, cap, "?");
+    }
+    return buf;
+}

@@ -80,6 +80,9 @@ ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id, const
 /* Waits (up to timeout_s) until ZeroMQ has released every borrowed frame; 0, or -1 on timeout. */
 int ct__inflight_wait(ct__inflight *inflight, double timeout_s);
 
+/* The sender of m for log lines: its routing id ("worker1-4711-…"; hex when not printable). */
+const char *ct__peer_name(const ct__msg *m, char *buf, size_t cap);
+
 /* A readable name of a Kind ("PULL"). */
 const char *ct__kind_name(int kind);
 
