@@ -328,19 +328,6 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     ct_trainer_set_position(w->t, pos);
     float loss = NAN, acc = NAN;
     double start = ct__now();
-    /* the last push is sent straight from the gradient buffer: backward may write it again
-     * once ZeroMQ has let go of it (long done, in practice; a server that is gone holds it
-     * until the socket to it is replaced, so the heartbeats go on meanwhile) */
-    double waited = ct__now();
-    while (ct__inflight_wait(&w->inflight, 0.05) != 0) {
-        if ((st = ct__link_tick(&w->link, w->generation, NULL, err)) != CT_OK) {
-            return st;
-        }
-        if (ct__now() - waited > w->job->ps.register_timeout) {
-            return ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent within %.0f s",
-                              w->who, w->job->ps.register_timeout);
-        }
-    }
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
         return st;
@@ -402,6 +389,7 @@ static ct_status check_pulls(worker *w, ct_err *err) {
 static ct_status run(worker *w, ct_err *err) {
     ct_status st = CT_OK;
     int idle = 0;
+    double held_since = 0.0;
     while (st == CT_OK) {
         if (w->o->stop && *w->o->stop) {
             return ct_err_set(err, CT_EINTR, "%s: interrupted after %lld steps", w->who,
@@ -437,6 +425,19 @@ static ct_status run(worker *w, ct_err *err) {
                 st = send_pull(w, s, 0, err);
             }
         }
+        /* the last push is sent straight from the gradient buffer: backward may write it
+         * again once ZeroMQ has let go of it (long done, in practice; a push to a server that
+         * is gone is held until the view names its replacement and the socket is replaced,
+         * which this loop does meanwhile) */
+        if (st == CT_OK && atomic_load(&w->inflight.frames) > 0) {
+            held_since = held_since > 0 ? held_since : ct__now();
+            if (ct__now() - held_since > w->job->ps.register_timeout) {
+                st = ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent in %.0f s",
+                                w->who, ct__now() - held_since);
+            }
+            continue;
+        }
+        held_since = 0.0;
         uint64_t version;
         task tk;
         if (st != CT_OK || !params_ready(w, &version) || !next_task(w, version, &tk)) {
