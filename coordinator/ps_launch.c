@@ -213,6 +213,7 @@ ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct
     }
     reap_all(r);
     ct_net_auth_stop(auth);
+    ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
     free(keys);
     free(r);
     return st;

@@ -82,4 +82,10 @@ ct_status ct_net_connect(void *sock, const char *address, ct_err *err);
 /* Closes a socket (NULL allowed). */
 void ct_net_close(void *sock);
 
+/* Terminates the process's context at the end of a role, once every socket made by
+ * ct_net_socket is closed (and the authenticator stopped): ZeroMQ's threads then finish before
+ * exit() runs the libraries' destructors, instead of racing them. Returns 0, or -1 (and does
+ * nothing) when a socket is still open. No ct_net_* call may follow. */
+int ct_net_shutdown(void);
+
 #endif

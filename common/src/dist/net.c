@@ -29,6 +29,9 @@
  * pthread_once and never destroyed: zmq_ctx_term would block on any socket still open. */
 static pthread_once_t context_once = PTHREAD_ONCE_INIT;
 static void *context;
+/* Sockets made by ct_net_socket and not closed yet: ct_net_shutdown terminates the context only
+ * when there is none, since zmq_ctx_term would wait for them forever. */
+static atomic_int open_sockets;
 
 static void context_create(void) {
     void *c = zmq_ctx_new();
@@ -600,6 +603,7 @@ ct_status ct_net_socket(int type, const ct_net_keys *keys, int server, void **re
         zmq_close(sock);
         return st;
     }
+    atomic_fetch_add(&open_sockets, 1);
     *ret = sock;
     return CT_OK;
 }
@@ -774,5 +778,15 @@ ct_status ct_net_connect(void *sock, const char *address, ct_err *err) {
 void ct_net_close(void *sock) {
     if (sock) {
         zmq_close(sock);
+        atomic_fetch_sub(&open_sockets, 1);
     }
+}
+
+int ct_net_shutdown(void) {
+    if (!context || atomic_load(&open_sockets) != 0) {
+        return -1;
+    }
+    zmq_ctx_term(context); /* returns at once: no socket is left to linger */
+    context = NULL;
+    return 0;
 }

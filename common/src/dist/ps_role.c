@@ -159,6 +159,7 @@ int ct_ps_role_main(const char *role, ct_job *job, const char *job_text,
         fprintf(stderr, "%s: %s\n", role, err.msg);
     }
     ct_net_auth_stop(auth);
+    ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
     free(keys);
     ct_cluster_finish(&cl);
     return exit_code(st);
