@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""All-reduce sweep: ctrain's engine (ct_mirrored_allreduce, 1 MiB buckets and one bucket)
-against Open MPI's MPI_Allreduce, 4 KiB .. 256 MiB of float32, at 2 and 4 ranks.
+"""All-reduce sweep: ctrain's engine (1 MiB buckets and one bucket) against Open MPI's
+MPI_Allreduce, 4 KiB .. 256 MiB of float32, at 2 and 4 ranks. The engine is the one the
+mirrored strategy picks: shared memory when every rank is on one node (here), else the ring.
 
   /usr/bin/python3 scripts/bench/allreduce.py [RANKS ...] [-- BENCH_ARGS]   (from the repo root)
   e.g. /usr/bin/python3 scripts/bench/allreduce.py 2 -- --max-bytes 16777216
@@ -40,14 +41,15 @@ def main():
         proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
         if proc.returncode != 0:
             sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-        print(f"\n{n} ranks on {os.cpu_count()} cores {os.environ.get('MPIRUN_ARGS', '')}: "
-              f"us per all-reduce, busbw GB/s, ratio = MPI time / ours")
+        lines = [json.loads(line) for line in proc.stdout.splitlines()]
+        engine = lines[0].get("engine", "ring") if lines else "?"
+        print(f"\n{n} ranks on {os.cpu_count()} cores {os.environ.get('MPIRUN_ARGS', '')}, "
+              f"{engine} engine: us per all-reduce, busbw GB/s, ratio = MPI time / ours")
         hdr = (f"{'size':>8} {'iters':>5} {'MPI us':>10} {'busbw':>6} {'1MiB us':>10} "
                f"{'busbw':>6} {'ratio':>5} {'whole us':>10} {'busbw':>6} {'ratio':>5}")
         print(hdr)
         print("-" * len(hdr))
-        for line in proc.stdout.splitlines():
-            d = json.loads(line)
+        for d in lines:
             mpi, bkt, whole = d["mpi"], d["ours_1mib"], d["ours_whole"]
             print(f"{size_name(d['bytes']):>8} {d['iters']:5d} {mpi['us']:10.1f} "
                   f"{mpi['busbw_GBps']:6.2f} {bkt['us']:10.1f} {bkt['busbw_GBps']:6.2f} "

@@ -52,8 +52,9 @@ RING = ["--mca", "coll_libnbc_iallreduce_algorithm", "1"]
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 DONE_RE = re.compile(r"^done: .*samples_per_s=([0-9.]+)", re.M)
-MIRRORED_RE = re.compile(r"^mirrored: (\d+) ranks, (\d+) buckets over (\d+) gradient bytes; "
-                         r"exposed all-reduce wait ([0-9.]+) ms per step", re.M)
+MIRRORED_RE = re.compile(r"^mirrored: (\d+) ranks, (\d+) buckets over (\d+) gradient bytes "
+                         r"\([\w-]+ all-reduce\); exposed all-reduce wait ([0-9.]+) ms per step",
+                         re.M)
 
 TMP = tempfile.mkdtemp(prefix="ctrain_scaling_")
 _run_dirs = 0

@@ -34,8 +34,9 @@ def mpirun(n, *args, timeout=600, binary=WORKER):
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_ranks_equal_single_process_on_the_global_batch(tmp_path, ranks):
+@pytest.mark.parametrize("ranks,engine", [(2, "shared"), (3, "shared"), (2, "ring"),
+                                          (3, "ring")])
+def test_ranks_equal_single_process_on_the_global_batch(tmp_path, ranks, engine):
     local = 20
     steps = ["--set", "train.max_steps=15", "--set", "train.threads=1", *SMALL, "--quiet"]
     single = tmp_path / "single"
@@ -45,7 +46,8 @@ def test_ranks_equal_single_process_on_the_global_batch(tmp_path, ranks):
     multi = tmp_path / "multi"
     r = mpirun(ranks, "--job", JOB, *steps, "--set", f"train.batch_size={local}",
                "--set", "strategy.type=mirrored", "--set", "strategy.check_every=1",
-               "--set", "strategy.bucket_bytes=65536", "--set", f"run_dir={multi}")
+               "--set", "strategy.bucket_bytes=65536", "--set", f"strategy.allreduce={engine}",
+               "--set", f"run_dir={multi}")
     assert r.returncode == 0, r.stderr
     assert f"replicas={ranks}" in r.stdout
     diff = weights_rel_diff(tmp_path, final_ckpt(single), final_ckpt(multi))
@@ -64,6 +66,18 @@ def test_compressed_gradients_stay_close(tmp_path, codec):
     # 16-bit sums round each gradient to 8 (bf16) or 11 (fp16) bits, and fp16 flushes the
     # tiniest gradients to subnormals or zero (no loss scaling): close, not identical
     assert 0 < diff < 1e-1, diff
+
+
+def test_allreduce_engine_choice(tmp_path):
+    # every rank on this node: auto picks shared memory; shared and compression do not mix
+    args = ["--job", JOB, "--set", "train.max_steps=5", *SMALL, "--set", f"run_dir={tmp_path}"]
+    r = mpirun(2, *args)
+    assert r.returncode == 0 and "(shared-memory all-reduce)" in r.stdout, r.stdout + r.stderr
+    r = mpirun(2, *args, "--set", "strategy.allreduce=ring", "--no-resume")
+    assert r.returncode == 0 and "(ring all-reduce)" in r.stdout, r.stdout + r.stderr
+    r = mpirun(2, *args, "--set", "strategy.allreduce=shared", "--set",
+               "strategy.compression=bf16", "--no-resume")
+    assert r.returncode != 0 and "strategy.compression needs the ring" in r.stderr, r.stderr
 
 
 def test_uneven_tail_and_mpmd_chief(tmp_path):

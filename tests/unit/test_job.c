@@ -222,6 +222,11 @@ Test(job, parameter_server_keys) {
     cr_expect_eq(job.ps.staleness_policy, CT_STALENESS_NONE);
     cr_expect_eq(job.ps.staleness_max, 4, "the default bound");
     cr_expect_eq(job.ps.pull_ahead, 1);
+    cr_expect_eq(job.mirrored.allreduce, 0, "auto");
+    const char *ring = MINIMAL_JOB "strategy: {type: mirrored, allreduce: ring}\n";
+    cr_assert_eq(ct_job_parse(ring, strlen(ring), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
+                 err.msg);
+    cr_expect_eq(job.mirrored.allreduce, 1);
 }
 
 Test(job, defaults) {
@@ -531,6 +536,9 @@ Test(job, section_errors) {
                  "job.yaml:12: strategy.heartbeat_timeout: must be a positive number");
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: ring}\n",
                  "job.yaml:12: strategy.type: unknown strategy 'ring'");
+    EXPECT_ERROR(MINIMAL_JOB "strategy: {type: mirrored, allreduce: tree}\n",
+                 "job.yaml:12: strategy.allreduce: unknown all-reduce engine 'tree' (expected one "
+                 "of: auto, ring, shared)");
 }
 
 Test(job, optimizer_errors) {

@@ -136,6 +136,8 @@ typedef struct ct_job {
         float stall_timeout;  /* strategy.stall_timeout: seconds before a stall is reported (60) */
         int64_t check_every;  /* strategy.check_every: replica checksums every K steps; 0 off */
         int compression;      /* strategy.compression: none (0), fp16 (1), bf16 (2) */
+        int allreduce;        /* strategy.allreduce: auto (0: shared memory when every rank is
+                                 on one node, else ring), ring (1), shared (2) */
     } mirrored;
     struct {
         int async;             /* strategy.mode: sync (0, the default) or async (1) */

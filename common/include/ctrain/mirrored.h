@@ -1,8 +1,9 @@
 /* The mirrored strategy: synchronous data parallelism over MPI (CPU). Every rank holds the
  * whole model; the chief (rank 0) broadcasts the initial (or restored) state; each rank trains
  * on its shard of every global batch; gradients live in one flat buffer cut into buckets that
- * are all-reduced (MPI_Iallreduce, in bucket order on every rank) as soon as backward has
- * written them, overlapping the rest of backward; every rank then applies the same update.
+ * are all-reduced (in bucket order on every rank: in shared memory when every rank is on one
+ * node, else by a ring over MPI point-to-point) as soon as backward has written them,
+ * overlapping the rest of backward; every rank then applies the same update.
  * A rank that does not join a collective within strategy.stall_timeout seconds is named by the
  * chief, and the job ends with a non-zero exit code. Evaluation is sharded the same way (each
  * rank its slice of the eval set, the sums all-reduced). Only the chief writes the run
@@ -29,8 +30,23 @@ typedef struct ct_mirrored_options {
 ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
                             const ct_mirrored_options *opts, ct_train_result *ret, ct_err *err);
 
-/* The all-reduce engine on its own, for benchmarks: sums `count` floats in place across all
+/* The ring all-reduce on its own, for benchmarks: sums `count` floats in place across all
  * ranks in buckets of bucket_bytes, started back to back and then waited (what a step does). */
 ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err);
+
+/* The shared-memory all-reduce on its own, for benchmarks (the engine the strategy uses when
+ * every rank is on one node; the gradients then live in its window): `count` floats per rank,
+ * summed in place in buckets of bucket_bytes posted back to back and completed, as a step
+ * does. create: collective; CT_EUNSUPPORTED when the ranks do not share a node. */
+typedef struct ct_shared_allreduce ct_shared_allreduce;
+ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes,
+                                     ct_shared_allreduce **ret, ct_err *err);
+/* This rank's buffer (count floats), once every rank has finished reading it in the last run
+ * (so it may be written); valid until the next run. */
+float *ct_shared_allreduce_data(ct_shared_allreduce *a);
+/* One all-reduce of the buffer (collective). */
+void ct_shared_allreduce_run(ct_shared_allreduce *a);
+/* Collective; accepts NULL. */
+void ct_shared_allreduce_destroy(ct_shared_allreduce *a);
 
 #endif

@@ -16,11 +16,13 @@
 
 #include <math.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "ctrain/crc32c.h"
+#include "shm_reduce.h"
 #include "ctrain/half.h"
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
@@ -133,6 +135,10 @@ typedef struct bucket {
 typedef struct mirrored {
     ct_grad_reducer iface;
     ct_params *p;
+    /* the shared-memory engine (every rank on one node): the gradients live in its window */
+    ct__shm *shm;
+    float *own_grad; /* params->grad as allocated, put back before the window goes */
+    int64_t seq;     /* steps begun: the shared engine's sequence number */
     int rank, size;
     bucket *b;
     int nb, next;        /* buckets; the next to start */
@@ -232,7 +238,9 @@ static void start_bucket(mirrored *m, int k) {
         }
     }
     send_marker(m, m->step, k);
-    if (m->compression) {
+    if (m->shm) {
+        ct__shm_post(m->shm, k, b->lo, b->hi, m->seq);
+    } else if (m->compression) {
         for (int64_t i = 0; i < n; i++) {
             b->half[i] = m->compression == 2 ? ct_f32_to_bf16(g[i]) : ct_f32_to_fp16(g[i]);
         }
@@ -256,7 +264,12 @@ static void start_ready(mirrored *m) {
 /* Gives MPI a chance to progress the started buckets (Open MPI progresses inside calls). */
 static void poll(mirrored *m) {
     for (int k = 0; k < m->next; k++) {
-        if (!m->compression) { /* each bucket's ring moves on independently */
+        if (m->shm) {
+            if (ct__shm_progress(m->shm, k, m->b[k].lo, m->b[k].hi, m->seq) &&
+                m->b[k].t_done == 0.0) {
+                m->b[k].t_done = now_s();
+            }
+        } else if (!m->compression) { /* each bucket's ring moves on independently */
             if (ring_progress(&m->b[k].ring) && m->b[k].t_done == 0.0) {
                 m->b[k].t_done = now_s();
             }
@@ -295,12 +308,18 @@ static void scan(mirrored *m, ct_graph *g) {
     m->scanned = g;
 }
 
+static void wait_shm(mirrored *m, int k, double start, int k_write);
+
 static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, int64_t global_n) {
     mirrored *m = user;
     if (g != m->scanned || !g) {
         scan(m, g);
     }
     m->step = step;
+    m->seq++;
+    if (m->shm) { /* the others may still be copying the last step's sums out of our buffer */
+        wait_shm(m, 0, now_s(), -1);
+    }
     m->weight = global_n > 0 ? (float)((double)local_n / (double)global_n) : 0.0f;
     m->next = 0;
     for (int k = 0; k < m->nb; k++) {
@@ -421,6 +440,33 @@ static void wait_ring(mirrored *m, int k, double start) {
     }
 }
 
+/* As wait_ring, for the shared-memory engine: bucket k of this step (or, with k_write = -1,
+ * the moment this rank may write its buffer again). */
+static void wait_shm(mirrored *m, int k, double start, int k_write) {
+    double limit = m->timeout * (m->rank == 0 ? 1.0 : 1.5);
+    for (int spins = 0;; spins++) {
+        int done = k_write < 0 ? ct__shm_may_write(m->shm, m->seq)
+                               : ct__shm_progress(m->shm, k, m->b[k].lo, m->b[k].hi, m->seq);
+        for (int j = k + 1; k_write >= 0 && j < m->next; j++) {
+            ct__shm_progress(m->shm, j, m->b[j].lo, m->b[j].hi, m->seq);
+        }
+        if (done) {
+            return;
+        }
+        drain_markers(m);
+        double waited = now_s() - start;
+        if (waited > limit) {
+            stall(m, k, waited);
+        }
+        if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
+            send_marker(m, m->step, k);
+        }
+        if (spins > 64) {
+            sched_yield(); /* ranks may outnumber cores: let the one we wait for run */
+        }
+    }
+}
+
 static ct_status finish(void *user, ct_err *err) {
     (void)err;
     mirrored *m = user;
@@ -430,6 +476,10 @@ static ct_status finish(void *user, ct_err *err) {
     }
     double start = now_s();
     for (int k = 0; k < m->nb; k++) {
+        if (m->shm) {
+            wait_shm(m, k, start, k);
+            continue;
+        }
         if (!m->compression) {
             wait_ring(m, k, start);
             continue;
@@ -443,6 +493,9 @@ static ct_status finish(void *user, ct_err *err) {
                 g[i] = m->compression == 2 ? ct_bf16_to_f32(h) : ct_fp16_to_f32(h);
             }
         }
+    }
+    if (m->shm) {
+        ct__shm_step_done(m->shm, m->seq);
     }
     double end = now_s();
     m->wait_s += end - start;
@@ -520,6 +573,9 @@ static int agree_stop(void *user, int local_stop) {
 static void mirrored_free(mirrored *m) {
     if (!m) {
         return;
+    }
+    if (m->own_grad) {
+        m->p->grad = m->own_grad; /* the trainer frees what it allocated */
     }
     for (int s = 0; s < MARKER_RING; s++) {
         if (m->mark_req[s] != MPI_REQUEST_NULL) {
@@ -647,6 +703,72 @@ ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes
     return CT_OK;
 }
 
+struct ct_shared_allreduce {
+    ct__shm *shm;
+    int64_t count, per, seq;
+    int nb;
+};
+
+ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes,
+                                     ct_shared_allreduce **ret, ct_err *err) {
+    if (!ct__shm_possible(MPI_COMM_WORLD)) {
+        return ct_err_set(err, CT_EUNSUPPORTED, "the ranks do not share one node");
+    }
+    ct_shared_allreduce *a = calloc(1, sizeof *a);
+    if (!a) {
+        return ct_err_set(err, CT_ENOMEM, "allreduce: out of memory");
+    }
+    int64_t per = bucket_bytes / (int64_t)sizeof(float);
+    a->count = count;
+    a->per = per > 0 && per < count ? per : (count > 0 ? count : 1);
+    a->nb = (int)((count + a->per - 1) / a->per);
+    ct_status st = ct__shm_create(count, a->nb, &a->shm, err);
+    if (st != CT_OK) {
+        free(a);
+        return st;
+    }
+    *ret = a;
+    return CT_OK;
+}
+
+float *ct_shared_allreduce_data(ct_shared_allreduce *a) {
+    for (int spins = 0; !ct__shm_may_write(a->shm, a->seq + 1); spins++) {
+        if (spins > 64) {
+            sched_yield(); /* the others still copy the last sums out of this buffer */
+        }
+    }
+    return ct__shm_buffer(a->shm);
+}
+
+void ct_shared_allreduce_run(ct_shared_allreduce *a) {
+    a->seq++;
+    for (int spins = 0; !ct__shm_may_write(a->shm, a->seq); spins++) {
+        if (spins > 64) {
+            sched_yield();
+        }
+    }
+    for (int k = 0; k < a->nb; k++) {
+        int64_t lo = k * a->per, hi = lo + a->per < a->count ? lo + a->per : a->count;
+        ct__shm_post(a->shm, k, lo, hi, a->seq);
+    }
+    for (int k = 0; k < a->nb; k++) {
+        int64_t lo = k * a->per, hi = lo + a->per < a->count ? lo + a->per : a->count;
+        for (int spins = 0; !ct__shm_progress(a->shm, k, lo, hi, a->seq); spins++) {
+            if (spins > 64) {
+                sched_yield();
+            }
+        }
+    }
+    ct__shm_step_done(a->shm, a->seq);
+}
+
+void ct_shared_allreduce_destroy(ct_shared_allreduce *a) {
+    if (a) {
+        ct__shm_destroy(a->shm);
+        free(a);
+    }
+}
+
 /* ---- the training run ---- */
 
 typedef struct progress_ctx {
@@ -670,6 +792,40 @@ static void print_epoch(const ct_train_progress *p, void *user) {
 static void warn_line(const char *msg, void *user) {
     (void)user;
     fprintf(stderr, "ctrain: warning: %s\n", msg);
+}
+
+/* strategy.allreduce: the shared-memory engine when every rank is on one node (auto or
+ * shared), the ring otherwise. The gradients then live in the engine's window, so backward
+ * writes where the other ranks read. Collective: every rank calls it, after all started. */
+static ct_status choose_engine(mirrored *m, const ct_job *job, ct_err *err) {
+    int want = job->mirrored.allreduce;
+    if (want == 1) {
+        return CT_OK;
+    }
+    if (m->compression) {
+        return want == 2 ? ct_err_set(err, CT_EINVAL,
+                                      "%s: strategy.allreduce shared sums f32 in place; "
+                                      "strategy.compression needs the ring (allreduce: ring or "
+                                      "auto)",
+                                      job->path)
+                         : CT_OK;
+    }
+    if (!ct__shm_possible(MPI_COMM_WORLD)) {
+        return want == 2 ? ct_err_set(err, CT_EINVAL,
+                                      "%s: strategy.allreduce shared needs every rank on one "
+                                      "node (use ring or auto)",
+                                      job->path)
+                         : CT_OK;
+    }
+    ct_status st = ct__shm_create(m->p->total, m->nb, &m->shm, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    float *shared = ct__shm_buffer(m->shm);
+    memcpy(shared, m->p->grad, (size_t)m->p->total * sizeof(float));
+    m->own_grad = m->p->grad;
+    m->p->grad = shared;
+    return CT_OK;
 }
 
 /* The chief's state to every rank: variables, optimizer slots, the run position. */
@@ -747,6 +903,9 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
         st = ct_err_set(err, CT_EPEER, "rank %d: another rank failed to start (see its message)",
                         rank);
     }
+    if (st == CT_OK && (st = choose_engine(m, &job, err)) != CT_OK) {
+        all_ok = 0; /* the windows are collective: a failure here ends every rank (MPI) */
+    }
     if (st == CT_OK) {
         broadcast_state(t);
         ct_trainer_set_data_parallel(t, &m->iface, rank, size);
@@ -760,10 +919,10 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
     if (m && st == CT_OK && chief && !opts->quiet) {
         int64_t bytes = m->nb ? (m->b[0].hi - m->b[m->nb - 1].lo) * (int64_t)sizeof(float) : 0;
         fprintf(opts->out ? opts->out : stdout,
-                "mirrored: %d ranks, %d buckets over %lld gradient bytes; exposed all-reduce "
-                "wait %.3f ms per step (after backward); %.0f%% of all-reduce time overlapped "
-                "backward\n",
-                size, m->nb, (long long)bytes, m->steps ? 1e3 * m->wait_s / (double)m->steps : 0.0,
+                "mirrored: %d ranks, %d buckets over %lld gradient bytes (%s all-reduce); "
+                "exposed all-reduce wait %.3f ms per step (after backward); %.0f%% of "
+                "all-reduce time overlapped backward\n",
+                size, m->nb, (long long)bytes, m->shm ? "shared-memory" : "ring", m->steps ? 1e3 * m->wait_s / (double)m->steps : 0.0,
                 m->comm_s > 0 ? 100.0 * m->hidden_s / m->comm_s : 0.0);
     }
     if (m && all_ok) {
@@ -775,6 +934,12 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
         if (st == CT_OK) {
             MPI_Barrier(MPI_COMM_WORLD);
             drain_markers(m);
+        }
+        if (m->shm && (st == CT_OK || st == CT_EINTR)) { /* every rank ended here: collective */
+            m->p->grad = m->own_grad;
+            m->own_grad = NULL;
+            ct__shm_destroy(m->shm);
+            m->shm = NULL;
         }
     }
     mirrored_free(m);

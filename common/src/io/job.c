@@ -99,7 +99,7 @@ static const char *const strategy_keys[] = {
     "type",          "bucket_bytes",     "stall_timeout",   "check_every",
     "compression",   "mode",             "backup_workers",  "staleness",
     "max_shard_bytes", "heartbeat_timeout", "register_timeout", "chief_timeout",
-    "pull_ahead",    "keys",             NULL};
+    "pull_ahead",    "keys",             "allreduce",       NULL};
 static const char *const staleness_keys[] = {"policy", "max", NULL};
 
 /* Option keys per layer type, indexed by ct_layer_type. */
@@ -901,6 +901,9 @@ static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     static const name_value compression_names[] = {
         {"none", 0}, {"fp16", 1}, {"bf16", 2}, {NULL, 0}};
     sec_name(&s, "compression", compression_names, "compression", &job->mirrored.compression);
+    static const name_value allreduce_names[] = {
+        {"auto", 0}, {"ring", 1}, {"shared", 2}, {NULL, 0}};
+    sec_name(&s, "allreduce", allreduce_names, "all-reduce engine", &job->mirrored.allreduce);
     read_ps_strategy(r, &s, job);
     const ct__yaml_node *v = sec_get(&s, "type", path);
     if (!v || r->status != CT_OK) {
