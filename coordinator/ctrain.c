@@ -669,6 +669,11 @@ static int cmd_graph(int argc, char **argv) {
            st->bytes_planned ? (double)st->bytes_unplanned / (double)st->bytes_planned : 1.0,
            st->in_place);
     printf("# executor: %d threads, %d nodes split across them\n", st->threads, st->split_nodes);
+    if (st->fused_updates > 0) {
+        printf("# optimizer: the update fused into %d gradient writers; %lld floats left to "
+               "apply_optimizer\n",
+               st->fused_updates, (long long)st->update_rest);
+    }
     if (dot) {
         FILE *f = fopen(dot, "w");
         if (!f) {

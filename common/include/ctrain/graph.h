@@ -144,7 +144,9 @@ enum {
     CT_PASS_DCE = 1u << 2,        /* drop nodes nothing kept depends on */
     CT_PASS_SIMPLIFY = 1u << 3,   /* x*1, x+0, x-0, x/1, scale 1, transpose of transpose, ... */
     CT_PASS_FUSE = 1u << 4,       /* elementwise chains (+ a trailing full sum) into one loop */
-    CT_PASS_ALL = 0x1fu,
+    CT_PASS_FUSE_UPDATE = 1u << 5, /* each parameter's optimizer update right after (and on the
+                                      thread of) the node that writes its gradient */
+    CT_PASS_ALL = 0x3fu,
 };
 
 typedef struct ct_graph_options {
@@ -163,9 +165,12 @@ typedef struct ct_graph_stats {
     int64_t bytes_planned;                   /* the arena after liveness planning */
     int in_place;                            /* outputs written over a dying input */
     int threads, split_nodes;                /* executor threads; nodes split across them */
+    int fused_updates;                       /* gradient writers that also run the update */
+    int64_t update_rest;                     /* trainable floats left to APPLY_OPTIMIZER */
 } ct_graph_stats;
 
-/* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse)
+/* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse,
+ * fuse_update)
  * into CT_PASS_* bits; returns 0, or -1 with the unknown name copied into bad. */
 int ct_graph_parse_passes(const char *text, unsigned *ret, char *bad, size_t bad_cap);
 /* Writes the names of the passes in `passes` ("const_fold,cse,...", "none") into buf. */

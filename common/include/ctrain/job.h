@@ -128,7 +128,7 @@ typedef struct ct_job {
     int64_t max_steps;          /* train.max_steps: stop early after this many steps; 0 = off */
     int eager;                  /* train.eager: run op by op (debugging); default false */
     unsigned graph_passes;      /* train.graph_passes: "all" (default), "none" or a comma list of
-                                   const_fold, cse, dce, simplify, fuse */
+                                   const_fold, cse, dce, simplify, fuse, fuse_update */
     int plan_memory;            /* train.plan_memory: reuse buffers by liveness; default true */
     char strategy[32];          /* strategy.type: local, mirrored, parameter_server */
     struct {

@@ -528,7 +528,8 @@ done:
     return s;
 }
 
-static const char *const pass_names[] = {"const_fold", "cse", "dce", "simplify", "fuse"};
+static const char *const pass_names[] = {"const_fold", "cse",  "dce",
+                                         "simplify",   "fuse", "fuse_update"};
 
 int ct_graph_parse_passes(const char *text, unsigned *ret, char *bad, size_t bad_cap) {
     unsigned bits = 0;

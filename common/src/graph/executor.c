@@ -9,7 +9,16 @@
  * blocks it overwrites (write-after-read edges). With threads > 1 a pool runs ready nodes
  * concurrently (independent branches in parallel); large GEMMs, elementwise ops, fused loops
  * and the optimizer update are split into row or range parts that run on different threads.
- * With threads = 1 nodes run in order on the calling thread. */
+ * With threads = 1 nodes run in order on the calling thread.
+ *
+ * Optimizer fusion: when the graph ends in APPLY_OPTIMIZER (no gradient clipping, which needs the
+ * global norm first), each parameter is updated as soon as its gradient is written instead of
+ * after the whole backward pass. A gradient writer qualifies when it alone writes that range.
+ * When every reader of the parameter is among the writer's ancestors, the update runs inline:
+ * after each part of the writer, on the same thread, for the same rows, while the gradient is
+ * still in cache. Otherwise it is a deferred task, queued once the writer and the remaining
+ * readers are done (nothing reads a weight after it changes). APPLY_OPTIMIZER then updates
+ * only what no writer covered and adds up the sums of squares. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -29,6 +38,8 @@
 #endif
 
 #define MAX_PARTS 16
+#define TASK_SLOTS (MAX_PARTS + 1) /* a node's parts, and its deferred optimizer update */
+#define UPDATE_TASK MAX_PARTS
 #define SPIN_SECONDS 300e-6
 
 static double now_s(void) {
@@ -59,9 +70,19 @@ struct ct_exec {
     char *by_cols;      /* per node: a matmul split by output columns instead of rows */
     int n_run;          /* nodes that run (not leaves) */
     float opt_partial[MAX_PARTS];
+    /* optimizer fusion (upd < 0: off) */
+    int upd;              /* the APPLY_OPTIMIZER node */
+    int64_t *upd_off;     /* per node: its output's offset in params->grad when it updates, or -1 */
+    char *deferred;       /* per writer: 1 when its update is a task after its gates */
+    int *gates;           /* per writer: nodes that must finish first (itself included) */
+    int *gate_off, *gated; /* CSR per node: the deferred writers it gates */
+    atomic_int *gates_left;
+    float *g2_part;       /* per node and part: sums of squares of the fused updates */
+    int64_t *rest;        /* [begin, end) pairs of trainable ranges left to APPLY_OPTIMIZER */
+    int n_rest;
     /* run state */
     atomic_int *pending, *parts_left;
-    int64_t *queue; /* tasks: node * MAX_PARTS + part */
+    int64_t *queue; /* tasks: node * TASK_SLOTS + part (or UPDATE_TASK) */
     atomic_int *queue_ready;
     int queue_cap;
     atomic_int head, tail, done, generation, stop, running, active;
@@ -229,6 +250,12 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         e->work[i] = ct_graph_ctx(g)->params->trainable_total;
         e->part_unit[i] = 16;
         cost = e->work[i] * 4;
+    } else if (n->op == CT_OP_DROPOUT && n->aux.shape.rank > 0 && n->out.shape.rank > 0 &&
+               !(n->flags & CT_NODE_ALIAS)) {
+        /* whole examples per part: the mask's random stream is indexed by example */
+        e->work[i] = ct_tensor_numel(&n->out);
+        e->part_unit[i] = n->out.shape.dims[0] ? e->work[i] / n->out.shape.dims[0] : 1;
+        cost = e->work[i] * 8; /* a Philox draw per element */
     } else if (n->op == CT_OP_FUSED || in_place_ok(n, ct_graph_node(g, n->in[0])) ||
                n->op == CT_OP_ADD || n->op == CT_OP_SUB || n->op == CT_OP_MUL ||
                n->op == CT_OP_DIV) {
@@ -274,8 +301,66 @@ static part_view part_range(const ct_exec *e, int i, int part) {
     return (part_view){b * e->part_unit[i], en * e->part_unit[i]};
 }
 
-/* Runs part `part` of node i (the whole node when it is not split). */
+/* The update of flat trainable range [begin, end); returns its sum of squares. */
+static float update_range(const ct_kctx *ctx, int64_t begin, int64_t end) {
+    return ct_optimizer_update_range(ctx->optimizer, ctx->params, (int64_t)ctx->step,
+                                     ctx->total_steps, 1.0f, begin, end);
+}
+
+/* APPLY_OPTIMIZER under fusion, part `part` of `parts`: its share of the ranges no writer
+ * covered, counted over their concatenation. */
+static float update_rest(const ct_exec *e, const ct_kctx *ctx, int part, int parts) {
+    int64_t total = 0;
+    for (int r = 0; r < e->n_rest; r++) {
+        total += e->rest[2 * r + 1] - e->rest[2 * r];
+    }
+    int64_t units = total / 16, from = units * part / parts * 16,
+            to = part + 1 == parts ? total : units * (part + 1) / parts * 16;
+    float g2 = 0.0f;
+    int64_t at = 0;
+    for (int r = 0; r < e->n_rest && at < to; r++) {
+        int64_t b = e->rest[2 * r], len = e->rest[2 * r + 1] - b;
+        int64_t lo = from > at ? from - at : 0, hi = to - at < len ? to - at : len;
+        if (lo < hi) {
+            g2 += update_range(ctx, b + lo, b + hi);
+        }
+        at += len;
+    }
+    return g2;
+}
+
+static void run_part_kernel(ct_exec *e, int i, int part);
+
+/* Runs part `part` of node i (the whole node when it is not split), then its share of the
+ * optimizer update when the node writes a gradient under fusion. */
 static void run_part(ct_exec *e, int i, int part) {
+    const ct_kctx *ctx = ct_graph_ctx(e->g);
+    ct_node *n = ct_graph_node(e->g, i);
+    if (i == e->upd) {
+        e->g2_part[(size_t)i * MAX_PARTS + part] = update_rest(e, ctx, part, e->parts[i]);
+        return;
+    }
+    if (part == UPDATE_TASK) { /* a deferred update: the whole range */
+        e->g2_part[(size_t)i * MAX_PARTS] =
+            update_range(ctx, e->upd_off[i], e->upd_off[i] + ct_tensor_numel(&n->out));
+        return;
+    }
+    run_part_kernel(e, i, part);
+    if (e->upd < 0 || e->upd_off[i] < 0 || e->deferred[i]) {
+        return;
+    }
+    int64_t b = 0, en = ct_tensor_numel(&n->out);
+    if (e->parts[i] > 1) {
+        part_view v = part_range(e, i, part);
+        int64_t cols = n->out.shape.dims[n->out.shape.rank - 1];
+        b = n->op == CT_OP_MATMUL ? v.begin * cols : v.begin;
+        en = n->op == CT_OP_MATMUL ? v.end * cols : v.end;
+    }
+    e->g2_part[(size_t)i * MAX_PARTS + part] =
+        update_range(ctx, e->upd_off[i] + b, e->upd_off[i] + en);
+}
+
+static void run_part_kernel(ct_exec *e, int i, int part) {
     ct_graph *g = e->g;
     ct_node *n = ct_graph_node(g, i);
     ct_node *ins[CT_MAX_INPUTS];
@@ -315,6 +400,20 @@ static void run_part(ct_exec *e, int i, int part) {
                                                          1.0f, v.begin, v.end);
         return;
     }
+    if (n->op == CT_OP_DROPOUT) { /* examples [begin, end) / unit, numbered globally */
+        int64_t unit = e->part_unit[i], r0 = v.begin / unit;
+        ct_node view = *n, x = *ins[0];
+        ct_node *vins[1] = {&x};
+        ct_kctx c = *ctx;
+        c.batch_offset += r0;
+        view.out.shape.dims[0] = (v.end - v.begin) / unit;
+        x.out.shape = view.out.shape;
+        view.out.data = CT__F32(&n->out) + v.begin;
+        view.aux.data = (uint8_t *)n->aux.data + v.begin;
+        x.out.data = CT__F32(&ins[0]->out) + v.begin;
+        ct_graph_backend(g)->vt->kernels[n->op](&c, &view, vins);
+        return;
+    }
     /* elementwise: views of rows [begin, end) in units of the bias row */
     int64_t unit = e->part_unit[i], rows = (v.end - v.begin) / unit;
     ct_shape vs = {.rank = 2, .dims = {rows, unit}};
@@ -344,7 +443,7 @@ static void run_part(ct_exec *e, int i, int part) {
 static void push(ct_exec *e, int node, int part) {
     int slot = atomic_fetch_add(&e->tail, 1);
     CT_ASSERT(slot < e->queue_cap);
-    e->queue[slot] = (int64_t)node * MAX_PARTS + part;
+    e->queue[slot] = (int64_t)node * TASK_SLOTS + part;
     atomic_store_explicit(&e->queue_ready[slot], atomic_load(&e->generation),
                           memory_order_release);
 }
@@ -368,11 +467,26 @@ static int pop(ct_exec *e, int *node, int *part) {
             return 0; /* claimed but not yet written */
         }
         if (atomic_compare_exchange_weak(&e->head, &h, h + 1)) {
-            *node = (int)(e->queue[h] / MAX_PARTS);
-            *part = (int)(e->queue[h] % MAX_PARTS);
+            *node = (int)(e->queue[h] / TASK_SLOTS);
+            *part = (int)(e->queue[h] % TASK_SLOTS);
             return 1;
         }
     }
+}
+
+/* APPLY_OPTIMIZER's output under fusion: the sum of every fused and remaining part's sum of
+ * squares (non-finite when any gradient was; the trainer checks it). */
+static void sum_updates(ct_exec *e) {
+    float g2 = 0.0f;
+    for (int i = 0; i < e->n; i++) {
+        if (i == e->upd || e->upd_off[i] >= 0) {
+            int parts = i != e->upd && e->deferred[i] ? 1 : e->parts[i];
+            for (int p = 0; p < parts; p++) {
+                g2 += e->g2_part[(size_t)i * MAX_PARTS + p];
+            }
+        }
+    }
+    CT__F32(&ct_graph_node(e->g, e->upd)->out)[0] = g2;
 }
 
 static void finish_node(ct_exec *e, int i) {
@@ -381,7 +495,14 @@ static void finish_node(ct_exec *e, int i) {
     if (ctx->node_done) { /* from whichever thread finished it: the hook must be thread-safe */
         ctx->node_done(ctx->hook_user, n);
     }
-    if (n->op == CT_OP_APPLY_OPTIMIZER && e->parts[i] > 1) {
+    for (int k = e->upd >= 0 ? e->gate_off[i] : 0; e->upd >= 0 && k < e->gate_off[i + 1]; k++) {
+        if (atomic_fetch_sub(&e->gates_left[e->gated[k]], 1) == 1) {
+            push(e, e->gated[k], UPDATE_TASK);
+        }
+    }
+    if (i == e->upd) {
+        sum_updates(e);
+    } else if (n->op == CT_OP_APPLY_OPTIMIZER && e->parts[i] > 1) {
         float g2 = 0.0f;
         for (int p = 0; p < e->parts[i]; p++) {
             g2 += e->opt_partial[p];
@@ -410,6 +531,12 @@ static void work(ct_exec *e) {
         }
         spins = 0;
         run_part(e, node, part);
+        if (part == UPDATE_TASK) { /* APPLY_OPTIMIZER counts the deferred updates too */
+            if (atomic_fetch_sub(&e->pending[e->upd], 1) == 1) {
+                push_node(e, e->upd);
+            }
+            continue;
+        }
         if (atomic_fetch_sub(&e->parts_left[node], 1) == 1) {
             finish_node(e, node);
         }
@@ -454,11 +581,23 @@ static void *worker_main(void *arg) {
 
 ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     e->g = g;
+    for (int i = 0; e->upd >= 0 && i < e->n; i++) {
+        atomic_store(&e->gates_left[i], e->gates[i]);
+    }
     const ct_kctx *ctx = ct_graph_ctx(g);
     if (e->threads == 1) {
         for (int i = 0; i < e->n; i++) {
             if (runs(ct_graph_node(g, i))) {
                 run_part(e, i, 0);
+                for (int k = e->upd >= 0 ? e->gate_off[i] : 0;
+                     e->upd >= 0 && k < e->gate_off[i + 1]; k++) {
+                    if (atomic_fetch_sub(&e->gates_left[e->gated[k]], 1) == 1) {
+                        run_part(e, e->gated[k], UPDATE_TASK);
+                    }
+                }
+                if (i == e->upd) {
+                    sum_updates(e);
+                }
                 if (ctx->node_done) {
                     ctx->node_done(ctx->hook_user, ct_graph_node(g, i));
                 }
@@ -519,11 +658,192 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->part_unit);
     free(e->work);
     free(e->by_cols);
+    free(e->upd_off);
+    free(e->deferred);
+    free(e->gates);
+    free(e->gate_off);
+    free(e->gated);
+    free(e->gates_left);
+    free(e->g2_part);
+    free(e->rest);
     free(e->pending);
     free(e->parts_left);
     free(e->queue);
     free(e->queue_ready);
     free(e);
+}
+
+/* ---- optimizer fusion ---- */
+
+/* 1 when node a is among node b's ancestors (anc: n x n bits, row b). */
+static int is_ancestor(const uint8_t *anc, int n, int a, int b) {
+    return (anc[(size_t)b * (size_t)((n + 7) / 8) + (size_t)(a / 8)] >> (a % 8)) & 1;
+}
+
+/* Chooses the gradient writers that run their parameters' update (upd_off) and the ranges left
+ * to APPLY_OPTIMIZER (rest). Returns -1 on out of memory; leaves fusion off when the graph does
+ * not qualify. */
+static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t split_min) {
+    const ct_kctx *ctx = ct_graph_ctx(g);
+    const int n = e->n;
+    e->upd = -1;
+    for (int i = 0; i < n; i++) {
+        e->upd = ct_graph_node(g, i)->op == CT_OP_APPLY_OPTIMIZER ? i : e->upd;
+    }
+    if (e->upd < 0 || !ctx->params || !ctx->optimizer || ct_optimizer_clips(ctx->optimizer) ||
+        n > 8192) {
+        e->upd = -1;
+        return 0;
+    }
+    const ct_params *p = ctx->params;
+    const float *grad = p->grad, *data = p->data;
+    const int64_t total = p->trainable_total;
+    size_t row = (size_t)(n + 7) / 8;
+    uint8_t *anc = calloc((size_t)n * row, 1);
+    char *covered = calloc((size_t)(total ? total : 1), 1); /* writers per trainable float */
+    e->upd_off = malloc((size_t)n * sizeof *e->upd_off);
+    e->g2_part = calloc((size_t)n * MAX_PARTS, sizeof *e->g2_part);
+    e->rest = malloc(2 * (size_t)(n + 1) * sizeof *e->rest);
+    e->deferred = calloc((size_t)n, 1);
+    e->gates = calloc((size_t)n, sizeof *e->gates);
+    e->gate_off = calloc((size_t)n + 1, sizeof *e->gate_off);
+    e->gates_left = calloc((size_t)n, sizeof *e->gates_left);
+    char *gate = calloc((size_t)n * (size_t)n > (1u << 26) ? 1 : (size_t)n * (size_t)n, 1);
+    if (!anc || !covered || !e->upd_off || !e->g2_part || !e->rest || !e->deferred ||
+        !e->gates || !e->gate_off || !e->gates_left || !gate) {
+        free(anc);
+        free(covered);
+        free(gate);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) { /* ancestors, in node order (inputs come first) */
+        const ct_node *node = ct_graph_node(g, i);
+        e->upd_off[i] = -1;
+        for (int k = 0; k < node->n_in; k++) {
+            int a = node->in[k];
+            for (size_t b = 0; b < row; b++) {
+                anc[(size_t)i * row + b] |= anc[(size_t)a * row + b];
+            }
+            anc[(size_t)i * row + (size_t)(a / 8)] |= (uint8_t)(1u << (a % 8));
+        }
+    }
+    /* candidates: nodes writing (or adding) into the trainable gradient range */
+    for (int i = 0; i < n; i++) {
+        const ct_node *node = ct_graph_node(g, i);
+        const float *o = node->out.data;
+        if (!runs(node) || !(node->flags & CT_NODE_BOUND) || node->out.dtype != CT_F32 || !o ||
+            o < grad || o >= grad + total) {
+            continue;
+        }
+        int64_t off = o - grad, len = ct_tensor_numel(&node->out);
+        for (int64_t k = off; k < off + len && k < total; k++) {
+            covered[k] = (char)(covered[k] < 2 ? covered[k] + 1 : 2);
+        }
+        if (!(node->flags & CT_NODE_ACCUMULATE) && off + len <= total) {
+            e->upd_off[i] = off;
+        }
+    }
+    int fused = 0;
+    for (int i = 0; i < n; i++) {
+        if (e->upd_off[i] < 0) {
+            continue;
+        }
+        int64_t off = e->upd_off[i], len = ct_tensor_numel(&ct_graph_node(g, i)->out);
+        int ok = 1;
+        for (int64_t k = off; ok && k < off + len; k++) {
+            ok = covered[k] == 1; /* the only writer */
+        }
+        if (!ok) {
+            e->upd_off[i] = -1;
+            continue;
+        }
+        /* Readers of an overlapping parameter that are not ancestors (siblings such as the
+         * input gradient, or the writer itself) gate a deferred update. sum_to's second input
+         * only gives the shape. */
+        gate[(size_t)i * (size_t)n + (size_t)i] = 1;
+        for (int v = 0; v < n; v++) {
+            const ct_node *var = ct_graph_node(g, v);
+            const float *d = var->out.data;
+            if (var->op != CT_OP_VARIABLE || !d || d < data || d >= data + total ||
+                d - data >= off + len || d - data + ct_tensor_numel(&var->out) <= off) {
+                continue;
+            }
+            for (int r = 0; r < n; r++) {
+                const ct_node *rn = ct_graph_node(g, r);
+                for (int k = 0; k < rn->n_in; k++) {
+                    if (storage_root(g, rn->in[k]) == v && !(rn->op == CT_OP_SUM_TO && k == 1) &&
+                        (r == i || !is_ancestor(anc, n, r, i))) {
+                        e->deferred[i] = 1;
+                        gate[(size_t)i * (size_t)n + (size_t)r] = 1;
+                    }
+                }
+            }
+        }
+        /* column parts are not contiguous ranges: the update follows the whole node */
+        e->deferred[i] |= e->parts[i] > 1 && e->by_cols[i];
+        for (int64_t k = off; k < off + len; k++) {
+            covered[k] = 3; /* updated by node i */
+        }
+        fused++;
+    }
+    e->n_rest = 0;
+    int64_t rest_total = 0;
+    for (int64_t k = 0; k < total;) {
+        int64_t b = k;
+        while (k < total && covered[k] != 3) {
+            k++;
+        }
+        if (k > b) {
+            e->rest[2 * e->n_rest] = b;
+            e->rest[2 * e->n_rest + 1] = k;
+            e->n_rest++;
+            rest_total += k - b;
+        }
+        while (k < total && covered[k] == 3) {
+            k++;
+        }
+    }
+    /* gates: per deferred writer, how many nodes must finish; per node, whom it gates */
+    int n_gated = 0;
+    for (int i = 0; i < n; i++) {
+        for (int w = 0; w < n; w++) {
+            if (e->upd_off[w] >= 0 && e->deferred[w] && gate[(size_t)w * (size_t)n + (size_t)i]) {
+                e->gates[w]++;
+                e->gate_off[i + 1]++;
+                n_gated++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        e->gate_off[i + 1] += e->gate_off[i];
+    }
+    e->gated = malloc((size_t)(n_gated ? n_gated : 1) * sizeof *e->gated);
+    if (!e->gated) {
+        free(anc);
+        free(covered);
+        free(gate);
+        return -1;
+    }
+    for (int i = 0, m = 0; i < n; i++) {
+        for (int w = 0; w < n; w++) {
+            if (e->upd_off[w] >= 0 && e->deferred[w] && gate[(size_t)w * (size_t)n + (size_t)i]) {
+                e->gated[m++] = w;
+            }
+        }
+    }
+    free(anc);
+    free(covered);
+    free(gate);
+    ct_graph_stats *stats = ct__graph_stats(g);
+    stats->fused_updates = fused;
+    stats->update_rest = rest_total;
+    /* APPLY_OPTIMIZER splits what is left */
+    int parts = threads > MAX_PARTS ? MAX_PARTS : threads;
+    int64_t units = rest_total / 16;
+    parts = rest_total * 4 < split_min || units < 2 ? 1 : (units < parts ? (int)units : parts);
+    stats->split_nodes += (parts > 1) - (e->parts[e->upd] > 1);
+    e->parts[e->upd] = parts;
+    return 0;
 }
 
 /* ---- building the plan ---- */
@@ -559,6 +879,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     }
     e->n = n;
     e->g = g;
+    e->upd = -1;
     e->threads = threads < 1 ? 1 : threads;
     size_t nn = (size_t)(n ? n : 1);
     last = calloc(nn, sizeof *last);
@@ -751,6 +1072,13 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
             }
         }
     }
+    stats->fused_updates = 0;
+    stats->update_rest = 0;
+    if ((opts->passes & CT_PASS_FUSE_UPDATE) &&
+        plan_fused_updates(g, e, e->threads, split_min) < 0) {
+        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+        goto done;
+    }
     e->n_pred = calloc(nn, sizeof *e->n_pred);
     e->succ_off = calloc(nn + 1, sizeof *e->succ_off);
     e->succ = malloc((size_t)(ed.n ? ed.n : 1) * sizeof *e->succ);
@@ -782,6 +1110,13 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         e->succ_off[ed.from[k] + 1]++;
         e->n_pred[ed.to[k]]++;
     }
+    int n_deferred = 0;
+    for (int i = 0; e->upd >= 0 && i < n; i++) {
+        n_deferred += e->upd_off[i] >= 0 && e->deferred[i];
+    }
+    if (e->upd >= 0) {
+        e->n_pred[e->upd] += n_deferred; /* it also waits for the deferred updates */
+    }
     for (int i = 0; i < n; i++) {
         e->succ_off[i + 1] += e->succ_off[i];
     }
@@ -801,7 +1136,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         for (int i = 0; i < n; i++) {
             e->queue_cap += runs(ct_graph_node(g, i)) ? e->parts[i] : 0;
         }
-        e->queue_cap = e->queue_cap ? e->queue_cap : 1;
+        e->queue_cap = e->queue_cap + n_deferred ? e->queue_cap + n_deferred : 1;
         e->pending = calloc(nn, sizeof *e->pending);
         e->parts_left = calloc(nn, sizeof *e->parts_left);
         e->queue = calloc((size_t)e->queue_cap, sizeof *e->queue);

@@ -835,7 +835,7 @@ static void read_train(job_reader *r, const section *top, ct_job *job) {
                                                          sizeof bad) != 0) {
         fail(r, v->line, key,
              "unknown pass '%s' (use all, none, or a comma list of const_fold, cse, dce, "
-             "simplify, fuse)",
+             "simplify, fuse, fuse_update)",
              bad);
     }
 }
