@@ -670,9 +670,9 @@ static int cmd_graph(int argc, char **argv) {
            st->in_place);
     printf("# executor: %d threads, %d nodes split across them\n", st->threads, st->split_nodes);
     if (st->fused_updates > 0) {
-        printf("# optimizer: the update fused into %d gradient writers; %lld floats left to "
-               "apply_optimizer\n",
-               st->fused_updates, (long long)st->update_rest);
+        printf("# optimizer: the update follows %d gradient writers (%d queued after sibling "
+               "readers of the weight); %lld floats left to apply_optimizer\n",
+               st->fused_updates, st->deferred_updates, (long long)st->update_rest);
     }
     if (dot) {
         FILE *f = fopen(dot, "w");

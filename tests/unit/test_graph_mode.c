@@ -568,3 +568,121 @@ Test(graph_mode, example_mlp_same_losses_in_graph_and_eager) {
 Test(graph_mode, example_cnn_same_losses_in_graph_and_eager, .timeout = 300) {
     same_losses("examples/fashion_mnist_cnn.yaml", 3);
 }
+
+/* ---- optimizer fusion and split dropout ---- */
+
+/* Trains `steps` steps of a job with the given passes and threads; returns the parameters. */
+static float *train_params(const char *job_path, const char *passes, int threads, int steps,
+                           int64_t *n, ct_graph_stats *stats) {
+    char set_passes[128], set_threads[64];
+    snprintf(set_passes, sizeof set_passes, "train.graph_passes=%s", passes);
+    snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
+    const char *sets[] = {set_passes, set_threads};
+    ct_trainer *t;
+    ct_err err = {0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", CT_SOURCE_ROOT, job_path);
+    cr_assert_eq(ct_trainer_load(path, sets, 2, &t, &err), CT_OK, "%s", err.msg);
+    enum { B = 16 };
+    static float x[B * 784];
+    int32_t y[B];
+    for (int s = 0; s < steps; s++) {
+        ct_rng_uniform(12, (uint64_t)s, 0, x, B * 784);
+        for (int i = 0; i < B; i++) {
+            y[i] = (i * 3 + s) % 10;
+        }
+        float loss, acc;
+        cr_assert_eq(ct_trainer_step(t, x, y, B, &loss, &acc, &err), CT_OK, "%s", err.msg);
+    }
+    ct_graph *g;
+    cr_assert_eq(ct_trainer_step_graph(t, B, 1, &g, &err), CT_OK, "%s", err.msg);
+    *stats = *ct_graph_get_stats(g);
+    const ct_params *p = ct_model_params(ct_trainer_model(t));
+    *n = p->total;
+    float *copy = malloc((size_t)p->total * sizeof *copy);
+    memcpy(copy, p->data, (size_t)p->total * sizeof *copy);
+    ct_trainer_destroy(t);
+    return copy;
+}
+
+/* The update after each gradient writer gives the weights of the update at the end, to the
+ * bit, on 1 and 2 threads; the MLP has inline updates (the first kernel: every reader of it is
+ * an ancestor of its gradient) and a deferred one (the second kernel: the input gradient reads
+ * it beside the weight gradient). */
+static void fused_update_same_weights(const char *job, int steps, int min_fused, int min_deferred) {
+    for (int threads = 1; threads <= 2; threads++) {
+        int64_t n_on, n_off;
+        ct_graph_stats on, off;
+        float *a = train_params(job, "all", threads, steps, &n_on, &on);
+        float *b = train_params(job, "const_fold,cse,dce,simplify,fuse", threads, steps, &n_off,
+                                &off);
+        cr_assert_eq(n_on, n_off);
+        cr_expect_eq(memcmp(a, b, (size_t)n_on * sizeof *a), 0,
+                     "%s, %d threads: fused and final updates differ", job, threads);
+        cr_expect_geq(on.fused_updates, min_fused, "%s: %d fused", job, on.fused_updates);
+        cr_expect_geq(on.deferred_updates, min_deferred, "%s: %d deferred", job,
+                      on.deferred_updates);
+        cr_expect_lt(on.update_rest, 64, "%s: %lld floats left", job, (long long)on.update_rest);
+        cr_expect_eq(off.fused_updates, 0);
+        free(a);
+        free(b);
+    }
+}
+
+Test(graph_mode, fused_optimizer_update_gives_the_same_weights) {
+    fused_update_same_weights("examples/fashion_mnist_mlp.yaml", 6, 4, 1);
+}
+
+Test(graph_mode, fused_optimizer_update_gives_the_same_weights_cnn, .timeout = 300) {
+    fused_update_same_weights("examples/fashion_mnist_cnn.yaml", 2, 8, 1);
+}
+
+/* Clipping needs the global norm before any update: no fusion then. */
+Test(graph_mode, no_fused_update_with_gradient_clipping) {
+    const char *sets[] = {"optimizer.clip_norm=1.0"};
+    ct_trainer *t;
+    ct_err err = {0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/fashion_mnist_mlp.yaml", CT_SOURCE_ROOT);
+    cr_assert_eq(ct_trainer_load(path, sets, 1, &t, &err), CT_OK, "%s", err.msg);
+    ct_graph *g;
+    cr_assert_eq(ct_trainer_step_graph(t, 8, 1, &g, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(ct_graph_get_stats(g)->fused_updates, 0);
+    ct_trainer_destroy(t);
+}
+
+/* Dropout split by example across threads draws the masks of one thread, with a batch offset
+ * (a data-parallel replica's examples are numbered globally). */
+Test(graph_mode, split_dropout_matches_one_thread) {
+    enum { R = 37, C = 50 };
+    static float x[R * C], out[3][R * C];
+    ct_rng_uniform(5, 1, 0, x, R * C);
+    for (int threads = 1; threads <= 3; threads++) {
+        ct_graph *g;
+        ct_graph_create(be, 0, &g, NULL);
+        int xi = ct_placeholder(g, CT_F32, &S(R, C), "x");
+        int d = ct_dropout(g, xi, 0.3f, 1);
+        int keep[2] = {xi, d};
+        ct_graph *cg = compile(g, CT_PASS_ALL, threads, 2, keep);
+        if (threads > 1) {
+            cr_expect_geq(ct_graph_get_stats(cg)->split_nodes, 1);
+        }
+        ct_kctx *ctx = ct_graph_ctx(cg);
+        ctx->seed = 9;
+        ctx->step = 4;
+        ctx->batch_offset = 111;
+        ct_graph_bind(cg, keep[0], x);
+        ct_err err = {0};
+        cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(ct_graph_read(cg, keep[1], out[threads - 1], sizeof out[0], &err), CT_OK);
+        ct_graph_destroy(cg);
+        ct_graph_destroy(g);
+    }
+    int dropped = 0;
+    for (int i = 0; i < R * C; i++) {
+        dropped += out[0][i] == 0.0f;
+    }
+    cr_expect(dropped > R * C / 5 && dropped < R * C * 2 / 5, "%d of %d dropped", dropped, R * C);
+    cr_expect_eq(memcmp(out[0], out[1], sizeof out[0]), 0, "2 threads differ");
+    cr_expect_eq(memcmp(out[0], out[2], sizeof out[0]), 0, "3 threads differ");
+}

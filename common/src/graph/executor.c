@@ -836,6 +836,10 @@ static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t spli
     free(gate);
     ct_graph_stats *stats = ct__graph_stats(g);
     stats->fused_updates = fused;
+    stats->deferred_updates = 0;
+    for (int i = 0; i < n; i++) {
+        stats->deferred_updates += e->upd_off[i] >= 0 && e->deferred[i];
+    }
     stats->update_rest = rest_total;
     /* APPLY_OPTIMIZER splits what is left */
     int parts = threads > MAX_PARTS ? MAX_PARTS : threads;
