@@ -4,10 +4,11 @@
  *   bench_graph_mode step JOB [BATCH [THREADS [ITERS]]]   train step, eager vs graph mode
  *   bench_graph_mode fusion N [ITERS]                     sum(x + y * z), fused vs unfused
  *   bench_graph_mode memory JOB [BATCH [THREADS]]         step arena with and without planning
- * Each timing is the fastest of several rounds (the estimate least disturbed by other load).
- * ct_backend_cpu_create sets the process-wide GEMM thread count, so every configuration gets its
- * own trainer (or backend), created right before it is timed and destroyed after; a multi-thread
- * executor's spinning workers are gone before the next configuration runs. */
+ * Each timing is the fastest of several rounds (the estimate least disturbed by other load). The
+ * configurations compared in `seed` and `step` run interleaved, one round each in turn, so a
+ * slow spell of this shared machine hits all of them alike. The GEMM thread count is process-wide:
+ * it is set to 1 before every round of a one-thread configuration (a multi-thread executor sets
+ * its own), and a pause between rounds lets the executor's spinning workers go to sleep. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "ctrain/ctrain.h"
+#include "graph/op_impl.h" /* ct__gemm_set_threads */
 
 static double now_s(void) {
     struct timespec ts;
@@ -37,6 +39,41 @@ static double best_total(void (*fn)(void *), void *user, int iters, int reps) {
         best = t < best ? t : best;
     }
     return best;
+}
+
+/* Configurations timed in turn: seconds for `iters` calls of each, the fastest of `reps` rounds
+ * (after a warm-up of each). one_thread[k]: the GEMM runs on the calling thread alone. */
+typedef struct timed {
+    void (*fn)(void *);
+    void *user;
+    int one_thread;
+    double best;
+} timed;
+
+static void time_interleaved(timed *cfg, int k, int iters, int reps) {
+    for (int j = 0; j < k; j++) {
+        if (cfg[j].one_thread) {
+            ct__gemm_set_threads(1);
+        }
+        for (int w = 0; w < iters / 10 + 1; w++) {
+            cfg[j].fn(cfg[j].user);
+        }
+        cfg[j].best = 1e30;
+    }
+    for (int r = 0; r < reps; r++) {
+        for (int j = 0; j < k; j++) {
+            nanosleep(&(struct timespec){0, 2000000}, NULL); /* workers of the last go to sleep */
+            if (cfg[j].one_thread) {
+                ct__gemm_set_threads(1);
+            }
+            double start = now_s();
+            for (int i = 0; i < iters; i++) {
+                cfg[j].fn(cfg[j].user);
+            }
+            double t = now_s() - start;
+            cfg[j].best = t < cfg[j].best ? t : cfg[j].best;
+        }
+    }
 }
 
 static void die(const char *what, const ct_err *err) {
@@ -159,14 +196,21 @@ static int cmd_seed(const char *job, int calls, int threads, int rounds) {
         die("backend", &err);
     }
     c.be = be;
-    double eager_s = best_total(eager_forward, &c, calls, rounds);
-    ct_backend_destroy(be);
-
-    /* graph, 1 thread: the trainer's compiled inference graph */
-    c.t = t1;
-    c.out = graph_out;
-    double graph1_s = best_total(graph_forward, &c, calls, rounds);
+    /* graph, 1 thread: the trainer's compiled inference graph; THREADS threads: another trainer
+     * (same seed: same weights) */
+    fwd_ctx c1 = c, cn = c;
+    float *graphn_out = malloc((size_t)(batch * c.outputs) * sizeof(float));
+    ct_trainer *tn = load(job, threads, NULL, NULL);
+    c1.t = t1;
+    c1.out = graph_out;
+    cn.t = tn;
+    cn.out = graphn_out;
+    timed cfg[3] = {{eager_forward, &c, 1, 0}, {graph_forward, &c1, 1, 0},
+                    {graph_forward, &cn, 0, 0}};
+    time_interleaved(cfg, 3, calls, rounds);
+    double eager_s = cfg[0].best, graph1_s = cfg[1].best, graphn_s = cfg[2].best;
     double diff1 = max_abs_diff(eager_out, graph_out, batch * c.outputs);
+    double diffn = max_abs_diff(eager_out, graphn_out, batch * c.outputs);
     ct_graph *pg;
     if (ct_trainer_step_graph(t1, batch, CT_GRAPH_PREDICT, &pg, &err) != CT_OK) {
         die("predict graph", &err);
@@ -174,13 +218,9 @@ static int cmd_seed(const char *job, int calls, int threads, int rounds) {
     const ct_graph_stats *ps = ct_graph_get_stats(pg);
     int nodes_in = ps->nodes_in, nodes_out = ps->nodes_out, fused = ps->fused_groups;
     ct_trainer_destroy(t1);
-
-    /* graph, THREADS threads (same seed: same weights) */
-    ct_trainer *tn = load(job, threads, NULL, NULL);
-    c.t = tn;
-    double graphn_s = best_total(graph_forward, &c, calls, rounds);
-    double diffn = max_abs_diff(eager_out, graph_out, batch * c.outputs);
     ct_trainer_destroy(tn);
+    ct_backend_destroy(be);
+    free(graphn_out);
 
     printf("{\"bench\": \"seed\", \"job\": \"%s\", \"batch\": %lld, \"calls\": %d, "
            "\"rounds\": %d, \"threads\": %d, \"eager_1t_s\": %.6f, \"graph_s\": %.6f, "
@@ -215,15 +255,13 @@ static void train_step(void *user) {
     }
 }
 
-static double time_step(step_ctx *c, const char *job, int threads, const char *extra, int iters,
-                        int reps, float *first_loss) {
+/* A trainer for one configuration, after its first step from the seed weights (whose loss is
+ * comparable across modes). */
+static float first_step(step_ctx *c, const char *job, int threads, const char *extra) {
     c->t = load(job, threads, extra, NULL);
-    train_step(c); /* first step from the seed weights: its loss is comparable across modes */
-    *first_loss = c->loss;
-    double s = best_total(train_step, c, iters, reps) / iters;
-    ct_trainer_destroy(c->t);
-    c->t = NULL;
-    return s;
+    ct__gemm_set_threads(1);
+    train_step(c);
+    return c->loss;
 }
 
 static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
@@ -235,11 +273,17 @@ static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
     for (int64_t i = 0; i < batch; i++) {
         c.y[i] = (int32_t)(i % 10);
     }
-    float l_eager, l_g1, l_gn;
-    double eager_s = time_step(&c, job, 1, "train.eager=true", iters, 7, &l_eager);
-    double g1_s = time_step(&c, job, 1, NULL, iters, 7, &l_g1);
-    double gn_s = time_step(&c, job, threads, NULL, iters, 7, &l_gn);
-    printf("{\"bench\": \"step\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, \"rounds\": 7, "
+    step_ctx ce = c, c1 = c, cn = c;
+    float l_eager = first_step(&ce, job, 1, "train.eager=true");
+    float l_g1 = first_step(&c1, job, 1, NULL);
+    float l_gn = first_step(&cn, job, threads, NULL);
+    timed cfg[3] = {{train_step, &ce, 1, 0}, {train_step, &c1, 1, 0}, {train_step, &cn, 0, 0}};
+    time_interleaved(cfg, 3, iters, 9);
+    double eager_s = cfg[0].best / iters, g1_s = cfg[1].best / iters, gn_s = cfg[2].best / iters;
+    ct_trainer_destroy(ce.t);
+    ct_trainer_destroy(c1.t);
+    ct_trainer_destroy(cn.t);
+    printf("{\"bench\": \"step\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, \"rounds\": 9, "
            "\"threads\": %d, \"eager_1t_s\": %.9f, \"graph_1t_s\": %.9f, \"graph_s\": %.9f, "
            "\"ratio\": %.4f, \"ratio_1t\": %.4f, \"first_loss_eager\": %.6f, "
            "\"first_loss_graph_1t\": %.6f, \"first_loss_graph\": %.6f}\n",
