@@ -11,6 +11,12 @@
  * and the optimizer update are split into row or range parts that run on different threads.
  * With threads = 1 nodes run in order on the calling thread.
  *
+ * Row pipelines: a node split by example rows whose input is split into the same rows, and
+ * reads only those rows of it (elementwise ops, x W, dropout, softmax cross-entropy and their
+ * gradients), follows that split even when it is small, and its part p waits only for part p
+ * of that input (a linked edge) instead of the whole node. The forward and backward chain of a
+ * batch then runs as one pipeline per thread, each on its own rows, without a barrier per op.
+ *
  * Optimizer fusion: when the graph ends in APPLY_OPTIMIZER (no gradient clipping, which needs the
  * global norm first), each parameter is updated as soon as its gradient is written instead of
  * after the whole backward pass. A gradient writer qualifies when it alone writes that range.
@@ -64,6 +70,10 @@ struct ct_exec {
     void *arena;
     /* schedule: predecessors counts and successor lists (CSR) */
     int *n_pred, *succ_off, *succ;
+    char *linked;       /* per successor entry: 1 when part p waits only for part p */
+    int64_t *row_len;   /* per node split by example rows: work units per row; 0 otherwise */
+    int64_t *view_row;  /* per elementwise node: row length of its part views (a bias row) */
+    float *row_partial; /* per node and part: softmax cross-entropy's mean over its rows */
     int *parts;         /* per node: 1, or the number of parts it is split into */
     int64_t *part_unit; /* per node: rows or elements per part boundary alignment */
     int64_t *work;      /* per node: rows or columns (matmul) or elements to split */
@@ -81,7 +91,8 @@ struct ct_exec {
     int64_t *rest;        /* [begin, end) pairs of trainable ranges left to APPLY_OPTIMIZER */
     int n_rest;
     /* run state */
-    atomic_int *pending, *parts_left;
+    atomic_int *pending; /* per node and part: edges still to be satisfied */
+    atomic_int *parts_left;
     int64_t *queue; /* tasks: node * TASK_SLOTS + part (or UPDATE_TASK) */
     atomic_int *queue_ready;
     int queue_cap;
@@ -171,32 +182,46 @@ static int in_place_ok(const ct_node *n, const ct_node *x) {
 }
 
 /* Edges, collected before building the CSR. */
+typedef struct edge {
+    int from, to;
+    int data; /* 1: a data input only (may be linked); 0: an ordering edge (memory reuse, ...) */
+} edge;
+
 typedef struct edges {
-    int *from, *to;
+    edge *e;
     int n, cap;
 } edges;
 
-static int add_edge(edges *e, int from, int to) {
+static int add_edge_kind(edges *e, int from, int to, int data) {
     if (from == to) {
         return 0;
     }
     if (e->n == e->cap) {
         int cap = e->cap ? 2 * e->cap : 256;
-        int *f = realloc(e->from, (size_t)cap * sizeof *f);
-        if (f) {
-            e->from = f;
-        }
-        int *t = f ? realloc(e->to, (size_t)cap * sizeof *t) : NULL;
-        if (!t) {
+        edge *grown = realloc(e->e, (size_t)cap * sizeof *grown);
+        if (!grown) {
             return -1;
         }
-        e->to = t;
+        e->e = grown;
         e->cap = cap;
     }
-    e->from[e->n] = from;
-    e->to[e->n] = to;
-    e->n++;
+    e->e[e->n++] = (edge){from, to, data};
     return 0;
+}
+
+static int add_edge(edges *e, int from, int to) {
+    return add_edge_kind(e, from, to, 0);
+}
+
+static int cmp_edge(const void *a, const void *b) {
+    const edge *x = a, *y = b;
+    if (x->from != y->from) {
+        return x->from < y->from ? -1 : 1;
+    }
+    if (x->to != y->to) {
+        return x->to < y->to ? -1 : 1;
+    }
+    return x->data - y->data; /* an ordering edge first: a pair with one is never linked */
 }
 
 /* Storage root of node i: aliases share their input's buffer. */
@@ -220,16 +245,38 @@ static void as_matrix(const ct_shape *s, int64_t *rows, int64_t *cols) {
     *rows = *cols ? ct_shape_numel(s) / *cols : 0;
 }
 
-/* How node i splits: sets work (rows or elements) and unit (boundary alignment); returns the
- * number of parts for `threads` (1: not split). */
+/* 1 when part p of node n (split by example rows) reads only rows p of input k. */
+static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
+    const ct_node *n = ct_graph_node(g, i), *x = ct_graph_node(g, n->in[k]);
+    switch (n->op) {
+    case CT_OP_MATMUL:
+        return k == 0 && !n->attrs.i[0] && !e->by_cols[i];
+    case CT_OP_DROPOUT:
+        return k == 0;
+    case CT_OP_DROPOUT_GRAD:
+    case CT_OP_SOFTMAX_XENT:
+        return k == 0 || k == 1;
+    case CT_OP_SOFTMAX_XENT_GRAD:
+        return k == 1 || k == 2;
+    default: /* elementwise and fused: the inputs of the output's shape */
+        return ct_shape_equal(&x->out.shape, &n->out.shape);
+    }
+}
+
+/* How node i splits: sets work (rows or elements), unit (boundary alignment) and, for a split
+ * by example rows, row_len (work units per row); returns the number of parts for `threads`
+ * (1: not split). */
 static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split_min) {
     ct_node *n = ct_graph_node(g, i);
     e->work[i] = 0;
     e->part_unit[i] = 1;
+    e->row_len[i] = 0;
+    e->view_row[i] = 1;
     if (threads < 2 || !runs(n)) {
         return 1;
     }
-    int64_t cost = 0;
+    int max_parts = threads > MAX_PARTS ? MAX_PARTS : threads;
+    int64_t cost = 0, batch_rows = n->out.shape.rank ? n->out.shape.dims[0] : 0;
     if (n->op == CT_OP_MATMUL) {
         int64_t ar, ac, br, bc;
         as_matrix(&ct_graph_node(g, n->in[0])->out.shape, &ar, &ac);
@@ -237,10 +284,14 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
         int64_t m = ta ? ac : ar, k = ta ? ar : ac, cols = tb ? br : bc;
         /* Few rows: split the columns (each part multiplies by a slice of B; oneDNN packs B
-         * per call, so row parts would each pack all of it). Otherwise the rows. */
-        e->by_cols[i] = m < 256 && m < 4 * cols && cols >= 32;
+         * per call, so row parts would each pack all of it). Otherwise the rows, and always
+         * the rows of x in x W when each part gets 8 or more: such a split can join a row
+         * pipeline, and measured as fast as columns here. */
+        e->by_cols[i] = m < 256 && m < 4 * cols && cols >= 32 && (ta || m < 8 * max_parts);
         e->work[i] = e->by_cols[i] ? cols : m;
         e->part_unit[i] = e->by_cols[i] ? 16 : (m >= 64 ? 16 : 4);
+        e->row_len[i] = e->by_cols[i] || n->out.shape.rank != 2 ? 0 : 1;
+        batch_rows = m;
         cost = m * k * cols / 64;
     } else if (n->op == CT_OP_APPLY_OPTIMIZER) {
         if (!ct_graph_ctx(g)->params || !ct_graph_ctx(g)->optimizer ||
@@ -250,12 +301,23 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         e->work[i] = ct_graph_ctx(g)->params->trainable_total;
         e->part_unit[i] = 16;
         cost = e->work[i] * 4;
-    } else if (n->op == CT_OP_DROPOUT && n->aux.shape.rank > 0 && n->out.shape.rank > 0 &&
+    } else if ((n->op == CT_OP_DROPOUT || n->op == CT_OP_DROPOUT_GRAD) && batch_rows > 0 &&
+               ct_graph_node(g, n->op == CT_OP_DROPOUT ? i : n->in[1])->aux.shape.rank > 0 &&
                !(n->flags & CT_NODE_ALIAS)) {
         /* whole examples per part: the mask's random stream is indexed by example */
         e->work[i] = ct_tensor_numel(&n->out);
-        e->part_unit[i] = n->out.shape.dims[0] ? e->work[i] / n->out.shape.dims[0] : 1;
-        cost = e->work[i] * 8; /* a Philox draw per element */
+        e->row_len[i] = e->part_unit[i] = e->work[i] / batch_rows;
+        cost = n->op == CT_OP_DROPOUT ? e->work[i] * 8 : 0; /* a Philox draw per element */
+    } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
+        /* rows of the logits; splits only to follow its input (cost 0) */
+        const ct_tensor *t = n->op == CT_OP_SOFTMAX_XENT ? &ct_graph_node(g, n->in[0])->out
+                                                          : &n->out;
+        if (t->shape.rank != 2) {
+            return 1;
+        }
+        batch_rows = t->shape.dims[0];
+        e->work[i] = ct_tensor_numel(t);
+        e->row_len[i] = e->part_unit[i] = t->shape.dims[1];
     } else if (n->op == CT_OP_FUSED || in_place_ok(n, ct_graph_node(g, n->in[0])) ||
                n->op == CT_OP_ADD || n->op == CT_OP_SUB || n->op == CT_OP_MUL ||
                n->op == CT_OP_DIV) {
@@ -281,17 +343,48 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
             unit = row;
         }
         e->work[i] = ct_tensor_numel(&n->out);
-        e->part_unit[i] = unit;
+        e->part_unit[i] = e->view_row[i] = unit;
+        /* whole examples per part when there are enough of them (a row is a multiple of the
+         * bias row, the output's last dim) */
+        int64_t per_row = batch_rows > 0 ? e->work[i] / batch_rows : 0;
+        if (batch_rows >= max_parts && per_row > 0 && per_row % unit == 0) {
+            e->row_len[i] = e->part_unit[i] = per_row;
+        }
         cost = e->work[i];
     } else {
         return 1;
+    }
+    /* follow an input split into the same example rows: a linked part of a row pipeline */
+    for (int k = 0; e->row_len[i] > 0 && k < n->n_in; k++) {
+        int a = n->in[k];
+        if (e->parts[a] > 1 && e->row_len[a] > 0 && row_input(e, g, i, k) &&
+            e->work[a] / e->row_len[a] == batch_rows && e->work[i] == batch_rows * e->row_len[i]) {
+            e->part_unit[i] = e->part_unit[a] / e->row_len[a] * e->row_len[i];
+            return e->parts[a];
+        }
     }
     int64_t units = e->work[i] / e->part_unit[i];
     if (cost < split_min || units < 2 || e->work[i] % e->part_unit[i] != 0) {
         return 1;
     }
-    int parts = threads > MAX_PARTS ? MAX_PARTS : threads;
-    return units < parts ? (int)units : parts;
+    return units < max_parts ? (int)units : max_parts;
+}
+
+/* 1 when the data edge a -> s can be linked: both split by example rows into the same parts,
+ * and s reads only its own rows of a. */
+static int linkable(ct_graph *g, const ct_exec *e, int a, int s) {
+    if (e->parts[a] < 2 || e->parts[a] != e->parts[s] || e->row_len[a] <= 0 ||
+        e->row_len[s] <= 0 || e->work[a] / e->row_len[a] != e->work[s] / e->row_len[s] ||
+        e->part_unit[a] / e->row_len[a] != e->part_unit[s] / e->row_len[s]) {
+        return 0;
+    }
+    const ct_node *n = ct_graph_node(g, s);
+    for (int k = 0; k < n->n_in; k++) {
+        if (n->in[k] == a && !row_input(e, g, s, k)) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static part_view part_range(const ct_exec *e, int i, int part) {
@@ -400,13 +493,13 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
                                                          1.0f, v.begin, v.end);
         return;
     }
-    if (n->op == CT_OP_DROPOUT) { /* examples [begin, end) / unit, numbered globally */
-        int64_t unit = e->part_unit[i], r0 = v.begin / unit;
+    if (n->op == CT_OP_DROPOUT) { /* examples [begin, end) / row_len, numbered globally */
+        int64_t row = e->row_len[i], r0 = v.begin / row;
         ct_node view = *n, x = *ins[0];
         ct_node *vins[1] = {&x};
         ct_kctx c = *ctx;
         c.batch_offset += r0;
-        view.out.shape.dims[0] = (v.end - v.begin) / unit;
+        view.out.shape.dims[0] = (v.end - v.begin) / row;
         x.out.shape = view.out.shape;
         view.out.data = CT__F32(&n->out) + v.begin;
         view.aux.data = (uint8_t *)n->aux.data + v.begin;
@@ -414,8 +507,38 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
         ct_graph_backend(g)->vt->kernels[n->op](&c, &view, vins);
         return;
     }
+    if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
+        /* rows [r0, r1) of the logits (and labels); the forward writes the mean over its rows
+         * into row_partial (finish_node combines them), the gradient still divides by the
+         * whole batch (attrs.i[0]) */
+        int64_t cols = e->row_len[i], r0 = v.begin / cols, r1 = v.end / cols;
+        int fwd = n->op == CT_OP_SOFTMAX_XENT;
+        const ct_node *probs_of = fwd ? n : ins[1];
+        ct_node view = *n, x[CT_MAX_INPUTS];
+        ct_node *vins[CT_MAX_INPUTS];
+        for (int k = 0; k < n->n_in; k++) {
+            x[k] = *ins[k];
+            vins[k] = &x[k];
+        }
+        ct_node *labels = &x[fwd ? 1 : 2], *probs = fwd ? &view : &x[1];
+        labels->out.shape.dims[0] = r1 - r0;
+        labels->out.data = CT__I32(&ins[fwd ? 1 : 2]->out) + r0;
+        probs->aux.shape.dims[0] = r1 - r0;
+        probs->aux.data = CT__F32(&probs_of->aux) + r0 * cols;
+        if (fwd) {
+            x[0].out.shape.dims[0] = r1 - r0;
+            x[0].out.data = CT__F32(&ins[0]->out) + r0 * cols;
+            view.out.data = &e->row_partial[(size_t)i * MAX_PARTS + part];
+        } else {
+            view.out.shape.dims[0] = r1 - r0;
+            view.out.data = CT__F32(&n->out) + r0 * cols;
+            view.attrs.i[0] = e->work[i] / cols;
+        }
+        ct_graph_backend(g)->vt->kernels[n->op](ctx, &view, vins);
+        return;
+    }
     /* elementwise: views of rows [begin, end) in units of the bias row */
-    int64_t unit = e->part_unit[i], rows = (v.end - v.begin) / unit;
+    int64_t unit = e->view_row[i], rows = (v.end - v.begin) / unit;
     ct_shape vs = {.rank = 2, .dims = {rows, unit}};
     ct_node view = *n, in_views[CT_MAX_INPUTS];
     ct_node *vins[CT_MAX_INPUTS];
@@ -427,6 +550,9 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
             in_views[k] = *ins[k];
             in_views[k].out.shape = vs;
             in_views[k].out.data = CT__F32(&ins[k]->out) + v.begin;
+            if (n->op == CT_OP_DROPOUT_GRAD && k == 1) { /* the forward node's mask */
+                in_views[k].aux.data = (uint8_t *)ins[k]->aux.data + v.begin;
+            }
             vins[k] = &in_views[k];
         }
     }
@@ -448,10 +574,23 @@ static void push(ct_exec *e, int node, int part) {
                           memory_order_release);
 }
 
-static void push_node(ct_exec *e, int node) {
-    atomic_store(&e->parts_left[node], e->parts[node]);
-    for (int p = 0; p < e->parts[node]; p++) {
-        push(e, node, p);
+/* One edge into part p of node s is satisfied: queues the part when it was the last. */
+static void satisfy(ct_exec *e, int s, int p) {
+    if (atomic_fetch_sub(&e->pending[(size_t)s * MAX_PARTS + p], 1) == 1) {
+        push(e, s, p);
+    }
+}
+
+/* As satisfy, but returns 1 instead of queueing when the part becomes ready (the caller runs
+ * it next). */
+static int satisfy_here(ct_exec *e, int s, int p) {
+    return atomic_fetch_sub(&e->pending[(size_t)s * MAX_PARTS + p], 1) == 1;
+}
+
+/* An edge into every part of node s is satisfied. */
+static void satisfy_all(ct_exec *e, int s) {
+    for (int p = 0; p < e->parts[s]; p++) {
+        satisfy(e, s, p);
     }
 }
 
@@ -509,21 +648,36 @@ static void finish_node(ct_exec *e, int i) {
         }
         CT__F32(&n->out)[0] = g2;
     }
+    if (n->op == CT_OP_SOFTMAX_XENT && e->parts[i] > 1) { /* the mean of the parts' means */
+        int64_t rows = e->work[i] / e->row_len[i];
+        double loss = 0.0;
+        for (int p = 0; p < e->parts[i]; p++) {
+            part_view v = part_range(e, i, p);
+            loss += (double)e->row_partial[(size_t)i * MAX_PARTS + p] *
+                    (double)((v.end - v.begin) / e->row_len[i]);
+        }
+        CT__F32(&n->out)[0] = rows ? (float)(loss / (double)rows) : 0.0f;
+    }
     for (int k = e->succ_off[i]; k < e->succ_off[i + 1]; k++) {
-        int s = e->succ[k];
-        if (atomic_fetch_sub(&e->pending[s], 1) == 1) {
-            push_node(e, s);
+        if (!e->linked[k]) {
+            satisfy_all(e, e->succ[k]);
         }
     }
     atomic_fetch_add(&e->done, 1);
 }
 
-/* Runs tasks until every node of the current run is done. */
+/* Runs tasks until every node of the current run is done. A part of a row pipeline that the
+ * last part made ready runs next on the same thread, without the queue: its rows are still in
+ * this core's cache, and the pipeline goes before side branches. */
 static void work(ct_exec *e) {
-    int spins = 0;
+    int spins = 0, next = -1, next_part = 0;
     while (atomic_load(&e->done) < e->n_run && atomic_load(&e->running)) {
         int node, part;
-        if (!pop(e, &node, &part)) {
+        if (next >= 0) {
+            node = next;
+            part = next_part;
+            next = -1;
+        } else if (!pop(e, &node, &part)) {
             if (++spins > 64) {
                 sched_yield();
             }
@@ -532,10 +686,20 @@ static void work(ct_exec *e) {
         spins = 0;
         run_part(e, node, part);
         if (part == UPDATE_TASK) { /* APPLY_OPTIMIZER counts the deferred updates too */
-            if (atomic_fetch_sub(&e->pending[e->upd], 1) == 1) {
-                push_node(e, e->upd);
-            }
+            satisfy_all(e, e->upd);
             continue;
+        }
+        for (int k = e->succ_off[node]; k < e->succ_off[node + 1]; k++) {
+            if (!e->linked[k]) {
+                continue;
+            }
+            /* part p of a row pipeline: part p of the next node */
+            if (next < 0 && satisfy_here(e, e->succ[k], part)) {
+                next = e->succ[k];
+                next_part = part;
+            } else if (next >= 0) {
+                satisfy(e, e->succ[k], part);
+            }
         }
         if (atomic_fetch_sub(&e->parts_left[node], 1) == 1) {
             finish_node(e, node);
@@ -609,7 +773,10 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     e->mxcsr = _mm_getcsr();
 #endif
     for (int i = 0; i < e->n; i++) {
-        atomic_store(&e->pending[i], e->n_pred[i]);
+        for (int p = 0; p < e->parts[i]; p++) {
+            atomic_store(&e->pending[(size_t)i * MAX_PARTS + p], e->n_pred[i]);
+        }
+        atomic_store(&e->parts_left[i], e->parts[i]);
     }
     atomic_store(&e->head, 0);
     atomic_store(&e->tail, 0);
@@ -617,8 +784,8 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     pthread_mutex_lock(&e->lock);
     atomic_fetch_add(&e->generation, 1);
     for (int i = 0; i < e->n; i++) {
-        if (runs(ct_graph_node(g, i)) && e->n_pred[i] == 0) {
-            push_node(e, i);
+        for (int p = 0; runs(ct_graph_node(g, i)) && e->n_pred[i] == 0 && p < e->parts[i]; p++) {
+            push(e, i, p);
         }
     }
     atomic_store(&e->running, 1);
@@ -658,6 +825,10 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->part_unit);
     free(e->work);
     free(e->by_cols);
+    free(e->linked);
+    free(e->row_len);
+    free(e->view_row);
+    free(e->row_partial);
     free(e->upd_off);
     free(e->deferred);
     free(e->gates);
@@ -896,7 +1067,10 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     e->part_unit = malloc(nn * sizeof *e->part_unit);
     e->work = malloc(nn * sizeof *e->work);
     e->by_cols = calloc(nn, 1);
-    if (!e->by_cols || !last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live ||
+    e->row_len = calloc(nn, sizeof *e->row_len);
+    e->view_row = calloc(nn, sizeof *e->view_row);
+    e->row_partial = calloc(nn * MAX_PARTS, sizeof *e->row_partial);
+    if (!e->by_cols || !e->row_len || !e->view_row || !e->row_partial || !last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live ||
         !e->parts || !e->part_unit || !e->work) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
@@ -1064,7 +1238,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         stats->split_nodes += e->parts[i] > 1;
         e->n_run += runs(node);
         for (int k = 0; k < node->n_in; k++) {
-            if (runs(ct_graph_node(g, node->in[k])) && add_edge(&ed, node->in[k], i) < 0) {
+            if (runs(ct_graph_node(g, node->in[k])) && add_edge_kind(&ed, node->in[k], i, 1) < 0) {
                 st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
                 goto done;
             }
@@ -1086,33 +1260,24 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     e->n_pred = calloc(nn, sizeof *e->n_pred);
     e->succ_off = calloc(nn + 1, sizeof *e->succ_off);
     e->succ = malloc((size_t)(ed.n ? ed.n : 1) * sizeof *e->succ);
-    if (!e->n_pred || !e->succ_off || !e->succ) {
+    e->linked = calloc((size_t)(ed.n ? ed.n : 1), 1);
+    if (!e->n_pred || !e->succ_off || !e->succ || !e->linked) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }
-    {
-        /* dedupe edges with a per-target stamp while filling */
-        char *seen = calloc(nn * nn > 1 << 26 ? 1 : nn * nn, 1);
-        int use_seen = seen && nn * nn <= 1 << 26;
+    if (ed.n > 0) { /* one edge per pair; an ordering edge wins over a data edge */
+        qsort(ed.e, (size_t)ed.n, sizeof *ed.e, cmp_edge);
         int m = 0;
         for (int k = 0; k < ed.n; k++) {
-            if (use_seen) {
-                size_t key = (size_t)ed.from[k] * nn + (size_t)ed.to[k];
-                if (seen[key]) {
-                    continue;
-                }
-                seen[key] = 1;
+            if (m == 0 || ed.e[k].from != ed.e[m - 1].from || ed.e[k].to != ed.e[m - 1].to) {
+                ed.e[m++] = ed.e[k];
             }
-            ed.from[m] = ed.from[k];
-            ed.to[m] = ed.to[k];
-            m++;
         }
         ed.n = m;
-        free(seen);
     }
     for (int k = 0; k < ed.n; k++) {
-        e->succ_off[ed.from[k] + 1]++;
-        e->n_pred[ed.to[k]]++;
+        e->succ_off[ed.e[k].from + 1]++;
+        e->n_pred[ed.e[k].to]++;
     }
     int n_deferred = 0;
     for (int i = 0; e->upd >= 0 && i < n; i++) {
@@ -1130,8 +1295,12 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
             st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
             goto done;
         }
+        stats->linked_edges = 0;
         for (int k = 0; k < ed.n; k++) {
-            e->succ[e->succ_off[ed.from[k]] + fill[ed.from[k]]++] = ed.to[k];
+            int at = e->succ_off[ed.e[k].from] + fill[ed.e[k].from]++;
+            e->succ[at] = ed.e[k].to;
+            e->linked[at] = ed.e[k].data && linkable(g, e, ed.e[k].from, ed.e[k].to);
+            stats->linked_edges += e->linked[at];
         }
         free(fill);
     }
@@ -1141,7 +1310,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
             e->queue_cap += runs(ct_graph_node(g, i)) ? e->parts[i] : 0;
         }
         e->queue_cap = e->queue_cap + n_deferred ? e->queue_cap + n_deferred : 1;
-        e->pending = calloc(nn, sizeof *e->pending);
+        e->pending = calloc(nn * MAX_PARTS, sizeof *e->pending);
         e->parts_left = calloc(nn, sizeof *e->parts_left);
         e->queue = calloc((size_t)e->queue_cap, sizeof *e->queue);
         e->queue_ready = calloc((size_t)e->queue_cap, sizeof *e->queue_ready);
@@ -1172,8 +1341,7 @@ done:
     free(offset);
     free(inplace_of);
     free(pl.live);
-    free(ed.from);
-    free(ed.to);
+    free(ed.e);
     if (st != CT_OK) {
         ct__exec_destroy(e);
         return st;
