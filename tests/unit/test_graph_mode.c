@@ -686,3 +686,72 @@ Test(graph_mode, split_dropout_matches_one_thread) {
     cr_expect_eq(memcmp(out[0], out[1], sizeof out[0]), 0, "2 threads differ");
     cr_expect_eq(memcmp(out[0], out[2], sizeof out[0]), 0, "3 threads differ");
 }
+
+/* ---- row pipelines ---- */
+
+/* A training chain (x W1 + b1, relu, dropout, W2, softmax cross-entropy, and back) at 2 and 3
+ * threads with every node split into example rows: the nodes link part to part, and the loss
+ * and weight gradients agree with one thread. 37 rows do not divide evenly. */
+Test(graph_mode, row_pipeline_matches_one_thread) {
+    for (int rows = 37; rows <= 40; rows += 3) {
+        enum { IN = 24, HID = 32, OUT = 10 };
+        static float x[40 * IN], w1[IN * HID], b1[HID], w2[HID * OUT];
+        int32_t labels[40];
+        ct_rng_uniform(6, 1, 0, x, 40 * IN);
+        ct_rng_uniform(6, 2, 0, w1, IN * HID);
+        ct_rng_uniform(6, 3, 0, b1, HID);
+        ct_rng_uniform(6, 4, 0, w2, HID * OUT);
+        for (int r = 0; r < 40; r++) {
+            labels[r] = (r * 7) % OUT;
+        }
+        float got[3][1 + IN * HID + HID * OUT];
+        for (int threads = 1; threads <= 3; threads++) {
+            ct_graph *g;
+            ct_graph_create(be, 0, &g, NULL);
+            int xi = ct_placeholder(g, CT_F32, &S(rows, IN), "x");
+            int yi = ct_placeholder(g, CT_I32, &S(rows), "labels");
+            int w1i = ct_variable(g, &S(IN, HID), w1, "w1");
+            int b1i = ct_variable(g, &S(HID), b1, "b1");
+            int w2i = ct_variable(g, &S(HID, OUT), w2, "w2");
+            int h = ct_dropout(g, ct_relu(g, ct_add(g, ct_matmul(g, xi, w1i, 0, 0), b1i)), 0.25f,
+                               1);
+            int loss = ct_softmax_xent(g, ct_matmul(g, h, w2i, 0, 0), yi);
+            int src[2] = {w1i, w2i}, grads[2];
+            ct_graph_gradients(g, loss, -1, 2, src, grads, NULL);
+            int keep[5] = {xi, yi, loss, grads[0], grads[1]};
+            ct_graph *cg = compile(g, CT_PASS_ALL, threads, 5, keep);
+            if (threads > 1) {
+                cr_expect_geq(ct_graph_get_stats(cg)->linked_edges, 5, "%d rows, %d threads: %d",
+                              rows, threads, ct_graph_get_stats(cg)->linked_edges);
+            }
+            ct_kctx *ctx = ct_graph_ctx(cg);
+            ctx->seed = 3;
+            ctx->step = 7;
+            ct_graph_bind(cg, keep[0], x);
+            ct_graph_bind(cg, keep[1], labels);
+            ct_err err = {0};
+            for (int rep = 0; rep < 10; rep++) { /* many runs: races would show */
+                cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+                float now[sizeof got[0] / sizeof(float)];
+                cr_assert_eq(ct_graph_read(cg, keep[2], now, sizeof(float), &err), CT_OK);
+                cr_assert_eq(ct_graph_read(cg, keep[3], now + 1, IN * HID * sizeof(float), &err),
+                             CT_OK);
+                cr_assert_eq(ct_graph_read(cg, keep[4], now + 1 + IN * HID,
+                                           HID * OUT * sizeof(float), &err),
+                             CT_OK);
+                cr_assert(rep == 0 || memcmp(now, got[threads - 1], sizeof now) == 0,
+                          "%d rows, %d threads: run %d differs from run 0", rows, threads, rep);
+                memcpy(got[threads - 1], now, sizeof now);
+            }
+            ct_graph_destroy(cg);
+            ct_graph_destroy(g);
+        }
+        for (int t = 1; t < 3; t++) {
+            for (int k = 0; k < (int)(sizeof got[0] / sizeof(float)); k++) {
+                cr_expect(fabsf(got[t][k] - got[0][k]) <= 1e-6f * (1.0f + fabsf(got[0][k])),
+                          "%d rows, %d threads, value %d: %.9g vs %.9g", rows, t + 1, k,
+                          got[t][k], got[0][k]);
+            }
+        }
+    }
+}
