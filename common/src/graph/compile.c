@@ -179,6 +179,9 @@ static int simplify(pass *p, int i, const int *in) {
     case CT_OP_IDENTITY:
         x = in[0];
         break;
+    case CT_OP_DROPOUT: /* outside training, or at rate 0, dropout passes its input through */
+        x = !n->attrs.i[0] || n->attrs.f[0] == 0.0f ? in[0] : -1;
+        break;
     case CT_OP_TRANSPOSE: {
         const ct_node *t = ct_graph_node(p->dst, in[0]);
         if (t->op != CT_OP_TRANSPOSE) {

@@ -60,6 +60,7 @@ static inline void cpu_relax(void) {
 #endif
 }
 #define ALIGN 64
+#define MAX_AVOID 16
 
 typedef struct part_view {
     int64_t begin, end; /* rows (matmul), elements (others) */
@@ -122,17 +123,33 @@ static int64_t round_up(int64_t x) {
     return (x + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-/* Best-fit offset for `size` bytes among the gaps between live blocks (sorted by offset). */
-static int64_t place(planner *pl, int64_t size, int tensor) {
+/* Best-fit offset for `size` bytes among the gaps between live blocks (sorted by offset),
+ * keeping clear of the `n_avoid` intervals avoid[2k] (offset), avoid[2k + 1] (bytes) when a gap
+ * allows; the arena grows past its top otherwise. */
+static int64_t place(planner *pl, int64_t size, int tensor, const int64_t *avoid, int n_avoid) {
     int64_t best = -1, best_gap = 0, at = 0;
     int best_k = pl->n_live;
     for (int k = 0; k <= pl->n_live; k++) {
         int64_t end = k < pl->n_live ? pl->live[k].off : INT64_MAX;
-        int64_t gap = end - at;
-        if (gap >= size && (best < 0 || gap < best_gap)) {
-            best = at;
-            best_gap = gap;
-            best_k = k;
+        /* candidate starts: the gap's start and the end of each interval to avoid inside it */
+        for (int c = -1; c < n_avoid; c++) {
+            int64_t s = c < 0 ? at : avoid[2 * c] + avoid[2 * c + 1];
+            if (s < at || s >= end) {
+                continue;
+            }
+            int64_t stop = end;
+            for (int a = 0; a < n_avoid; a++) {
+                int64_t ab = avoid[2 * a], ae = ab + avoid[2 * a + 1];
+                if (ae > s && ab < stop) {
+                    stop = ab <= s ? s : ab; /* s inside an interval: no room here */
+                }
+            }
+            int64_t gap = stop - s;
+            if (gap >= size && (best < 0 || gap < best_gap)) {
+                best = s;
+                best_gap = gap;
+                best_k = k;
+            }
         }
         if (k < pl->n_live) {
             at = pl->live[k].off + pl->live[k].size;
@@ -1121,15 +1138,23 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         }
         free(fill);
     }
-    /* place tensors in node order; free after the last reader */
+    /* splits first (shapes and ops only): the plan keeps row pipelines free of memory reuse */
     ct_graph_stats *stats = ct__graph_stats(g);
+    stats->threads = e->threads;
+    stats->split_nodes = 0;
+    int64_t split_min = opts->split_min > 0 ? opts->split_min : 16384;
+    for (int i = 0; i < n; i++) {
+        e->parts[i] = split_plan(g, e, i, e->threads, split_min);
+        stats->split_nodes += e->parts[i] > 1;
+    }
+    /* place tensors in node order; free after the last reader */
     stats->bytes_unplanned = 0;
     stats->in_place = 0;
     for (int t = 0; t < 2 * n; t++) {
         freed_at[t] = -1;
         offset[t] = -1;
     }
-    int64_t flat = 0;
+    int64_t flat = 0, avoid[2 * MAX_AVOID];
     for (int i = 0; i < n; i++) {
         const ct_node *node = ct_graph_node(g, i);
         for (int aux = 0; aux < 2; aux++) {
@@ -1164,7 +1189,24 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
                 }
                 continue;
             }
-            offset[t] = place(&pl, bytes, t);
+            /* Keep clear of memory that i's inputs read last (they freed it): writing there
+             * would make i wait for all of each input (a write-after-read edge), where a row
+             * pipeline lets part p wait for part p only. */
+            int n_avoid = 0;
+            for (int u = 0; u < 2 * n && n_avoid < MAX_AVOID; u++) {
+                int ok = freed_at[u] >= 0 && offset[u] >= 0;
+                for (int k = 0; ok && k < node->n_in; k++) {
+                    int a = storage_root(g, node->in[k]);
+                    if (freed_at[u] == a && linkable(g, e, a, i)) {
+                        const ct_node *un = ct_graph_node(g, u / 2);
+                        avoid[2 * n_avoid] = offset[u];
+                        avoid[2 * n_avoid + 1] = tensor_bytes((u & 1) ? &un->aux : &un->out);
+                        n_avoid++;
+                        break;
+                    }
+                }
+            }
+            offset[t] = place(&pl, bytes, t, avoid, n_avoid);
             /* write-after-read: wait for everyone who used memory this block overlaps */
             for (int u = 0; u < 2 * n; u++) {
                 if (freed_at[u] < 0 || offset[u] < 0 || u / 2 == i) {
@@ -1229,13 +1271,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         goto done;
     }
     /* schedule: data edges, write-after-read edges, and APPLY_OPTIMIZER after everything */
-    stats->threads = e->threads;
-    stats->split_nodes = 0;
-    int64_t split_min = opts->split_min > 0 ? opts->split_min : 16384;
     for (int i = 0; i < n; i++) {
         const ct_node *node = ct_graph_node(g, i);
-        e->parts[i] = split_plan(g, e, i, e->threads, split_min);
-        stats->split_nodes += e->parts[i] > 1;
         e->n_run += runs(node);
         for (int k = 0; k < node->n_in; k++) {
             if (runs(ct_graph_node(g, node->in[k])) && add_edge_kind(&ed, node->in[k], i, 1) < 0) {

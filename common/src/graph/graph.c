@@ -509,7 +509,10 @@ int ct_apply_optimizer(ct_graph *g) {
 }
 
 int ct__node_pure(const ct_node *n) {
-    if (n->op <= CT_OP_CONST || n->op == CT_OP_ACCUMULATE || n->op == CT_OP_DROPOUT ||
+    /* dropout draws random masks only in training at a rate above 0; otherwise it passes its
+     * input through (and the simplification pass removes it) */
+    int random = n->op == CT_OP_DROPOUT && n->attrs.i[0] && n->attrs.f[0] > 0.0f;
+    if (n->op <= CT_OP_CONST || n->op == CT_OP_ACCUMULATE || random ||
         n->op == CT_OP_APPLY_OPTIMIZER ||
         (n->op == CT_OP_BATCH_NORM && (n->flags & CT_NODE_TRAINING)) ||
         (n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE))) {
