@@ -786,9 +786,6 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
         }
         return ct_graph_status(g, err);
     }
-#ifdef CT__HAVE_MXCSR
-    e->mxcsr = _mm_getcsr();
-#endif
     for (int i = 0; i < e->n; i++) {
         for (int p = 0; p < e->parts[i]; p++) {
             atomic_store(&e->pending[(size_t)i * MAX_PARTS + p], e->n_pred[i]);
