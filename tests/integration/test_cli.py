@@ -63,6 +63,17 @@ def test_graph_command(tmp_path):
     assert m and int(m.group(2)) < int(m.group(1)), r.stdout
     text = dot.read_text()
     assert text.startswith("digraph ctrain {") and "fused{add,relu}" in text and "->" in text
+    # two threads: the batch's chain runs as row pipelines, and the optimizer update follows
+    # the gradient writers; without fuse_update it does not
+    r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--batch", "60", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"(\d+) edges linked part to part", r.stdout)
+    assert m and int(m.group(1)) >= 8, r.stdout
+    m = re.search(r"the update follows (\d+) gradient writers \((\d+) queued", r.stdout)
+    assert m and int(m.group(1)) == 4 and int(m.group(2)) == 1, r.stdout
+    r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--threads", "2",
+               "--passes", "const_fold,cse,dce,simplify,fuse")
+    assert r.returncode == 0 and "the update follows" not in r.stdout, r.stdout
     r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--passes", "none", "--no-plan")
     assert r.returncode == 0, r.stderr
     assert "fused" not in r.stdout.split("# nodes")[0]
