@@ -524,11 +524,13 @@ Test(graph_mode, random_graphs_agree_with_eager, .timeout = 300) {
 
 /* ---- example jobs: graph and eager give the same losses ---- */
 
-static void losses(const char *job_path, int eager, int threads, int steps, float *out) {
-    char set_eager[64], set_threads[64];
-    snprintf(set_eager, sizeof set_eager, "train.eager=%s", eager ? "true" : "false");
+/* A trainer for job_path with `set` and train.threads, after `steps` steps on seeded batches of
+ * 16 (losses into out when not NULL); the caller destroys it. */
+static ct_trainer *trained(const char *job_path, const char *set, int threads, int steps,
+                           float *out) {
+    char set_threads[64];
     snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
-    const char *sets[] = {set_eager, set_threads};
+    const char *sets[] = {set, set_threads};
     ct_trainer *t;
     ct_err err = {0};
     char path[512];
@@ -542,10 +544,18 @@ static void losses(const char *job_path, int eager, int threads, int steps, floa
         for (int i = 0; i < B; i++) {
             y[i] = (i * 7 + s) % 10;
         }
-        float acc;
-        cr_assert_eq(ct_trainer_step(t, x, y, B, &out[s], &acc, &err), CT_OK, "%s", err.msg);
+        float loss, acc;
+        cr_assert_eq(ct_trainer_step(t, x, y, B, &loss, &acc, &err), CT_OK, "%s", err.msg);
+        if (out) {
+            out[s] = loss;
+        }
     }
-    ct_trainer_destroy(t);
+    return t;
+}
+
+static void losses(const char *job_path, int eager, int threads, int steps, float *out) {
+    ct_trainer_destroy(
+        trained(job_path, eager ? "train.eager=true" : "train.eager=false", threads, steps, out));
 }
 
 static void same_losses(const char *job, int steps) {
@@ -574,28 +584,12 @@ Test(graph_mode, example_cnn_same_losses_in_graph_and_eager, .timeout = 300) {
 /* Trains `steps` steps of a job with the given passes and threads; returns the parameters. */
 static float *train_params(const char *job_path, const char *passes, int threads, int steps,
                            int64_t *n, ct_graph_stats *stats) {
-    char set_passes[128], set_threads[64];
+    char set_passes[128];
     snprintf(set_passes, sizeof set_passes, "train.graph_passes=%s", passes);
-    snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
-    const char *sets[] = {set_passes, set_threads};
-    ct_trainer *t;
-    ct_err err = {0};
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", CT_SOURCE_ROOT, job_path);
-    cr_assert_eq(ct_trainer_load(path, sets, 2, &t, &err), CT_OK, "%s", err.msg);
-    enum { B = 16 };
-    static float x[B * 784];
-    int32_t y[B];
-    for (int s = 0; s < steps; s++) {
-        ct_rng_uniform(12, (uint64_t)s, 0, x, B * 784);
-        for (int i = 0; i < B; i++) {
-            y[i] = (i * 3 + s) % 10;
-        }
-        float loss, acc;
-        cr_assert_eq(ct_trainer_step(t, x, y, B, &loss, &acc, &err), CT_OK, "%s", err.msg);
-    }
+    ct_trainer *t = trained(job_path, set_passes, threads, steps, NULL);
     ct_graph *g;
-    cr_assert_eq(ct_trainer_step_graph(t, B, 1, &g, &err), CT_OK, "%s", err.msg);
+    ct_err err = {0};
+    cr_assert_eq(ct_trainer_step_graph(t, 16, 1, &g, &err), CT_OK, "%s", err.msg);
     *stats = *ct_graph_get_stats(g);
     const ct_params *p = ct_model_params(ct_trainer_model(t));
     *n = p->total;

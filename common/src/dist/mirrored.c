@@ -396,26 +396,31 @@ static void stall(mirrored *m, int k, double waited) {
     exit(STALL_EXIT);
 }
 
+/* One turn of a wait for phase k begun at `start`: drains stall markers, reports a stall after
+ * the timeout (non-chief ranks later, so that the chief's message naming ranks comes first),
+ * and keeps this rank's heartbeat going. Returns the seconds waited so far. */
+static double keep_waiting(mirrored *m, int k, double start) {
+    drain_markers(m);
+    double waited = now_s() - start;
+    if (waited > m->timeout * (m->rank == 0 ? 1.0 : 1.5)) {
+        stall(m, k, waited);
+    }
+    if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
+        send_marker(m, m->step, k);
+    }
+    return waited;
+}
+
 /* Waits for request r of phase k (a bucket; -1: the stop agreement; nb: the replica check),
  * reporting a stall after the timeout. Every collective goes through here: none can hang. */
 static void wait_req(mirrored *m, MPI_Request *r, int k, double start) {
-    /* non-chief ranks report later, so that the chief's message (naming ranks) comes first */
-    double limit = m->timeout * (m->rank == 0 ? 1.0 : 1.5);
     for (;;) {
         int done = 0;
         MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (done) {
             return;
         }
-        drain_markers(m);
-        double waited = now_s() - start;
-        if (waited > limit) {
-            stall(m, k, waited);
-        }
-        if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
-            send_marker(m, m->step, k);
-        }
-        if (waited > 1e-3) {
+        if (keep_waiting(m, k, start) > 1e-3) {
             struct timespec ts = {0, 50000}; /* a waiting rank yields the core */
             nanosleep(&ts, NULL);
         }
@@ -424,26 +429,17 @@ static void wait_req(mirrored *m, MPI_Request *r, int k, double start) {
 
 /* As wait_req, for bucket k's ring (progressing the later buckets' rings too). */
 static void wait_ring(mirrored *m, int k, double start) {
-    double limit = m->timeout * (m->rank == 0 ? 1.0 : 1.5);
     while (!ring_progress(&m->b[k].ring)) {
         for (int j = k + 1; j < m->nb; j++) {
             ring_progress(&m->b[j].ring);
         }
-        drain_markers(m);
-        double waited = now_s() - start;
-        if (waited > limit) {
-            stall(m, k, waited);
-        }
-        if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
-            send_marker(m, m->step, k);
-        }
+        keep_waiting(m, k, start);
     }
 }
 
 /* As wait_ring, for the shared-memory engine: bucket k of this step (or, with k_write = -1,
  * the moment this rank may write its buffer again). */
 static void wait_shm(mirrored *m, int k, double start, int k_write) {
-    double limit = m->timeout * (m->rank == 0 ? 1.0 : 1.5);
     for (int spins = 0;; spins++) {
         int done = k_write < 0 ? ct__shm_may_write(m->shm, m->seq)
                                : ct__shm_progress(m->shm, k, m->b[k].lo, m->b[k].hi, m->seq);
@@ -453,14 +449,7 @@ static void wait_shm(mirrored *m, int k, double start, int k_write) {
         if (done) {
             return;
         }
-        drain_markers(m);
-        double waited = now_s() - start;
-        if (waited > limit) {
-            stall(m, k, waited);
-        }
-        if (m->rank != 0 && now_s() - m->last_beat > HEARTBEAT_S) {
-            send_marker(m, m->step, k);
-        }
+        keep_waiting(m, k, start);
         if (spins > 64) {
             sched_yield(); /* ranks may outnumber cores: let the one we wait for run */
         }

@@ -81,12 +81,18 @@ typedef struct server {
     ct_status fatal; /* a NaN update: reported to the chief, then the loop ends */
 } server;
 
-static void reply_error(server *s, const ct__msg *m, const char *why) {
+/* An envelope from this server: kind, role, index and generation filled in. */
+static ct__env server_env(const server *s, Ctrain__Ps__Kind kind) {
     ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__ERROR;
+    env.kind = kind;
     env.role = CTRAIN__PS__ROLE__PS;
     env.index = s->o->index;
     env.generation = s->generation;
+    return env;
+}
+
+static void reply_error(server *s, const ct__msg *m, const char *why) {
+    ct__env env = server_env(s, CTRAIN__PS__KIND__ERROR);
     env.error = (char *)why;
     ct__msg_send(s->router, m->peer, m->peer_len, &env, s->job_id, NULL, NULL, 0, NULL);
 }
@@ -139,11 +145,7 @@ static void send_params(server *s, const unsigned char *peer, size_t peer_len, u
         bytes[n] = refs[n].bytes;
         n++;
     }
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PARAMS;
-    env.role = CTRAIN__PS__ROLE__PS;
-    env.index = s->o->index;
-    env.generation = s->generation;
+    ct__env env = server_env(s, CTRAIN__PS__KIND__PARAMS);
     env.version = s->version;
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
@@ -287,11 +289,7 @@ static void send_snapshot(server *s, int k) {
                 bytes[i * per + j] = r->bytes;
             }
         }
-        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-        env.kind = CTRAIN__PS__KIND__SNAPSHOT;
-        env.role = CTRAIN__PS__ROLE__PS;
-        env.index = s->o->index;
-        env.generation = s->generation;
+        ct__env env = server_env(s, CTRAIN__PS__KIND__SNAPSHOT);
         env.version = s->version;
         env.request_id = s->snap[k].id;
         Ctrain__Ps__Stats stats;
@@ -343,11 +341,7 @@ static void apply(server *s, const float *const *grads, float lr_scale) {
                 }
             }
         }
-        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-        env.kind = CTRAIN__PS__KIND__ERROR;
-        env.role = CTRAIN__PS__ROLE__PS;
-        env.index = s->o->index;
-        env.generation = s->generation;
+        ct__env env = server_env(s, CTRAIN__PS__KIND__ERROR);
         env.error = why[0] ? why : "an update was not finite";
         ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
         s->fatal = CT_ENUMERIC;
@@ -482,21 +476,13 @@ static void tell_chief(server *s, const char *why) {
     char msg[600];
     snprintf(msg, sizeof msg, "ps %d: %s", s->o->index, why);
     ct_log(CT_LOG_WARN, "%s", msg);
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__ERROR;
-    env.role = CTRAIN__PS__ROLE__PS;
-    env.index = s->o->index;
-    env.generation = s->generation;
+    ct__env env = server_env(s, CTRAIN__PS__KIND__ERROR);
     env.error = msg;
     ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
 }
 
 static void send_restored(server *s) {
-    ct__env reply = CTRAIN__PS__ENVELOPE__INIT;
-    reply.kind = CTRAIN__PS__KIND__RESTORED;
-    reply.role = CTRAIN__PS__ROLE__PS;
-    reply.index = s->o->index;
-    reply.generation = s->generation;
+    ct__env reply = server_env(s, CTRAIN__PS__KIND__RESTORED);
     reply.version = s->version;
     ct__msg_send(s->link.sock, NULL, 0, &reply, s->job_id, NULL, NULL, 0, NULL);
 }

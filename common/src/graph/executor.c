@@ -80,7 +80,6 @@ struct ct_exec {
     int64_t *work;      /* per node: rows or columns (matmul) or elements to split */
     char *by_cols;      /* per node: a matmul split by output columns instead of rows */
     int n_run;          /* nodes that run (not leaves) */
-    float opt_partial[MAX_PARTS];
     /* optimizer fusion (upd < 0: off) */
     int upd;              /* the APPLY_OPTIMIZER node */
     int64_t *upd_off;     /* per node: its output's offset in params->grad when it updates, or -1 */
@@ -310,14 +309,6 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         e->row_len[i] = e->by_cols[i] || n->out.shape.rank != 2 ? 0 : 1;
         batch_rows = m;
         cost = m * k * cols / 64;
-    } else if (n->op == CT_OP_APPLY_OPTIMIZER) {
-        if (!ct_graph_ctx(g)->params || !ct_graph_ctx(g)->optimizer ||
-            ct_optimizer_clips(ct_graph_ctx(g)->optimizer)) {
-            return 1; /* clipping needs the global norm first: one part */
-        }
-        e->work[i] = ct_graph_ctx(g)->params->trainable_total;
-        e->part_unit[i] = 16;
-        cost = e->work[i] * 4;
     } else if ((n->op == CT_OP_DROPOUT || n->op == CT_OP_DROPOUT_GRAD) && batch_rows > 0 &&
                ct_graph_node(g, n->op == CT_OP_DROPOUT ? i : n->in[1])->aux.shape.rank > 0 &&
                !(n->flags & CT_NODE_ALIAS)) {
@@ -504,12 +495,6 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
                   ct__beta(n), CT__F32(&n->out) + v.begin * cols, cols);
         return;
     }
-    if (n->op == CT_OP_APPLY_OPTIMIZER) {
-        e->opt_partial[part] = ct_optimizer_update_range(ctx->optimizer, ctx->params,
-                                                         (int64_t)ctx->step, ctx->total_steps,
-                                                         1.0f, v.begin, v.end);
-        return;
-    }
     if (n->op == CT_OP_DROPOUT) { /* examples [begin, end) / row_len, numbered globally */
         int64_t row = e->row_len[i], r0 = v.begin / row;
         ct_node view = *n, x = *ins[0];
@@ -658,12 +643,6 @@ static void finish_node(ct_exec *e, int i) {
     }
     if (i == e->upd) {
         sum_updates(e);
-    } else if (n->op == CT_OP_APPLY_OPTIMIZER && e->parts[i] > 1) {
-        float g2 = 0.0f;
-        for (int p = 0; p < e->parts[i]; p++) {
-            g2 += e->opt_partial[p];
-        }
-        CT__F32(&n->out)[0] = g2;
     }
     if (n->op == CT_OP_SOFTMAX_XENT && e->parts[i] > 1) { /* the mean of the parts' means */
         int64_t rows = e->work[i] / e->row_len[i];
@@ -865,26 +844,28 @@ static int is_ancestor(const uint8_t *anc, int n, int a, int b) {
     return (anc[(size_t)b * (size_t)((n + 7) / 8) + (size_t)(a / 8)] >> (a % 8)) & 1;
 }
 
-/* Chooses the gradient writers that run their parameters' update (upd_off) and the ranges left
- * to APPLY_OPTIMIZER (rest). Returns -1 on out of memory; leaves fusion off when the graph does
- * not qualify. */
-static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t split_min) {
+/* Plans the optimizer update of a graph that ends in APPLY_OPTIMIZER (without clipping, which
+ * needs the global norm first and leaves the node to its kernel, in one part): with
+ * `fuse_writers`, the gradient writers that run their parameters' update (upd_off); then the
+ * ranges left to APPLY_OPTIMIZER (rest), split across threads. Returns -1 on out of memory. */
+static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
+                        int64_t split_min) {
     const ct_kctx *ctx = ct_graph_ctx(g);
     const int n = e->n;
     e->upd = -1;
     for (int i = 0; i < n; i++) {
         e->upd = ct_graph_node(g, i)->op == CT_OP_APPLY_OPTIMIZER ? i : e->upd;
     }
-    if (e->upd < 0 || !ctx->params || !ctx->optimizer || ct_optimizer_clips(ctx->optimizer) ||
-        n > 8192) {
+    if (e->upd < 0 || !ctx->params || !ctx->optimizer || ct_optimizer_clips(ctx->optimizer)) {
         e->upd = -1;
         return 0;
     }
+    fuse_writers = fuse_writers && n <= 4096; /* the plan keeps n x n flags */
     const ct_params *p = ctx->params;
     const float *grad = p->grad, *data = p->data;
     const int64_t total = p->trainable_total;
     size_t row = (size_t)(n + 7) / 8;
-    uint8_t *anc = calloc((size_t)n * row, 1);
+    uint8_t *anc = calloc(fuse_writers ? (size_t)n * row : 1, 1);
     char *covered = calloc((size_t)(total ? total : 1), 1); /* writers per trainable float */
     e->upd_off = malloc((size_t)n * sizeof *e->upd_off);
     e->g2_part = calloc((size_t)n * MAX_PARTS, sizeof *e->g2_part);
@@ -893,7 +874,7 @@ static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t spli
     e->gates = calloc((size_t)n, sizeof *e->gates);
     e->gate_off = calloc((size_t)n + 1, sizeof *e->gate_off);
     e->gates_left = calloc((size_t)n, sizeof *e->gates_left);
-    char *gate = calloc((size_t)n * (size_t)n > (1u << 26) ? 1 : (size_t)n * (size_t)n, 1);
+    char *gate = calloc(fuse_writers ? (size_t)n * (size_t)n : 1, 1);
     if (!anc || !covered || !e->upd_off || !e->g2_part || !e->rest || !e->deferred ||
         !e->gates || !e->gate_off || !e->gates_left || !gate) {
         free(anc);
@@ -904,7 +885,7 @@ static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t spli
     for (int i = 0; i < n; i++) { /* ancestors, in node order (inputs come first) */
         const ct_node *node = ct_graph_node(g, i);
         e->upd_off[i] = -1;
-        for (int k = 0; k < node->n_in; k++) {
+        for (int k = 0; fuse_writers && k < node->n_in; k++) {
             int a = node->in[k];
             for (size_t b = 0; b < row; b++) {
                 anc[(size_t)i * row + b] |= anc[(size_t)a * row + b];
@@ -913,7 +894,7 @@ static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t spli
         }
     }
     /* candidates: nodes writing (or adding) into the trainable gradient range */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; fuse_writers && i < n; i++) {
         const ct_node *node = ct_graph_node(g, i);
         const float *o = node->out.data;
         if (!runs(node) || !(node->flags & CT_NODE_BOUND) || node->out.dtype != CT_F32 || !o ||
@@ -990,7 +971,7 @@ static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t spli
     }
     /* gates: per deferred writer, how many nodes must finish; per node, whom it gates */
     int n_gated = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; fuse_writers && i < n; i++) {
         for (int w = 0; w < n; w++) {
             if (e->upd_off[w] >= 0 && e->deferred[w] && gate[(size_t)w * (size_t)n + (size_t)i]) {
                 e->gates[w]++;
@@ -1009,7 +990,7 @@ static int plan_fused_updates(ct_graph *g, ct_exec *e, int threads, int64_t spli
         free(gate);
         return -1;
     }
-    for (int i = 0, m = 0; i < n; i++) {
+    for (int i = 0, m = 0; fuse_writers && i < n; i++) {
         for (int w = 0; w < n; w++) {
             if (e->upd_off[w] >= 0 && e->deferred[w] && gate[(size_t)w * (size_t)n + (size_t)i]) {
                 e->gated[m++] = w;
@@ -1286,8 +1267,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     }
     stats->fused_updates = 0;
     stats->update_rest = 0;
-    if ((opts->passes & CT_PASS_FUSE_UPDATE) &&
-        plan_fused_updates(g, e, e->threads, split_min) < 0) {
+    if (plan_updates(g, e, (opts->passes & CT_PASS_FUSE_UPDATE) != 0, e->threads, split_min) <
+        0) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }
