@@ -69,6 +69,8 @@ def test_graph_command(tmp_path):
     assert r.returncode == 0, r.stderr
     m = re.search(r"(\d+) edges linked part to part", r.stdout)
     assert m and int(m.group(1)) >= 8, r.stdout
+    # the first layer's x W splits over k, the rows of the weight each thread updates
+    assert "the weight rows it updates): 1" in r.stdout, r.stdout
     m = re.search(r"the update follows (\d+) gradient writers \((\d+) queued", r.stdout)
     assert m and int(m.group(1)) == 4 and int(m.group(2)) == 1, r.stdout
     r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--threads", "2",

@@ -9,6 +9,7 @@
 
 #include "ctrain/function.h"
 #include "ctrain/rng.h"
+#include "ctrain/optim.h"
 #include "ctrain/train.h"
 
 #define S(...) ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
@@ -744,6 +745,83 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
             for (int k = 0; k < (int)(sizeof got[0] / sizeof(float)); k++) {
                 cr_expect(fabsf(got[t][k] - got[0][k]) <= 1e-6f * (1.0f + fabsf(got[0][k])),
                           "%d rows, %d threads, value %d: %.9g vs %.9g", rows, t + 1, k,
+                          got[t][k], got[0][k]);
+            }
+        }
+    }
+}
+
+/* ---- x W split over k ---- */
+
+/* A training graph whose x W has few rows and a long k, and whose W the graph updates: at 2
+ * and 3 threads the matmul splits over k, the rows of W that its gradient and the fused update
+ * split alike, and the parts' products are added up either by the only reader, row part by row
+ * part (readers = 1: relu(x W)), or once all parts are done (readers = 2: relu(x W) * x W). Loss
+ * and weights agree with one thread; 5 runs of the same inputs give the same bits. */
+Test(graph_mode, inner_split_matmul_matches_one_thread) {
+    enum { ROWS = 21, IN = 192, HID = 48, STEPS = 3 };
+    static float x[ROWS * IN];
+    ct_rng_uniform(8, 1, 0, x, ROWS * IN);
+    for (int readers = 1; readers <= 2; readers++) {
+        float got[3][1 + IN * HID];
+        for (int threads = 1; threads <= 3; threads++) {
+            ct_params p;
+            ct_params_init(&p);
+            ct_params_declare(&p, "w", &S(IN, HID), 1, CT_INIT_GLOROT_UNIFORM, IN, HID);
+            ct_err err = {0};
+            cr_assert_eq(ct_params_allocate(&p, 7, &err), CT_OK, "%s", err.msg);
+            ct_optimizer_spec spec = {.type = CT_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f,
+                                      .beta2 = 0.999f, .epsilon = 1e-7f};
+            ct_optimizer *opt;
+            cr_assert_eq(ct_optimizer_create(&spec, &p, &opt, &err), CT_OK, "%s", err.msg);
+            ct_graph *g;
+            ct_graph_create(be, 0, &g, NULL);
+            int xi = ct_placeholder(g, CT_F32, &S(ROWS, IN), "x");
+            int wi = ct_variable(g, &S(IN, HID), ct_params_data(&p, 0), "w");
+            int h = ct_matmul(g, xi, wi, 0, 0);
+            int r = ct_relu(g, h);
+            int loss = ct_mean(g, ct_mul(g, r, readers == 1 ? r : h), 0, 0);
+            int gw;
+            ct_graph_gradients(g, loss, -1, 1, &wi, &gw, NULL);
+            ct_graph_write_into(g, gw, ct_params_grad(&p, 0));
+            int upd = ct_apply_optimizer(g);
+            ct_kctx *ctx = ct_graph_ctx(g);
+            ctx->params = &p;
+            ctx->optimizer = opt;
+            int keep[3] = {xi, loss, upd};
+            ct_graph *cg = compile(g, CT_PASS_ALL, threads, 3, keep);
+            cr_expect_eq(ct_graph_get_stats(cg)->inner_splits, threads > 1, "%d threads",
+                         threads);
+            ct_graph_bind(cg, keep[0], x);
+            float l = 0.0f;
+            for (int s = 0; s < STEPS; s++) {
+                ct_graph_ctx(cg)->step = (uint64_t)s;
+                cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+                cr_assert_eq(ct_graph_read(cg, keep[1], &l, sizeof l, &err), CT_OK);
+            }
+            got[threads - 1][0] = l;
+            memcpy(got[threads - 1] + 1, ct_params_data(&p, 0), IN * HID * sizeof(float));
+            /* the same inputs and weights again: the same bits (no race on the partials) */
+            float before[IN * HID], first = NAN;
+            memcpy(before, ct_params_data(&p, 0), sizeof before);
+            for (int rep = 0; rep < 5; rep++) {
+                memcpy(ct_params_data(&p, 0), before, sizeof before);
+                ct_graph_ctx(cg)->step = STEPS;
+                cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+                cr_assert_eq(ct_graph_read(cg, keep[1], &l, sizeof l, &err), CT_OK);
+                cr_assert(rep == 0 || memcmp(&l, &first, sizeof l) == 0,
+                          "%d readers, %d threads: run %d differs", readers, threads, rep);
+                first = l;
+            }
+            ct_graph_destroy(cg);
+            ct_graph_destroy(g);
+            ct_optimizer_destroy(opt);
+            ct_params_finish(&p);
+        }
+        for (int t = 1; t < 3; t++) {
+            for (int k = 0; k < 1 + IN * HID; k++) {
+                cr_expect(fabsf(got[t][k] - got[0][k]) <= 1e-6f * (1.0f + fabsf(got[0][k])),
+                          "%d readers, %d threads, value %d: %.9g vs %.9g", readers, t + 1, k,
                           got[t][k], got[0][k]);
             }
         }

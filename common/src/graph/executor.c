@@ -17,6 +17,14 @@
  * of that input (a linked edge) instead of the whole node. The forward and backward chain of a
  * batch then runs as one pipeline per thread, each on its own rows, without a barrier per op.
  *
+ * Weight ownership: x W with few rows, a long k and a weight this graph updates splits over k
+ * (the rows of W), as the weight gradient x^T dy and its fused update split; part p multiplies
+ * x[:, k_p] by W[k_p, :] into its own buffer. Each thread then reads only the weight rows it
+ * wrote in the last update (still in its cache) instead of pulling the other core's rows. The
+ * parts' products are added in part order (the same bits whichever thread adds them) by the
+ * only reader, each of its row parts adding its own rows first, or else once all parts are
+ * done; that reader starts a row pipeline.
+ *
  * Optimizer fusion: when the graph ends in APPLY_OPTIMIZER (no gradient clipping, which needs the
  * global norm first), each parameter is updated as soon as its gradient is written instead of
  * after the whole backward pass. A gradient writer qualifies when it alone writes that range.
@@ -47,6 +55,7 @@
 #define TASK_SLOTS (MAX_PARTS + 1) /* a node's parts, and its deferred optimizer update */
 #define UPDATE_TASK MAX_PARTS
 #define SPIN_SECONDS 300e-6
+enum { MM_ROWS, MM_COLS, MM_INNER };
 
 static double now_s(void) {
     struct timespec ts;
@@ -78,8 +87,14 @@ struct ct_exec {
     int *parts;         /* per node: 1, or the number of parts it is split into */
     int64_t *part_unit; /* per node: rows or elements per part boundary alignment */
     int64_t *work;      /* per node: rows or columns (matmul) or elements to split */
-    char *by_cols;      /* per node: a matmul split by output columns instead of rows */
+    char *mm_split;     /* per matmul: MM_ROWS, MM_COLS (of the output) or MM_INNER (of k) */
+    float *inner;       /* partial products of MM_INNER parts 1.. (part 0 writes the output) */
+    int64_t *inner_off; /* per node: its partials' offset in inner, or -1 */
+    int *inner_sum;     /* per node: the MM_INNER node whose parts it adds up, row part by row
+                         * part, before its own kernel (its only reader); -1: none */
+    char *inner_summed; /* per MM_INNER node: 1 when its reader adds the parts up */
     int n_run;          /* nodes that run (not leaves) */
+    int trains;         /* the graph ends in APPLY_OPTIMIZER */
     /* optimizer fusion (upd < 0: off) */
     int upd;              /* the APPLY_OPTIMIZER node */
     int64_t *upd_off;     /* per node: its output's offset in params->grad when it updates, or -1 */
@@ -256,6 +271,13 @@ static int runs(const ct_node *n) {
 
 /* ---- splitting ---- */
 
+/* 1 when variable node w holds trainable parameters (the optimizer updates them). */
+static int is_trainable(ct_graph *g, const ct_node *w) {
+    const ct_params *p = ct_graph_ctx(g)->params;
+    const float *d = w->out.data;
+    return p && d && d >= p->data && d < p->data + p->trainable_total;
+}
+
 static void as_matrix(const ct_shape *s, int64_t *rows, int64_t *cols) {
     *cols = s->rank ? s->dims[s->rank - 1] : 1;
     *rows = *cols ? ct_shape_numel(s) / *cols : 0;
@@ -266,7 +288,7 @@ static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
     const ct_node *n = ct_graph_node(g, i), *x = ct_graph_node(g, n->in[k]);
     switch (n->op) {
     case CT_OP_MATMUL:
-        return k == 0 && !n->attrs.i[0] && !e->by_cols[i];
+        return k == 0 && !n->attrs.i[0] && e->mm_split[i] == MM_ROWS;
     case CT_OP_DROPOUT:
         return k == 0;
     case CT_OP_DROPOUT_GRAD:
@@ -302,11 +324,24 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         /* Few rows: split the columns (each part multiplies by a slice of B; oneDNN packs B
          * per call, so row parts would each pack all of it). Otherwise the rows, and always
          * the rows of x in x W when each part gets 8 or more: such a split can join a row
-         * pipeline, and measured as fast as columns here. */
-        e->by_cols[i] = m < 256 && m < 4 * cols && cols >= 32 && (ta || m < 8 * max_parts);
-        e->work[i] = e->by_cols[i] ? cols : m;
-        e->part_unit[i] = e->by_cols[i] ? 16 : (m >= 64 ? 16 : 4);
-        e->row_len[i] = e->by_cols[i] || n->out.shape.rank != 2 ? 0 : 1;
+         * pipeline, and measured as fast as columns here. But x W with a weight this graph
+         * updates splits k, the rows of W, as its gradient x^T dy and that gradient's fused
+         * update do: each thread then reads only the rows of W it wrote itself, where a row
+         * or column split reads the other core's rows too (measured: 15% slower halves). */
+        const ct_node *w = ct_graph_node(g, storage_root(g, n->in[1]));
+        e->mm_split[i] = m < 256 && m < 4 * cols && cols >= 32 && (ta || m < 8 * max_parts)
+                             ? MM_COLS
+                             : MM_ROWS;
+        const int x = n->in[0];
+        if (e->trains && !ta && !tb && w->op == CT_OP_VARIABLE && is_trainable(g, w) &&
+            m < 256 && k >= 4 * m && k >= 64 * max_parts && n->out.shape.rank == 2 &&
+            m * k * cols / 64 >= split_min && !(e->parts[x] > 1 && e->row_len[x] > 0) &&
+            !(n->flags & CT_NODE_BOUND)) { /* (not a gradient writer: no partial update) */
+            e->mm_split[i] = MM_INNER;
+        }
+        e->work[i] = e->mm_split[i] == MM_COLS ? cols : e->mm_split[i] == MM_INNER ? k : m;
+        e->part_unit[i] = e->mm_split[i] == MM_COLS ? 16 : (e->work[i] >= 64 ? 16 : 4);
+        e->row_len[i] = e->mm_split[i] != MM_ROWS || n->out.shape.rank != 2 ? 0 : 1;
         batch_rows = m;
         cost = m * k * cols / 64;
     } else if ((n->op == CT_OP_DROPOUT || n->op == CT_OP_DROPOUT_GRAD) && batch_rows > 0 &&
@@ -370,6 +405,13 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
             e->part_unit[i] = e->part_unit[a] / e->row_len[a] * e->row_len[i];
             return e->parts[a];
         }
+        /* a matmul split over k ends in one sum of the parts: a row pipeline starts here */
+        const ct_node *an = ct_graph_node(g, a);
+        if (an->op == CT_OP_MATMUL && e->parts[a] > 1 && e->mm_split[a] == MM_INNER &&
+            ct_shape_equal(&an->out.shape, &n->out.shape) && e->work[i] % e->row_len[i] == 0 &&
+            e->work[i] / e->row_len[i] >= max_parts) {
+            return max_parts;
+        }
     }
     int64_t units = e->work[i] / e->part_unit[i];
     if (cost < split_min || units < 2 || e->work[i] % e->part_unit[i] != 0) {
@@ -432,6 +474,20 @@ static float update_rest(const ct_exec *e, const ct_kctx *ctx, int part, int par
 
 static void run_part_kernel(ct_exec *e, int i, int part);
 
+/* Elements [begin, end) of MM_INNER node i: its output (part 0's product) plus the partial
+ * products of parts 1.., in part order (the same bits whichever thread adds them). */
+static void add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end) {
+    const ct_node *n = ct_graph_node(e->g, i);
+    float *out = CT__F32(&n->out);
+    int64_t len = ct_tensor_numel(&n->out);
+    for (int p = 1; p < e->parts[i]; p++) {
+        const float *q = e->inner + e->inner_off[i] + (p - 1) * len;
+        for (int64_t k = begin; k < end; k++) {
+            out[k] += q[k];
+        }
+    }
+}
+
 /* Runs part `part` of node i (the whole node when it is not split), then its share of the
  * optimizer update when the node writes a gradient under fusion. */
 static void run_part(ct_exec *e, int i, int part) {
@@ -445,6 +501,10 @@ static void run_part(ct_exec *e, int i, int part) {
         e->g2_part[(size_t)i * MAX_PARTS] =
             update_range(ctx, e->upd_off[i], e->upd_off[i] + ct_tensor_numel(&n->out));
         return;
+    }
+    if (e->inner_sum[i] >= 0) { /* this part's rows of the k parts' sum */
+        part_view v = part_range(e, i, part);
+        add_inner_parts(e, e->inner_sum[i], v.begin, v.end);
     }
     run_part_kernel(e, i, part);
     if (e->upd < 0 || e->upd_off[i] < 0 || e->deferred[i]) {
@@ -483,7 +543,16 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
         as_matrix(&ins[1]->out.shape, &br, &bc);
         int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
         int64_t k = ta ? ar : ac, cols = tb ? br : bc;
-        if (e->by_cols[i]) {
+        if (e->mm_split[i] == MM_INNER) { /* x[:, k0:k1] W[k0:k1, :], part 0 into the output */
+            int64_t m = ar;
+            float *c = part ? e->inner + e->inner_off[i] + (part - 1) * m * cols
+                            : CT__F32(&n->out);
+            ct__sgemm(0, 0, m, cols, v.end - v.begin, 1.0f, CT__F32(&ins[0]->out) + v.begin, ac,
+                      CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c,
+                      cols);
+            return;
+        }
+        if (e->mm_split[i] == MM_COLS) {
             int64_t m = ta ? ac : ar;
             const float *b = CT__F32(&ins[1]->out) + (tb ? v.begin * bc : v.begin);
             ct__sgemm(ta, tb, m, v.end - v.begin, k, 1.0f, CT__F32(&ins[0]->out), ac, b, bc,
@@ -643,6 +712,9 @@ static void finish_node(ct_exec *e, int i) {
     }
     if (i == e->upd) {
         sum_updates(e);
+    }
+    if (e->inner_off[i] >= 0 && !e->inner_summed[i]) { /* no reader adds the parts up */
+        add_inner_parts(e, i, 0, ct_tensor_numel(&n->out));
     }
     if (n->op == CT_OP_SOFTMAX_XENT && e->parts[i] > 1) { /* the mean of the parts' means */
         int64_t rows = e->work[i] / e->row_len[i];
@@ -817,7 +889,11 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->parts);
     free(e->part_unit);
     free(e->work);
-    free(e->by_cols);
+    free(e->mm_split);
+    free(e->inner);
+    free(e->inner_off);
+    free(e->inner_sum);
+    free(e->inner_summed);
     free(e->linked);
     free(e->row_len);
     free(e->view_row);
@@ -946,7 +1022,7 @@ static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
             }
         }
         /* column parts are not contiguous ranges: the update follows the whole node */
-        e->deferred[i] |= e->parts[i] > 1 && e->by_cols[i];
+        e->deferred[i] |= e->parts[i] > 1 && e->mm_split[i] == MM_COLS;
         for (int64_t k = off; k < off + len; k++) {
             covered[k] = 3; /* updated by node i */
         }
@@ -1061,12 +1137,16 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     e->parts = malloc(nn * sizeof *e->parts);
     e->part_unit = malloc(nn * sizeof *e->part_unit);
     e->work = malloc(nn * sizeof *e->work);
-    e->by_cols = calloc(nn, 1);
+    e->mm_split = calloc(nn, 1);
+    e->inner_off = malloc(nn * sizeof *e->inner_off);
+    e->inner_sum = malloc(nn * sizeof *e->inner_sum);
+    e->inner_summed = calloc(nn, 1);
     e->row_len = calloc(nn, sizeof *e->row_len);
     e->view_row = calloc(nn, sizeof *e->view_row);
     e->row_partial = calloc(nn * MAX_PARTS, sizeof *e->row_partial);
-    if (!e->by_cols || !e->row_len || !e->view_row || !e->row_partial || !last || !readers_off || !freed_at || !offset || !inplace_of || !pl.live ||
-        !e->parts || !e->part_unit || !e->work) {
+    if (!e->mm_split || !e->inner_off || !e->inner_sum || !e->inner_summed || !e->row_len ||
+        !e->view_row || !e->row_partial || !last || !readers_off || !freed_at || !offset ||
+        !inplace_of || !pl.live || !e->parts || !e->part_unit || !e->work) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }
@@ -1120,10 +1200,41 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     ct_graph_stats *stats = ct__graph_stats(g);
     stats->threads = e->threads;
     stats->split_nodes = 0;
+    stats->inner_splits = 0;
     int64_t split_min = opts->split_min > 0 ? opts->split_min : 16384;
+    for (int i = 0; i < n; i++) {
+        e->trains |= ct_graph_node(g, i)->op == CT_OP_APPLY_OPTIMIZER;
+    }
+    int64_t inner_total = 0;
     for (int i = 0; i < n; i++) {
         e->parts[i] = split_plan(g, e, i, e->threads, split_min);
         stats->split_nodes += e->parts[i] > 1;
+        int inner = e->parts[i] > 1 && ct_graph_node(g, i)->op == CT_OP_MATMUL &&
+                    e->mm_split[i] == MM_INNER;
+        e->inner_off[i] = inner ? inner_total : -1;
+        stats->inner_splits += inner;
+        inner_total +=
+            inner ? (e->parts[i] - 1) * ct_tensor_numel(&ct_graph_node(g, i)->out) : 0;
+        e->inner_sum[i] = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        /* a pipeline head (parts are element ranges) that is the only reader adds its rows */
+        const ct_node *node = ct_graph_node(g, i);
+        int a = -1;
+        for (int k = 0; k < node->n_in; k++) {
+            a = e->inner_off[node->in[k]] >= 0 ? node->in[k] : a;
+        }
+        if (a < 0 || node->op == CT_OP_MATMUL || e->parts[i] < 2 || e->row_len[i] <= 0 ||
+            readers_off[a + 1] - readers_off[a] != 1 ||
+            !ct_shape_equal(&ct_graph_node(g, a)->out.shape, &node->out.shape)) {
+            continue;
+        }
+        e->inner_sum[i] = a;
+        e->inner_summed[a] = 1;
+    }
+    if (inner_total && !(e->inner = aligned_alloc(ALIGN, (size_t)round_up(inner_total * 4)))) {
+        st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
+        goto done;
     }
     /* place tensors in node order; free after the last reader */
     stats->bytes_unplanned = 0;
