@@ -9,6 +9,11 @@
 #include "graph/op_impl.h"
 
 #define BLOCK 256
+/* Streams longer than PREFETCH_MIN elements come from beyond L2: each block prefetches its
+ * inputs PREFETCH elements ahead, so memory keeps loading while the instructions run over a
+ * block (measured at 16M floats: 9.0-9.7 GB/s against 7.9-8.2 without; at 64K it costs 13%). */
+#define PREFETCH (2 * BLOCK)
+#define PREFETCH_MIN (1 << 18)
 
 /* Block `len` of instruction `op`: dst = EXPR(a, b). */
 static void run_instr(int op, float alpha, const float *restrict a, const float *restrict b,
@@ -61,7 +66,7 @@ void ct__cpu_fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
             }
         }
     }
-    double sum = 0.0;
+    double dacc[16] = {0}; /* per lane: independent chains, not one serial add per block */
     for (int64_t i0 = 0; i0 < total; i0 += blk) {
         const int64_t len = total - i0 < blk ? total - i0 : blk;
         for (int k = 0; k < p->n_in; k++) {
@@ -69,6 +74,11 @@ void ct__cpu_fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
             const int64_t period = p->period[k];
             if (period == 0) {
                 src[k] = x + i0;
+                if (total >= PREFETCH_MIN && i0 + PREFETCH + blk <= total) {
+                    for (int64_t j = 0; j < blk; j += 16) {
+                        __builtin_prefetch(x + i0 + PREFETCH + j);
+                    }
+                }
             } else if (period == 1 || period == row) {
                 src[k] = regs[k]; /* tiled above; blocks start on row boundaries */
             } else {
@@ -106,13 +116,17 @@ void ct__cpu_fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
                 acc[0] += v[j];
             }
             for (int l = 0; l < 16; l++) {
-                sum += acc[l];
+                dacc[l] += acc[l];
             }
         } else if (p->n_instr == 0) {
             memmove(out + i0, src[last], (size_t)len * sizeof *out);
         }
     }
     if (p->sum) {
+        double sum = 0.0;
+        for (int l = 0; l < 16; l++) {
+            sum += dacc[l];
+        }
         out[0] = (float)sum;
     }
 }
