@@ -10,6 +10,8 @@
  * it is set to 1 before every round of a one-thread configuration (a multi-thread executor sets
  * its own), and a pause between rounds lets the executor's spinning workers go to sleep. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +266,45 @@ static float first_step(step_ctx *c, const char *job, int threads, const char *e
     return c->loss;
 }
 
+/* Two copies of the 1-thread graph step side by side, one on this thread and one on a helper
+ * that spins between steps (as the executor's workers do; it sleeps after 300 us idle, so it
+ * leaves the other configurations' rounds alone), meeting after every step: what a second
+ * core adds to this workload on this machine right now. 2 copies in the time of one: scaling
+ * 2; a second vCPU that shares a physical core, or one the host slows: closer to 1. */
+typedef struct pair_ctx {
+    step_ctx *a, *b;
+    pthread_t helper;
+    atomic_int go, done, stop;
+} pair_ctx;
+
+static void *pair_helper(void *arg) {
+    pair_ctx *p = arg;
+    ct__gemm_set_threads(1);
+    for (int seen = 0;;) {
+        int g;
+        double idle_since = now_s();
+        while ((g = atomic_load(&p->go)) == seen && !atomic_load(&p->stop)) {
+            if (now_s() - idle_since > 300e-6) { /* between rounds: off the core */
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+            }
+        }
+        if (atomic_load(&p->stop)) {
+            return NULL;
+        }
+        seen = g;
+        train_step(p->b);
+        atomic_store(&p->done, g);
+    }
+}
+
+static void pair_step(void *user) {
+    pair_ctx *p = user;
+    int g = atomic_fetch_add(&p->go, 1) + 1;
+    train_step(p->a);
+    while (atomic_load(&p->done) != g) {
+    }
+}
+
 static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
     int64_t dims[CT_MAX_DIMS];
     int rank;
@@ -273,22 +314,35 @@ static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
     for (int64_t i = 0; i < batch; i++) {
         c.y[i] = (int32_t)(i % 10);
     }
-    step_ctx ce = c, c1 = c, cn = c;
+    step_ctx ce = c, c1 = c, cn = c, c2 = c;
     float l_eager = first_step(&ce, job, 1, "train.eager=true");
     float l_g1 = first_step(&c1, job, 1, NULL);
     float l_gn = first_step(&cn, job, threads, NULL);
-    timed cfg[3] = {{train_step, &ce, 1, 0}, {train_step, &c1, 1, 0}, {train_step, &cn, 0, 0}};
-    time_interleaved(cfg, 3, iters, 9);
+    first_step(&c2, job, 1, NULL);
+    pair_ctx pair = {.a = &c1, .b = &c2};
+    if (pthread_create(&pair.helper, NULL, pair_helper, &pair) != 0) {
+        die("helper thread", NULL);
+    }
+    timed cfg[4] = {{train_step, &ce, 1, 0},
+                    {train_step, &c1, 1, 0},
+                    {train_step, &cn, 0, 0},
+                    {pair_step, &pair, 1, 0}};
+    time_interleaved(cfg, 4, iters, 9);
+    atomic_store(&pair.stop, 1);
+    pthread_join(pair.helper, NULL);
     double eager_s = cfg[0].best / iters, g1_s = cfg[1].best / iters, gn_s = cfg[2].best / iters;
+    double pair_s = cfg[3].best / iters, scaling = 2.0 * g1_s / pair_s;
     ct_trainer_destroy(ce.t);
     ct_trainer_destroy(c1.t);
     ct_trainer_destroy(cn.t);
+    ct_trainer_destroy(c2.t);
     printf("{\"bench\": \"step\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, \"rounds\": 9, "
            "\"threads\": %d, \"eager_1t_s\": %.9f, \"graph_1t_s\": %.9f, \"graph_s\": %.9f, "
-           "\"ratio\": %.4f, \"ratio_1t\": %.4f, \"first_loss_eager\": %.6f, "
+           "\"ratio\": %.4f, \"ratio_1t\": %.4f, \"two_copies_1t_s\": %.9f, "
+           "\"two_core_scaling\": %.4f, \"first_loss_eager\": %.6f, "
            "\"first_loss_graph_1t\": %.6f, \"first_loss_graph\": %.6f}\n",
            job, (long long)batch, iters, threads, eager_s, g1_s, gn_s, eager_s / gn_s,
-           eager_s / g1_s, (double)l_eager, (double)l_g1, (double)l_gn);
+           eager_s / g1_s, pair_s, scaling, (double)l_eager, (double)l_g1, (double)l_gn);
     free(c.x);
     free(c.y);
     return 0;

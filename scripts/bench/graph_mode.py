@@ -8,7 +8,8 @@ TensorFlow numbers and PyTorch eager, in the same run.
 It runs build/scripts/bench/bench_graph_mode:
   seed    forward of the seed MLP on a 60x28x28x1 batch, 10000 calls: an eager graph per call
           (1 thread) vs the compiled inference graph (2 threads, and 1 for transparency)
-  step    MLP training step at batch 60: train.eager=true (1 thread) vs graph mode (2 and 1)
+  step    MLP training step at batch 60: train.eager=true (1 thread) vs graph mode (2 and 1),
+          and two 1-thread copies side by side (what the second core adds to this workload now)
   fusion  sum(x + y * z) over 1M and 16M floats, 1 thread: all passes vs none
   memory  CNN training step at batch 64: arena without and with liveness planning
 and times the same MLP forward in PyTorch (eval, no_grad) at 2 and 1 threads."""
@@ -121,6 +122,11 @@ def main():
           f"   {'MET' if step['ratio'] >= 2 else 'NOT MET'}")
     print(f"  ratios of the {RUNS} runs (median shown): "
           + ", ".join(f"{r['ratio']:.2f}x" for r in sorted(stepss, key=lambda r: r["ratio"])))
+    print(f"  what the second core adds right now: two copies of the 1-thread graph step side by "
+          f"side run {step['two_core_scaling']:.2f}x one copy's throughput (runs: "
+          + ", ".join(f"{r['two_core_scaling']:.2f}" for r in sorted(stepss, key=lambda r: r["ratio"]))
+          + "); graph 2t vs graph 1t: "
+          + f"{step['graph_1t_s'] / step['graph_s']:.2f}x")
     print(f"  (first-step loss eager {step['first_loss_eager']:.6f}, graph "
           f"{step['first_loss_graph']:.6f})")
     print()
