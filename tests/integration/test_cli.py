@@ -69,6 +69,8 @@ def test_graph_command(tmp_path):
     assert r.returncode == 0, r.stderr
     m = re.search(r"(\d+) edges linked part to part", r.stdout)
     assert m and int(m.group(1)) >= 8, r.stdout
+    # and no memory reuse makes a part of them wait for a whole node or a side branch
+    assert "0 memory-reuse waits" in r.stdout, r.stdout
     # the first layer's x W splits over k, the rows of the weight each thread updates
     assert "the weight rows it updates): 1" in r.stdout, r.stdout
     m = re.search(r"the update follows (\d+) gradient writers \((\d+) queued", r.stdout)

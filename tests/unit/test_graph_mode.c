@@ -718,6 +718,9 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
             if (threads > 1) {
                 cr_expect_geq(ct_graph_get_stats(cg)->linked_edges, 5, "%d rows, %d threads: %d",
                               rows, threads, ct_graph_get_stats(cg)->linked_edges);
+                cr_expect_eq(ct_graph_get_stats(cg)->pipeline_waits, 0,
+                             "%d rows, %d threads: %d memory-reuse waits in the pipelines", rows,
+                             threads, ct_graph_get_stats(cg)->pipeline_waits);
             }
             ct_kctx *ctx = ct_graph_ctx(cg);
             ctx->seed = 3;

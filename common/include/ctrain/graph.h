@@ -166,6 +166,8 @@ typedef struct ct_graph_stats {
     int in_place;                            /* outputs written over a dying input */
     int threads, split_nodes;                /* executor threads; nodes split across them */
     int linked_edges;                        /* edges where part p waits only for part p */
+    int pipeline_waits;                      /* memory-reuse edges that make such a part wait
+                                              * for a whole split node or a side branch */
     int inner_splits;                        /* x W split over k, the rows of W it updates */
     int fused_updates;                       /* gradient writers that also run the update */
     int deferred_updates;                    /* of those, updates queued after sibling readers */

@@ -70,6 +70,7 @@ static inline void cpu_relax(void) {
 }
 #define ALIGN 64
 #define MAX_AVOID 16
+#define PIPE_FRESH_MAX (1 << 18)
 
 typedef struct part_view {
     int64_t begin, end; /* rows (matmul), elements (others) */
@@ -267,6 +268,33 @@ static int storage_root(ct_graph *g, int i) {
 
 static int runs(const ct_node *n) {
     return n->op > CT_OP_CONST;
+}
+
+/* ---- ancestors ---- */
+
+#define MAX_ANC_NODES 4096 /* the n x n bits of ancestors() */
+
+/* Every node's ancestors, n x n bits (row b: the ancestors of b), computed in node order (inputs
+ * come first); NULL for graphs above MAX_ANC_NODES nodes or out of memory. */
+static uint8_t *ancestors(ct_graph *g, int n) {
+    size_t row = (size_t)(n + 7) / 8;
+    uint8_t *anc = n <= MAX_ANC_NODES ? calloc((size_t)(n ? n : 1) * row, 1) : NULL;
+    for (int i = 0; anc && i < n; i++) {
+        const ct_node *node = ct_graph_node(g, i);
+        for (int k = 0; k < node->n_in; k++) {
+            int a = node->in[k];
+            for (size_t b = 0; b < row; b++) {
+                anc[(size_t)i * row + b] |= anc[(size_t)a * row + b];
+            }
+            anc[(size_t)i * row + (size_t)(a / 8)] |= (uint8_t)(1u << (a % 8));
+        }
+    }
+    return anc;
+}
+
+/* 1 when node a is among node b's ancestors (anc: n x n bits, row b). */
+static int is_ancestor(const uint8_t *anc, int n, int a, int b) {
+    return (anc[(size_t)b * (size_t)((n + 7) / 8) + (size_t)(a / 8)] >> (a % 8)) & 1;
 }
 
 /* ---- splitting ---- */
@@ -915,17 +943,13 @@ void ct__exec_destroy(ct_exec *e) {
 
 /* ---- optimizer fusion ---- */
 
-/* 1 when node a is among node b's ancestors (anc: n x n bits, row b). */
-static int is_ancestor(const uint8_t *anc, int n, int a, int b) {
-    return (anc[(size_t)b * (size_t)((n + 7) / 8) + (size_t)(a / 8)] >> (a % 8)) & 1;
-}
 
 /* Plans the optimizer update of a graph that ends in APPLY_OPTIMIZER (without clipping, which
  * needs the global norm first and leaves the node to its kernel, in one part): with
  * `fuse_writers`, the gradient writers that run their parameters' update (upd_off); then the
  * ranges left to APPLY_OPTIMIZER (rest), split across threads. Returns -1 on out of memory. */
-static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
-                        int64_t split_min) {
+static int plan_updates(ct_graph *g, ct_exec *e, const uint8_t *anc, int fuse_writers,
+                        int threads, int64_t split_min) {
     const ct_kctx *ctx = ct_graph_ctx(g);
     const int n = e->n;
     e->upd = -1;
@@ -936,12 +960,10 @@ static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
         e->upd = -1;
         return 0;
     }
-    fuse_writers = fuse_writers && n <= 4096; /* the plan keeps n x n flags */
+    fuse_writers = fuse_writers && anc; /* the plan keeps n x n flags */
     const ct_params *p = ctx->params;
     const float *grad = p->grad, *data = p->data;
     const int64_t total = p->trainable_total;
-    size_t row = (size_t)(n + 7) / 8;
-    uint8_t *anc = calloc(fuse_writers ? (size_t)n * row : 1, 1);
     char *covered = calloc((size_t)(total ? total : 1), 1); /* writers per trainable float */
     e->upd_off = malloc((size_t)n * sizeof *e->upd_off);
     e->g2_part = calloc((size_t)n * MAX_PARTS, sizeof *e->g2_part);
@@ -951,23 +973,14 @@ static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
     e->gate_off = calloc((size_t)n + 1, sizeof *e->gate_off);
     e->gates_left = calloc((size_t)n, sizeof *e->gates_left);
     char *gate = calloc(fuse_writers ? (size_t)n * (size_t)n : 1, 1);
-    if (!anc || !covered || !e->upd_off || !e->g2_part || !e->rest || !e->deferred ||
-        !e->gates || !e->gate_off || !e->gates_left || !gate) {
-        free(anc);
+    if (!covered || !e->upd_off || !e->g2_part || !e->rest || !e->deferred || !e->gates ||
+        !e->gate_off || !e->gates_left || !gate) {
         free(covered);
         free(gate);
         return -1;
     }
-    for (int i = 0; i < n; i++) { /* ancestors, in node order (inputs come first) */
-        const ct_node *node = ct_graph_node(g, i);
+    for (int i = 0; i < n; i++) {
         e->upd_off[i] = -1;
-        for (int k = 0; fuse_writers && k < node->n_in; k++) {
-            int a = node->in[k];
-            for (size_t b = 0; b < row; b++) {
-                anc[(size_t)i * row + b] |= anc[(size_t)a * row + b];
-            }
-            anc[(size_t)i * row + (size_t)(a / 8)] |= (uint8_t)(1u << (a % 8));
-        }
     }
     /* candidates: nodes writing (or adding) into the trainable gradient range */
     for (int i = 0; fuse_writers && i < n; i++) {
@@ -1061,7 +1074,6 @@ static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
     }
     e->gated = malloc((size_t)(n_gated ? n_gated : 1) * sizeof *e->gated);
     if (!e->gated) {
-        free(anc);
         free(covered);
         free(gate);
         return -1;
@@ -1073,7 +1085,6 @@ static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
             }
         }
     }
-    free(anc);
     free(covered);
     free(gate);
     ct_graph_stats *stats = ct__graph_stats(g);
@@ -1093,6 +1104,19 @@ static int plan_updates(ct_graph *g, ct_exec *e, int fuse_writers, int threads,
 }
 
 /* ---- building the plan ---- */
+
+/* 1 when reusing memory of node r0 (read by `readers`) would hold back pipeline node i: r0 or a
+ * reader is split, or is not an ancestor of i (anc NULL: assume so). */
+static int war_blocks_pipeline(const ct_exec *e, const uint8_t *anc, int n, int r0, int i,
+                               const int *readers, int n_readers) {
+    for (int k = -1; k < n_readers; k++) {
+        int r = k < 0 ? r0 : readers[k];
+        if (r != i && (e->parts[r] > 1 || !anc || !is_ancestor(anc, n, r, i))) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static int64_t tensor_bytes(const ct_tensor *t) {
     return round_up((int64_t)ct_tensor_bytes(t));
@@ -1116,6 +1140,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     int *last = NULL, *readers_off = NULL, *readers = NULL, *freed_at = NULL;
     int64_t *offset = NULL;
     int *inplace_of = NULL;
+    uint8_t *anc = NULL;
     planner pl = {0};
     edges ed = {0};
     ct_status st = CT_OK;
@@ -1236,6 +1261,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }
+    anc = ancestors(g, n);
     /* place tensors in node order; free after the last reader */
     stats->bytes_unplanned = 0;
     stats->in_place = 0;
@@ -1278,22 +1304,40 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
                 }
                 continue;
             }
-            /* Keep clear of memory that i's inputs read last (they freed it): writing there
-             * would make i wait for all of each input (a write-after-read edge), where a row
-             * pipeline lets part p wait for part p only. */
-            int n_avoid = 0;
-            for (int u = 0; u < 2 * n && n_avoid < MAX_AVOID; u++) {
-                int ok = freed_at[u] >= 0 && offset[u] >= 0;
-                for (int k = 0; ok && k < node->n_in; k++) {
+            /* A part of a row pipeline (a node with a linked input) waits only for part p of
+             * that input. Memory whose last users would add a write-after-read edge that makes
+             * it wait for more keeps clear: the memory its linked inputs freed and, for a
+             * tensor of up to PIPE_FRESH_MAX bytes (where a barrier costs as much as the
+             * work), any block of a split node (it would wait for all of it) or of a side
+             * branch (say the accuracy beside the loss). Blocks whose users all finish before
+             * any part of i can start anyway (unsplit ancestors) are reused. */
+            int n_avoid = 0, follower = 0;
+            for (int k = 0; k < node->n_in; k++) {
+                follower |= linkable(g, e, storage_root(g, node->in[k]), i);
+            }
+            for (int u = 0; follower && u < 2 * n; u++) {
+                int r0 = u / 2, freed_by_link = 0;
+                for (int k = 0; freed_at[u] >= 0 && k < node->n_in; k++) {
                     int a = storage_root(g, node->in[k]);
-                    if (freed_at[u] == a && linkable(g, e, a, i)) {
-                        const ct_node *un = ct_graph_node(g, u / 2);
-                        avoid[2 * n_avoid] = offset[u];
-                        avoid[2 * n_avoid + 1] = tensor_bytes((u & 1) ? &un->aux : &un->out);
-                        n_avoid++;
-                        break;
-                    }
+                    freed_by_link |= freed_at[u] == a && linkable(g, e, a, i);
                 }
+                if (freed_at[u] < 0 || offset[u] < 0 ||
+                    !(freed_by_link ||
+                      (bytes <= PIPE_FRESH_MAX &&
+                       war_blocks_pipeline(e, anc, n, r0, i, readers + readers_off[r0],
+                                           readers_off[r0 + 1] - readers_off[r0])))) {
+                    continue;
+                }
+                if (n_avoid == MAX_AVOID) { /* too many to list: fresh memory above them */
+                    avoid[0] = 0;
+                    avoid[1] = pl.top;
+                    n_avoid = 1;
+                    break;
+                }
+                const ct_node *un = ct_graph_node(g, r0);
+                avoid[2 * n_avoid] = offset[u];
+                avoid[2 * n_avoid + 1] = tensor_bytes((u & 1) ? &un->aux : &un->out);
+                n_avoid++;
             }
             offset[t] = place(&pl, bytes, t, avoid, n_avoid);
             /* write-after-read: wait for everyone who used memory this block overlaps */
@@ -1378,8 +1422,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     }
     stats->fused_updates = 0;
     stats->update_rest = 0;
-    if (plan_updates(g, e, (opts->passes & CT_PASS_FUSE_UPDATE) != 0, e->threads, split_min) <
-        0) {
+    if (plan_updates(g, e, anc, (opts->passes & CT_PASS_FUSE_UPDATE) != 0, e->threads,
+                     split_min) < 0) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }
@@ -1428,6 +1472,19 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
             e->linked[at] = ed.e[k].data && linkable(g, e, ed.e[k].from, ed.e[k].to);
             stats->linked_edges += e->linked[at];
         }
+        /* memory-reuse edges that hold a pipeline part back: into a node with a linked input,
+         * from a split node or a side branch (the plan keeps these at 0 for small tensors) */
+        char *follows = (char *)fill; /* reused: per node, 1 when it has a linked input */
+        memset(fill, 0, nn * sizeof *fill);
+        for (int k = 0; k < ed.n; k++) {
+            follows[ed.e[k].to] |= ed.e[k].data && linkable(g, e, ed.e[k].from, ed.e[k].to);
+        }
+        stats->pipeline_waits = 0;
+        for (int k = 0; k < ed.n; k++) {
+            int from = ed.e[k].from, to = ed.e[k].to;
+            stats->pipeline_waits += !ed.e[k].data && follows[to] &&
+                                     war_blocks_pipeline(e, anc, n, from, to, NULL, 0);
+        }
         free(fill);
     }
     if (e->threads > 1) {
@@ -1460,6 +1517,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         }
     }
 done:
+    free(anc);
     free(last);
     free(readers_off);
     free(readers);
