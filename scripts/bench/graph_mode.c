@@ -1,7 +1,7 @@
 /* Benchmark: graph mode vs eager mode (issue "Graph mode"). Prints one JSON object per line for
  * scripts/bench/graph_mode.py.
  *   bench_graph_mode seed JOB [CALLS [THREADS [ROUNDS]]]  forward, eager graph per call vs compiled
- *   bench_graph_mode step JOB [BATCH [THREADS [ITERS]]]   train step, eager vs graph mode
+ *   bench_graph_mode step JOB [BATCH [THREADS [ITERS [ROUNDS]]]]  train step, eager vs graph
  *   bench_graph_mode fusion N [ITERS]                     sum(x + y * z), fused vs unfused
  *   bench_graph_mode memory JOB [BATCH [THREADS]]         step arena with and without planning
  * Each timing is the fastest of several rounds (the estimate least disturbed by other load). The
@@ -305,7 +305,7 @@ static void pair_step(void *user) {
     }
 }
 
-static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
+static int cmd_step(const char *job, int64_t batch, int threads, int iters, int rounds) {
     int64_t dims[CT_MAX_DIMS];
     int rank;
     int64_t example = example_size(job, dims, &rank);
@@ -327,7 +327,7 @@ static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
                     {train_step, &c1, 1, 0},
                     {train_step, &cn, 0, 0},
                     {pair_step, &pair, 1, 0}};
-    time_interleaved(cfg, 4, iters, 9);
+    time_interleaved(cfg, 4, iters, rounds);
     atomic_store(&pair.stop, 1);
     pthread_join(pair.helper, NULL);
     double eager_s = cfg[0].best / iters, g1_s = cfg[1].best / iters, gn_s = cfg[2].best / iters;
@@ -336,12 +336,12 @@ static int cmd_step(const char *job, int64_t batch, int threads, int iters) {
     ct_trainer_destroy(c1.t);
     ct_trainer_destroy(cn.t);
     ct_trainer_destroy(c2.t);
-    printf("{\"bench\": \"step\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, \"rounds\": 9, "
+    printf("{\"bench\": \"step\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, \"rounds\": %d, "
            "\"threads\": %d, \"eager_1t_s\": %.9f, \"graph_1t_s\": %.9f, \"graph_s\": %.9f, "
            "\"ratio\": %.4f, \"ratio_1t\": %.4f, \"two_copies_1t_s\": %.9f, "
            "\"two_core_scaling\": %.4f, \"first_loss_eager\": %.6f, "
            "\"first_loss_graph_1t\": %.6f, \"first_loss_graph\": %.6f}\n",
-           job, (long long)batch, iters, threads, eager_s, g1_s, gn_s, eager_s / gn_s,
+           job, (long long)batch, iters, rounds, threads, eager_s, g1_s, gn_s, eager_s / gn_s,
            eager_s / g1_s, pair_s, scaling, (double)l_eager, (double)l_g1, (double)l_gn);
     free(c.x);
     free(c.y);
@@ -505,7 +505,7 @@ static int cmd_memory(const char *job, int64_t batch, int threads) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_graph_mode seed JOB [CALLS [THREADS [ROUNDS]]]\n"
-                    "       bench_graph_mode step JOB [BATCH [THREADS [ITERS]]]\n"
+                    "       bench_graph_mode step JOB [BATCH [THREADS [ITERS [ROUNDS]]]]\n"
                     "       bench_graph_mode fusion N [ITERS]\n"
                     "       bench_graph_mode memory JOB [BATCH [THREADS]]\n");
     exit(2);
@@ -526,7 +526,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "step")) {
         return cmd_step(argv[2], arg(argc, argv, 3, 60), (int)arg(argc, argv, 4, 2),
-                        (int)arg(argc, argv, 5, 500));
+                        (int)arg(argc, argv, 5, 200), (int)arg(argc, argv, 6, 25));
     }
     if (!strcmp(cmd, "fusion")) {
         int64_t n = atoll(argv[2]);

@@ -28,7 +28,7 @@ QUICK = os.environ.get("QUICK", "") not in ("", "0")
 MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
 CALLS = 1000 if QUICK else 10000
-ROUNDS = 2 if QUICK else 3
+ROUNDS = 2 if QUICK else 5
 THREADS = 2
 RUNS = 1 if QUICK else 5
 # The seed's TensorFlow numbers: 10000 forward calls of the MLP on a batch of 60.
@@ -79,11 +79,11 @@ def torch_forward(threads):
 def main():
     if not os.path.exists(BENCH):
         sys.exit(f"{BENCH} not found: build first (ninja -C {BUILD})")
-    steps = 100 if QUICK else 500
+    steps, step_rounds = (100, 9) if QUICK else (200, 25)
     # Each comparison runs in RUNS separate processes: on this shared machine one run's ratio
     # moves with the load on the host, so the table shows the median run and every ratio.
     seeds = [bench("seed", MLP_JOB, CALLS, THREADS, ROUNDS) for _ in range(RUNS)]
-    stepss = [bench("step", MLP_JOB, 60, THREADS, steps) for _ in range(RUNS)]
+    stepss = [bench("step", MLP_JOB, 60, THREADS, steps, step_rounds) for _ in range(RUNS)]
     seed = median_run(seeds)
     step = median_run(stepss)
     fusion = [bench("fusion", n, *([2] if QUICK else [])) for n in (1 << 20, 1 << 24)]
