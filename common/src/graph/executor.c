@@ -368,7 +368,7 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
             e->mm_split[i] = MM_INNER;
         }
         e->work[i] = e->mm_split[i] == MM_COLS ? cols : e->mm_split[i] == MM_INNER ? k : m;
-        e->part_unit[i] = e->mm_split[i] == MM_COLS ? 16 : (e->work[i] >= 64 ? 8 : 4);
+        e->part_unit[i] = e->mm_split[i] == MM_COLS ? 16 : (e->work[i] >= 64 ? 16 : 4);
         e->row_len[i] = e->mm_split[i] != MM_ROWS || n->out.shape.rank != 2 ? 0 : 1;
         batch_rows = m;
         cost = m * k * cols / 64;
