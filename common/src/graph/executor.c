@@ -106,6 +106,7 @@ struct ct_exec {
     float *g2_part;       /* per node and part: sums of squares of the fused updates */
     int64_t *rest;        /* [begin, end) pairs of trainable ranges left to APPLY_OPTIMIZER */
     int n_rest;
+    int64_t rest_total;   /* floats in those ranges */
     /* run state */
     atomic_int *pending; /* per node and part: edges still to be satisfied */
     atomic_int *parts_left;
@@ -448,6 +449,19 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
     return units < max_parts ? (int)units : max_parts;
 }
 
+static int linkable(ct_graph *g, const ct_exec *e, int a, int s);
+
+/* 1 when node i follows a row pipeline: one of its data edges is linked. */
+static int has_linked_input(ct_graph *g, const ct_exec *e, int i) {
+    const ct_node *n = ct_graph_node(g, i);
+    for (int k = 0; k < n->n_in; k++) {
+        if (linkable(g, e, n->in[k], i)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* 1 when the data edge a -> s can be linked: both split by example rows into the same parts,
  * and s reads only its own rows of a. */
 static int linkable(ct_graph *g, const ct_exec *e, int a, int s) {
@@ -481,10 +495,7 @@ static float update_range(const ct_kctx *ctx, int64_t begin, int64_t end) {
 /* APPLY_OPTIMIZER under fusion, part `part` of `parts`: its share of the ranges no writer
  * covered, counted over their concatenation. */
 static float update_rest(const ct_exec *e, const ct_kctx *ctx, int part, int parts) {
-    int64_t total = 0;
-    for (int r = 0; r < e->n_rest; r++) {
-        total += e->rest[2 * r + 1] - e->rest[2 * r];
-    }
+    const int64_t total = e->rest_total;
     int64_t units = total / 16, from = units * part / parts * 16,
             to = part + 1 == parts ? total : units * (part + 1) / parts * 16;
     float g2 = 0.0f;
@@ -655,11 +666,7 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
             vins[k] = &in_views[k];
         }
     }
-    if (n->op == CT_OP_FUSED) {
-        /* the program's periods stay valid: every part starts at a multiple of the row */
-        ct_graph_backend(g)->vt->kernels[n->op](ctx, &view, vins);
-        return;
-    }
+    /* (a FUSED program's periods stay valid: every part starts at a multiple of the row) */
     ct_graph_backend(g)->vt->kernels[n->op](ctx, &view, vins);
 }
 
@@ -1093,7 +1100,7 @@ static int plan_updates(ct_graph *g, ct_exec *e, const uint8_t *anc, int fuse_wr
     for (int i = 0; i < n; i++) {
         stats->deferred_updates += e->upd_off[i] >= 0 && e->deferred[i];
     }
-    stats->update_rest = rest_total;
+    stats->update_rest = e->rest_total = rest_total;
     /* APPLY_OPTIMIZER splits what is left */
     int parts = threads > MAX_PARTS ? MAX_PARTS : threads;
     int64_t units = rest_total / 16;
@@ -1311,10 +1318,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
              * work), any block of a split node (it would wait for all of it) or of a side
              * branch (say the accuracy beside the loss). Blocks whose users all finish before
              * any part of i can start anyway (unsplit ancestors) are reused. */
-            int n_avoid = 0, follower = 0;
-            for (int k = 0; k < node->n_in; k++) {
-                follower |= linkable(g, e, storage_root(g, node->in[k]), i);
-            }
+            int n_avoid = 0, follower = has_linked_input(g, e, i);
             for (int u = 0; follower && u < 2 * n; u++) {
                 int r0 = u / 2, freed_by_link = 0;
                 for (int k = 0; freed_at[u] >= 0 && k < node->n_in; k++) {
@@ -1474,15 +1478,10 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         }
         /* memory-reuse edges that hold a pipeline part back: into a node with a linked input,
          * from a split node or a side branch (the plan keeps these at 0 for small tensors) */
-        char *follows = (char *)fill; /* reused: per node, 1 when it has a linked input */
-        memset(fill, 0, nn * sizeof *fill);
-        for (int k = 0; k < ed.n; k++) {
-            follows[ed.e[k].to] |= ed.e[k].data && linkable(g, e, ed.e[k].from, ed.e[k].to);
-        }
         stats->pipeline_waits = 0;
         for (int k = 0; k < ed.n; k++) {
             int from = ed.e[k].from, to = ed.e[k].to;
-            stats->pipeline_waits += !ed.e[k].data && follows[to] &&
+            stats->pipeline_waits += !ed.e[k].data && has_linked_input(g, e, to) &&
                                      war_blocks_pipeline(e, anc, n, from, to, NULL, 0);
         }
         free(fill);
