@@ -6,11 +6,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctrain/function.h"
 #include "ctrain/rng.h"
 #include "ctrain/optim.h"
 #include "ctrain/train.h"
+#include "graph/op_impl.h" /* ct__exec_part_thread */
 
 #define S(...) ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
                            .dims = {__VA_ARGS__}})
@@ -687,6 +689,82 @@ Test(graph_mode, split_dropout_matches_one_thread) {
 /* A training chain (x W1 + b1, relu, dropout, W2, softmax cross-entropy, and back) at 2 and 3
  * threads with every node split into example rows: the nodes link part to part, and the loss
  * and weight gradients agree with one thread. 37 rows do not divide evenly. */
+/* After a run: every part p of a split node ran on thread p (mod threads) except the `stolen`
+ * ones, and the run counted all of them. */
+static void expect_parts_on_their_threads(ct_graph *cg, int threads, int64_t stolen) {
+    int parts = 0, elsewhere = 0;
+    for (int i = 0; i < ct_graph_size(cg); i++) {
+        int n_parts = 0;
+        while (ct__exec_part_thread(cg, i, n_parts) >= 0) {
+            n_parts++;
+        }
+        for (int p = 0; n_parts > 1 && p < n_parts; p++) {
+            parts++;
+            elsewhere += ct__exec_part_thread(cg, i, p) != p % threads;
+        }
+    }
+    cr_expect_gt(parts, 0, "no split node");
+    cr_expect_eq(elsewhere, stolen, "%d threads: %d of %d parts ran off their thread, %lld taken "
+                 "over", threads, elsewhere, parts, (long long)stolen);
+}
+
+/* The node_done hook of the test below: the thread that finished node *user sleeps 10 ms. */
+static void sleep_after(void *user, const ct_node *n) {
+    if (n == (const ct_node *)user) {
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+}
+
+/* Part p of a split node waits for thread p, but not for good: here the thread that runs the
+ * first node (a sum) is held 10 ms by the node_done hook, while the other thread runs the row
+ * sums that make both parts of the relu ready; it runs its own part, then takes the held
+ * thread's part over after its 50 us idle. (Both nodes are ready at the start; the sum is
+ * queued first. A worker that reaches the queue only after the held thread is back takes
+ * nothing over: the test tries up to 10 runs.) Results stay exact. */
+Test(graph_mode, a_held_threads_parts_are_taken_over) {
+    enum { ROWS = 64, COLS = 16 };
+    static float big[1024], small[ROWS * COLS], y[ROWS];
+    for (int i = 0; i < 1024; i++) {
+        big[i] = 1.0f;
+    }
+    for (int i = 0; i < ROWS * COLS; i++) {
+        small[i] = (float)(i % 7) - 3.0f;
+    }
+    ct_graph *g;
+    ct_graph_create(be, 0, &g, NULL);
+    int bi = ct_placeholder(g, CT_F32, &S(1024), "big");
+    int si = ct_placeholder(g, CT_F32, &S(ROWS, COLS), "small");
+    int held = ct_sum(g, bi, 0, 0);
+    int yi = ct_relu(g, ct_sum(g, si, 2, 0)); /* row sums (one node), then a split relu */
+    int keep[4] = {bi, si, held, yi};
+    ct_graph *cg = compile(g, CT_PASS_ALL & ~(unsigned)CT_PASS_FUSE, 2, 4, keep);
+    ct_graph_bind(cg, keep[0], big);
+    ct_graph_bind(cg, keep[1], small);
+    ct_graph_ctx(cg)->node_done = sleep_after;
+    ct_graph_ctx(cg)->hook_user = ct_graph_node(cg, keep[2]);
+    ct_err err = {0};
+    for (int rep = 0; rep < 10 && ct_graph_get_stats(cg)->stolen_parts == 0; rep++) {
+        int64_t stolen = ct_graph_get_stats(cg)->stolen_parts;
+        cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+        expect_parts_on_their_threads(cg, 2, ct_graph_get_stats(cg)->stolen_parts - stolen);
+        float total = 0.0f;
+        cr_assert_eq(ct_graph_read(cg, keep[2], &total, sizeof total, &err), CT_OK);
+        cr_assert_float_eq(total, 1024.0f, 1e-3f);
+        cr_assert_eq(ct_graph_read(cg, keep[3], y, sizeof y, &err), CT_OK);
+        for (int r = 0; r < ROWS; r++) {
+            float want = 0.0f;
+            for (int c = 0; c < COLS; c++) {
+                want += small[r * COLS + c];
+            }
+            cr_assert_float_eq(y[r], want > 0.0f ? want : 0.0f, 1e-5f, "row %d", r);
+        }
+    }
+    cr_expect_gt(ct_graph_get_stats(cg)->stolen_parts, 0,
+                 "no part taken over from the thread held 10 ms");
+    ct_graph_destroy(cg);
+    ct_graph_destroy(g);
+}
+
 Test(graph_mode, row_pipeline_matches_one_thread) {
     for (int rows = 37; rows <= 40; rows += 3) {
         enum { IN = 24, HID = 32, OUT = 10 };
@@ -729,7 +807,12 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
             ct_graph_bind(cg, keep[1], labels);
             ct_err err = {0};
             for (int rep = 0; rep < 10; rep++) { /* many runs: races would show */
+                int64_t stolen = ct_graph_get_stats(cg)->stolen_parts;
                 cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+                if (threads > 1) {
+                    expect_parts_on_their_threads(cg, threads,
+                                                  ct_graph_get_stats(cg)->stolen_parts - stolen);
+                }
                 float now[sizeof got[0] / sizeof(float)];
                 cr_assert_eq(ct_graph_read(cg, keep[2], now, sizeof(float), &err), CT_OK);
                 cr_assert_eq(ct_graph_read(cg, keep[3], now + 1, IN * HID * sizeof(float), &err),

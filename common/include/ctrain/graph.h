@@ -172,6 +172,10 @@ typedef struct ct_graph_stats {
     int fused_updates;                       /* gradient writers that also run the update */
     int deferred_updates;                    /* of those, updates queued after sibling readers */
     int64_t update_rest;                     /* trainable floats left to APPLY_OPTIMIZER */
+    /* runs so far (threads > 1): part p of a split node runs on thread p, where its rows stay
+     * in cache from step to step; another thread takes it only after idling 50 us */
+    int64_t pinned_parts;                    /* parts of split nodes run */
+    int64_t stolen_parts;                    /* of those, run by another thread */
 } ct_graph_stats;
 
 /* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse,

@@ -102,6 +102,9 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
                           ct_exec **ret, ct_err *err);
 ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err);
 void ct__exec_destroy(ct_exec *e);
+/* The thread (0: the caller, t: worker t) that ran part `part` of node `node` in the last
+ * multi-thread run of g; -1 when none. */
+int ct__exec_part_thread(const ct_graph *g, int node, int part);
 void ct__graph_set_exec(ct_graph *g, ct_exec *exec);
 ct_exec *ct__graph_exec(const ct_graph *g);
 ct_graph_stats *ct__graph_stats(ct_graph *g);
