@@ -69,6 +69,17 @@ def test_matmul(ta, tb):
           lambda x, y: (x.T if ta else x) @ (y.T if tb else y))
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 60, 10), (7, 128, 10), (13, 1, 16), (30, 128, 10),
+                                   (60, 784, 1), (67, 33, 15)])
+@pytest.mark.parametrize("ta", [0, 1])
+def test_matmul_narrow_shapes(m, k, n, ta):
+    """At most 16 columns: AVX-512 builds run these (and the weight gradient A^T dC) in their own
+    kernel (kernels/cpu/gemm.c), in 8-row blocks and every remainder."""
+    a = U(k, m) if ta else U(m, k)
+    check("matmul", [a, U(k, n)], lambda g, x, y: g.op("matmul", x, y, ta, 0),
+          lambda x, y: (x.T if ta else x) @ y)
+
+
 def test_matmul_dense_layer_shapes():
     check("dense", [U(60, 784), U(784, 128)], lambda g, x, y: g.op("matmul", x, y, 0, 0),
           lambda x, y: x @ y)

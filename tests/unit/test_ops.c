@@ -2,9 +2,11 @@
  * arithmetic, activations, softmax family, reductions and shape ops. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
+#include "graph/op_impl.h" /* ct__sgemm */
 
 #define TOL_ATOL 1e-3
 #define TOL_RTOL 1e-2
@@ -59,6 +61,59 @@ Test(ops, matmul_grads) {
     }
     ct_shape folded[2] = {S(2, 3, 4), S(4, 5)};
     check_op(CT_OP_MATMUL, (ct_attrs){0}, 2, folded, -1, 1, 0);
+}
+
+/* ct__sgemm on products with at most 16 columns (AVX-512 builds run them in their own kernel:
+ * 8-row blocks, then every remainder; masked stores) against a double-precision reference,
+ * with alpha, beta and a C wider than n whose extra columns must stay untouched. */
+Test(ops, narrow_gemm_matches_double_reference) {
+    const int64_t ms[] = {1, 2, 7, 8, 9, 15, 30, 60, 67}, ns[] = {1, 3, 10, 16}, ks[] = {1, 7, 128};
+    enum { PAD = 3 };
+    for (int ta = 0; ta < 2; ta++) {
+        for (size_t im = 0; im < sizeof ms / sizeof *ms; im++) {
+            for (size_t in = 0; in < sizeof ns / sizeof *ns; in++) {
+                for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++) {
+                    for (int v = 0; v < 2; v++) {
+                        int64_t m = ms[im], n = ns[in], k = ks[ik], ldc = n + PAD;
+                        float alpha = v ? 1.5f : 1.0f, beta = v ? 0.5f : 0.0f;
+                        float *a = malloc((size_t)(m * k) * sizeof(float));
+                        float *b = malloc((size_t)(k * n) * sizeof(float));
+                        float *c = malloc((size_t)(m * ldc) * sizeof(float));
+                        gc_fill_uniform(a, m * k, -1, 1, 3);
+                        gc_fill_uniform(b, k * n, -1, 1, 4);
+                        gc_fill_uniform(c, m * ldc, -1, 1, 5);
+                        float *c0 = malloc((size_t)(m * ldc) * sizeof(float));
+                        memcpy(c0, c, (size_t)(m * ldc) * sizeof(float));
+                        ct__sgemm(ta, 0, m, n, k, alpha, a, ta ? m : k, b, n, beta, c, ldc);
+                        for (int64_t i = 0; i < m; i++) {
+                            for (int64_t j = 0; j < ldc; j++) {
+                                double want = c0[i * ldc + j], scale = fabs(want);
+                                if (j < n) {
+                                    double dot = 0.0;
+                                    scale = fabs(beta * want);
+                                    for (int64_t p = 0; p < k; p++) {
+                                        double x = ta ? a[p * m + i] : a[i * k + p];
+                                        dot += x * b[p * n + j];
+                                        scale += fabs(alpha * x * b[p * n + j]);
+                                    }
+                                    want = alpha * dot + beta * want;
+                                }
+                                cr_expect(fabs(c[i * ldc + j] - want) <= 1e-6 * (1.0 + scale),
+                                          "ta %d, %lldx%lldx%lld, alpha %g beta %g: C[%lld][%lld] "
+                                          "%.9g, want %.9g", ta, (long long)m, (long long)n,
+                                          (long long)k, alpha, beta, (long long)i, (long long)j,
+                                          c[i * ldc + j], want);
+                            }
+                        }
+                        free(a);
+                        free(b);
+                        free(c);
+                        free(c0);
+                    }
+                }
+            }
+        }
+    }
 }
 
 Test(ops, broadcast_arith_grads) {
