@@ -287,7 +287,14 @@ def test_a_killed_server_is_restarted_and_restored_from_the_last_checkpoint(tmp_
 def test_cluster_mode_waits_for_a_killed_server_to_be_restarted(cluster):
     c = cluster(2, 2, *SMALL, "--set", "train.max_steps=600", "--set",
                 "checkpoint.every_steps=50")
-    c.start_all()
+    # worker 0 takes 50x its compute time a step (about 10 ms), so the 141 steps after epoch 2
+    # last over a second: the kill lands mid-run, however fast the steps are (at full speed
+    # the last 3 epochs took 0.2 s, and a kill after them found nothing left to pause)
+    c.chief()
+    c.ps(0)
+    c.ps(1)
+    c.worker(0, "--slow-factor", "50")
+    c.worker(1)
     c.wait_for("chief", r"epoch 2/5")
     newest = newest_ckpt(c.dir / "run")
     c.procs["ps1"].send_signal(signal.SIGKILL)
