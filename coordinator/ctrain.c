@@ -671,10 +671,11 @@ static int cmd_graph(int argc, char **argv) {
            st->bytes_planned ? (double)st->bytes_unplanned / (double)st->bytes_planned : 1.0,
            st->in_place);
     printf("# executor: %d threads, %d nodes split across them, %d edges linked part to part "
-           "(row pipelines), %d memory-reuse waits holding them back; matmuls split over k "
-           "(each thread reads the weight rows it updates): %d\n",
+           "(row pipelines), %d memory-reuse waits holding them back; matmuls split over k: "
+           "%d x W (each thread reads the weight rows it updates), %d x^T dy (each thread "
+           "multiplies its pipeline's rows)\n",
            st->threads, st->split_nodes, st->linked_edges, st->pipeline_waits,
-           st->inner_splits);
+           st->inner_splits, st->batch_splits);
     if (st->fused_updates > 0) {
         printf("# optimizer: the update follows %d gradient writers (%d queued after sibling "
                "readers of the weight); %lld floats left to apply_optimizer\n",

@@ -71,8 +71,10 @@ def test_graph_command(tmp_path):
     assert m and int(m.group(1)) >= 8, r.stdout
     # and no memory reuse makes a part of them wait for a whole node or a side branch
     assert "0 memory-reuse waits" in r.stdout, r.stdout
-    # the first layer's x W splits over k, the rows of the weight each thread updates
-    assert "the weight rows it updates): 1" in r.stdout, r.stdout
+    # the first layer's x W splits over k, the rows of the weight each thread updates, and the
+    # second layer's small weight gradient over the example rows of the pipelines
+    assert "1 x W (each thread reads the weight rows it updates)" in r.stdout, r.stdout
+    assert "1 x^T dy (each thread multiplies its pipeline's rows)" in r.stdout, r.stdout
     m = re.search(r"the update follows (\d+) gradient writers \((\d+) queued", r.stdout)
     assert m and int(m.group(1)) == 4 and int(m.group(2)) == 1, r.stdout
     r = ctrain("graph", "examples/fashion_mnist_mlp.yaml", "--threads", "2",

@@ -837,6 +837,112 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
     }
 }
 
+/* ---- a small weight gradient split over a pipeline's rows ---- */
+
+/* An MLP step whose second weight is small: with a split threshold above its gradient h^T dl
+ * (400) and below the first layer's GEMMs (10240), at 2 and 3 threads that gradient splits
+ * over k, the example rows the pipeline carries: part p multiplies its own rows, the parts
+ * are added in part order, and the deferred Adam update of W2 follows the sum. The first
+ * step's loss and gradients agree with one thread within 1e-6 (of the largest gradient); the
+ * weights after 3 Adam steps within 1e-5 (Adam scales a gradient by its running RMS, so a
+ * rounding difference in a near-zero gradient moves its update by far more than its own
+ * size; an update applied before the parts were added would be off by the whole partial);
+ * 5 runs from the same state give the same bits; every part ran on its thread. */
+Test(graph_mode, small_weight_gradient_splits_over_pipeline_rows) {
+    enum { ROWS = 40, IN = 256, HID = 64, OUT = 10, STEPS = 3, NW = IN * HID + HID * OUT };
+    static float x[ROWS * IN];
+    int32_t labels[ROWS];
+    ct_rng_uniform(9, 1, 0, x, ROWS * IN);
+    for (int r = 0; r < ROWS; r++) {
+        labels[r] = (r * 3) % OUT;
+    }
+    float got[3][1 + NW], grads[3][NW];
+    for (int threads = 1; threads <= 3; threads++) {
+        ct_params p;
+        ct_params_init(&p);
+        ct_params_declare(&p, "w1", &S(IN, HID), 1, CT_INIT_GLOROT_UNIFORM, IN, HID);
+        ct_params_declare(&p, "w2", &S(HID, OUT), 1, CT_INIT_GLOROT_UNIFORM, HID, OUT);
+        ct_err err = {0};
+        cr_assert_eq(ct_params_allocate(&p, 5, &err), CT_OK, "%s", err.msg);
+        ct_optimizer_spec spec = {.type = CT_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f,
+                                  .beta2 = 0.999f, .epsilon = 1e-7f};
+        ct_optimizer *opt;
+        cr_assert_eq(ct_optimizer_create(&spec, &p, &opt, &err), CT_OK, "%s", err.msg);
+        ct_graph *g;
+        ct_graph_create(be, 0, &g, NULL);
+        int xi = ct_placeholder(g, CT_F32, &S(ROWS, IN), "x");
+        int yi = ct_placeholder(g, CT_I32, &S(ROWS), "labels");
+        int w[2] = {ct_variable(g, &S(IN, HID), ct_params_data(&p, 0), "w1"),
+                    ct_variable(g, &S(HID, OUT), ct_params_data(&p, 1), "w2")};
+        int h = ct_relu(g, ct_matmul(g, xi, w[0], 0, 0));
+        int loss = ct_softmax_xent(g, ct_matmul(g, h, w[1], 0, 0), yi);
+        int gw[2];
+        ct_graph_gradients(g, loss, -1, 2, w, gw, NULL);
+        ct_graph_write_into(g, gw[0], ct_params_grad(&p, 0));
+        ct_graph_write_into(g, gw[1], ct_params_grad(&p, 1));
+        int upd = ct_apply_optimizer(g);
+        ct_kctx *ctx = ct_graph_ctx(g);
+        ctx->params = &p;
+        ctx->optimizer = opt;
+        int keep[4] = {xi, yi, loss, upd};
+        ct_graph_options o = ct_graph_default_options();
+        o.threads = threads;
+        o.split_min = 4096;
+        ct_graph *cg = NULL;
+        cr_assert_eq(ct_graph_compile(g, &o, 4, keep, &cg, &err), CT_OK, "%s", err.msg);
+        const ct_graph_stats *st = ct_graph_get_stats(cg);
+        cr_expect_eq(st->batch_splits, threads > 1, "%d threads: %d", threads, st->batch_splits);
+        cr_expect_eq(st->inner_splits, threads > 1, "%d threads: %d", threads, st->inner_splits);
+        ct_graph_bind(cg, keep[0], x);
+        ct_graph_bind(cg, keep[1], labels);
+        float l = 0.0f;
+        for (int s = 0; s < STEPS; s++) {
+            ct_graph_ctx(cg)->step = (uint64_t)s;
+            int64_t stolen = st->stolen_parts;
+            cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+            if (threads > 1) {
+                expect_parts_on_their_threads(cg, threads, st->stolen_parts - stolen);
+            }
+            cr_assert_eq(ct_graph_read(cg, keep[2], &l, sizeof l, &err), CT_OK);
+            if (s == 0) {
+                memcpy(grads[threads - 1], ct_params_grad(&p, 0), NW * sizeof(float));
+                got[threads - 1][0] = l;
+            }
+        }
+        memcpy(got[threads - 1] + 1, ct_params_data(&p, 0), NW * sizeof(float));
+        static float before[NW];
+        float first[NW];
+        memcpy(before, ct_params_data(&p, 0), sizeof before);
+        for (int rep = 0; rep < 5; rep++) { /* the same gradient bits: no race on the partials */
+            memcpy(ct_params_data(&p, 0), before, sizeof before);
+            ct_graph_ctx(cg)->step = STEPS;
+            cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+            cr_assert(rep == 0 || memcmp(ct_params_grad(&p, 0), first, sizeof first) == 0,
+                      "%d threads: run %d differs", threads, rep);
+            memcpy(first, ct_params_grad(&p, 0), sizeof first);
+        }
+        ct_graph_destroy(cg);
+        ct_graph_destroy(g);
+        ct_optimizer_destroy(opt);
+        ct_params_finish(&p);
+    }
+    float gmax = 0.0f;
+    for (int k = 0; k < NW; k++) {
+        gmax = fmaxf(gmax, fabsf(grads[0][k]));
+    }
+    for (int t = 1; t < 3; t++) {
+        cr_expect(fabsf(got[t][0] - got[0][0]) <= 1e-6f * fabsf(got[0][0]), "%d threads: loss "
+                  "%.9g vs %.9g", t + 1, got[t][0], got[0][0]);
+        for (int k = 0; k < NW; k++) {
+            cr_expect(fabsf(grads[t][k] - grads[0][k]) <= 1e-6f * gmax,
+                      "%d threads, gradient %d: %.9g vs %.9g", t + 1, k, grads[t][k], grads[0][k]);
+            cr_expect(fabsf(got[t][1 + k] - got[0][1 + k]) <= 1e-5f * (1.0f + fabsf(got[0][1 + k])),
+                      "%d threads, weight %d: %.9g vs %.9g", t + 1, k, got[t][1 + k],
+                      got[0][1 + k]);
+        }
+    }
+}
+
 /* ---- x W split over k ---- */
 
 /* A training graph whose x W has few rows and a long k, and whose W the graph updates: at 2

@@ -23,7 +23,10 @@
  * wrote in the last update (still in its cache) instead of pulling the other core's rows. The
  * parts' products are added in part order (the same bits whichever thread adds them) by the
  * only reader, each of its row parts adding its own rows first, or else once all parts are
- * done; that reader starts a row pipeline.
+ * done; that reader starts a row pipeline. A small x^T dy (a weight gradient below
+ * split_min) whose inputs a row pipeline carries splits over k too, the example rows: each
+ * pipeline part multiplies its own rows, and the parts are added once all are done, before
+ * the weight's (deferred) update.
  *
  * Pinned parts: part p of a split node runs on thread p (own queue per thread; unsplit nodes
  * and deferred updates in a shared queue), so the rows a part touches stay in one core's cache
@@ -338,8 +341,9 @@ static void as_matrix(const ct_shape *s, int64_t *rows, int64_t *cols) {
 static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
     const ct_node *n = ct_graph_node(g, i), *x = ct_graph_node(g, n->in[k]);
     switch (n->op) {
-    case CT_OP_MATMUL:
-        return k == 0 && !n->attrs.i[0] && e->mm_split[i] == MM_ROWS;
+    case CT_OP_MATMUL: /* x W by rows of x; x^T dy over k, the rows of both */
+        return e->mm_split[i] == MM_INNER ? n->attrs.i[0] && !n->attrs.i[1]
+                                          : k == 0 && !n->attrs.i[0] && e->mm_split[i] == MM_ROWS;
     case CT_OP_DROPOUT:
         return k == 0;
     case CT_OP_DROPOUT_GRAD:
@@ -350,6 +354,13 @@ static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
     default: /* elementwise and fused: the inputs of the output's shape */
         return ct_shape_equal(&x->out.shape, &n->out.shape);
     }
+}
+
+/* 1 when node a is split by example rows and part p holds rows p of its output (not a matmul
+ * split over k, whose parts hold partial sums of all of it). */
+static int rows_split(ct_graph *g, const ct_exec *e, int a) {
+    return e->parts[a] > 1 && e->row_len[a] > 0 &&
+           !(ct_graph_node(g, a)->op == CT_OP_MATMUL && e->mm_split[a] == MM_INNER);
 }
 
 /* How node i splits: sets work (rows or elements), unit (boundary alignment) and, for a split
@@ -395,6 +406,21 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         e->row_len[i] = e->mm_split[i] != MM_ROWS || n->out.shape.rank != 2 ? 0 : 1;
         batch_rows = m;
         cost = m * k * cols / 64;
+        /* x^T dy too small to split on its own (a small weight's gradient) over a batch that
+         * a row pipeline carries: split over k, the example rows, as the pipeline is. Part p
+         * multiplies its own rows, x[k_p]^T dy[k_p], on the thread that just made them, into
+         * its own buffer; the parts are added in part order once all are done (the update is
+         * deferred until then). Unsplit, the node waits for the whole pipeline, then reads
+         * half of its rows from the other core, on one thread. */
+        for (int a = 0; a < 2 && ta && !tb && cost < split_min; a++) {
+            const int x = n->in[a];
+            if (rows_split(g, e, x) && e->work[x] / e->row_len[x] == k) {
+                e->mm_split[i] = MM_INNER;
+                e->work[i] = batch_rows = k;
+                e->row_len[i] = 1;
+                break;
+            }
+        }
     } else if ((n->op == CT_OP_DROPOUT || n->op == CT_OP_DROPOUT_GRAD) && batch_rows > 0 &&
                ct_graph_node(g, n->op == CT_OP_DROPOUT ? i : n->in[1])->aux.shape.rank > 0 &&
                !(n->flags & CT_NODE_ALIAS)) {
@@ -451,7 +477,7 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
     /* follow an input split into the same example rows: a linked part of a row pipeline */
     for (int k = 0; e->row_len[i] > 0 && k < n->n_in; k++) {
         int a = n->in[k];
-        if (e->parts[a] > 1 && e->row_len[a] > 0 && row_input(e, g, i, k) &&
+        if (rows_split(g, e, a) && row_input(e, g, i, k) &&
             e->work[a] / e->row_len[a] == batch_rows && e->work[i] == batch_rows * e->row_len[i]) {
             e->part_unit[i] = e->part_unit[a] / e->row_len[a] * e->row_len[i];
             return e->parts[a];
@@ -487,8 +513,7 @@ static int has_linked_input(ct_graph *g, const ct_exec *e, int i) {
 /* 1 when the data edge a -> s can be linked: both split by example rows into the same parts,
  * and s reads only its own rows of a. */
 static int linkable(ct_graph *g, const ct_exec *e, int a, int s) {
-    if (e->parts[a] < 2 || e->parts[a] != e->parts[s] || e->row_len[a] <= 0 ||
-        e->row_len[s] <= 0 || e->work[a] / e->row_len[a] != e->work[s] / e->row_len[s] ||
+    if (!rows_split(g, e, a) || e->parts[a] != e->parts[s] || e->row_len[s] <= 0 || e->work[a] / e->row_len[a] != e->work[s] / e->row_len[s] ||
         e->part_unit[a] / e->row_len[a] != e->part_unit[s] / e->row_len[s]) {
         return 0;
     }
@@ -604,11 +629,13 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
         as_matrix(&ins[1]->out.shape, &br, &bc);
         int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
         int64_t k = ta ? ar : ac, cols = tb ? br : bc;
-        if (e->mm_split[i] == MM_INNER) { /* x[:, k0:k1] W[k0:k1, :], part 0 into the output */
-            int64_t m = ar;
+        if (e->mm_split[i] == MM_INNER) { /* x[:, k0:k1] W[k0:k1, :] or x[k0:k1]^T dy[k0:k1],
+                                             * part 0 into the output, the others aside */
+            int64_t m = ta ? ac : ar;
             float *c = part ? e->inner + e->inner_off[i] + (part - 1) * m * cols
                             : CT__F32(&n->out);
-            ct__sgemm(0, 0, m, cols, v.end - v.begin, 1.0f, CT__F32(&ins[0]->out) + v.begin, ac,
+            const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin * ac : v.begin);
+            ct__sgemm(ta, 0, m, cols, v.end - v.begin, 1.0f, a, ac,
                       CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c,
                       cols);
             return;
@@ -792,6 +819,9 @@ static void finish_node(ct_exec *e, int i) {
     if (ctx->node_done) { /* from whichever thread finished it: the hook must be thread-safe */
         ctx->node_done(ctx->hook_user, n);
     }
+    if (e->inner_off[i] >= 0 && !e->inner_summed[i]) { /* no reader adds the parts up */
+        add_inner_parts(e, i, 0, ct_tensor_numel(&n->out));
+    }
     for (int k = e->upd >= 0 ? e->gate_off[i] : 0; e->upd >= 0 && k < e->gate_off[i + 1]; k++) {
         if (atomic_fetch_sub(&e->gates_left[e->gated[k]], 1) == 1) {
             push(e, e->gated[k], UPDATE_TASK);
@@ -799,9 +829,6 @@ static void finish_node(ct_exec *e, int i) {
     }
     if (i == e->upd) {
         sum_updates(e);
-    }
-    if (e->inner_off[i] >= 0 && !e->inner_summed[i]) { /* no reader adds the parts up */
-        add_inner_parts(e, i, 0, ct_tensor_numel(&n->out));
     }
     if (n->op == CT_OP_SOFTMAX_XENT && e->parts[i] > 1) { /* the mean of the parts' means */
         int64_t rows = e->work[i] / e->row_len[i];
@@ -1116,8 +1143,9 @@ static int plan_updates(ct_graph *g, ct_exec *e, const uint8_t *anc, int fuse_wr
                 }
             }
         }
-        /* column parts are not contiguous ranges: the update follows the whole node */
-        e->deferred[i] |= e->parts[i] > 1 && e->mm_split[i] == MM_COLS;
+        /* column parts are not contiguous ranges, k parts hold partial sums: the update
+         * follows the whole node */
+        e->deferred[i] |= e->parts[i] > 1 && e->mm_split[i] != MM_ROWS;
         for (int64_t k = off; k < off + len; k++) {
             covered[k] = 3; /* updated by node i */
         }
@@ -1308,6 +1336,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     stats->threads = e->threads;
     stats->split_nodes = 0;
     stats->inner_splits = 0;
+    stats->batch_splits = 0;
     int64_t split_min = opts->split_min > 0 ? opts->split_min : 16384;
     for (int i = 0; i < n; i++) {
         e->trains |= ct_graph_node(g, i)->op == CT_OP_APPLY_OPTIMIZER;
@@ -1319,7 +1348,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         int inner = e->parts[i] > 1 && ct_graph_node(g, i)->op == CT_OP_MATMUL &&
                     e->mm_split[i] == MM_INNER;
         e->inner_off[i] = inner ? inner_total : -1;
-        stats->inner_splits += inner;
+        stats->inner_splits += inner && !ct_graph_node(g, i)->attrs.i[0];
+        stats->batch_splits += inner && ct_graph_node(g, i)->attrs.i[0];
         inner_total +=
             inner ? (e->parts[i] - 1) * ct_tensor_numel(&ct_graph_node(g, i)->out) : 0;
         e->inner_sum[i] = -1;
