@@ -40,9 +40,9 @@ static inline void store_row(float *c, __mmask16 mask, __m512 acc, float alpha, 
 
 /* R rows of C = op(A) B from row i, n <= 16 columns: per k one masked load of B's row and, per
  * row, a broadcast of op(A)'s element and one FMA. */
-static inline __attribute__((always_inline)) void narrow_rows(int R, int ta, int64_t i, int64_t k, __mmask16 mask, float alpha,
-                               const float *a, int64_t lda, const float *b, int64_t ldb,
-                               float beta, float *c, int64_t ldc) {
+static inline __attribute__((always_inline)) void narrow_rows(
+    int R, int ta, int64_t i, int64_t k, __mmask16 mask, float alpha, const float *a,
+    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     __m512 acc[8];
     for (int r = 0; r < R; r++) {
         acc[r] = _mm512_setzero_ps();
@@ -59,32 +59,37 @@ static inline __attribute__((always_inline)) void narrow_rows(int R, int ta, int
     }
 }
 
+/* C = op(A) B, n <= 16 columns, op(A) transposed or not (TA a constant): blocks of 8 rows,
+ * then 4, 2 and 1 (independent accumulators hide the FMA latency; one row at a time would
+ * wait for it at every k). */
+static inline __attribute__((always_inline)) void narrow_blocks(
+    int TA, int64_t m, int64_t k, __mmask16 mask, float alpha, const float *a, int64_t lda,
+    const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        narrow_rows(8, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+    if (m - i >= 4) {
+        narrow_rows(4, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
+        i += 4;
+    }
+    if (m - i >= 2) {
+        narrow_rows(2, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
+        i += 2;
+    }
+    if (m - i == 1) {
+        narrow_rows(1, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+}
+
 static void narrow_n(int ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     const __mmask16 mask = (__mmask16)((1u << n) - 1u);
-    int64_t i = 0;
-    /* blocks of 8 rows, then the rest in one block (independent accumulators hide the FMA
-     * latency; one row at a time would wait for it at every k) */
-#define NARROW_BLOCKS(TA)                                                                      \
-    for (; i + 8 <= m; i += 8) {                                                               \
-        narrow_rows(8, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);                   \
-    }                                                                                          \
-    switch (m - i) {                                                                           \
-    case 7: narrow_rows(7, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    case 6: narrow_rows(6, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    case 5: narrow_rows(5, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    case 4: narrow_rows(4, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    case 3: narrow_rows(3, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    case 2: narrow_rows(2, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    case 1: narrow_rows(1, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc); break;        \
-    default: break;                                                                            \
-    }
     if (ta) {
-        NARROW_BLOCKS(1)
+        narrow_blocks(1, m, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
     } else {
-        NARROW_BLOCKS(0)
+        narrow_blocks(0, m, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
     }
-#undef NARROW_BLOCKS
 }
 
 #endif

@@ -68,7 +68,8 @@ int main(int argc, char **argv) {
             diff = fmax(diff, fabs((double)c[i] - (double)c2[i]));
         }
         char label[96];
-        snprintf(label, sizeof label, "%s, %ldx%ldx%ld%s", sh->what, m, n, k, sh->ta ? " (A^T)" : "");
+        snprintf(label, sizeof label, "%s, %ldx%ldx%ld%s", sh->what, m, n, k,
+                 sh->ta ? " (A^T)" : "");
         printf("%-52s %6.2f %10.2f %7.2fx %10.2g\n", label, best[0] * 1e6, best[1] * 1e6,
                best[1] / best[0], diff);
         free(a);

@@ -513,7 +513,8 @@ static int has_linked_input(ct_graph *g, const ct_exec *e, int i) {
 /* 1 when the data edge a -> s can be linked: both split by example rows into the same parts,
  * and s reads only its own rows of a. */
 static int linkable(ct_graph *g, const ct_exec *e, int a, int s) {
-    if (!rows_split(g, e, a) || e->parts[a] != e->parts[s] || e->row_len[s] <= 0 || e->work[a] / e->row_len[a] != e->work[s] / e->row_len[s] ||
+    if (!rows_split(g, e, a) || e->parts[a] != e->parts[s] || e->row_len[s] <= 0 ||
+        e->work[a] / e->row_len[a] != e->work[s] / e->row_len[s] ||
         e->part_unit[a] / e->row_len[a] != e->part_unit[s] / e->row_len[s]) {
         return 0;
     }
@@ -873,13 +874,11 @@ static void work(ct_exec *e, int self) {
         spins = 0;
         idle_since = 0.0;
         run_part(e, node, part);
-        if (part != UPDATE_TASK) {
-            e->ran_on[(size_t)node * MAX_PARTS + part] = (char)self;
-        }
         if (part == UPDATE_TASK) { /* APPLY_OPTIMIZER counts the deferred updates too */
             satisfy_all(e, e->upd);
             continue;
         }
+        e->ran_on[(size_t)node * MAX_PARTS + part] = (char)self;
         for (int k = e->succ_off[node]; k < e->succ_off[node + 1]; k++) {
             if (!e->linked[k]) {
                 continue;
