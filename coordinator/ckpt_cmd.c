@@ -73,8 +73,8 @@ static int cmd_ls(const char *dir) {
                    (unsigned long long)ct_ckpt_file_bytes(c), when);
             ct_ckpt_free(c);
         } else {
-            printf("%-40s %10lld %6s %8s %12s  BAD: %s\n", base ? base + 1 : p,
-                   (long long)steps[i], "-", "-", "-", err.msg);
+            printf("%-40s %10lld %6s %8s %12s  BAD: %s\n", base ? base + 1 : p, (long long)steps[i],
+                   "-", "-", "-", err.msg);
         }
     }
     free(paths);
@@ -136,8 +136,8 @@ static int cmd_diff(const char *pa, const char *pb) {
     const ct_ckpt_meta *ma = ct_ckpt_meta_of(a), *mb = ct_ckpt_meta_of(b);
     if (ma->step != mb->step || ma->epoch != mb->epoch || ma->epoch_step != mb->epoch_step) {
         printf("position: step %lld vs %lld, epoch %lld vs %lld, batch %lld vs %lld\n",
-               (long long)ma->step, (long long)mb->step, (long long)ma->epoch,
-               (long long)mb->epoch, (long long)ma->epoch_step, (long long)mb->epoch_step);
+               (long long)ma->step, (long long)mb->step, (long long)ma->epoch, (long long)mb->epoch,
+               (long long)ma->epoch_step, (long long)mb->epoch_step);
         differ = 1;
     }
     for (int i = 0; i < ct_ckpt_count(a); i++) {
@@ -160,9 +160,8 @@ static int cmd_diff(const char *pa, const char *pb) {
                 max_ref = fmax(max_ref, fabs(u));
                 count += u != v;
             }
-            printf("%s: differs (%lld of %lld elements, max |a-b| %.6g, relative %.3g)\n",
-                   x->name, (long long)count, (long long)n, max_abs,
-                   max_ref > 0 ? max_abs / max_ref : 0.0);
+            printf("%s: differs (%lld of %lld elements, max |a-b| %.6g, relative %.3g)\n", x->name,
+                   (long long)count, (long long)n, max_abs, max_ref > 0 ? max_abs / max_ref : 0.0);
             differ = 1;
         }
     }

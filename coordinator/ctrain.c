@@ -1,7 +1,7 @@
 /* ctrain: the standalone launcher. `ctrain train [JOB] [--set key=value ...]` trains a job on
- * this machine; `ctrain summary JOB` prints the model; `ctrain graph JOB` the compiled step. A thin main: parse flags, load the job and
- * data through the library, run, print, map the status to an exit code (0 ok, 1 runtime failure,
- * 2 bad input, 130 interrupted). */
+ * this machine; `ctrain summary JOB` prints the model; `ctrain graph JOB` the compiled step. A thin
+ * main: parse flags, load the job and data through the library, run, print, map the status to an
+ * exit code (0 ok, 1 runtime failure, 2 bad input, 130 interrupted). */
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "ckpt_cmd.h"
-#include "ps_launch.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/net.h"
 #include "ctrain/npz.h"
+#include "ps_launch.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_BAD_INPUT 2
@@ -33,58 +33,60 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ctrain <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  train [JOB.yaml]    train a job on this machine (default job: the Fashion-MNIST MLP,\n"
-            "                      %s)\n"
-            "  summary [JOB.yaml]  print the model's layers, output shapes and parameter counts\n"
-            "  graph [JOB.yaml]    print the optimized step graph, fused groups and memory plan\n"
-            "  ckpt ls|show|diff|export  inspect, compare and export checkpoints\n"
-            "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
-            "  version             print the version\n"
-            "\n"
-            "Run 'ctrain <command> --help' for the options of a command.\n",
-            CT_DEFAULT_JOB);
+    fprintf(
+        f,
+        "usage: ctrain <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  train [JOB.yaml]    train a job on this machine (default job: the Fashion-MNIST MLP,\n"
+        "                      %s)\n"
+        "  summary [JOB.yaml]  print the model's layers, output shapes and parameter counts\n"
+        "  graph [JOB.yaml]    print the optimized step graph, fused groups and memory plan\n"
+        "  ckpt ls|show|diff|export  inspect, compare and export checkpoints\n"
+        "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
+        "  version             print the version\n"
+        "\n"
+        "Run 'ctrain <command> --help' for the options of a command.\n",
+        CT_DEFAULT_JOB);
 }
 
 static void train_usage(FILE *f) {
-    fprintf(f,
-            "usage: ctrain train [JOB.yaml] [options]\n"
-            "\n"
-            "Trains JOB (YAML or JSON; default %s) and evaluates on data.eval after each epoch.\n"
-            "\n"
-            "options:\n"
-            "  --set KEY=VALUE   override a job field by its dotted name, e.g. --set train.epochs=1,\n"
-            "                    --set model.layers[1].dense.units=64 (repeatable)\n"
-            "  --eager           run op by op instead of the compiled graph\n"
-            "                    (= --set train.eager=true)\n"
-            "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
-            "  --quiet           print only the final summary line\n"
-            "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
-            "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
-            "                    ignored when the run resumes from its own checkpoint\n"
-            "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
-            "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
-            "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
-            "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
-            "                    restarted if they die (strategy.mode: sync or async)\n"
-            "  --straggler F     benchmarks: worker 0 runs F times slower (with --ps/--workers)\n"
-            "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
-            "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
-            "  -h, --help        show this help\n"
-            "\n"
-            "Checkpoints go to checkpoint.dir (default RUN_DIR/checkpoints) every\n"
-            "checkpoint.every_steps steps and at the end; a run whose directory holds one resumes\n"
-            "from it (exactly: same weights, optimizer state, step and data position). SIGINT and\n"
-            "SIGTERM save a checkpoint before exiting.\n"
-            "\n"
-            "The last line printed is a stable summary for scripts:\n"
-            "  done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R\n"
-            "exit codes: 0 success, 1 runtime failure, 2 bad input (job, flags, data, checkpoint),\n"
-            "130 interrupted by SIGINT, 143 stopped by SIGTERM (both after saving a checkpoint)\n",
-            CT_DEFAULT_JOB);
+    fprintf(
+        f,
+        "usage: ctrain train [JOB.yaml] [options]\n"
+        "\n"
+        "Trains JOB (YAML or JSON; default %s) and evaluates on data.eval after each epoch.\n"
+        "\n"
+        "options:\n"
+        "  --set KEY=VALUE   override a job field by its dotted name, e.g. --set train.epochs=1,\n"
+        "                    --set model.layers[1].dense.units=64 (repeatable)\n"
+        "  --eager           run op by op instead of the compiled graph\n"
+        "                    (= --set train.eager=true)\n"
+        "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
+        "  --quiet           print only the final summary line\n"
+        "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
+        "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
+        "                    ignored when the run resumes from its own checkpoint\n"
+        "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
+        "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
+        "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
+        "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
+        "                    restarted if they die (strategy.mode: sync or async)\n"
+        "  --straggler F     benchmarks: worker 0 runs F times slower (with --ps/--workers)\n"
+        "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
+        "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
+        "  -h, --help        show this help\n"
+        "\n"
+        "Checkpoints go to checkpoint.dir (default RUN_DIR/checkpoints) every\n"
+        "checkpoint.every_steps steps and at the end; a run whose directory holds one resumes\n"
+        "from it (exactly: same weights, optimizer state, step and data position). SIGINT and\n"
+        "SIGTERM save a checkpoint before exiting.\n"
+        "\n"
+        "The last line printed is a stable summary for scripts:\n"
+        "  done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R\n"
+        "exit codes: 0 success, 1 runtime failure, 2 bad input (job, flags, data, checkpoint),\n"
+        "130 interrupted by SIGINT, 143 stopped by SIGTERM (both after saving a checkpoint)\n",
+        CT_DEFAULT_JOB);
 }
 
 typedef struct progress_state {
@@ -131,7 +133,7 @@ typedef struct cli {
     int quiet;
     int no_resume;
     int replicas;
-    int ps, workers;        /* --ps M --workers N: a local parameter-server cluster */
+    int ps, workers; /* --ps M --workers N: a local parameter-server cluster */
     double straggler;
     const char *init_from;
     char threads_set[64];
@@ -268,8 +270,9 @@ static int init_from(const char *path, ct_trainer *t) {
         }
         char sg[96], sw[96];
         if (!a) {
-            fprintf(stderr, "ctrain: --init-from %s: no array named '%s' (the model's variables "
-                            "are listed by 'ctrain summary')\n",
+            fprintf(stderr,
+                    "ctrain: --init-from %s: no array named '%s' (the model's variables "
+                    "are listed by 'ctrain summary')\n",
                     path, p->items[i].name);
             rc = EXIT_BAD_INPUT;
         } else if (a->dtype != CT_F32 || !ct_shape_equal(&got, &want)) {
@@ -341,10 +344,10 @@ static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
     }
     int64_t pos[3];
     ct_trainer_get_position(t, pos);
-    if (resumed && (pos[1] >= job->epochs ||
-                    (job->max_steps > 0 && pos[0] >= job->max_steps))) {
-        fprintf(stderr, "ctrain: %s: the run already finished at step %lld; evaluating only "
-                        "(--no-resume trains again)\n",
+    if (resumed && (pos[1] >= job->epochs || (job->max_steps > 0 && pos[0] >= job->max_steps))) {
+        fprintf(stderr,
+                "ctrain: %s: the run already finished at step %lld; evaluating only "
+                "(--no-resume trains again)\n",
                 dir, (long long)pos[0]);
     }
     if (!resumed && c->init_from) {
@@ -400,8 +403,9 @@ static int run_replicas(const cli *c) {
     argv[n] = NULL;
     fflush(stdout);
     execvp("mpirun", (char *const *)argv);
-    fprintf(stderr, "ctrain: --replicas %d needs Open MPI's mpirun on PATH (Debian: apt install "
-                    "openmpi-bin)\n",
+    fprintf(stderr,
+            "ctrain: --replicas %d needs Open MPI's mpirun on PATH (Debian: apt install "
+            "openmpi-bin)\n",
             c->replicas);
     return EXIT_RUNTIME;
 }
@@ -456,8 +460,8 @@ static int run_local_cluster(cli *c) {
     }
     printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
            "samples_per_s=%.1f ps=%d workers=%d\n",
-           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds,
-           r.samples_per_s, lc.n_ps, lc.n_workers);
+           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds, r.samples_per_s,
+           lc.n_ps, lc.n_workers);
     return 0;
 }
 
@@ -495,10 +499,11 @@ static int cmd_train(int argc, char **argv) {
     }
     int64_t outputs = ct_model_output_size(ct_trainer_model(t));
     if (train->n_classes > outputs || (eval && eval->n_classes > outputs)) {
-        fprintf(stderr, "ctrain: %s: the data has %d classes but the model outputs %lld scores "
-                        "(set the last dense layer's units to at least %d)\n",
-                job.path, eval && eval->n_classes > train->n_classes ? eval->n_classes
-                                                                     : train->n_classes,
+        fprintf(stderr,
+                "ctrain: %s: the data has %d classes but the model outputs %lld scores "
+                "(set the last dense layer's units to at least %d)\n",
+                job.path,
+                eval && eval->n_classes > train->n_classes ? eval->n_classes : train->n_classes,
                 (long long)outputs, train->n_classes);
         goto done;
     }
@@ -535,8 +540,7 @@ static int cmd_train(int argc, char **argv) {
     }
     printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
            "samples_per_s=%.1f\n",
-           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds,
-           r.samples_per_s);
+           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds, r.samples_per_s);
     rc = 0;
 done:
     ct_dataset_destroy(train);
@@ -546,8 +550,9 @@ done:
 }
 
 static void summary_usage(FILE *f) {
-    fprintf(f, "usage: ctrain summary [JOB.yaml] [--set KEY=VALUE ...]\n"
-               "Prints each layer's output shape and parameter count (default job: %s).\n",
+    fprintf(f,
+            "usage: ctrain summary [JOB.yaml] [--set KEY=VALUE ...]\n"
+            "Prints each layer's output shape and parameter count (default job: %s).\n",
             CT_DEFAULT_JOB);
 }
 
@@ -674,8 +679,8 @@ static int cmd_graph(int argc, char **argv) {
            "(row pipelines), %d memory-reuse waits holding them back; matmuls split over k: "
            "%d x W (each thread reads the weight rows it updates), %d x^T dy (each thread "
            "multiplies its pipeline's rows)\n",
-           st->threads, st->split_nodes, st->linked_edges, st->pipeline_waits,
-           st->inner_splits, st->batch_splits);
+           st->threads, st->split_nodes, st->linked_edges, st->pipeline_waits, st->inner_splits,
+           st->batch_splits);
     if (st->fused_updates > 0) {
         printf("# optimizer: the update follows %d gradient writers (%d queued after sibling "
                "readers of the weight); %lld floats left to apply_optimizer\n",

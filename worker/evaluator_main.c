@@ -41,8 +41,8 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     const char *job_path = NULL, *sets[64];
     int n_sets = 0;
-    ct_evaluator_options o = {.timeout_s = 600, .poll_s = 0.5, .out = stdout,
-                              .stop = &stop_requested};
+    ct_evaluator_options o = {
+        .timeout_s = 600, .poll_s = 0.5, .out = stdout, .stop = &stop_requested};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -59,8 +59,10 @@ int main(int argc, char **argv) {
             char *end;
             double v = strtod(argv[++i], &end);
             if (*end || !(v > 0)) {
-                fprintf(stderr, "ctrain-evaluator: %s needs a positive number of seconds, got "
-                                "'%s'\n", a, argv[i]);
+                fprintf(stderr,
+                        "ctrain-evaluator: %s needs a positive number of seconds, got "
+                        "'%s'\n",
+                        a, argv[i]);
                 return 2;
             }
             *(!strcmp(a, "--timeout") ? &o.timeout_s : &o.poll_s) = v;
@@ -90,8 +92,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctrain-evaluator: %s\n", err.msg);
         return st == CT_EINTR ? 130 : (st == CT_EINVAL ? 2 : 1);
     }
-    fprintf(stderr, "ctrain-evaluator: evaluated %d checkpoints; final step %lld: loss %.6f "
-                    "accuracy %.6f\n",
+    fprintf(stderr,
+            "ctrain-evaluator: evaluated %d checkpoints; final step %lld: loss %.6f "
+            "accuracy %.6f\n",
             r.evaluated, (long long)r.last_step, r.last_loss, r.last_accuracy);
     return 0;
 }

@@ -15,8 +15,7 @@ static void flush_denormals(void) {
     _mm_setcsr(_mm_getcsr() | 0x8040);
 }
 #else
-static void flush_denormals(void) {
-}
+static void flush_denormals(void) {}
 #endif
 
 const ct_kernel_fn ct__cpu_kernels[CT_OP_COUNT] = {

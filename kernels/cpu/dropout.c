@@ -1,9 +1,10 @@
 /* CPU kernels of inverted dropout. Element i of a training dropout node keeps its value when the
  * counter-based uniform u_i of stream (op purpose, step, replica, node key) satisfies u_i >= rate;
  * kept values are scaled by 1 / (1 - rate). The mask depends only on (seed, step, replica, node,
- * i) (the node key is its id when first built: attrs.i[1] - 1), so a resumed or replayed step draws the same mask, and the backward pass reads it from the
- * forward node's aux (u8, one byte per element). Outside training (or at rate 0) the node aliases
- * its input and the kernel has nothing to copy. */
+ * i) (the node key is its id when first built: attrs.i[1] - 1), so a resumed or replayed step draws
+ * the same mask, and the backward pass reads it from the forward node's aux (u8, one byte per
+ * element). Outside training (or at rate 0) the node aliases its input and the kernel has nothing
+ * to copy. */
 #include <math.h>
 #include <string.h>
 
@@ -28,8 +29,8 @@ void ct__cpu_dropout(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
      * integers: no conversion pass. */
     const uint32_t threshold = (uint32_t)ceil((double)rate * 16777216.0);
     uint8_t *restrict mask = n->aux.data;
-    uint64_t stream = ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica,
-                                    (uint32_t)(n->attrs.i[1] - 1));
+    uint64_t stream =
+        ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)(n->attrs.i[1] - 1));
     uint32_t bits[DROPOUT_CHUNK];
     /* a replica's examples are numbered as in the global batch, so N replicas draw the masks
      * one process would for the whole batch */

@@ -37,58 +37,58 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
     return 1;
 }
 
-#define CT__BINARY_KERNEL(name, EXPR)                                                             \
-    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
-        (void)ctx;                                                                                \
-        const ct_shape *so = &n->out.shape, *sa = &in[0]->out.shape, *sb = &in[1]->out.shape;     \
-        const float *restrict a = CT__F32(&in[0]->out), *restrict b = CT__F32(&in[1]->out);      \
-        float *restrict o = CT__F32(&n->out);                                                     \
-        int64_t total = ct_shape_numel(so), na = ct_shape_numel(sa), nb = ct_shape_numel(sb);    \
-        int64_t row;                                                                              \
-        if (na == total && nb == total) {                                                         \
-            for (int64_t i = 0; i < total; i++) {                                                 \
-                float x = a[i], y = b[i];                                                         \
-                o[i] = (EXPR);                                                                    \
-            }                                                                                     \
-        } else if (na == total && nb == 1) {                                                      \
-            const float y = b[0];                                                                 \
-            for (int64_t i = 0; i < total; i++) {                                                 \
-                float x = a[i];                                                                   \
-                o[i] = (EXPR);                                                                    \
-            }                                                                                     \
-        } else if (nb == total && na == 1) {                                                      \
-            const float x = a[0];                                                                 \
-            for (int64_t i = 0; i < total; i++) {                                                 \
-                float y = b[i];                                                                   \
-                o[i] = (EXPR);                                                                    \
-            }                                                                                     \
-        } else if (na == total && nb > 0 && is_row_of(sb, so, &row)) {                            \
-            for (int64_t r = 0; r < total; r += row) {                                            \
-                for (int64_t c = 0; c < row; c++) {                                               \
-                    float x = a[r + c], y = b[c];                                                 \
-                    o[r + c] = (EXPR);                                                            \
-                }                                                                                 \
-            }                                                                                     \
-        } else {                                                                                  \
-            int64_t stra[CT_MAX_DIMS], strb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};                \
-            broadcast_strides(sa, so, stra);                                                      \
-            broadcast_strides(sb, so, strb);                                                      \
-            int64_t ia = 0, ib = 0;                                                               \
-            for (int64_t i = 0; i < total; i++) {                                                 \
-                float x = a[ia], y = b[ib];                                                       \
-                o[i] = (EXPR);                                                                    \
-                for (int k = so->rank - 1; k >= 0; k--) {                                         \
-                    ia += stra[k];                                                                \
-                    ib += strb[k];                                                                \
-                    if (++idx[k] < so->dims[k]) {                                                 \
-                        break;                                                                    \
-                    }                                                                             \
-                    ia -= stra[k] * so->dims[k];                                                  \
-                    ib -= strb[k] * so->dims[k];                                                  \
-                    idx[k] = 0;                                                                   \
-                }                                                                                 \
-            }                                                                                     \
-        }                                                                                         \
+#define CT__BINARY_KERNEL(name, EXPR)                                                              \
+    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                      \
+        (void)ctx;                                                                                 \
+        const ct_shape *so = &n->out.shape, *sa = &in[0]->out.shape, *sb = &in[1]->out.shape;      \
+        const float *restrict a = CT__F32(&in[0]->out), *restrict b = CT__F32(&in[1]->out);        \
+        float *restrict o = CT__F32(&n->out);                                                      \
+        int64_t total = ct_shape_numel(so), na = ct_shape_numel(sa), nb = ct_shape_numel(sb);      \
+        int64_t row;                                                                               \
+        if (na == total && nb == total) {                                                          \
+            for (int64_t i = 0; i < total; i++) {                                                  \
+                float x = a[i], y = b[i];                                                          \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else if (na == total && nb == 1) {                                                       \
+            const float y = b[0];                                                                  \
+            for (int64_t i = 0; i < total; i++) {                                                  \
+                float x = a[i];                                                                    \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else if (nb == total && na == 1) {                                                       \
+            const float x = a[0];                                                                  \
+            for (int64_t i = 0; i < total; i++) {                                                  \
+                float y = b[i];                                                                    \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else if (na == total && nb > 0 && is_row_of(sb, so, &row)) {                             \
+            for (int64_t r = 0; r < total; r += row) {                                             \
+                for (int64_t c = 0; c < row; c++) {                                                \
+                    float x = a[r + c], y = b[c];                                                  \
+                    o[r + c] = (EXPR);                                                             \
+                }                                                                                  \
+            }                                                                                      \
+        } else {                                                                                   \
+            int64_t stra[CT_MAX_DIMS], strb[CT_MAX_DIMS], idx[CT_MAX_DIMS] = {0};                  \
+            broadcast_strides(sa, so, stra);                                                       \
+            broadcast_strides(sb, so, strb);                                                       \
+            int64_t ia = 0, ib = 0;                                                                \
+            for (int64_t i = 0; i < total; i++) {                                                  \
+                float x = a[ia], y = b[ib];                                                        \
+                o[i] = (EXPR);                                                                     \
+                for (int k = so->rank - 1; k >= 0; k--) {                                          \
+                    ia += stra[k];                                                                 \
+                    ib += strb[k];                                                                 \
+                    if (++idx[k] < so->dims[k]) {                                                  \
+                        break;                                                                     \
+                    }                                                                              \
+                    ia -= stra[k] * so->dims[k];                                                   \
+                    ib -= strb[k] * so->dims[k];                                                   \
+                    idx[k] = 0;                                                                    \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 #define CT__EWISE_OF(e, arity, EXPR) CT__EWISE_##e(EXPR)
@@ -98,18 +98,18 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
 #define CT__EWISE_DIV(EXPR) CT__BINARY_KERNEL(div, EXPR)
 
 /* out = f(x) over the whole tensor; accumulating nodes add into out. */
-#define CT__UNARY_KERNEL(name, EXPR)                                                              \
-    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
-        (void)ctx;                                                                                \
-        const float *restrict a = CT__F32(&in[0]->out);                                           \
-        float *restrict o = CT__F32(&n->out);                                                     \
-        int64_t total = ct_tensor_numel(&n->out);                                                 \
-        const float alpha = n->attrs.f[0];                                                        \
-        (void)alpha;                                                                              \
-        for (int64_t i = 0; i < total; i++) {                                                     \
-            float x = a[i];                                                                       \
-            o[i] = (EXPR);                                                                        \
-        }                                                                                         \
+#define CT__UNARY_KERNEL(name, EXPR)                                                               \
+    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                      \
+        (void)ctx;                                                                                 \
+        const float *restrict a = CT__F32(&in[0]->out);                                            \
+        float *restrict o = CT__F32(&n->out);                                                      \
+        int64_t total = ct_tensor_numel(&n->out);                                                  \
+        const float alpha = n->attrs.f[0];                                                         \
+        (void)alpha;                                                                               \
+        for (int64_t i = 0; i < total; i++) {                                                      \
+            float x = a[i];                                                                        \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
     }
 
 #define CT__EWISE_SCALE(EXPR) CT__UNARY_KERNEL(scale, EXPR)
@@ -140,16 +140,16 @@ void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
 }
 
 /* Gradient kernels: out = dy * f'(saved), x = dy and y = the saved y or x (see ops.h). */
-#define CT__GRAD_KERNEL(name, EXPR)                                                               \
-    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                     \
-        (void)ctx;                                                                                \
-        const float *restrict d = CT__F32(&in[0]->out), *restrict s = CT__F32(&in[1]->out);       \
-        float *restrict o = CT__F32(&n->out);                                                     \
-        int64_t total = ct_tensor_numel(&n->out);                                                 \
-        for (int64_t i = 0; i < total; i++) {                                                     \
-            float x = d[i], y = s[i];                                                             \
-            o[i] = (EXPR);                                                                        \
-        }                                                                                         \
+#define CT__GRAD_KERNEL(name, EXPR)                                                                \
+    void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {                      \
+        (void)ctx;                                                                                 \
+        const float *restrict d = CT__F32(&in[0]->out), *restrict s = CT__F32(&in[1]->out);        \
+        float *restrict o = CT__F32(&n->out);                                                      \
+        int64_t total = ct_tensor_numel(&n->out);                                                  \
+        for (int64_t i = 0; i < total; i++) {                                                      \
+            float x = d[i], y = s[i];                                                              \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
     }
 #define CT__EWISE_RELU_GRAD(EXPR) CT__GRAD_KERNEL(relu_grad, EXPR)
 #define CT__EWISE_SIGMOID_GRAD(EXPR) CT__GRAD_KERNEL(sigmoid_grad, EXPR)

@@ -20,13 +20,13 @@ static void run_instr(int op, float alpha, const float *restrict a, const float 
                       float *restrict dst, int64_t len) {
     (void)alpha;
     switch (op) {
-#define CT__FUSED_CASE(e, arity, EXPR)                                                            \
-    case CT_OP_##e:                                                                               \
-        for (int64_t j = 0; j < len; j++) {                                                       \
-            float x = a[j], y = (arity) == 2 ? b[j] : 0.0f;                                       \
-            (void)y;                                                                              \
-            dst[j] = (EXPR);                                                                      \
-        }                                                                                         \
+#define CT__FUSED_CASE(e, arity, EXPR)                                                             \
+    case CT_OP_##e:                                                                                \
+        for (int64_t j = 0; j < len; j++) {                                                        \
+            float x = a[j], y = (arity) == 2 ? b[j] : 0.0f;                                        \
+            (void)y;                                                                               \
+            dst[j] = (EXPR);                                                                       \
+        }                                                                                          \
         break;
         CT__EWISE_LIST(CT__FUSED_CASE)
 #undef CT__FUSED_CASE

@@ -18,8 +18,8 @@
 #endif
 
 #if CT_HAVE_DNNL
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #else
 #include <cblas.h>
 #endif
@@ -40,9 +40,9 @@ static inline void store_row(float *c, __mmask16 mask, __m512 acc, float alpha, 
 
 /* R rows of C = op(A) B from row i, n <= 16 columns: per k one masked load of B's row and, per
  * row, a broadcast of op(A)'s element and one FMA. */
-static inline __attribute__((always_inline)) void narrow_rows(
-    int R, int ta, int64_t i, int64_t k, __mmask16 mask, float alpha, const float *a,
-    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+static inline __attribute__((always_inline)) void
+narrow_rows(int R, int ta, int64_t i, int64_t k, __mmask16 mask, float alpha, const float *a,
+            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     __m512 acc[8];
     for (int r = 0; r < R; r++) {
         acc[r] = _mm512_setzero_ps();
@@ -62,9 +62,9 @@ static inline __attribute__((always_inline)) void narrow_rows(
 /* C = op(A) B, n <= 16 columns, op(A) transposed or not (TA a constant): blocks of 8 rows,
  * then 4, 2 and 1 (independent accumulators hide the FMA latency; one row at a time would
  * wait for it at every k). */
-static inline __attribute__((always_inline)) void narrow_blocks(
-    int TA, int64_t m, int64_t k, __mmask16 mask, float alpha, const float *a, int64_t lda,
-    const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+static inline __attribute__((always_inline)) void
+narrow_blocks(int TA, int64_t m, int64_t k, __mmask16 mask, float alpha, const float *a,
+              int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     int64_t i = 0;
     for (; i + 8 <= m; i += 8) {
         narrow_rows(8, TA, i, k, mask, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -111,8 +111,8 @@ void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k
                beta, c, ldc);
 #else
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
-                alpha, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+                transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha,
+                a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 #endif
 }
 

@@ -1,6 +1,7 @@
-/* CPU matmul through ct__sgemm (oneDNN or OpenBLAS, chosen by measurement: see README). Operands of rank
- * > 2 fold their leading dims into rows, so a dense layer on [batch, ..., features] is one GEMM.
- * An accumulating node (a weight gradient bound to the flat gradient buffer) uses beta = 1. */
+/* CPU matmul through ct__sgemm (oneDNN or OpenBLAS, chosen by measurement: see README). Operands of
+ * rank > 2 fold their leading dims into rows, so a dense layer on [batch, ..., features] is one
+ * GEMM. An accumulating node (a weight gradient bound to the flat gradient buffer) uses beta = 1.
+ */
 #include "graph/op_impl.h"
 
 static void as_matrix(const ct_shape *s, int64_t *rows, int64_t *cols) {

@@ -12,7 +12,7 @@ void ct__cpu_apply_optimizer(const ct_kctx *ctx, ct_node *n, ct_node *const *in)
     float *out = CT__F32(&n->out);
     float clip = ct_optimizer_clip_factor(ctx->optimizer, ctx->params);
     out[0] = isfinite(clip) ? ct_optimizer_update_range(ctx->optimizer, ctx->params,
-                                                        (int64_t)ctx->step, ctx->total_steps,
-                                                        clip, 0, ctx->params->trainable_total)
+                                                        (int64_t)ctx->step, ctx->total_steps, clip,
+                                                        0, ctx->params->trainable_total)
                             : NAN;
 }

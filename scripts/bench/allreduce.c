@@ -123,8 +123,7 @@ static double check(int method, float *data_in, int64_t count, int64_t bucket) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s: wrong sum over %lld floats: element %lld is %g, want %d",
                  method == M_LIST ? "buckets" : method_names[method], (long long)count,
-                 (long long)bad, (double)data[bad],
-                 size * (size + 1) / 2 + size * (int)(bad % 7));
+                 (long long)bad, (double)data[bad], size * (size + 1) / 2 + size * (int)(bad % 7));
         die(msg);
     }
     if (!all_ok) {
@@ -169,8 +168,8 @@ static void sweep(int64_t max_bytes, int rounds_arg, double target_s) {
         ct_err err;
         for (int m = M_BUCKETED; m <= M_WHOLE; m++) {
             shared[m] = NULL;
-            if (ct_shared_allreduce_create(count, m == M_WHOLE ? bytes : DEFAULT_BUCKET,
-                                           &shared[m], &err) != CT_OK &&
+            if (ct_shared_allreduce_create(count, m == M_WHOLE ? bytes : DEFAULT_BUCKET, &shared[m],
+                                           &err) != CT_OK &&
                 err.code != CT_EUNSUPPORTED) {
                 die(err.msg);
             }
@@ -296,8 +295,10 @@ int main(int argc, char **argv) {
             while (*end && n_list < MAX_BUCKETS) {
                 long long x = strtoll(end, &end, 10);
                 if (x < 4 || x % 4 != 0 || (*end && *end != ',')) {
-                    fprintf(stderr, "bench_allreduce: --buckets needs byte counts (multiples of "
-                                    "4), comma-separated, got '%s'\n", v);
+                    fprintf(stderr,
+                            "bench_allreduce: --buckets needs byte counts (multiples of "
+                            "4), comma-separated, got '%s'\n",
+                            v);
                     MPI_Abort(MPI_COMM_WORLD, 2);
                     return 2;
                 }

@@ -1,7 +1,7 @@
 /* Benchmark: time of one training step and of forward-only inference of a job's model in ctrain,
  * and the GEMM floors of the MLP (the same forward and weight-gradient GEMMs in the same BLAS, and
- * the forward GEMMs alone), measured in the same run. Prints one JSON object per measurement for compare.py.
- *   bench_train JOB BATCH [--set k=v ...]   (threads: --set train.threads=1) */
+ * the forward GEMMs alone), measured in the same run. Prints one JSON object per measurement for
+ * compare.py. bench_train JOB BATCH [--set k=v ...]   (threads: --set train.threads=1) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +67,8 @@ typedef struct gemm_ctx {
 static void gemm_forward(void *user) {
     gemm_ctx *c = user;
     for (int l = 0; l < c->n_layers; l++) {
-        ct__sgemm(0, 0, c->batch, c->dims[l + 1], c->dims[l], 1.0f, c->act[l], c->dims[l],
-                  c->w[l], c->dims[l + 1], 0.0f, c->act[l + 1], c->dims[l + 1]);
+        ct__sgemm(0, 0, c->batch, c->dims[l + 1], c->dims[l], 1.0f, c->act[l], c->dims[l], c->w[l],
+                  c->dims[l + 1], 0.0f, c->act[l + 1], c->dims[l + 1]);
     }
 }
 
@@ -113,7 +113,9 @@ int main(int argc, char **argv) {
     for (int k = 0; k < job.input_rank; k++) {
         example *= job.input_shape[k];
     }
-    step_ctx c = {.t = t, .batch = batch, .x = filled(batch * example, 1.0f),
+    step_ctx c = {.t = t,
+                  .batch = batch,
+                  .x = filled(batch * example, 1.0f),
                   .y = malloc((size_t)batch * sizeof(int32_t)),
                   .logits = malloc((size_t)(batch * ct_model_output_size(ct_trainer_model(t))) *
                                    sizeof(float))};

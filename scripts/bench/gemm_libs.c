@@ -28,9 +28,9 @@ static double best(int lib, const shape *s, float *a, float *b, float *c, int it
         for (int i = 0; i < iters; i++) {
             if (lib == 0) {
                 cblas_sgemm(CblasRowMajor, s->ta == 'T' ? CblasTrans : CblasNoTrans,
-                            s->tb == 'T' ? CblasTrans : CblasNoTrans, (blasint)s->m,
-                            (blasint)s->n, (blasint)s->k, 1.0f, a, (blasint)lda, b,
-                            (blasint)ldb, 0.0f, c, (blasint)s->n);
+                            s->tb == 'T' ? CblasTrans : CblasNoTrans, (blasint)s->m, (blasint)s->n,
+                            (blasint)s->k, 1.0f, a, (blasint)lda, b, (blasint)ldb, 0.0f, c,
+                            (blasint)s->n);
             } else {
                 dnnl_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c, s->n);
             }

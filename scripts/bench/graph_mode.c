@@ -207,8 +207,8 @@ static int cmd_seed(const char *job, int calls, int threads, int rounds) {
     c1.out = graph_out;
     cn.t = tn;
     cn.out = graphn_out;
-    timed cfg[3] = {{eager_forward, &c, 1, 0}, {graph_forward, &c1, 1, 0},
-                    {graph_forward, &cn, 0, 0}};
+    timed cfg[3] = {
+        {eager_forward, &c, 1, 0}, {graph_forward, &c1, 1, 0}, {graph_forward, &cn, 0, 0}};
     time_interleaved(cfg, 3, calls, rounds);
     double eager_s = cfg[0].best, graph1_s = cfg[1].best, graphn_s = cfg[2].best;
     double diff1 = max_abs_diff(eager_out, graph_out, batch * c.outputs);
@@ -309,7 +309,8 @@ static int cmd_step(const char *job, int64_t batch, int threads, int iters, int 
     int64_t dims[CT_MAX_DIMS];
     int rank;
     int64_t example = example_size(job, dims, &rank);
-    step_ctx c = {.batch = batch, .x = filled(batch * example, 1.0f, 0),
+    step_ctx c = {.batch = batch,
+                  .x = filled(batch * example, 1.0f, 0),
                   .y = malloc((size_t)batch * sizeof(int32_t))};
     for (int64_t i = 0; i < batch; i++) {
         c.y[i] = (int32_t)(i % 10);
@@ -424,8 +425,7 @@ static int cmd_fusion(int64_t n, int iters) {
             fuse_ctx one = {.g = cg[v], .first = i, .last = i + 1};
             double t = best_total(run_graph, &one, iters, 3) / iters;
             len += snprintf(per_node[v] + len, sizeof per_node[v] - (size_t)len,
-                            "%s\"%d_%s\": %.9f", len > 1 ? ", " : "", i, ct_op_name(node->op),
-                            t);
+                            "%s\"%d_%s\": %.9f", len > 1 ? ", " : "", i, ct_op_name(node->op), t);
         }
         snprintf(per_node[v] + len, sizeof per_node[v] - (size_t)len, "}");
         st[v] = *ct_graph_get_stats(cg[v]);
@@ -447,9 +447,9 @@ static int cmd_fusion(int64_t n, int iters) {
            "\"arena_unfused\": %lld, \"fused_node_s\": %s, \"unfused_node_s\": %s}\n",
            (long long)n, iters, secs[0], secs[1], secs[1] / secs[0], fused_bytes, unfused_bytes,
            fused_bytes / secs[0] / 1e9, unfused_bytes / secs[1] / 1e9, result[0], result[1], ref,
-           rel, rel < 1e-4 ? "true" : "false", st[0].fused_groups, st[0].fused_ops,
-           st[0].nodes_out, st[1].nodes_out, (long long)st[0].bytes_planned,
-           (long long)st[1].bytes_planned, per_node[0], per_node[1]);
+           rel, rel < 1e-4 ? "true" : "false", st[0].fused_groups, st[0].fused_ops, st[0].nodes_out,
+           st[1].nodes_out, (long long)st[0].bytes_planned, (long long)st[1].bytes_planned,
+           per_node[0], per_node[1]);
     ct_graph_destroy(g);
     ct_backend_destroy(be);
     free(xd);
@@ -464,7 +464,8 @@ static int cmd_memory(const char *job, int64_t batch, int threads) {
     int64_t dims[CT_MAX_DIMS];
     int rank;
     int64_t example = example_size(job, dims, &rank);
-    step_ctx c = {.batch = batch, .x = filled(batch * example, 1.0f, 0),
+    step_ctx c = {.batch = batch,
+                  .x = filled(batch * example, 1.0f, 0),
                   .y = malloc((size_t)batch * sizeof(int32_t))};
     for (int64_t i = 0; i < batch; i++) {
         c.y[i] = (int32_t)(i % 10);

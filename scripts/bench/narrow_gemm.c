@@ -4,8 +4,8 @@
  * CALLS calls each. Prints microseconds per call, the ratio and the largest difference between
  * the two results. Build: meson builds it when libdnnl-dev is installed. */
 #include <math.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>

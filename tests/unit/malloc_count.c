@@ -37,8 +37,8 @@ static void count(void *caller) {
     }
     inside = 1;
     Dl_info info;
-    int from_ctrain = dladdr(caller, &info) && info.dli_fname &&
-                      strstr(info.dli_fname, "libctrain") != NULL;
+    int from_ctrain =
+        dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, "libctrain") != NULL;
     atomic_fetch_add(from_ctrain ? &ours : &others, 1);
     inside = 0;
 }

@@ -17,8 +17,8 @@ static int check(const char *job, int threads, int batch, int eager) {
     void (*count_allocs)(int);
     long (*allocations)(void), (*other_allocations)(void);
     /* POSIX's way to turn dlsym's object pointer into a function pointer */
-    void *a = dlsym(RTLD_DEFAULT, "ct_test_count_allocs"), *b = dlsym(RTLD_DEFAULT,
-                                                                      "ct_test_allocations");
+    void *a = dlsym(RTLD_DEFAULT, "ct_test_count_allocs"),
+         *b = dlsym(RTLD_DEFAULT, "ct_test_allocations");
     memcpy(&count_allocs, &a, sizeof a);
     memcpy(&allocations, &b, sizeof b);
     void *c = dlsym(RTLD_DEFAULT, "ct_test_other_allocations");

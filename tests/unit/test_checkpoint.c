@@ -56,19 +56,32 @@ static int sample(ct_ckpt_tensor *t) {
     for (int i = 0; i < 7; i++) {
         b[i] = (float)i - 3.0f;
     }
-    t[0] = (ct_ckpt_tensor){.name = "dense/kernel", .dtype = CT_F32,
-                            .shape = {.rank = 2, .dims = {20, 15}}, .data = w,
+    t[0] = (ct_ckpt_tensor){.name = "dense/kernel",
+                            .dtype = CT_F32,
+                            .shape = {.rank = 2, .dims = {20, 15}},
+                            .data = w,
                             .bytes = sizeof w};
-    t[1] = (ct_ckpt_tensor){.name = "dense/bias", .dtype = CT_F32, .shape = {.rank = 1, .dims = {7}},
-                            .data = b, .bytes = sizeof b};
-    t[2] = (ct_ckpt_tensor){.name = "input/position", .dtype = CT_I64,
-                            .shape = {.rank = 1, .dims = {3}}, .data = pos, .bytes = sizeof pos};
+    t[1] = (ct_ckpt_tensor){.name = "dense/bias",
+                            .dtype = CT_F32,
+                            .shape = {.rank = 1, .dims = {7}},
+                            .data = b,
+                            .bytes = sizeof b};
+    t[2] = (ct_ckpt_tensor){.name = "input/position",
+                            .dtype = CT_I64,
+                            .shape = {.rank = 1, .dims = {3}},
+                            .data = pos,
+                            .bytes = sizeof pos};
     return 3;
 }
 
 static ct_ckpt_meta sample_meta(int64_t step) {
-    ct_ckpt_meta m = {.step = step, .epoch = 2, .epoch_step = 17, .total_steps = 1000,
-                      .seed = 42, .wall_time = 1.5e9, .job_text = "seed: 42\n"};
+    ct_ckpt_meta m = {.step = step,
+                      .epoch = 2,
+                      .epoch_step = 17,
+                      .total_steps = 1000,
+                      .seed = 42,
+                      .wall_time = 1.5e9,
+                      .job_text = "seed: 42\n"};
     snprintf(m.job_path, sizeof m.job_path, "job.yaml");
     return m;
 }
@@ -253,8 +266,8 @@ static ct_job resume_job(void) {
     snprintf(job.path, sizeof job.path, "resume.yaml");
     job.input_rank = 1;
     job.input_shape[0] = D;
-    job.layers[0] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 16, .use_bias = 1,
-                                    .activation = CT_ACT_RELU};
+    job.layers[0] = (ct_layer_spec){
+        .type = CT_LAYER_DENSE, .units = 16, .use_bias = 1, .activation = CT_ACT_RELU};
     job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = 0.2f};
     job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 3, .use_bias = 1};
     job.n_layers = 3;
@@ -314,12 +327,10 @@ Test(checkpoint, resume_is_exact) {
         int resumed = 0;
         cr_assert_eq(ct_trainer_create(&job, &c, NULL), CT_OK);
         cr_assert_eq(ct_trainer_set_checkpointing(c, ckdir, "job text", NULL), CT_OK);
-        cr_assert_eq(ct_trainer_resume(c, ckdir, &resumed, NULL, NULL, &err), CT_OK, "%s",
-                     err.msg);
+        cr_assert_eq(ct_trainer_resume(c, ckdir, &resumed, NULL, NULL, &err), CT_OK, "%s", err.msg);
         cr_assert(resumed);
         cr_expect_eq(ct_trainer_step_count(c), at);
-        cr_assert_eq(ct_trainer_fit(c, ds, NULL, NULL, NULL, NULL, &r, &err), CT_OK, "%s",
-                     err.msg);
+        cr_assert_eq(ct_trainer_fit(c, ds, NULL, NULL, NULL, NULL, &r, &err), CT_OK, "%s", err.msg);
         cr_expect_eq(ct_trainer_step_count(c), 32);
         weights(c, wb);
         cr_expect_eq(memcmp(wa, wb, (size_t)total * sizeof *wa), 0,

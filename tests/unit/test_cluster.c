@@ -450,8 +450,8 @@ Test(cluster, launcher_host_port_and_errors) {
     cr_expect_eq(from_launcher(two, 1, &c, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "2 tasks") && strstr(err.msg, "leave no worker"), "%s", err.msg);
     ct_cluster_finish(&c);
-    env_var port[] = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"},
-                      {"CTRAIN_CHIEF_PORT", "70000"}, {NULL, NULL}};
+    env_var port[] = {
+        {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}, {"CTRAIN_CHIEF_PORT", "70000"}, {NULL, NULL}};
     cr_expect_eq(from_launcher(port, 1, &c, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "CTRAIN_CHIEF_PORT=\"70000\""), "%s", err.msg);
     ct_cluster_finish(&c);

@@ -109,8 +109,8 @@ Test(core, bulk_generation_matches_single_blocks) {
                 uint32_t want[4];
                 ct_philox4x32(0x123456789ULL, ctr, want);
                 for (int w = 0; w < 4; w++) {
-                    cr_assert_eq(bulk[g * 64 + w * 16 + j], want[w], "group %d block %d word %d",
-                                 g, j, w);
+                    cr_assert_eq(bulk[g * 64 + w * 16 + j], want[w], "group %d block %d word %d", g,
+                                 j, w);
                 }
             }
         }

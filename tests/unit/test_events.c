@@ -399,7 +399,7 @@ Test(events, graph) {
     int x = ct_placeholder(g, CT_F32, &xs, "x");
     int wv = ct_variable(g, &ws, wdata, "dense/kernel");
     int y = ct_relu(g, ct_matmul(g, x, wv, 0, 0));
-    int x2 = ct_placeholder(g, CT_F32, &xs, "x");           /* clashes with node 0 */
+    int x2 = ct_placeholder(g, CT_F32, &xs, "x");          /* clashes with node 0 */
     int odd = ct_placeholder(g, CT_I32, &xs, "a:b^c//d/"); /* characters TF does not allow */
     cr_assert_eq(ct_graph_status(g, &err), CT_OK, "%s", err.msg);
     cr_assert(y == 3 && x2 == 4 && odd == 5);
@@ -418,8 +418,7 @@ Test(events, graph) {
     cr_assert_eq(ef.n, 2);
     field gd = must_find(ef.rec[1].data, ef.rec[1].len, 4, 0);
     const char *names[] = {"x", "dense/kernel", "matmul_2", "relu_3", "x_4", "a_b_c/_d_"};
-    const char *ops[] = {"placeholder", "variable", "matmul", "relu", "placeholder",
-                         "placeholder"};
+    const char *ops[] = {"placeholder", "variable", "matmul", "relu", "placeholder", "placeholder"};
     for (int i = 0; i < 6; i++) {
         field node = must_find(gd.data, gd.len, 1, i);
         field name = must_find(node.data, node.len, 1, 0);

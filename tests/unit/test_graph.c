@@ -8,8 +8,8 @@
 
 #include "ctrain/graph.h"
 
-#define S(...) ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
-                           .dims = {__VA_ARGS__}})
+#define S(...)                                                                                     \
+    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
 
 static ct_backend *be;
 

@@ -9,13 +9,13 @@
 #include <time.h>
 
 #include "ctrain/function.h"
-#include "ctrain/rng.h"
 #include "ctrain/optim.h"
+#include "ctrain/rng.h"
 #include "ctrain/train.h"
 #include "graph/op_impl.h" /* ct__exec_part_thread */
 
-#define S(...) ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
-                           .dims = {__VA_ARGS__}})
+#define S(...)                                                                                     \
+    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
 
 static ct_backend *be;
 
@@ -98,7 +98,7 @@ Test(graph_mode, dead_code_is_removed_and_effects_stay) {
     ct_graph_create(be, 0, &g, NULL);
     float x[3] = {1, 2, 3}, dst[3] = {0};
     int xi = ct_placeholder(g, CT_F32, &S(3), "x");
-    ct_tanh(g, ct_sigmoid(g, xi)); /* unused */
+    ct_tanh(g, ct_sigmoid(g, xi));                                    /* unused */
     int written = ct_graph_write_into(g, ct_scale(g, xi, 2.0f), dst); /* effect: kept */
     int out = ct_sum(g, xi, 0, 0);
     cr_assert_geq(written, 0);
@@ -119,9 +119,9 @@ Test(graph_mode, algebraic_simplification) {
     float x[6] = {1, 2, 3, 4, 5, 6};
     float ones[6] = {1, 1, 1, 1, 1, 1}, zeros[3] = {0, 0, 0};
     int xi = ct_placeholder(g, CT_F32, &S(2, 3), "x");
-    int y = ct_mul(g, xi, ct_constant(g, CT_F32, &S(2, 3), ones));   /* x * 1 */
-    y = ct_add(g, y, ct_constant(g, CT_F32, &S(3), zeros));          /* + 0 (broadcast) */
-    y = ct_scale(g, y, 1.0f);                                        /* scale 1 */
+    int y = ct_mul(g, xi, ct_constant(g, CT_F32, &S(2, 3), ones));         /* x * 1 */
+    y = ct_add(g, y, ct_constant(g, CT_F32, &S(3), zeros));                /* + 0 (broadcast) */
+    y = ct_scale(g, y, 1.0f);                                              /* scale 1 */
     y = ct_transpose(g, ct_transpose(g, y, (int[]){1, 0}), (int[]){1, 0}); /* T(T(x)) */
     y = ct_reshape(g, ct_reshape(g, y, 1, (int64_t[]){6}), 2, (int64_t[]){3, 2});
     int out = ct_sum(g, ct_mul(g, y, y), 0, 0);
@@ -276,8 +276,8 @@ typedef struct dense_fn {
 } dense_fn;
 
 /* relu(x W + b) with W [4, 3] and b [3] from the parameter set. */
-static ct_status dense_trace(ct_graph *g, const int *in, int n_in, int *out, int *n_out,
-                             void *user, ct_err *err) {
+static ct_status dense_trace(ct_graph *g, const int *in, int n_in, int *out, int *n_out, void *user,
+                             ct_err *err) {
     (void)n_in;
     (void)err;
     dense_fn *d = user;
@@ -419,25 +419,55 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
     for (int s = 0; s < steps && n < POOL; s++) {
         int a = pool[draw(&r, (uint32_t)n)], b = pool[draw(&r, (uint32_t)n)], y = -1;
         switch (draw(&r, 17)) {
-        case 0: y = ct_add(g, a, b); break;
-        case 1: y = ct_sub(g, a, b); break;
-        case 2: y = ct_mul(g, a, b); break;
-        case 3: y = ct_div(g, a, ct_add(g, ct_sigmoid(g, b), ct_scalar(g, 1.5f))); break;
-        case 4: y = ct_relu(g, a); break;
-        case 5: y = ct_tanh(g, a); break;
-        case 6: y = ct_gelu(g, a); break;
-        case 7: y = ct_scale(g, a, draw(&r, 2) ? 1.0f : -0.5f); break;
-        case 8: y = ct_matmul(g, a, b, (int)draw(&r, 2), (int)draw(&r, 2)); break;
-        case 9: y = ct_add(g, a, ct_constant(g, CT_F32, &S(RS), cvals)); break; /* bias */
-        case 10: y = ct_mul(g, a, ct_constant(g, CT_F32, &S(RS, RS), ones)); break; /* x*1 */
-        case 11: y = ct_add(g, a, ct_constant(g, CT_F32, &S(RS), zeros)); break;    /* x+0 */
-        case 12: y = ct_transpose(g, ct_transpose(g, a, (int[]){1, 0}), (int[]){1, 0}); break;
-        case 13: y = ct_reshape(g, ct_reshape(g, a, 1, (int64_t[]){RS * RS}), 2,
-                                (int64_t[]){RS, RS});
-                 break;
-        case 14: y = ct_softmax(g, a); break;
-        case 15: y = ct_mul(g, ct_add(g, a, b), ct_add(g, a, b)); break; /* a CSE */
-        default: /* constant arithmetic (folded) mixed in */
+        case 0:
+            y = ct_add(g, a, b);
+            break;
+        case 1:
+            y = ct_sub(g, a, b);
+            break;
+        case 2:
+            y = ct_mul(g, a, b);
+            break;
+        case 3:
+            y = ct_div(g, a, ct_add(g, ct_sigmoid(g, b), ct_scalar(g, 1.5f)));
+            break;
+        case 4:
+            y = ct_relu(g, a);
+            break;
+        case 5:
+            y = ct_tanh(g, a);
+            break;
+        case 6:
+            y = ct_gelu(g, a);
+            break;
+        case 7:
+            y = ct_scale(g, a, draw(&r, 2) ? 1.0f : -0.5f);
+            break;
+        case 8:
+            y = ct_matmul(g, a, b, (int)draw(&r, 2), (int)draw(&r, 2));
+            break;
+        case 9:
+            y = ct_add(g, a, ct_constant(g, CT_F32, &S(RS), cvals));
+            break; /* bias */
+        case 10:
+            y = ct_mul(g, a, ct_constant(g, CT_F32, &S(RS, RS), ones));
+            break; /* x*1 */
+        case 11:
+            y = ct_add(g, a, ct_constant(g, CT_F32, &S(RS), zeros));
+            break; /* x+0 */
+        case 12:
+            y = ct_transpose(g, ct_transpose(g, a, (int[]){1, 0}), (int[]){1, 0});
+            break;
+        case 13:
+            y = ct_reshape(g, ct_reshape(g, a, 1, (int64_t[]){RS * RS}), 2, (int64_t[]){RS, RS});
+            break;
+        case 14:
+            y = ct_softmax(g, a);
+            break;
+        case 15:
+            y = ct_mul(g, ct_add(g, a, b), ct_add(g, a, b));
+            break; /* a CSE */
+        default:   /* constant arithmetic (folded) mixed in */
             y = ct_mul(g, a, ct_add(g, ct_scalar(g, 0.5f), ct_scalar(g, 0.25f)));
             break;
         }
@@ -451,7 +481,7 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
     outs[1] = pool[1];
     outs[2] = ct_sum(g, ct_mul(g, last, last), 0, 0);
     outs[3] = ct_mean(g, ct_add(g, pool[n - 2], last), 1, 0); /* [RS] */
-    outs[4] = ct_max(g, last, 2, 0);                            /* [RS] */
+    outs[4] = ct_max(g, last, 2, 0);                          /* [RS] */
     int src[2] = {var, pool[0]}, grads[2];
     ct_graph_gradients(g, outs[2], -1, 2, src, grads, NULL);
     outs[5] = grads[0] >= 0 ? grads[0] : outs[2];
@@ -464,8 +494,7 @@ static void read_all(ct_graph *g, const int *outs, int n, float *dst, int *len) 
     for (int k = 2; k < n; k++) {
         const ct_node *o = ct_graph_node(g, outs[k]);
         int64_t c = ct_tensor_numel(&o->out);
-        cr_assert_eq(ct_graph_read(g, outs[k], dst + *len, (size_t)c * sizeof(float), NULL),
-                     CT_OK);
+        cr_assert_eq(ct_graph_read(g, outs[k], dst + *len, (size_t)c * sizeof(float), NULL), CT_OK);
         *len += (int)c;
     }
 }
@@ -611,8 +640,8 @@ static void fused_update_same_weights(const char *job, int steps, int min_fused,
         int64_t n_on, n_off;
         ct_graph_stats on, off;
         float *a = train_params(job, "all", threads, steps, &n_on, &on);
-        float *b = train_params(job, "const_fold,cse,dce,simplify,fuse", threads, steps, &n_off,
-                                &off);
+        float *b =
+            train_params(job, "const_fold,cse,dce,simplify,fuse", threads, steps, &n_off, &off);
         cr_assert_eq(n_on, n_off);
         cr_expect_eq(memcmp(a, b, (size_t)n_on * sizeof *a), 0,
                      "%s, %d threads: fused and final updates differ", job, threads);
@@ -704,8 +733,10 @@ static void expect_parts_on_their_threads(ct_graph *cg, int threads, int64_t sto
         }
     }
     cr_expect_gt(parts, 0, "no split node");
-    cr_expect_eq(elsewhere, stolen, "%d threads: %d of %d parts ran off their thread, %lld taken "
-                 "over", threads, elsewhere, parts, (long long)stolen);
+    cr_expect_eq(elsewhere, stolen,
+                 "%d threads: %d of %d parts ran off their thread, %lld taken "
+                 "over",
+                 threads, elsewhere, parts, (long long)stolen);
 }
 
 /* The node_done hook of the test below: the thread that finished node *user sleeps 10 ms. */
@@ -786,8 +817,8 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
             int w1i = ct_variable(g, &S(IN, HID), w1, "w1");
             int b1i = ct_variable(g, &S(HID), b1, "b1");
             int w2i = ct_variable(g, &S(HID, OUT), w2, "w2");
-            int h = ct_dropout(g, ct_relu(g, ct_add(g, ct_matmul(g, xi, w1i, 0, 0), b1i)), 0.25f,
-                               1);
+            int h =
+                ct_dropout(g, ct_relu(g, ct_add(g, ct_matmul(g, xi, w1i, 0, 0), b1i)), 0.25f, 1);
             int loss = ct_softmax_xent(g, ct_matmul(g, h, w2i, 0, 0), yi);
             int src[2] = {w1i, w2i}, grads[2];
             ct_graph_gradients(g, loss, -1, 2, src, grads, NULL);
@@ -817,9 +848,9 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
                 cr_assert_eq(ct_graph_read(cg, keep[2], now, sizeof(float), &err), CT_OK);
                 cr_assert_eq(ct_graph_read(cg, keep[3], now + 1, IN * HID * sizeof(float), &err),
                              CT_OK);
-                cr_assert_eq(ct_graph_read(cg, keep[4], now + 1 + IN * HID,
-                                           HID * OUT * sizeof(float), &err),
-                             CT_OK);
+                cr_assert_eq(
+                    ct_graph_read(cg, keep[4], now + 1 + IN * HID, HID * OUT * sizeof(float), &err),
+                    CT_OK);
                 cr_assert(rep == 0 || memcmp(now, got[threads - 1], sizeof now) == 0,
                           "%d rows, %d threads: run %d differs from run 0", rows, threads, rep);
                 memcpy(got[threads - 1], now, sizeof now);
@@ -830,8 +861,8 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
         for (int t = 1; t < 3; t++) {
             for (int k = 0; k < (int)(sizeof got[0] / sizeof(float)); k++) {
                 cr_expect(fabsf(got[t][k] - got[0][k]) <= 1e-6f * (1.0f + fabsf(got[0][k])),
-                          "%d rows, %d threads, value %d: %.9g vs %.9g", rows, t + 1, k,
-                          got[t][k], got[0][k]);
+                          "%d rows, %d threads, value %d: %.9g vs %.9g", rows, t + 1, k, got[t][k],
+                          got[0][k]);
             }
         }
     }
@@ -843,8 +874,11 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
 static ct_optimizer *allocate_with_adam(ct_params *p, uint64_t seed) {
     ct_err err = {0};
     cr_assert_eq(ct_params_allocate(p, seed, &err), CT_OK, "%s", err.msg);
-    ct_optimizer_spec spec = {.type = CT_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f,
-                              .beta2 = 0.999f, .epsilon = 1e-7f};
+    ct_optimizer_spec spec = {.type = CT_OPT_ADAM,
+                              .learning_rate = 0.01f,
+                              .beta1 = 0.9f,
+                              .beta2 = 0.999f,
+                              .epsilon = 1e-7f};
     ct_optimizer *opt;
     cr_assert_eq(ct_optimizer_create(&spec, p, &opt, &err), CT_OK, "%s", err.msg);
     return opt;
@@ -938,8 +972,10 @@ Test(graph_mode, small_weight_gradient_splits_over_pipeline_rows) {
         gmax = fmaxf(gmax, fabsf(grads[0][k]));
     }
     for (int t = 1; t < 3; t++) {
-        cr_expect(fabsf(got[t][0] - got[0][0]) <= 1e-6f * fabsf(got[0][0]), "%d threads: loss "
-                  "%.9g vs %.9g", t + 1, got[t][0], got[0][0]);
+        cr_expect(fabsf(got[t][0] - got[0][0]) <= 1e-6f * fabsf(got[0][0]),
+                  "%d threads: loss "
+                  "%.9g vs %.9g",
+                  t + 1, got[t][0], got[0][0]);
         for (int k = 0; k < NW; k++) {
             cr_expect(fabsf(grads[t][k] - grads[0][k]) <= 1e-6f * gmax,
                       "%d threads, gradient %d: %.9g vs %.9g", t + 1, k, grads[t][k], grads[0][k]);
@@ -985,8 +1021,7 @@ Test(graph_mode, inner_split_matmul_matches_one_thread) {
             ctx->optimizer = opt;
             int keep[3] = {xi, loss, upd};
             ct_graph *cg = compile(g, CT_PASS_ALL, threads, 3, keep);
-            cr_expect_eq(ct_graph_get_stats(cg)->inner_splits, threads > 1, "%d threads",
-                         threads);
+            cr_expect_eq(ct_graph_get_stats(cg)->inner_splits, threads > 1, "%d threads", threads);
             ct_graph_bind(cg, keep[0], x);
             float l = 0.0f;
             for (int s = 0; s < STEPS; s++) {

@@ -82,16 +82,26 @@ static ct_job cnn_job(void) {
     job.input_shape[0] = 28;
     job.input_shape[1] = 28;
     job.input_shape[2] = 1;
-    ct_layer_spec conv = {.type = CT_LAYER_CONV2D, .kernel_size = {3, 3}, .strides = {1, 1},
-                          .use_bias = 1, .activation = CT_ACT_RELU};
+    ct_layer_spec conv = {.type = CT_LAYER_CONV2D,
+                          .kernel_size = {3, 3},
+                          .strides = {1, 1},
+                          .use_bias = 1,
+                          .activation = CT_ACT_RELU};
     ct_layer_spec pool = {.type = CT_LAYER_MAX_POOL2D, .pool_size = {2, 2}, .strides = {2, 2}};
     ct_layer_spec drop = {.type = CT_LAYER_DROPOUT, .rate = 0.25f};
-    ct_layer_spec layers[] = {conv, conv, pool, drop, conv, conv, pool, drop,
-                              {.type = CT_LAYER_FLATTEN},
-                              {.type = CT_LAYER_DENSE, .units = 512, .use_bias = 1,
-                               .activation = CT_ACT_RELU},
-                              {.type = CT_LAYER_DROPOUT, .rate = 0.5f},
-                              {.type = CT_LAYER_DENSE, .units = 10, .use_bias = 1}};
+    ct_layer_spec layers[] = {
+        conv,
+        conv,
+        pool,
+        drop,
+        conv,
+        conv,
+        pool,
+        drop,
+        {.type = CT_LAYER_FLATTEN},
+        {.type = CT_LAYER_DENSE, .units = 512, .use_bias = 1, .activation = CT_ACT_RELU},
+        {.type = CT_LAYER_DROPOUT, .rate = 0.5f},
+        {.type = CT_LAYER_DENSE, .units = 10, .use_bias = 1}};
     layers[0].filters = layers[1].filters = 32;
     layers[4].filters = layers[5].filters = 64;
     layers[0].padding_same = layers[4].padding_same = 1;
@@ -122,8 +132,7 @@ Test(nn, cnn_shapes_and_parameter_count) {
     FILE *f = fmemopen(buf, sizeof buf - 1, "w");
     ct_model_summary(m, f);
     fclose(f);
-    cr_expect(strstr(buf, "[26, 26, 32]") && strstr(buf, "[5, 5, 64]") &&
-                  strstr(buf, "[1600]"),
+    cr_expect(strstr(buf, "[26, 26, 32]") && strstr(buf, "[5, 5, 64]") && strstr(buf, "[1600]"),
               "%s", buf);
 
     ct_backend *be;

@@ -121,8 +121,7 @@ static void expect_same_arrays(const ct_npz *z, const ct_named_array *want, int 
             cr_expect_eq(got->dims[d], want[i].dims[d], "%s dim %d", want[i].name, d);
         }
         if (nbytes(&want[i]) > 0) {
-            cr_expect_eq(memcmp(got->data, want[i].data, nbytes(&want[i])), 0, "%s",
-                         want[i].name);
+            cr_expect_eq(memcmp(got->data, want[i].data, nbytes(&want[i])), 0, "%s", want[i].name);
         }
         cr_expect_eq((uintptr_t)got->data % ct_dtype_size(got->dtype), 0, "%s aligned",
                      want[i].name);
@@ -381,8 +380,8 @@ Test(npz, truncated_files_are_rejected) {
 static void mark_payload(const unsigned char *f, size_t len, char *payload) {
     size_t pos = 0;
     while (pos + 30 <= len && memcmp(f + pos, "PK\3\4", 4) == 0) {
-        size_t csize = (size_t)f[pos + 18] | (size_t)f[pos + 19] << 8 |
-                       (size_t)f[pos + 20] << 16 | (size_t)f[pos + 21] << 24;
+        size_t csize = (size_t)f[pos + 18] | (size_t)f[pos + 19] << 8 | (size_t)f[pos + 20] << 16 |
+                       (size_t)f[pos + 21] << 24;
         size_t start = pos + 30 + (size_t)(f[pos + 26] | f[pos + 27] << 8) +
                        (size_t)(f[pos + 28] | f[pos + 29] << 8);
         cr_assert_leq(start + csize, len);
@@ -455,8 +454,7 @@ Test(npz, flipped_bytes_are_caught_or_harmless) {
     check_flips(FIXTURES "savez_compressed.npz", 0x01, 65);
 }
 
-static void expect_write_error(ct_status got, const ct_err *err, ct_status want,
-                               const char *what) {
+static void expect_write_error(ct_status got, const ct_err *err, ct_status want, const char *what) {
     cr_expect_eq(got, want, "%s", err->msg);
     cr_expect_not_null(strstr(err->msg, tmp_dir), "%s", err->msg);
     cr_expect_not_null(strstr(err->msg, what), "%s", err->msg);
@@ -530,8 +528,8 @@ static void check_safetensors(const char *path, const ct_named_array *a, int n,
     cr_assert_leq(n, N_SAMPLE + 1);
     for (int i = 0; i < n; i++) {
         char key[300];
-        snprintf(key, sizeof key, "\"%s\":{", i == n - 1 && json_name_of_last ? json_name_of_last
-                                                                               : a[i].name);
+        snprintf(key, sizeof key, "\"%s\":{",
+                 i == n - 1 && json_name_of_last ? json_name_of_last : a[i].name);
         char *e = strstr(h, key);
         cr_assert_not_null(e, "%s in %s", key, h);
         e += strlen(key);
@@ -588,8 +586,9 @@ Test(safetensors, header_and_data) {
     check_safetensors(path, a, N_SAMPLE, NULL);
     f = (char *)slurp(path, &len);
     cr_expect_null(strstr(f + 8, "__metadata__"));
-    cr_expect_eq(strncmp(f + 8, "{\"step\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,8]}",
-                         55), 0, "%.60s", f + 8);
+    cr_expect_eq(
+        strncmp(f + 8, "{\"step\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,8]}", 55), 0,
+        "%.60s", f + 8);
     free(f);
 
     cr_assert_eq(ct_safetensors_write(path, a, 0, "{}", &err), CT_OK, "%s", err.msg);
@@ -604,8 +603,16 @@ Test(safetensors, rejects_bad_metadata) {
     sample_arrays(a);
     char path[256];
     tmp_path("m.safetensors", path, sizeof path);
-    const char *bad[] = {"", "not json", "[1]", "{\"a\": 1}", "{\"a\":\"b\",}", "{\"a\":\"b\"} x",
-                         "{\"a\" \"b\"}", "{\"a\":\"\\q\"}", "{\"a\":\"b\"", "{\"a\":\"\x01\"}"};
+    const char *bad[] = {"",
+                         "not json",
+                         "[1]",
+                         "{\"a\": 1}",
+                         "{\"a\":\"b\",}",
+                         "{\"a\":\"b\"} x",
+                         "{\"a\" \"b\"}",
+                         "{\"a\":\"\\q\"}",
+                         "{\"a\":\"b\"",
+                         "{\"a\":\"\x01\"}"};
     ct_err err = {0};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         expect_write_error(ct_safetensors_write(path, a, 2, bad[i], &err), &err, CT_EINVAL,
@@ -615,8 +622,7 @@ Test(safetensors, rejects_bad_metadata) {
                  CT_OK, "%s", err.msg);
     ct_named_array m = a[0];
     strcpy(m.name, "__metadata__");
-    expect_write_error(ct_safetensors_write(path, &m, 1, NULL, &err), &err, CT_EINVAL,
-                       "reserved");
+    expect_write_error(ct_safetensors_write(path, &m, 1, NULL, &err), &err, CT_EINVAL, "reserved");
 }
 
 Test(safetensors, python_package_loads_our_file) {
@@ -629,8 +635,8 @@ Test(safetensors, python_package_loads_our_file) {
     char path[256];
     tmp_path("py.safetensors", path, sizeof path);
     ct_err err = {0};
-    cr_assert_eq(ct_safetensors_write(path, a, N_SAMPLE, "{\"epoch\": \"3\"}", &err), CT_OK,
-                 "%s", err.msg);
+    cr_assert_eq(ct_safetensors_write(path, a, N_SAMPLE, "{\"epoch\": \"3\"}", &err), CT_OK, "%s",
+                 err.msg);
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "python3 -c '\n"

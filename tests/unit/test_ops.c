@@ -23,8 +23,8 @@ static int build_generic(ct_graph *g, const int *ins, void *user) {
 }
 
 /* Checks op on f32 inputs of the given shapes filled uniformly in [lo, hi). */
-static void check_op(ct_op op, ct_attrs attrs, int n_in, const ct_shape *shapes, float lo,
-                     float hi, int distinct) {
+static void check_op(ct_op op, ct_attrs attrs, int n_in, const ct_shape *shapes, float lo, float hi,
+                     int distinct) {
     gc_input inputs[GC_MAX_INPUTS];
     float *vals[GC_MAX_INPUTS];
     for (int k = 0; k < n_in; k++) {
@@ -39,16 +39,16 @@ static void check_op(ct_op op, ct_attrs attrs, int n_in, const ct_shape *shapes,
     }
     case_ctx c = {.op = op, .attrs = attrs, .n_in = n_in};
     char msg[256];
-    double e = gradcheck(build_generic, &c, n_in, inputs, 1e-2f, TOL_ATOL, TOL_RTOL, msg,
-                         sizeof msg);
+    double e =
+        gradcheck(build_generic, &c, n_in, inputs, 1e-2f, TOL_ATOL, TOL_RTOL, msg, sizeof msg);
     cr_expect(e <= 1.0, "%s: error %.3g: %s", ct_op_name(op), e, msg);
     for (int k = 0; k < n_in; k++) {
         free(vals[k]);
     }
 }
 
-#define S(...) ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
-                           .dims = {__VA_ARGS__}})
+#define S(...)                                                                                     \
+    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
 
 Test(ops, matmul_grads) {
     ct_shape ab[2];
@@ -100,9 +100,9 @@ Test(ops, narrow_gemm_matches_double_reference) {
                                 }
                                 cr_expect(fabs(c[i * ldc + j] - want) <= 1e-6 * (1.0 + scale),
                                           "ta %d, %lldx%lldx%lld, alpha %g beta %g: C[%lld][%lld] "
-                                          "%.9g, want %.9g", ta, (long long)m, (long long)n,
-                                          (long long)k, alpha, beta, (long long)i, (long long)j,
-                                          c[i * ldc + j], want);
+                                          "%.9g, want %.9g",
+                                          ta, (long long)m, (long long)n, (long long)k, alpha, beta,
+                                          (long long)i, (long long)j, c[i * ldc + j], want);
                             }
                         }
                         free(a);
@@ -117,7 +117,7 @@ Test(ops, narrow_gemm_matches_double_reference) {
 }
 
 Test(ops, broadcast_arith_grads) {
-    ct_shape pairs[][2] = {{S(3, 4), S(3, 4)}, {S(3, 4), S(4)},    {S(3, 1), S(1, 4)},
+    ct_shape pairs[][2] = {{S(3, 4), S(3, 4)},    {S(3, 4), S(4)},    {S(3, 1), S(1, 4)},
                            {S(2, 3, 4), S(3, 1)}, {S(4), S(2, 3, 4)}, {S(3, 4), S(1)}};
     ct_op ops[] = {CT_OP_ADD, CT_OP_SUB, CT_OP_MUL, CT_OP_DIV};
     for (size_t o = 0; o < 4; o++) {

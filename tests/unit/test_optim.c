@@ -19,8 +19,13 @@ static void make_params(void) {
 }
 
 static ct_optimizer_spec base_spec(ct_optimizer_type type) {
-    ct_optimizer_spec s = {.type = type, .learning_rate = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f,
-                           .epsilon = 1e-7f, .rho = 0.9f, .gamma = 0.1f};
+    ct_optimizer_spec s = {.type = type,
+                           .learning_rate = 0.1f,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.999f,
+                           .epsilon = 1e-7f,
+                           .rho = 0.9f,
+                           .gamma = 0.1f};
     return s;
 }
 
@@ -141,9 +146,9 @@ Test(optim, schedules) {
     s.warmup_steps = 10;
     s.min_lr = 0.1f;
     ct_optimizer_create(&s, &params, &o, NULL);
-    cr_expect_float_eq(ct_optimizer_learning_rate(o, 0, 110), 0.1f, 1e-6);  /* warm-up 1/10 */
+    cr_expect_float_eq(ct_optimizer_learning_rate(o, 0, 110), 0.1f, 1e-6); /* warm-up 1/10 */
     cr_expect_float_eq(ct_optimizer_learning_rate(o, 4, 110), 0.5f, 1e-6);
-    cr_expect_float_eq(ct_optimizer_learning_rate(o, 10, 110), 1.0f, 1e-6); /* peak */
+    cr_expect_float_eq(ct_optimizer_learning_rate(o, 10, 110), 1.0f, 1e-6);  /* peak */
     cr_expect_float_eq(ct_optimizer_learning_rate(o, 60, 110), 0.55f, 1e-6); /* half way */
     cr_expect_float_eq(ct_optimizer_learning_rate(o, 110, 110), 0.1f, 1e-6);
     ct_optimizer_destroy(o);
@@ -175,8 +180,8 @@ Test(optim, nan_gradient_names_the_variable) {
     ct_optimizer_create(&s, &params, &o, NULL);
     params.grad[17] = NAN;
     cr_expect_eq(ct_optimizer_apply(o, &params, 41, 100, 1, &err), CT_ENUMERIC);
-    cr_expect(strstr(err.msg, "step 41") && strstr(err.msg, "'b'") && strstr(err.msg, "NaN"),
-              "%s", err.msg);
+    cr_expect(strstr(err.msg, "step 41") && strstr(err.msg, "'b'") && strstr(err.msg, "NaN"), "%s",
+              err.msg);
     params.grad[17] = 0.0f;
     params.grad[2] = INFINITY;
     cr_expect_eq(ct_optimizer_apply(o, &params, 42, 100, 1, &err), CT_ENUMERIC);

@@ -30,8 +30,8 @@ static ct_job small_job(ct_optimizer_type opt, float dropout) {
     snprintf(job.path, sizeof job.path, "small.yaml");
     job.input_rank = 1;
     job.input_shape[0] = D;
-    job.layers[0] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 32, .use_bias = 1,
-                                    .activation = CT_ACT_TANH};
+    job.layers[0] = (ct_layer_spec){
+        .type = CT_LAYER_DENSE, .units = 32, .use_bias = 1, .activation = CT_ACT_TANH};
     job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = dropout};
     job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 3, .use_bias = 1};
     job.n_layers = 3;

@@ -54,11 +54,11 @@ ct_status ct_dataset_from_memory(const float *x, const int32_t *y, int64_t n, in
 void ct_dataset_destroy(ct_dataset *ds);
 
 typedef struct ct_loader_options {
-    int64_t batch_size;  /* > 0 */
-    int shuffle;         /* reshuffle every epoch with ct_rng_permutation(seed, epoch stream) */
+    int64_t batch_size; /* > 0 */
+    int shuffle;        /* reshuffle every epoch with ct_rng_permutation(seed, epoch stream) */
     uint64_t seed;
-    int drop_remainder;  /* 0: the last batch of an epoch may be smaller */
-    int prefetch;        /* batches prepared ahead by a background thread; 0 = in the caller */
+    int drop_remainder; /* 0: the last batch of an epoch may be smaller */
+    int prefetch;       /* batches prepared ahead by a background thread; 0 = in the caller */
     /* Data-parallel sharding: with shard_count N > 1, batch i of an epoch is the i-th global
      * batch of N * batch_size examples of the epoch's order, and shard r gets its r-th slice.
      * Every example is visited once per epoch across the shards; in the last, short global
@@ -69,7 +69,7 @@ typedef struct ct_loader_options {
 /* A batch: x is [size, example_size] f32, y is [size] i32, both valid until the next call to
  * ct_loader_next or ct_loader_destroy. */
 typedef struct ct_batch {
-    int64_t size;  /* 0 at the end of the epoch */
+    int64_t size; /* 0 at the end of the epoch */
     int64_t epoch;
     int64_t index; /* batch number within the epoch */
     const float *x;

@@ -21,10 +21,10 @@ typedef struct ct_evaluator_options {
 } ct_evaluator_options;
 
 typedef struct ct_evaluator_result {
-    int evaluated;        /* checkpoints evaluated */
-    int64_t last_step;    /* step of the last one */
+    int evaluated;     /* checkpoints evaluated */
+    int64_t last_step; /* step of the last one */
     double last_loss, last_accuracy;
-    int reached_final;    /* 1: the job's final checkpoint was evaluated */
+    int reached_final; /* 1: the job's final checkpoint was evaluated */
 } ct_evaluator_result;
 
 /* Runs until the job's final checkpoint (step == its planned steps) has been evaluated

@@ -27,8 +27,7 @@ ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err);
 
 /* A scalar as Summary.Value.simple_value (a float: the value is rounded to float32, which is
  * what TensorBoard stores and shows). */
-ct_status ct_events_scalar(ct_events *w, const char *tag, int64_t step, double value,
-                           ct_err *err);
+ct_status ct_events_scalar(ct_events *w, const char *tag, int64_t step, double value, ct_err *err);
 
 /* A histogram of values[0..n) as a HistogramProto with min, max, num, sum, sum_squares and
  * TensorFlow's default buckets: limits 0, +-1e-12 * 1.1^k up to 1e20, +-DBL_MAX; bucket i counts

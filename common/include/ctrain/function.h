@@ -16,7 +16,7 @@
 
 typedef struct ct_tensor_spec {
     ct_dtype dtype;
-    ct_shape shape; /* dims of -1 are unknown */
+    ct_shape shape;   /* dims of -1 are unknown */
     const char *name; /* placeholder name (NULL: "input_<k>") */
 } ct_tensor_spec;
 

@@ -139,11 +139,11 @@ int ct_graph_shape(ct_graph *g, int id, int64_t *dims);
 
 /* Passes, each switchable (docs/design-notes.md describes them). */
 enum {
-    CT_PASS_CONST_FOLD = 1u << 0, /* evaluate pure nodes whose inputs are all constants */
-    CT_PASS_CSE = 1u << 1,        /* merge equal pure nodes (same op, inputs, attributes) */
-    CT_PASS_DCE = 1u << 2,        /* drop nodes nothing kept depends on */
-    CT_PASS_SIMPLIFY = 1u << 3,   /* x*1, x+0, x-0, x/1, scale 1, transpose of transpose, ... */
-    CT_PASS_FUSE = 1u << 4,       /* elementwise chains (+ a trailing full sum) into one loop */
+    CT_PASS_CONST_FOLD = 1u << 0,  /* evaluate pure nodes whose inputs are all constants */
+    CT_PASS_CSE = 1u << 1,         /* merge equal pure nodes (same op, inputs, attributes) */
+    CT_PASS_DCE = 1u << 2,         /* drop nodes nothing kept depends on */
+    CT_PASS_SIMPLIFY = 1u << 3,    /* x*1, x+0, x-0, x/1, scale 1, transpose of transpose, ... */
+    CT_PASS_FUSE = 1u << 4,        /* elementwise chains (+ a trailing full sum) into one loop */
     CT_PASS_FUSE_UPDATE = 1u << 5, /* each parameter's optimizer update right after (and on the
                                       thread of) the node that writes its gradient */
     CT_PASS_ALL = 0x3fu,
@@ -176,8 +176,8 @@ typedef struct ct_graph_stats {
     int64_t update_rest;                     /* trainable floats left to APPLY_OPTIMIZER */
     /* runs so far (threads > 1): part p of a split node runs on thread p, where its rows stay
      * in cache from step to step; another thread takes it only after idling 50 us */
-    int64_t pinned_parts;                    /* parts of split nodes run */
-    int64_t stolen_parts;                    /* of those, run by another thread */
+    int64_t pinned_parts; /* parts of split nodes run */
+    int64_t stolen_parts; /* of those, run by another thread */
 } ct_graph_stats;
 
 /* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse,

@@ -24,7 +24,8 @@ typedef enum ct_layer_type {
     CT_LAYER_ACTIVATION,
 } ct_layer_type;
 
-/* Activation functions, as names in job files: none (linear), relu, gelu, sigmoid, tanh, softmax. */
+/* Activation functions, as names in job files: none (linear), relu, gelu, sigmoid, tanh, softmax.
+ */
 typedef enum ct_activation {
     CT_ACT_NONE,
     CT_ACT_RELU,
@@ -46,13 +47,13 @@ typedef enum ct_init {
  * to a layer type keep their defaults. */
 typedef struct ct_layer_spec {
     ct_layer_type type;
-    int line;                /* line of the entry in the job file (0 when built in C) */
-    int units;               /* dense: > 0 */
-    int filters;             /* conv2d: > 0 */
-    int kernel_size[2];      /* conv2d: default 3x3; an int means square */
-    int strides[2];          /* conv2d default 1x1; pools default = pool_size */
-    int pool_size[2];        /* pools: default 2x2 */
-    int padding_same;        /* conv2d/pools: "same" (1) or "valid" (0, the default) */
+    int line;                 /* line of the entry in the job file (0 when built in C) */
+    int units;                /* dense: > 0 */
+    int filters;              /* conv2d: > 0 */
+    int kernel_size[2];       /* conv2d: default 3x3; an int means square */
+    int strides[2];           /* conv2d default 1x1; pools default = pool_size */
+    int pool_size[2];         /* pools: default 2x2 */
+    int padding_same;         /* conv2d/pools: "same" (1) or "valid" (0, the default) */
     ct_activation activation; /* dense/conv2d/activation: default none */
     int use_bias;             /* dense/conv2d: default 1 */
     ct_init kernel_init;      /* default glorot_uniform */
@@ -64,35 +65,44 @@ typedef struct ct_layer_spec {
     int output_dim;           /* embedding: vector size > 0 */
 } ct_layer_spec;
 
-typedef enum ct_optimizer_type { CT_OPT_SGD, CT_OPT_ADAM, CT_OPT_ADAMW, CT_OPT_RMSPROP } ct_optimizer_type;
-typedef enum ct_schedule_type { CT_SCHED_CONSTANT, CT_SCHED_STEP, CT_SCHED_COSINE } ct_schedule_type;
+typedef enum ct_optimizer_type {
+    CT_OPT_SGD,
+    CT_OPT_ADAM,
+    CT_OPT_ADAMW,
+    CT_OPT_RMSPROP
+} ct_optimizer_type;
+typedef enum ct_schedule_type {
+    CT_SCHED_CONSTANT,
+    CT_SCHED_STEP,
+    CT_SCHED_COSINE
+} ct_schedule_type;
 
 typedef struct ct_optimizer_spec {
-    ct_optimizer_type type;  /* optimizer.type: sgd, adam, adamw, rmsprop */
-    float learning_rate;     /* optimizer.learning_rate: > 0; default 1e-3 */
-    float momentum;          /* sgd, rmsprop: default 0 */
-    int nesterov;            /* sgd: default false */
-    float beta1, beta2;      /* adam(w): default 0.9, 0.999 */
-    float epsilon;           /* adam(w): 1e-7 (Keras); rmsprop: 1e-7 */
-    float rho;               /* rmsprop: default 0.9 */
-    float weight_decay;      /* adamw: default 0.004 (Keras); others: 0 */
-    float decay;             /* Keras-style time decay: lr / (1 + decay * step); default 0 */
-    float clip_norm;         /* global-norm clipping; 0 = off */
-    ct_schedule_type schedule;   /* optimizer.schedule.type: constant, step, cosine */
-    int64_t warmup_steps;        /* optimizer.schedule.warmup_steps: linear warm-up; default 0 */
-    int64_t step_size;           /* step: multiply by gamma every step_size steps */
-    float gamma;                 /* step: default 0.1 */
-    int64_t decay_steps;         /* cosine: steps from peak to min_lr (0: the whole run) */
-    float min_lr;                /* cosine: default 0 */
+    ct_optimizer_type type;    /* optimizer.type: sgd, adam, adamw, rmsprop */
+    float learning_rate;       /* optimizer.learning_rate: > 0; default 1e-3 */
+    float momentum;            /* sgd, rmsprop: default 0 */
+    int nesterov;              /* sgd: default false */
+    float beta1, beta2;        /* adam(w): default 0.9, 0.999 */
+    float epsilon;             /* adam(w): 1e-7 (Keras); rmsprop: 1e-7 */
+    float rho;                 /* rmsprop: default 0.9 */
+    float weight_decay;        /* adamw: default 0.004 (Keras); others: 0 */
+    float decay;               /* Keras-style time decay: lr / (1 + decay * step); default 0 */
+    float clip_norm;           /* global-norm clipping; 0 = off */
+    ct_schedule_type schedule; /* optimizer.schedule.type: constant, step, cosine */
+    int64_t warmup_steps;      /* optimizer.schedule.warmup_steps: linear warm-up; default 0 */
+    int64_t step_size;         /* step: multiply by gamma every step_size steps */
+    float gamma;               /* step: default 0.1 */
+    int64_t decay_steps;       /* cosine: steps from peak to min_lr (0: the whole run) */
+    float min_lr;              /* cosine: default 0 */
 } ct_optimizer_spec;
 
 typedef enum ct_data_format { CT_DATA_IDX } ct_data_format;
 
 typedef struct ct_data_spec {
-    ct_data_format format;             /* format: idx */
-    char images[CT_JOB_PATH_MAX];      /* idx: images file (.gz or raw) */
-    char labels[CT_JOB_PATH_MAX];      /* idx: labels file (.gz or raw) */
-    int64_t limit;                     /* use the first `limit` examples; 0 = all */
+    ct_data_format format;        /* format: idx */
+    char images[CT_JOB_PATH_MAX]; /* idx: images file (.gz or raw) */
+    char labels[CT_JOB_PATH_MAX]; /* idx: labels file (.gz or raw) */
+    int64_t limit;                /* use the first `limit` examples; 0 = all */
 } ct_data_spec;
 
 typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;
@@ -112,25 +122,25 @@ typedef struct ct_job {
     int64_t input_shape[CT_JOB_MAX_RANK];
     int n_layers;
     ct_layer_spec layers[CT_JOB_MAX_LAYERS];
-    int layers_line;            /* line of model.layers, for errors about the whole stack */
-    ct_loss_type loss;          /* loss: sparse_categorical_crossentropy (from logits) */
-    int metric_accuracy;        /* metrics: [accuracy] */
+    int layers_line;     /* line of model.layers, for errors about the whole stack */
+    ct_loss_type loss;   /* loss: sparse_categorical_crossentropy (from logits) */
+    int metric_accuracy; /* metrics: [accuracy] */
     ct_optimizer_spec optimizer;
-    ct_data_spec train_data;    /* data.train */
-    ct_data_spec eval_data;     /* data.eval */
+    ct_data_spec train_data; /* data.train */
+    ct_data_spec eval_data;  /* data.eval */
     int has_eval_data;
-    int epochs;                 /* train.epochs: default 1 */
-    int batch_size;             /* train.batch_size: default 32 */
-    int eval_batch_size;        /* train.eval_batch_size: default 1000 */
-    int shuffle;                /* train.shuffle: default true */
-    int threads;                /* train.threads: default 0 = all cores */
-    int prefetch;               /* train.prefetch: batches prepared ahead; default 2 */
-    int64_t max_steps;          /* train.max_steps: stop early after this many steps; 0 = off */
-    int eager;                  /* train.eager: run op by op (debugging); default false */
-    unsigned graph_passes;      /* train.graph_passes: "all" (default), "none" or a comma list of
-                                   const_fold, cse, dce, simplify, fuse, fuse_update */
-    int plan_memory;            /* train.plan_memory: reuse buffers by liveness; default true */
-    char strategy[32];          /* strategy.type: local, mirrored, parameter_server */
+    int epochs;            /* train.epochs: default 1 */
+    int batch_size;        /* train.batch_size: default 32 */
+    int eval_batch_size;   /* train.eval_batch_size: default 1000 */
+    int shuffle;           /* train.shuffle: default true */
+    int threads;           /* train.threads: default 0 = all cores */
+    int prefetch;          /* train.prefetch: batches prepared ahead; default 2 */
+    int64_t max_steps;     /* train.max_steps: stop early after this many steps; 0 = off */
+    int eager;             /* train.eager: run op by op (debugging); default false */
+    unsigned graph_passes; /* train.graph_passes: "all" (default), "none" or a comma list of
+                              const_fold, cse, dce, simplify, fuse, fuse_update */
+    int plan_memory;       /* train.plan_memory: reuse buffers by liveness; default true */
+    char strategy[32];     /* strategy.type: local, mirrored, parameter_server */
     struct {
         int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
         float stall_timeout;  /* strategy.stall_timeout: seconds before a stall is reported (60) */
@@ -140,20 +150,20 @@ typedef struct ct_job {
                                  on one node, else ring), ring (1), shared (2) */
     } mirrored;
     struct {
-        int async;             /* strategy.mode: sync (0, the default) or async (1) */
-        int backup_workers;    /* strategy.backup_workers: sync: apply the first N - b; 0 */
-        int staleness_policy;  /* strategy.staleness.policy: CT_STALENESS_* (none) */
-        int staleness_max;     /* strategy.staleness.max: the bound s of drop and ssp; 4 */
-        int64_t max_shard_bytes; /* strategy.max_shard_bytes: split larger variables; 0: the
-                                    fair share (total / servers) */
-        float heartbeat_timeout; /* strategy.heartbeat_timeout: seconds without a heartbeat
-                                    before a role counts as lost; 5 */
-        float register_timeout;  /* strategy.register_timeout: seconds for every role to
-                                    register (or a lost one to come back); 120 */
-        float chief_timeout;     /* strategy.chief_timeout: seconds a role waits for a silent
-                                    chief to come back before it gives up; 120 */
-        int pull_ahead;          /* strategy.pull_ahead: ask for the next parameters before
-                                    computing (overlaps the pull with compute); true */
+        int async;                  /* strategy.mode: sync (0, the default) or async (1) */
+        int backup_workers;         /* strategy.backup_workers: sync: apply the first N - b; 0 */
+        int staleness_policy;       /* strategy.staleness.policy: CT_STALENESS_* (none) */
+        int staleness_max;          /* strategy.staleness.max: the bound s of drop and ssp; 4 */
+        int64_t max_shard_bytes;    /* strategy.max_shard_bytes: split larger variables; 0: the
+                                       fair share (total / servers) */
+        float heartbeat_timeout;    /* strategy.heartbeat_timeout: seconds without a heartbeat
+                                       before a role counts as lost; 5 */
+        float register_timeout;     /* strategy.register_timeout: seconds for every role to
+                                       register (or a lost one to come back); 120 */
+        float chief_timeout;        /* strategy.chief_timeout: seconds a role waits for a silent
+                                       chief to come back before it gives up; 120 */
+        int pull_ahead;             /* strategy.pull_ahead: ask for the next parameters before
+                                       computing (overlaps the pull with compute); true */
         char keys[CT_JOB_PATH_MAX]; /* strategy.keys: CURVE key directory (ctrain keygen);
                                        "": plain TCP */
     } ps;

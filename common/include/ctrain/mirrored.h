@@ -18,11 +18,11 @@
 #include "ctrain/train.h"
 
 typedef struct ct_mirrored_options {
-    const char *job_text;  /* stored in checkpoints (chief) */
+    const char *job_text; /* stored in checkpoints (chief) */
     int no_resume;
-    int quiet;             /* no progress lines */
-    FILE *out;             /* progress and the done line (chief only); NULL: stdout */
-    volatile int *stop;    /* raised by a signal: save (chief) and stop */
+    int quiet;          /* no progress lines */
+    FILE *out;          /* progress and the done line (chief only); NULL: stdout */
+    volatile int *stop; /* raised by a signal: save (chief) and stop */
 } ct_mirrored_options;
 
 /* Trains job on the MPI ranks of MPI_COMM_WORLD (MPI initialized by the caller with at least
@@ -39,8 +39,8 @@ ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes
  * summed in place in buckets of bucket_bytes posted back to back and completed, as a step
  * does. create: collective; CT_EUNSUPPORTED when the ranks do not share a node. */
 typedef struct ct_shared_allreduce ct_shared_allreduce;
-ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes,
-                                     ct_shared_allreduce **ret, ct_err *err);
+ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes, ct_shared_allreduce **ret,
+                                     ct_err *err);
 /* This rank's buffer (count floats), once every rank has finished reading it in the last run
  * (so it may be written); valid until the next run. */
 float *ct_shared_allreduce_data(ct_shared_allreduce *a);

@@ -23,14 +23,14 @@
 
 #include "ctrain/status.h"
 
-#define CT_NET_KEY_LEN 40     /* a Z85-encoded CURVE key */
+#define CT_NET_KEY_LEN 40 /* a Z85-encoded CURVE key */
 #define CT_NET_MAX_AUTHORIZED 256
 
 typedef struct ct_net_keys {
-    int enabled;                                   /* 0: plain TCP */
-    char dir[1024];                                /* where they came from (messages) */
+    int enabled;    /* 0: plain TCP */
+    char dir[1024]; /* where they came from (messages) */
     char server_public[CT_NET_KEY_LEN + 1];
-    char server_secret[CT_NET_KEY_LEN + 1];        /* "" where the file is absent */
+    char server_secret[CT_NET_KEY_LEN + 1]; /* "" where the file is absent */
     char client_public[CT_NET_KEY_LEN + 1];
     char client_secret[CT_NET_KEY_LEN + 1];
     int n_authorized;
@@ -73,8 +73,7 @@ ct_status ct_net_socket(int type, const ct_net_keys *keys, int server, void **re
  * ret_endpoint. Errors name the address and say why (address in use, unknown host). A CURVE
  * server socket refuses to bind (CT_EINVAL) while no authenticator runs in the process: libzmq
  * 4.3 would otherwise admit every client key. */
-ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_t cap,
-                      ct_err *err);
+ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_t cap, ct_err *err);
 
 /* Connects `sock` to `address` (same forms as ct_net_bind, without port 0). */
 ct_status ct_net_connect(void *sock, const char *address, ct_err *err);

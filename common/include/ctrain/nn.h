@@ -12,7 +12,7 @@
 #include "ctrain/status.h"
 
 typedef struct ct_param {
-    char name[64];  /* "dense_1/kernel" */
+    char name[64]; /* "dense_1/kernel" */
     ct_shape shape;
     int64_t offset; /* in floats, into data and grad; multiples of 16 (64 bytes) */
     int64_t size;   /* elements */

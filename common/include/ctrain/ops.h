@@ -14,72 +14,72 @@
 
 #define CT_MAX_INPUTS 8
 
-#define CT_OP_LIST(X)                                                                             \
-    /* leaves */                                                                                  \
-    X(PLACEHOLDER, placeholder, 0) /* input fed at run time */                                    \
-    X(VARIABLE, variable, 0)       /* a view into a parameter buffer */                           \
-    X(CONST, const, 0)             /* owned data, fixed at build time */                          \
-    X(IDENTITY, identity, 1)                                                                      \
-    X(ACCUMULATE, accumulate, 0) /* out (+)= in0: out bound to a gradient view */                \
-    /* linear algebra and elementwise arithmetic (numpy broadcasting) */                          \
-    X(MATMUL, matmul, 1) /* i0: transpose a, i1: transpose b; leading dims of a fold into rows */ \
-    X(ADD, add, 1)                                                                                \
-    X(SUB, sub, 1)                                                                                \
-    X(MUL, mul, 1)                                                                                \
-    X(DIV, div, 1)                                                                                \
-    X(SCALE, scale, 1) /* f0: alpha; out = alpha * x */                                           \
-    /* activations and their gradients (grad ops take dy and the forward output or input) */      \
-    X(RELU, relu, 1)                                                                              \
-    X(GELU, gelu, 1) /* exact (erf) form */                                                       \
-    X(SIGMOID, sigmoid, 1)                                                                        \
-    X(TANH, tanh, 1)                                                                              \
-    X(RELU_GRAD, relu_grad, 0)       /* (dy, y) */                                                \
-    X(GELU_GRAD, gelu_grad, 0)       /* (dy, x) */                                                \
-    X(SIGMOID_GRAD, sigmoid_grad, 0) /* (dy, y) */                                                \
-    X(TANH_GRAD, tanh_grad, 0)       /* (dy, y) */                                                \
-    X(SOFTMAX, softmax, 1)           /* along the last axis */                                    \
-    X(LOG_SOFTMAX, log_softmax, 1)                                                                \
-    X(SOFTMAX_GRAD, softmax_grad, 0)         /* (dy, y) */                                        \
-    X(LOG_SOFTMAX_GRAD, log_softmax_grad, 0) /* (dy, y) */                                        \
-    X(SOFTMAX_XENT, softmax_xent, 1) /* (logits [N,C], labels i32 [N]) -> mean loss; aux probs */ \
-    X(SOFTMAX_XENT_GRAD, softmax_xent_grad, 0) /* (dloss, forward node, labels) */                \
-    /* reductions: i0 = bit mask of reduced axes, i1 = keepdims */                                \
-    X(SUM, sum, 1)                                                                                \
-    X(MEAN, mean, 1)                                                                              \
-    X(MAX, max, 1)                                                                                \
-    X(MAX_GRAD, max_grad, 0)         /* (dy, x, y) same attrs as MAX */                           \
-    X(BROADCAST_TO, broadcast_to, 0) /* (x, like): x broadcast to like's shape, times f0 */       \
-    X(SUM_TO, sum_to, 0)             /* (x, like): sum x down to like's (broadcast) shape */      \
-    X(ARGMAX, argmax, 0)             /* last axis -> i32 */                                       \
-    X(EQUAL, equal, 0)               /* -> f32 1.0 / 0.0 */                                       \
-    /* shapes */                                                                                  \
-    X(RESHAPE, reshape, 1)   /* i0: rank, i1..: dims (one may be -1) */                           \
-    X(TRANSPOSE, transpose, 1) /* i0..i(rank-1): permutation */                                   \
-    X(CONCAT, concat, 1)     /* i0: axis; 1..8 inputs */                                          \
-    X(SLICE, slice, 1)       /* i0: axis, i1: begin, i2: size */                                  \
-    X(SLICE_GRAD, slice_grad, 0) /* (dy, x): zeros like x with dy placed at the slice */          \
-    /* layers: NHWC activations, HWIO filters, TensorFlow SAME/VALID padding. Shape               \
-     * inference sets the leading padding in attrs (conv i3,i4: top,left; pools i5,i6);           \
-     * gradient ops copy the forward attrs. "accumulates": adds into out under                    \
-     * CT_NODE_ACCUMULATE (a weight gradient bound to a buffer). */                               \
-    X(CONV2D, conv2d, 1) /* (x, w); i0,i1: stride; i2: same; aux: zero-padded x if needed */     \
-    X(CONV2D_GRAD_INPUT, conv2d_grad_input, 0)   /* (dy, w, forward node); aux: w transposed */  \
-    X(CONV2D_GRAD_FILTER, conv2d_grad_filter, 0) /* (dy, forward node, x); accumulates */         \
-    X(MAX_POOL, max_pool, 1) /* i0,i1: window; i2,i3: stride; i4: same; aux: i32 argmax */        \
-    X(MAX_POOL_GRAD, max_pool_grad, 0) /* (dy, forward node) */                                   \
-    X(AVG_POOL, avg_pool, 1)           /* attrs as MAX_POOL; same padding counts valid cells */   \
-    X(AVG_POOL_GRAD, avg_pool_grad, 0) /* (dy, forward node) */                                   \
-    X(DROPOUT, dropout, 1)             /* f0: rate; i0: training; i1: rng key; aux: u8 mask */  \
-    X(DROPOUT_GRAD, dropout_grad, 0)   /* (dy, forward node) */                                   \
-    /* batch norm: (x, gamma, beta, running mean, running var); f0 momentum, f1 eps, i0 training; \
-     * training writes the running stats (inputs 3, 4) in place; aux [2, C]: mean, inv std */     \
-    X(BATCH_NORM, batch_norm, 1)                                                                  \
-    X(BATCH_NORM_GRAD, batch_norm_grad, 0) /* (dy, forward, x, gamma); aux [2,C] dgamma,dbeta */  \
-    X(AUX_ROW, aux_row, 0)                 /* (node): row i0 of node's aux; accumulates */        \
-    X(EMBEDDING, embedding, 1)             /* (table [V,D], ids i32 [...]) -> [..., D] */         \
-    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D]; accumulates */         \
-    /* made by graph passes and the trainer, not by models */                                     \
-    X(FUSED, fused, 0) /* elementwise chain (+ a full sum) as one loop; i0: program; aux: it */  \
+#define CT_OP_LIST(X)                                                                              \
+    /* leaves */                                                                                   \
+    X(PLACEHOLDER, placeholder, 0) /* input fed at run time */                                     \
+    X(VARIABLE, variable, 0)       /* a view into a parameter buffer */                            \
+    X(CONST, const, 0)             /* owned data, fixed at build time */                           \
+    X(IDENTITY, identity, 1)                                                                       \
+    X(ACCUMULATE, accumulate, 0) /* out (+)= in0: out bound to a gradient view */                  \
+    /* linear algebra and elementwise arithmetic (numpy broadcasting) */                           \
+    X(MATMUL, matmul, 1) /* i0: transpose a, i1: transpose b; leading dims of a fold into rows */  \
+    X(ADD, add, 1)                                                                                 \
+    X(SUB, sub, 1)                                                                                 \
+    X(MUL, mul, 1)                                                                                 \
+    X(DIV, div, 1)                                                                                 \
+    X(SCALE, scale, 1) /* f0: alpha; out = alpha * x */                                            \
+    /* activations and their gradients (grad ops take dy and the forward output or input) */       \
+    X(RELU, relu, 1)                                                                               \
+    X(GELU, gelu, 1) /* exact (erf) form */                                                        \
+    X(SIGMOID, sigmoid, 1)                                                                         \
+    X(TANH, tanh, 1)                                                                               \
+    X(RELU_GRAD, relu_grad, 0)       /* (dy, y) */                                                 \
+    X(GELU_GRAD, gelu_grad, 0)       /* (dy, x) */                                                 \
+    X(SIGMOID_GRAD, sigmoid_grad, 0) /* (dy, y) */                                                 \
+    X(TANH_GRAD, tanh_grad, 0)       /* (dy, y) */                                                 \
+    X(SOFTMAX, softmax, 1)           /* along the last axis */                                     \
+    X(LOG_SOFTMAX, log_softmax, 1)                                                                 \
+    X(SOFTMAX_GRAD, softmax_grad, 0)         /* (dy, y) */                                         \
+    X(LOG_SOFTMAX_GRAD, log_softmax_grad, 0) /* (dy, y) */                                         \
+    X(SOFTMAX_XENT, softmax_xent, 1) /* (logits [N,C], labels i32 [N]) -> mean loss; aux probs */  \
+    X(SOFTMAX_XENT_GRAD, softmax_xent_grad, 0) /* (dloss, forward node, labels) */                 \
+    /* reductions: i0 = bit mask of reduced axes, i1 = keepdims */                                 \
+    X(SUM, sum, 1)                                                                                 \
+    X(MEAN, mean, 1)                                                                               \
+    X(MAX, max, 1)                                                                                 \
+    X(MAX_GRAD, max_grad, 0)         /* (dy, x, y) same attrs as MAX */                            \
+    X(BROADCAST_TO, broadcast_to, 0) /* (x, like): x broadcast to like's shape, times f0 */        \
+    X(SUM_TO, sum_to, 0)             /* (x, like): sum x down to like's (broadcast) shape */       \
+    X(ARGMAX, argmax, 0)             /* last axis -> i32 */                                        \
+    X(EQUAL, equal, 0)               /* -> f32 1.0 / 0.0 */                                        \
+    /* shapes */                                                                                   \
+    X(RESHAPE, reshape, 1)       /* i0: rank, i1..: dims (one may be -1) */                        \
+    X(TRANSPOSE, transpose, 1)   /* i0..i(rank-1): permutation */                                  \
+    X(CONCAT, concat, 1)         /* i0: axis; 1..8 inputs */                                       \
+    X(SLICE, slice, 1)           /* i0: axis, i1: begin, i2: size */                               \
+    X(SLICE_GRAD, slice_grad, 0) /* (dy, x): zeros like x with dy placed at the slice */           \
+    /* layers: NHWC activations, HWIO filters, TensorFlow SAME/VALID padding. Shape                \
+     * inference sets the leading padding in attrs (conv i3,i4: top,left; pools i5,i6);            \
+     * gradient ops copy the forward attrs. "accumulates": adds into out under                     \
+     * CT_NODE_ACCUMULATE (a weight gradient bound to a buffer). */                                \
+    X(CONV2D, conv2d, 1) /* (x, w); i0,i1: stride; i2: same; aux: zero-padded x if needed */       \
+    X(CONV2D_GRAD_INPUT, conv2d_grad_input, 0)   /* (dy, w, forward node); aux: w transposed */    \
+    X(CONV2D_GRAD_FILTER, conv2d_grad_filter, 0) /* (dy, forward node, x); accumulates */          \
+    X(MAX_POOL, max_pool, 1) /* i0,i1: window; i2,i3: stride; i4: same; aux: i32 argmax */         \
+    X(MAX_POOL_GRAD, max_pool_grad, 0) /* (dy, forward node) */                                    \
+    X(AVG_POOL, avg_pool, 1)           /* attrs as MAX_POOL; same padding counts valid cells */    \
+    X(AVG_POOL_GRAD, avg_pool_grad, 0) /* (dy, forward node) */                                    \
+    X(DROPOUT, dropout, 1)             /* f0: rate; i0: training; i1: rng key; aux: u8 mask */     \
+    X(DROPOUT_GRAD, dropout_grad, 0)   /* (dy, forward node) */                                    \
+    /* batch norm: (x, gamma, beta, running mean, running var); f0 momentum, f1 eps, i0 training;  \
+     * training writes the running stats (inputs 3, 4) in place; aux [2, C]: mean, inv std */      \
+    X(BATCH_NORM, batch_norm, 1)                                                                   \
+    X(BATCH_NORM_GRAD, batch_norm_grad, 0) /* (dy, forward, x, gamma); aux [2,C] dgamma,dbeta */   \
+    X(AUX_ROW, aux_row, 0)                 /* (node): row i0 of node's aux; accumulates */         \
+    X(EMBEDDING, embedding, 1)             /* (table [V,D], ids i32 [...]) -> [..., D] */          \
+    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D]; accumulates */           \
+    /* made by graph passes and the trainer, not by models */                                      \
+    X(FUSED, fused, 0) /* elementwise chain (+ a full sum) as one loop; i0: program; aux: it */    \
     X(APPLY_OPTIMIZER, apply_optimizer, 0) /* after all earlier nodes: ctx's optimizer update */
 
 typedef enum ct_op {

@@ -24,8 +24,8 @@ float ct_optimizer_learning_rate(const ct_optimizer *o, int64_t step, int64_t to
 /* Applies one update from params->grad to params->data, as update number `step` (0-based).
  * Zeroes the gradients it consumed when zero_grad is set. Checks gradients: NaN or Inf returns
  * CT_ENUMERIC naming the variable (the parameters are then not to be trusted). Not thread-safe. */
-ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
-                             int64_t total_steps, int zero_grad, ct_err *err);
+ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step, int64_t total_steps,
+                             int zero_grad, ct_err *err);
 
 /* The pieces of ct_optimizer_apply, for executors that split the update across threads:
  * the global-norm clipping factor (1 without clipping, NaN when the norm is not finite); the

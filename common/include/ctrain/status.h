@@ -5,22 +5,22 @@
 
 #include <stddef.h>
 
-#define CT_STATUS_LIST(X)                                                                         \
-    X(OK, 0, "ok")                                                                                \
-    X(EINVAL, -1, "invalid argument")                                                             \
-    X(ENOMEM, -2, "out of memory")                                                                \
-    X(EIO, -3, "input/output error")                                                              \
-    X(EPROTO, -4, "protocol error")                                                               \
-    X(ETIMEDOUT, -5, "timed out")                                                                 \
-    X(EPEER, -6, "peer failed")                                                                   \
-    X(ECUDA, -7, "CUDA error")                                                                    \
-    X(ENCCL, -8, "NCCL error")                                                                    \
-    X(EMPI, -9, "MPI error")                                                                      \
-    X(ENOENT, -10, "not found")                                                                   \
-    X(EFORMAT, -11, "malformed data")                                                             \
-    X(ESHAPE, -12, "shape mismatch")                                                              \
-    X(ENUMERIC, -13, "NaN or Inf")                                                                \
-    X(EUNSUPPORTED, -14, "not supported by this build")                                           \
+#define CT_STATUS_LIST(X)                                                                          \
+    X(OK, 0, "ok")                                                                                 \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EIO, -3, "input/output error")                                                               \
+    X(EPROTO, -4, "protocol error")                                                                \
+    X(ETIMEDOUT, -5, "timed out")                                                                  \
+    X(EPEER, -6, "peer failed")                                                                    \
+    X(ECUDA, -7, "CUDA error")                                                                     \
+    X(ENCCL, -8, "NCCL error")                                                                     \
+    X(EMPI, -9, "MPI error")                                                                       \
+    X(ENOENT, -10, "not found")                                                                    \
+    X(EFORMAT, -11, "malformed data")                                                              \
+    X(ESHAPE, -12, "shape mismatch")                                                               \
+    X(ENUMERIC, -13, "NaN or Inf")                                                                 \
+    X(EUNSUPPORTED, -14, "not supported by this build")                                            \
     X(EINTR, -15, "interrupted")
 
 typedef enum ct_status {
@@ -53,11 +53,11 @@ ct_status ct_err_prefix(ct_err *err, const char *fmt, ...) __attribute__((format
 
 /* Broken invariants (programmer errors) abort with file and line; runtime conditions never use
  * this, they return a status. */
-#define CT_ASSERT(cond)                                                                           \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            ct__assert_fail(#cond, __FILE__, __LINE__);                                           \
-        }                                                                                         \
+#define CT_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            ct__assert_fail(#cond, __FILE__, __LINE__);                                            \
+        }                                                                                          \
     } while (0)
 
 _Noreturn void ct__assert_fail(const char *expr, const char *file, int line);

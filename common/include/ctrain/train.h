@@ -17,7 +17,7 @@ typedef struct ct_trainer ct_trainer;
 
 /* Progress after each step (for progress bars) and at the end of each epoch. */
 typedef struct ct_train_progress {
-    int epoch;           /* 0-based */
+    int epoch; /* 0-based */
     int epochs;
     int64_t step;        /* batch within the epoch, 1-based after the step */
     int64_t steps;       /* batches per epoch */
@@ -25,8 +25,8 @@ typedef struct ct_train_progress {
     double loss;         /* running mean over the epoch so far */
     double accuracy;
     double samples_per_s;
-    double eta_s;        /* seconds left in this epoch */
-    int end_of_epoch;    /* 1: the eval fields are set */
+    double eta_s;     /* seconds left in this epoch */
+    int end_of_epoch; /* 1: the eval fields are set */
     double epoch_seconds;
     double test_loss, test_accuracy; /* NaN when there is no eval data */
     double input_wait_fraction;      /* fraction of the epoch spent waiting for input */
@@ -53,8 +53,7 @@ ct_status ct_trainer_load(const char *job_path, const char *const *sets, int n_s
                           ct_trainer **ret, ct_err *err);
 
 /* Copies parameter `name` ("dense_1/kernel") out of / into the model; n must be its size. */
-ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n,
-                               ct_err *err);
+ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n, ct_err *err);
 ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src, int64_t n,
                                ct_err *err);
 
@@ -73,8 +72,7 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, i
                               double *ret_loss, double *ret_accuracy, ct_err *err);
 
 /* Logits of a forward pass in inference mode: out is [batch, outputs]. */
-ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out,
-                             ct_err *err);
+ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out, ct_err *err);
 
 /* Trains job->epochs epochs over `train` (shuffled per epoch from the job seed, prefetched),
  * evaluating on `eval` (may be NULL) after each epoch. `progress` may be NULL. `stop` (may be
@@ -104,8 +102,7 @@ ct_status ct_trainer_set_checkpointing(ct_trainer *t, const char *dir, const cha
 ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err);
 /* Restores a checkpoint read from `path` (names and shapes checked; the seed and batch size must
  * match the job). The next fit continues at the saved epoch and batch. */
-ct_status ct_trainer_restore(ct_trainer *t, const struct ct_ckpt *c, const char *path,
-                             ct_err *err);
+ct_status ct_trainer_restore(ct_trainer *t, const struct ct_ckpt *c, const char *path, ct_err *err);
 /* Restores the newest good checkpoint of dir, if any (*resumed = 1); corrupt files are passed
  * over and reported through warn. */
 ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,

@@ -9,7 +9,7 @@
 const char *ct_status_str(ct_status status) {
     switch (status) {
 #define CT__STATUS_STR(name, value, text)                                                          \
-    case CT_##name:                                                                               \
+    case CT_##name:                                                                                \
         return text;
         CT_STATUS_LIST(CT__STATUS_STR)
 #undef CT__STATUS_STR
@@ -20,7 +20,7 @@ const char *ct_status_str(ct_status status) {
 const char *ct_status_name(ct_status status) {
     switch (status) {
 #define CT__STATUS_NAME(name, value, text)                                                         \
-    case CT_##name:                                                                               \
+    case CT_##name:                                                                                \
         return #name;
         CT_STATUS_LIST(CT__STATUS_NAME)
 #undef CT__STATUS_NAME

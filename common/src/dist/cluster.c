@@ -15,9 +15,9 @@
 #include "io/yaml_tree.h"
 
 typedef struct source {
-    const char *name;      /* for messages */
-    const char *rank_var;  /* NULL: flags */
-    const char *size_var;  /* NULL: takes the size from another source */
+    const char *name;     /* for messages */
+    const char *rank_var; /* NULL: flags */
+    const char *size_var; /* NULL: takes the size from another source */
     const char *local_var;
 } source;
 
@@ -41,8 +41,7 @@ static long parse(const char *var, const char *v, ct_err *err) {
     errno = 0;
     long x = strtol(v, &end, 10);
     if (*v == '\0' || *end != '\0' || errno || x < 0 || x > 1 << 24) {
-        ct_err_set(err, CT_EINVAL, "cluster spec: %s=\"%s\" is not a non-negative integer", var,
-                   v);
+        ct_err_set(err, CT_EINVAL, "cluster spec: %s=\"%s\" is not a non-negative integer", var, v);
         return -2;
     }
     return x;
@@ -100,11 +99,10 @@ ct_status ct_cluster_spec_read(int flag_rank, int flag_world_size, int flag_loca
         return CT_OK;
     }
     if (s.rank < 0 || s.world_size < 0) {
-        return ct_err_set(err, CT_EINVAL,
-                          "cluster spec: %s gives the %s but nothing gives the %s (set %s)",
-                          s.rank >= 0 ? rank_from : size_from, s.rank >= 0 ? "rank" : "size",
-                          s.rank >= 0 ? "number of processes" : "rank",
-                          s.rank >= 0 ? "--world-size" : "--rank");
+        return ct_err_set(
+            err, CT_EINVAL, "cluster spec: %s gives the %s but nothing gives the %s (set %s)",
+            s.rank >= 0 ? rank_from : size_from, s.rank >= 0 ? "rank" : "size",
+            s.rank >= 0 ? "number of processes" : "rank", s.rank >= 0 ? "--world-size" : "--rank");
     }
     if (s.world_size < 1 || s.rank >= s.world_size) {
         return ct_err_set(err, CT_EINVAL,
@@ -795,8 +793,8 @@ ct_status ct_cluster_from_launcher(ct_cluster *c, int n_ps, ct_getenv_fn getenv_
         return ct_err_set(err, CT_EINVAL, "cluster spec: CTRAIN_CHIEF_PORT=\"%s\" is not a port",
                           port_text);
     }
-    int counts[CT_TASK_TYPES] = {[CT_TASK_CHIEF] = 1, [CT_TASK_PS] = n_ps,
-                                 [CT_TASK_WORKER] = n_workers};
+    int counts[CT_TASK_TYPES] = {
+        [CT_TASK_CHIEF] = 1, [CT_TASK_PS] = n_ps, [CT_TASK_WORKER] = n_workers};
     ct_cluster_finish(c);
     for (int type = 0; type < CT_TASK_TYPES; type++) {
         if (!counts[type]) {
@@ -809,15 +807,13 @@ ct_status ct_cluster_from_launcher(ct_cluster *c, int n_ps, ct_getenv_fn getenv_
         }
         c->n[type] = counts[type];
         for (int i = 0; i < counts[type]; i++) { /* servers listen on any port and report it */
-            snprintf(c->addr[type][i], CT_CLUSTER_ADDR_MAX, type == CT_TASK_CHIEF ? "%s:%ld"
-                                                                                : "*:0",
-                     host[0] ? host : "localhost", port);
+            snprintf(c->addr[type][i], CT_CLUSTER_ADDR_MAX,
+                     type == CT_TASK_CHIEF ? "%s:%ld" : "*:0", host[0] ? host : "localhost", port);
         }
     }
     int r = spec.rank;
     c->task_type = r == 0 ? CT_TASK_CHIEF : r <= n_ps ? CT_TASK_PS : CT_TASK_WORKER;
     c->task_index = r == 0 ? 0 : r <= n_ps ? r - 1 : r - 1 - n_ps;
-    snprintf(c->source, sizeof c->source, "rank %d of %d (%.60s)", r, spec.world_size,
-             spec.source);
+    snprintf(c->source, sizeof c->source, "rank %d of %d (%.60s)", r, spec.world_size, spec.source);
     return CT_OK;
 }

@@ -91,9 +91,8 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
     char *paths = malloc((size_t)MAX_FILES * PATH_MAX);
     int64_t steps[MAX_FILES], done_up_to = -1;
     ct_status st = paths ? CT_OK : ct_err_set(err, CT_ENOMEM, "evaluator: out of memory");
-    if (st == CT_OK &&
-        (st = ct_dataset_load_idx(job->eval_data.images, job->eval_data.labels,
-                                  job->eval_data.limit, &eval, err)) != CT_OK) {
+    if (st == CT_OK && (st = ct_dataset_load_idx(job->eval_data.images, job->eval_data.labels,
+                                                 job->eval_data.limit, &eval, err)) != CT_OK) {
         ct_err_prefix(err, "%s: data.eval", job->path);
     }
     if (st == CT_OK) {
@@ -118,8 +117,8 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
             }
             found = 1;
             ct_err e = {0};
-            ct_status s = evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, ev, opts->out, &r,
-                                       &e);
+            ct_status s =
+                evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, ev, opts->out, &r, &e);
             if (s == CT_ENOENT || s == CT_EINVAL) {
                 /* pruned meanwhile, or corrupt: say so and go on with the next one */
                 fprintf(stderr, "ctrain-evaluator: skipping: %s\n", e.msg);

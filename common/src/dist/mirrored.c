@@ -22,10 +22,10 @@
 #include <time.h>
 
 #include "ctrain/crc32c.h"
-#include "shm_reduce.h"
-#include "ctrain/half.h"
 #include "ctrain/data.h"
+#include "ctrain/half.h"
 #include "ctrain/optim.h"
+#include "shm_reduce.h"
 
 #define MARKER_TAG 77
 #define MARKER_RING 64
@@ -44,7 +44,7 @@ typedef struct ring {
     float *scratch; /* one chunk */
     int64_t count;
     int n, rank, tag;
-    int step;       /* 0 .. 2(n-1); 2(n-1) = done */
+    int step; /* 0 .. 2(n-1); 2(n-1) = done */
     MPI_Request req[2];
 } ring;
 
@@ -122,12 +122,12 @@ static int ring_progress(ring *r) {
 }
 
 typedef struct bucket {
-    int64_t lo, hi;  /* float range of params->grad */
-    ring ring;       /* the f32 path: our ring */
+    int64_t lo, hi;         /* float range of params->grad */
+    ring ring;              /* the f32 path: our ring */
     double t_start, t_done; /* this step: when it started, when it was seen complete */
-    uint16_t *half;  /* compressed copy (strategy.compression), reduced instead of the floats */
-    int expected;    /* parameters in it whose gradient a node writes */
-    int pending;     /* of those, not written yet this step */
+    uint16_t *half; /* compressed copy (strategy.compression), reduced instead of the floats */
+    int expected;   /* parameters in it whose gradient a node writes */
+    int pending;    /* of those, not written yet this step */
     MPI_Request req;
     int started;
 } bucket;
@@ -141,16 +141,16 @@ typedef struct mirrored {
     int64_t seq;     /* steps begun: the shared engine's sequence number */
     int rank, size;
     bucket *b;
-    int nb, next;        /* buckets; the next to start */
-    int *param_bucket;   /* param -> bucket (-1: none) */
-    char *writes;        /* param -> a node of the current graph writes its gradient */
+    int nb, next;      /* buckets; the next to start */
+    int *param_bucket; /* param -> bucket (-1: none) */
+    char *writes;      /* param -> a node of the current graph writes its gradient */
     ct_graph *scanned;
     float weight;
     int64_t step;
     double timeout;
     int64_t check_every;
-    int compression;  /* 0 none, 1 fp16, 2 bf16 */
-    float *scratch;   /* per bucket: one ring chunk */
+    int compression; /* 0 none, 1 fp16, 2 bf16 */
+    float *scratch;  /* per bucket: one ring chunk */
     int64_t scratch_per_bucket;
     MPI_Op half_op;
     /* markers */
@@ -184,8 +184,7 @@ static void drain_markers(mirrored *m) {
             return;
         }
         int64_t mk[2];
-        MPI_Recv(mk, 2, MPI_INT64_T, stt.MPI_SOURCE, MARKER_TAG, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
+        MPI_Recv(mk, 2, MPI_INT64_T, stt.MPI_SOURCE, MARKER_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         m->seen[stt.MPI_SOURCE][0] = mk[0];
         m->seen[stt.MPI_SOURCE][1] = mk[1];
         m->heard[stt.MPI_SOURCE] = now_s();
@@ -511,8 +510,7 @@ static ct_status after_update(void *user, int64_t step, ct_err *err) {
         return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
     }
     for (int q = 0; q < n; q++) {
-        lo[q] = ct_crc32c(0, ct_params_data(m->p, q),
-                          (size_t)m->p->items[q].size * sizeof(float));
+        lo[q] = ct_crc32c(0, ct_params_data(m->p, q), (size_t)m->p->items[q].size * sizeof(float));
         hi[q] = lo[q];
     }
     MPI_Request r[2];
@@ -698,8 +696,8 @@ struct ct_shared_allreduce {
     int nb;
 };
 
-ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes,
-                                     ct_shared_allreduce **ret, ct_err *err) {
+ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes, ct_shared_allreduce **ret,
+                                     ct_err *err) {
     if (!ct__shm_possible(MPI_COMM_WORLD)) {
         return ct_err_set(err, CT_EUNSUPPORTED, "the ranks do not share one node");
     }
@@ -858,8 +856,8 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
         ct_err_prefix(err, "%s: data.train", job.path);
     }
     if (st == CT_OK && job.has_eval_data && /* every rank evaluates its slice */
-        (st = ct_dataset_load_idx(job.eval_data.images, job.eval_data.labels,
-                                  job.eval_data.limit, &eval, err)) != CT_OK) {
+        (st = ct_dataset_load_idx(job.eval_data.images, job.eval_data.labels, job.eval_data.limit,
+                                  &eval, err)) != CT_OK) {
         ct_err_prefix(err, "%s: data.eval", job.path);
     }
     if (st == CT_OK) {
@@ -911,7 +909,8 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
                 "mirrored: %d ranks, %d buckets over %lld gradient bytes (%s all-reduce); "
                 "exposed all-reduce wait %.3f ms per step (after backward); %.0f%% of "
                 "all-reduce time overlapped backward\n",
-                size, m->nb, (long long)bytes, m->shm ? "shared-memory" : "ring", m->steps ? 1e3 * m->wait_s / (double)m->steps : 0.0,
+                size, m->nb, (long long)bytes, m->shm ? "shared-memory" : "ring",
+                m->steps ? 1e3 * m->wait_s / (double)m->steps : 0.0,
                 m->comm_s > 0 ? 100.0 * m->hidden_s / m->comm_s : 0.0);
     }
     if (m && all_ok) {

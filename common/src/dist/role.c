@@ -113,18 +113,19 @@ static int ps_flag(const char *a, int argc, char **argv, int *i, ct_ps_role_flag
     if (*i + 1 >= argc) {
         return 0;
     }
-    const char **str = !strcmp(a, "--task")          ? &f->cluster.task
-                       : !strcmp(a, "--chief")       ? &f->cluster.chief
-                       : !strcmp(a, "--cluster")     ? &f->cluster.cluster_file
-                       : !strcmp(a, "--bind")        ? &f->bind
-                       : !strcmp(a, "--keys")        ? &f->keys
-                                                     : NULL;
+    const char **str = !strcmp(a, "--task")      ? &f->cluster.task
+                       : !strcmp(a, "--chief")   ? &f->cluster.chief
+                       : !strcmp(a, "--cluster") ? &f->cluster.cluster_file
+                       : !strcmp(a, "--bind")    ? &f->bind
+                       : !strcmp(a, "--keys")    ? &f->keys
+                                                 : NULL;
     if (str) {
         *str = argv[++*i];
         return 1;
     }
-    int *num = !strcmp(a, "--num-ps") ? &f->n_ps : !strcmp(a, "--num-workers") ? &f->n_workers
-                                                                                : NULL;
+    int *num = !strcmp(a, "--num-ps")        ? &f->n_ps
+               : !strcmp(a, "--num-workers") ? &f->n_workers
+                                             : NULL;
     if (num) {
         *num = parse_int(a, argv[++*i], num) == 0 ? *num : -2;
         return 1;
@@ -207,8 +208,9 @@ int ct_role_main(int argc, char **argv, const char *role) {
         return EXIT_BAD_INPUT;
     }
     if (!strcmp(role, "ctrain-chief") && spec.rank != 0) {
-        fprintf(stderr, "%s: the chief must be rank 0, this is rank %d (%s); list it first: "
-                        "mpirun -np 1 ctrain-chief ... : -np N ctrain-worker ...\n",
+        fprintf(stderr,
+                "%s: the chief must be rank 0, this is rank %d (%s); list it first: "
+                "mpirun -np 1 ctrain-chief ... : -np N ctrain-worker ...\n",
                 role, spec.rank, spec.source);
         return EXIT_BAD_INPUT;
     }
@@ -220,8 +222,11 @@ int ct_role_main(int argc, char **argv, const char *role) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     char *text = ct_job_text(job_path, sets, n_sets);
-    ct_mirrored_options o = {.job_text = text, .no_resume = no_resume, .quiet = quiet,
-                             .out = stdout, .stop = &stop_requested};
+    ct_mirrored_options o = {.job_text = text,
+                             .no_resume = no_resume,
+                             .quiet = quiet,
+                             .out = stdout,
+                             .stop = &stop_requested};
     ct_train_result r;
     ct_status st = ct_mirrored_train(&job, &spec, &o, &r, &err);
     free(text);

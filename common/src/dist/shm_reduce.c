@@ -49,8 +49,7 @@ int ct__shm_possible(MPI_Comm comm) {
     int size = 0, node_size = 0;
     MPI_Comm_size(comm, &size);
     if (size > MAX_RANKS ||
-        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-            MPI_SUCCESS) {
+        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
         return 0;
     }
     MPI_Comm_size(node, &node_size);
@@ -86,8 +85,9 @@ ct_status ct__shm_create(int64_t count, int n_buckets, ct__shm **ret, ct_err *er
     MPI_Info_free(&info);
     if (rc != MPI_SUCCESS || !s->state) {
         ct__shm_destroy(s);
-        return ct_err_set(err, CT_EMPI, "shared-memory all-reduce: cannot allocate %lld bytes "
-                                        "of shared memory per rank",
+        return ct_err_set(err, CT_EMPI,
+                          "shared-memory all-reduce: cannot allocate %lld bytes "
+                          "of shared memory per rank",
                           (long long)data_bytes);
     }
     memset(mine, 0, (size_t)data_bytes);

@@ -411,8 +411,7 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
         st = r->finish(r->user, err);
     }
     if (st == CT_OK && !r->remote_update) {
-        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0,
-                                err);
+        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
     }
     if (st == CT_OK) {
         t->step++;
@@ -464,8 +463,7 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
     if (st == CT_OK && t->job.eager) {
         /* graph mode updates inside the step graph; eagerly it is one more call. The step
          * overwrites every gradient, so no zeroing pass is needed. */
-        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0,
-                                err);
+        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
     }
     if (st != CT_OK) {
         return st;
@@ -532,8 +530,8 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
 /* ---- logs ---- */
 
 /* The progress record as of batch `step` of the epoch (for the metrics line). */
-static ct_train_progress *p_now(ct_train_progress *p, int64_t step, double loss_sum,
-                                double acc_sum, int64_t seen) {
+static ct_train_progress *p_now(ct_train_progress *p, int64_t step, double loss_sum, double acc_sum,
+                                int64_t seen) {
     p->step = step;
     p->loss = seen ? loss_sum / (double)seen : NAN;
     p->accuracy = seen ? acc_sum / (double)seen : NAN;
@@ -622,10 +620,9 @@ static ct_status log_step(ct_trainer *t, const ct_train_progress *p, float loss,
 static ct_status log_epoch(ct_trainer *t, const ct_train_progress *p, ct_err *err) {
     ct_status st = CT_OK;
     if (t->valid_events && !isnan(p->test_loss)) {
-        if ((st = ct_events_scalar(t->valid_events, "loss", t->step, p->test_loss, err)) ==
-                CT_OK &&
-            (st = ct_events_scalar(t->valid_events, "accuracy", t->step, p->test_accuracy,
-                                   err)) == CT_OK) {
+        if ((st = ct_events_scalar(t->valid_events, "loss", t->step, p->test_loss, err)) == CT_OK &&
+            (st = ct_events_scalar(t->valid_events, "accuracy", t->step, p->test_accuracy, err)) ==
+                CT_OK) {
             st = ct_events_flush(t->valid_events, err);
         }
     }
@@ -634,8 +631,8 @@ static ct_status log_epoch(ct_trainer *t, const ct_train_progress *p, ct_err *er
                 "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
                 "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
                 "%.9g, \"epoch_seconds\": %.6g, \"input_wait_fraction\": %.6g}\n",
-                (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss,
-                p->test_accuracy, p->epoch_seconds, p->input_wait_fraction);
+                (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss, p->test_accuracy,
+                p->epoch_seconds, p->input_wait_fraction);
         fflush(t->metrics);
     }
     return st;
@@ -780,8 +777,7 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
     ct_status st = CT_OK;
     char name[192];
     for (int i = 0; i < p->n && st == CT_OK; i++) {
-        st = restore_one(c, path, p->items[i].name, &p->items[i].shape, ct_params_data(p, i),
-                         err);
+        st = restore_one(c, path, p->items[i].name, &p->items[i].shape, ct_params_data(p, i), err);
     }
     for (int k = 0; k < ct_optimizer_slot_count(t->opt) && st == CT_OK; k++) {
         float *slot = ct_optimizer_slot(t->opt, k);
@@ -789,8 +785,7 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
             if (p->items[i].trainable) {
                 snprintf(name, sizeof name, "%s/%s", p->items[i].name,
                          ct_optimizer_slot_name(t->opt, k));
-                st = restore_one(c, path, name, &p->items[i].shape, slot + p->items[i].offset,
-                                 err);
+                st = restore_one(c, path, name, &p->items[i].shape, slot + p->items[i].offset, err);
             }
         }
     }
@@ -927,8 +922,8 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
             if (!t->graph_logged && t->train_events) {
                 ct_graph *g = NULL;
                 t->graph_logged = 1; /* the step graph, for TensorBoard's Graphs dashboard */
-                if (!t->job.eager && (st = ct_trainer_step_graph(t, b.size, CT_GRAPH_TRAIN, &g,
-                                                                 err)) == CT_OK) {
+                if (!t->job.eager &&
+                    (st = ct_trainer_step_graph(t, b.size, CT_GRAPH_TRAIN, &g, err)) == CT_OK) {
                     st = ct_events_graph(t->train_events, g, err);
                 }
                 if (st != CT_OK) {
@@ -936,8 +931,9 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
                 }
             }
             if ((t->train_events || t->metrics) &&
-                (st = log_step(t, p_now(&p, b.index + 1, loss_sum + (double)loss * b.size,
-                                         acc_sum + (double)acc * b.size, seen + b.size),
+                (st = log_step(t,
+                               p_now(&p, b.index + 1, loss_sum + (double)loss * b.size,
+                                     acc_sum + (double)acc * b.size, seen + b.size),
                                loss, acc, ct_loader_wait_seconds(loader), err)) != CT_OK) {
                 break;
             }
@@ -971,8 +967,7 @@ ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_datase
         p.input_wait_fraction =
             (ct_loader_wait_seconds(loader) - wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
         p.test_loss = p.test_accuracy = NAN;
-        if (eval && (st = fit_evaluate(t, eval, &p.test_loss,
-                                              &p.test_accuracy, err)) != CT_OK) {
+        if (eval && (st = fit_evaluate(t, eval, &p.test_loss, &p.test_accuracy, err)) != CT_OK) {
             break;
         }
         r.epochs = epoch + 1;

@@ -110,8 +110,7 @@ static int fold(pass *p, int i) {
 /* ---- common-subexpression elimination ---- */
 
 static int same_node(const ct_node *a, const ct_node *b, const int *in) {
-    if (a->op != b->op || a->n_in != b->n_in ||
-        ((a->flags ^ b->flags) & CT_NODE_TRAINING) != 0 ||
+    if (a->op != b->op || a->n_in != b->n_in || ((a->flags ^ b->flags) & CT_NODE_TRAINING) != 0 ||
         memcmp(&a->attrs, &b->attrs, sizeof a->attrs) != 0) {
         return 0;
     }
@@ -227,8 +226,8 @@ static int simplify(pass *p, int i, const int *in) {
 
 static int ewise_arity(ct_op op) {
     switch (op) {
-#define CT__ARITY(e, arity, EXPR)                                                                 \
-    case CT_OP_##e:                                                                               \
+#define CT__ARITY(e, arity, EXPR)                                                                  \
+    case CT_OP_##e:                                                                                \
         return arity;
         CT__EWISE_LIST(CT__ARITY)
 #undef CT__ARITY
@@ -356,8 +355,10 @@ static int make_program(pass *p, group *gr, int sum, ct__fused_prog *prog) {
             }
         }
         reg[m] = prog->n_in + m;
-        prog->instr[m] = (ct__fused_instr){.op = (int16_t)n->op, .a = (int16_t)ops[0],
-                                           .b = (int16_t)ops[1], .alpha = n->attrs.f[0]};
+        prog->instr[m] = (ct__fused_instr){.op = (int16_t)n->op,
+                                           .a = (int16_t)ops[0],
+                                           .b = (int16_t)ops[1],
+                                           .alpha = n->attrs.f[0]};
     }
     prog->n_instr = gr->n_members;
     return 0;

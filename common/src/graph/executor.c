@@ -111,16 +111,16 @@ struct ct_exec {
     int n_run;          /* nodes that run (not leaves) */
     int trains;         /* the graph ends in APPLY_OPTIMIZER */
     /* optimizer fusion (upd < 0: off) */
-    int upd;              /* the APPLY_OPTIMIZER node */
-    int64_t *upd_off;     /* per node: its output's offset in params->grad when it updates, or -1 */
-    char *deferred;       /* per writer: 1 when its update is a task after its gates */
-    int *gates;           /* per writer: nodes that must finish first (itself included) */
+    int upd;          /* the APPLY_OPTIMIZER node */
+    int64_t *upd_off; /* per node: its output's offset in params->grad when it updates, or -1 */
+    char *deferred;   /* per writer: 1 when its update is a task after its gates */
+    int *gates;       /* per writer: nodes that must finish first (itself included) */
     int *gate_off, *gated; /* CSR per node: the deferred writers it gates */
     atomic_int *gates_left;
-    float *g2_part;       /* per node and part: sums of squares of the fused updates */
-    int64_t *rest;        /* [begin, end) pairs of trainable ranges left to APPLY_OPTIMIZER */
+    float *g2_part; /* per node and part: sums of squares of the fused updates */
+    int64_t *rest;  /* [begin, end) pairs of trainable ranges left to APPLY_OPTIMIZER */
     int n_rest;
-    int64_t rest_total;   /* floats in those ranges */
+    int64_t rest_total; /* floats in those ranges */
     /* run state */
     atomic_int *pending; /* per node and part: edges still to be satisfied */
     atomic_int *parts_left;
@@ -131,16 +131,16 @@ struct ct_exec {
     atomic_int *queue_ready;
     task_queue *queues;
     int queue_cap;
-    int pinned;         /* parts of split nodes per run */
-    char *ran_on;       /* per node and part: the thread that ran it in the last run */
-    atomic_int stolen;  /* parts run by another thread than their own, this run */
+    int pinned;        /* parts of split nodes per run */
+    char *ran_on;      /* per node and part: the thread that ran it in the last run */
+    atomic_int stolen; /* parts run by another thread than their own, this run */
     atomic_int done, generation, stop, running, active;
     int total_tasks;
     pthread_t *workers;
     struct worker_arg {
         ct_exec *e;
         int self;
-    } *worker_args;
+    } * worker_args;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     ct_graph *g;
@@ -391,12 +391,11 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
          * update do: each thread then reads only the rows of W it wrote itself, where a row
          * or column split reads the other core's rows too (measured: 15% slower halves). */
         const ct_node *w = ct_graph_node(g, storage_root(g, n->in[1]));
-        e->mm_split[i] = m < 256 && m < 4 * cols && cols >= 32 && (ta || m < 8 * max_parts)
-                             ? MM_COLS
-                             : MM_ROWS;
+        e->mm_split[i] =
+            m < 256 && m < 4 * cols && cols >= 32 && (ta || m < 8 * max_parts) ? MM_COLS : MM_ROWS;
         const int x = n->in[0];
-        if (e->trains && !ta && !tb && w->op == CT_OP_VARIABLE && is_trainable(g, w) &&
-            m < 256 && k >= 4 * m && k >= 64 * max_parts && n->out.shape.rank == 2 &&
+        if (e->trains && !ta && !tb && w->op == CT_OP_VARIABLE && is_trainable(g, w) && m < 256 &&
+            k >= 4 * m && k >= 64 * max_parts && n->out.shape.rank == 2 &&
             m * k * cols / 64 >= split_min && !(e->parts[x] > 1 && e->row_len[x] > 0) &&
             !(n->flags & CT_NODE_BOUND)) { /* (not a gradient writer: no partial update) */
             e->mm_split[i] = MM_INNER;
@@ -430,8 +429,8 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         cost = n->op == CT_OP_DROPOUT ? e->work[i] * 8 : 0; /* a Philox draw per element */
     } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
         /* rows of the logits; splits only to follow its input (cost 0) */
-        const ct_tensor *t = n->op == CT_OP_SOFTMAX_XENT ? &ct_graph_node(g, n->in[0])->out
-                                                          : &n->out;
+        const ct_tensor *t =
+            n->op == CT_OP_SOFTMAX_XENT ? &ct_graph_node(g, n->in[0])->out : &n->out;
         if (t->shape.rank != 2) {
             return 1;
         }
@@ -631,14 +630,12 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
         int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
         int64_t k = ta ? ar : ac, cols = tb ? br : bc;
         if (e->mm_split[i] == MM_INNER) { /* x[:, k0:k1] W[k0:k1, :] or x[k0:k1]^T dy[k0:k1],
-                                             * part 0 into the output, the others aside */
+                                           * part 0 into the output, the others aside */
             int64_t m = ta ? ac : ar;
-            float *c = part ? e->inner + e->inner_off[i] + (part - 1) * m * cols
-                            : CT__F32(&n->out);
+            float *c = part ? e->inner + e->inner_off[i] + (part - 1) * m * cols : CT__F32(&n->out);
             const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin * ac : v.begin);
             ct__sgemm(ta, 0, m, cols, v.end - v.begin, 1.0f, a, ac,
-                      CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c,
-                      cols);
+                      CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c, cols);
             return;
         }
         if (e->mm_split[i] == MM_COLS) {
@@ -737,8 +734,7 @@ static void push(ct_exec *e, int node, int part) {
     CT_ASSERT(slot < e->queue_cap);
     size_t at = (size_t)q * (size_t)e->queue_cap + (size_t)slot;
     e->queue[at] = (int64_t)node * TASK_SLOTS + part;
-    atomic_store_explicit(&e->queue_ready[at], atomic_load(&e->generation),
-                          memory_order_release);
+    atomic_store_explicit(&e->queue_ready[at], atomic_load(&e->generation), memory_order_release);
 }
 
 /* One edge into part p of node s is satisfied: queues the part when it was the last. */
@@ -771,8 +767,7 @@ static int pop_from(ct_exec *e, int q, int *node, int *part) {
         if (h >= atomic_load(&tq->tail)) {
             return 0;
         }
-        if (atomic_load_explicit(&e->queue_ready[base + (size_t)h], memory_order_acquire) !=
-            gen) {
+        if (atomic_load_explicit(&e->queue_ready[base + (size_t)h], memory_order_acquire) != gen) {
             return 0; /* claimed but not yet written */
         }
         if (atomic_compare_exchange_weak(&tq->head, &h, h + 1)) {
@@ -861,8 +856,8 @@ static void work(ct_exec *e, int self) {
             node = next;
             part = next_part;
             next = -1;
-        } else if (!pop(e, self, idle_since > 0.0 && now_s() - idle_since > STEAL_SECONDS,
-                        &node, &part)) {
+        } else if (!pop(e, self, idle_since > 0.0 && now_s() - idle_since > STEAL_SECONDS, &node,
+                        &part)) {
             if (idle_since == 0.0) {
                 idle_since = now_s();
             }
@@ -1051,13 +1046,12 @@ void ct__exec_destroy(ct_exec *e) {
 
 /* ---- optimizer fusion ---- */
 
-
 /* Plans the optimizer update of a graph that ends in APPLY_OPTIMIZER (without clipping, which
  * needs the global norm first and leaves the node to its kernel, in one part): with
  * `fuse_writers`, the gradient writers that run their parameters' update (upd_off); then the
  * ranges left to APPLY_OPTIMIZER (rest), split across threads. Returns -1 on out of memory. */
-static int plan_updates(ct_graph *g, ct_exec *e, const uint8_t *anc, int fuse_writers,
-                        int threads, int64_t split_min) {
+static int plan_updates(ct_graph *g, ct_exec *e, const uint8_t *anc, int fuse_writers, int threads,
+                        int64_t split_min) {
     const ct_kctx *ctx = ct_graph_ctx(g);
     const int n = e->n;
     e->upd = -1;
@@ -1349,8 +1343,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         e->inner_off[i] = inner ? inner_total : -1;
         stats->inner_splits += inner && !ct_graph_node(g, i)->attrs.i[0];
         stats->batch_splits += inner && ct_graph_node(g, i)->attrs.i[0];
-        inner_total +=
-            inner ? (e->parts[i] - 1) * ct_tensor_numel(&ct_graph_node(g, i)->out) : 0;
+        inner_total += inner ? (e->parts[i] - 1) * ct_tensor_numel(&ct_graph_node(g, i)->out) : 0;
         e->inner_sum[i] = -1;
     }
     for (int i = 0; i < n; i++) {
@@ -1530,8 +1523,8 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
     }
     stats->fused_updates = 0;
     stats->update_rest = 0;
-    if (plan_updates(g, e, anc, (opts->passes & CT_PASS_FUSE_UPDATE) != 0, e->threads,
-                     split_min) < 0) {
+    if (plan_updates(g, e, anc, (opts->passes & CT_PASS_FUSE_UPDATE) != 0, e->threads, split_min) <
+        0) {
         st = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
     }

@@ -182,8 +182,8 @@ static ct_status trace(ct_function *f, const ct_tensor_spec *sig, ct_concrete_fu
             }
         }
         if (st == CT_OK && (n_outs < 1 || n_outs > CT_FUNCTION_MAX_OUTPUTS)) {
-            st = ct_err_set(err, CT_EINVAL, "function '%s': returned %d outputs (1 to %d)",
-                            f->name, n_outs, CT_FUNCTION_MAX_OUTPUTS);
+            st = ct_err_set(err, CT_EINVAL, "function '%s': returned %d outputs (1 to %d)", f->name,
+                            n_outs, CT_FUNCTION_MAX_OUTPUTS);
         }
         for (int k = 0; st == CT_OK && k < n_outs; k++) {
             c->outputs[k] = ct_identity(c->traced, outs[k]);
@@ -318,7 +318,8 @@ ct_status ct_function_call(ct_function *f, const ct_tensor *inputs, ct_tensor *o
     if (!c) {
         ct_tensor_spec sig[CT_MAX_INPUTS];
         for (int j = 0; j < f->n_inputs; j++) {
-            sig[j] = (ct_tensor_spec){.dtype = inputs[j].dtype, .shape = inputs[j].shape,
+            sig[j] = (ct_tensor_spec){.dtype = inputs[j].dtype,
+                                      .shape = inputs[j].shape,
                                       .name = inputs[j].name[0] ? inputs[j].name : NULL};
         }
         if ((st = trace(f, sig, &c, err)) != CT_OK) {

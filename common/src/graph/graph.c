@@ -17,7 +17,7 @@ struct ct_graph {
     char msg[512];
     ct__fused_prog **progs; /* FUSED nodes' programs (aux points here) */
     int n_progs;
-    ct_exec *exec;           /* the compiled schedule and memory plan, if compiled */
+    ct_exec *exec; /* the compiled schedule and memory plan, if compiled */
     ct_graph_stats stats;
 };
 
@@ -309,10 +309,10 @@ static int bind_gradient(ct_graph *g, int grad, float *dst, int accumulate) {
     }
     unsigned flags = CT_NODE_BOUND | (accumulate ? CT_NODE_ACCUMULATE : 0);
     ct_node *n = &g->nodes[grad];
-    int can = (n->op == CT_OP_MATMUL || n->op == CT_OP_SUM_TO ||
-               n->op == CT_OP_CONV2D_GRAD_FILTER || n->op == CT_OP_EMBEDDING_GRAD ||
-               n->op == CT_OP_AUX_ROW) &&
-              !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE | CT_NODE_ALIAS)) && !g->eager;
+    int can =
+        (n->op == CT_OP_MATMUL || n->op == CT_OP_SUM_TO || n->op == CT_OP_CONV2D_GRAD_FILTER ||
+         n->op == CT_OP_EMBEDDING_GRAD || n->op == CT_OP_AUX_ROW) &&
+        !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE | CT_NODE_ALIAS)) && !g->eager;
     for (int i = grad + 1; can && i < g->n; i++) {
         for (int k = 0; k < g->nodes[i].n_in; k++) {
             can = can && g->nodes[i].in[k] != grad;
@@ -431,10 +431,10 @@ void ct_graph_write_dot(const ct_graph *g, void *out) {
     for (int i = 0; i < g->n; i++) {
         const ct_node *n = &g->nodes[i];
         char shape[96], label[256];
-        const char *style = n->op == CT_OP_FUSED           ? ", style=filled, fillcolor=lightblue"
-                            : n->op <= CT_OP_CONST         ? ", shape=ellipse"
-                            : (n->flags & CT_NODE_BOUND)   ? ", style=bold"
-                                                           : "";
+        const char *style = n->op == CT_OP_FUSED         ? ", style=filled, fillcolor=lightblue"
+                            : n->op <= CT_OP_CONST       ? ", shape=ellipse"
+                            : (n->flags & CT_NODE_BOUND) ? ", style=bold"
+                                                         : "";
         fprintf(f, "  n%d [label=\"%%%d %s\\n%s%s%s\"%s];\n", i, i,
                 node_label(n, label, sizeof label), n->out.name, n->out.name[0] ? " " : "",
                 ct_shape_str(&n->out.shape, shape, sizeof shape), style);

@@ -12,9 +12,9 @@ typedef int (*ct__shape_fn)(ct_graph *g, ct_node *n, ct_node *const *in);
  * pointers move as nodes are added. */
 typedef void (*ct__grad_fn)(ct_graph *g, int node, int dy, const int *need, int *ret_dx);
 
-#define CT__DECLARE_OP(e, name, diff)                                                             \
-    int ct__shape_##name(ct_graph *g, ct_node *n, ct_node *const *in);                            \
-    void ct__grad_##name(ct_graph *g, int node, int dy, const int *need, int *ret_dx);            \
+#define CT__DECLARE_OP(e, name, diff)                                                              \
+    int ct__shape_##name(ct_graph *g, ct_node *n, ct_node *const *in);                             \
+    void ct__grad_##name(ct_graph *g, int node, int dy, const int *need, int *ret_dx);             \
     void ct__cpu_##name(const ct_kctx *ctx, ct_node *n, ct_node *const *in);
 CT_OP_LIST(CT__DECLARE_OP)
 #undef CT__DECLARE_OP
@@ -52,22 +52,22 @@ static inline float ct__beta(const ct_node *n) {
  * 1, alpha: attrs.f[0]). Columns: X(ENUM, arity, EXPR). The unfused kernels and the fused loop
  * both expand these, so a fused chain computes the same values as the ops one by one. Arity 2
  * ops broadcast (ADD..DIV) or take same-shape operands (the *_GRAD ops). */
-#define CT__EWISE_LIST(X)                                                                         \
-    X(ADD, 2, x + y)                                                                              \
-    X(SUB, 2, x - y)                                                                              \
-    X(MUL, 2, x * y)                                                                              \
-    X(DIV, 2, x / y)                                                                              \
-    X(SCALE, 1, alpha * x)                                                                        \
-    X(RELU, 1, x > 0.0f ? x : 0.0f)                                                               \
-    X(GELU, 1, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))                                    \
-    X(SIGMOID, 1, 1.0f / (1.0f + expf(-x)))                                                       \
-    X(TANH, 1, tanhf(x))                                                                          \
-    X(RELU_GRAD, 2, y > 0.0f ? x : 0.0f)                                                          \
-    X(SIGMOID_GRAD, 2, x * y * (1.0f - y))                                                        \
-    X(TANH_GRAD, 2, x * (1.0f - y * y))                                                           \
-    X(GELU_GRAD, 2,                                                                               \
-      x * (0.5f * (1.0f + erff(y * (float)M_SQRT1_2)) +                                           \
-           y * 0.3989422804014327f * expf(-0.5f * y * y)))
+#define CT__EWISE_LIST(X)                                                                          \
+    X(ADD, 2, x + y)                                                                               \
+    X(SUB, 2, x - y)                                                                               \
+    X(MUL, 2, x *y)                                                                                \
+    X(DIV, 2, x / y)                                                                               \
+    X(SCALE, 1, alpha *x)                                                                          \
+    X(RELU, 1, x > 0.0f ? x : 0.0f)                                                                \
+    X(GELU, 1, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))                                     \
+    X(SIGMOID, 1, 1.0f / (1.0f + expf(-x)))                                                        \
+    X(TANH, 1, tanhf(x))                                                                           \
+    X(RELU_GRAD, 2, y > 0.0f ? x : 0.0f)                                                           \
+    X(SIGMOID_GRAD, 2, x *y *(1.0f - y))                                                           \
+    X(TANH_GRAD, 2, x *(1.0f - y * y))                                                             \
+    X(GELU_GRAD, 2,                                                                                \
+      x *(0.5f * (1.0f + erff(y * (float)M_SQRT1_2)) +                                             \
+          y * 0.3989422804014327f * expf(-0.5f * y * y)))
 
 /* A fused elementwise program: registers 0..n_in-1 hold the inputs, each instruction writes the
  * next register from one or two earlier ones, and the last register is the result, stored (or

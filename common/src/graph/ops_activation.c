@@ -19,12 +19,12 @@ static int shape_unary_grad(ct_graph *g, ct_node *n, ct_node *const *in) {
     return shape_unary(g, n, in);
 }
 
-#define CT__UNARY_SHAPES(name)                                                                    \
-    int ct__shape_##name(ct_graph *g, ct_node *n, ct_node *const *in) {                           \
-        return shape_unary(g, n, in);                                                             \
-    }                                                                                             \
-    int ct__shape_##name##_grad(ct_graph *g, ct_node *n, ct_node *const *in) {                    \
-        return shape_unary_grad(g, n, in);                                                        \
+#define CT__UNARY_SHAPES(name)                                                                     \
+    int ct__shape_##name(ct_graph *g, ct_node *n, ct_node *const *in) {                            \
+        return shape_unary(g, n, in);                                                              \
+    }                                                                                              \
+    int ct__shape_##name##_grad(ct_graph *g, ct_node *n, ct_node *const *in) {                     \
+        return shape_unary_grad(g, n, in);                                                         \
     }
 CT__UNARY_SHAPES(relu)
 CT__UNARY_SHAPES(gelu)
@@ -35,10 +35,10 @@ CT__UNARY_SHAPES(log_softmax)
 #undef CT__UNARY_SHAPES
 
 /* Gradient from the forward output y (node itself). */
-#define CT__GRAD_FROM_OUTPUT(name, GRAD_OP)                                                       \
-    void ct__grad_##name(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {           \
-        (void)need;                                                                               \
-        ret_dx[0] = ct__add2(g, GRAD_OP, dy, node, NULL);                                         \
+#define CT__GRAD_FROM_OUTPUT(name, GRAD_OP)                                                        \
+    void ct__grad_##name(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {            \
+        (void)need;                                                                                \
+        ret_dx[0] = ct__add2(g, GRAD_OP, dy, node, NULL);                                          \
     }
 CT__GRAD_FROM_OUTPUT(relu, CT_OP_RELU_GRAD)
 CT__GRAD_FROM_OUTPUT(sigmoid, CT_OP_SIGMOID_GRAD)
@@ -56,8 +56,10 @@ int ct__shape_softmax_xent(ct_graph *g, ct_node *n, ct_node *const *in) {
     const ct_shape *x = &in[0]->out.shape, *y = &in[1]->out.shape;
     char sx[96], sy[96];
     if (in[0]->out.dtype != CT_F32 || x->rank != 2) {
-        return ct_graph_fail(g, CT_EINVAL, "softmax_xent: logits must be f32 [batch, classes], "
-                                           "got %s", ct_shape_str(x, sx, sizeof sx));
+        return ct_graph_fail(g, CT_EINVAL,
+                             "softmax_xent: logits must be f32 [batch, classes], "
+                             "got %s",
+                             ct_shape_str(x, sx, sizeof sx));
     }
     if (in[1]->out.dtype != CT_I32 || y->rank != 1 || y->dims[0] != x->dims[0]) {
         return ct_graph_fail(g, CT_ESHAPE, "softmax_xent: labels must be i32 [%lld], got %s %s",
@@ -72,8 +74,8 @@ int ct__shape_softmax_xent(ct_graph *g, ct_node *n, ct_node *const *in) {
 
 void ct__grad_softmax_xent(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
     if (need[0]) {
-        ret_dx[0] = ct__add3(g, CT_OP_SOFTMAX_XENT_GRAD, dy, node, ct_graph_node(g, node)->in[1],
-                             NULL);
+        ret_dx[0] =
+            ct__add3(g, CT_OP_SOFTMAX_XENT_GRAD, dy, node, ct_graph_node(g, node)->in[1], NULL);
     }
 }
 

@@ -40,8 +40,8 @@ int ct__shape_accumulate(ct_graph *g, ct_node *n, ct_node *const *in) {
 
 static int need_f32(ct_graph *g, ct_node *n, ct_node *const *in, int k) {
     if (in[k]->out.dtype != CT_F32) {
-        return ct_graph_fail(g, CT_EINVAL, "%s: input %d must be f32, got %s",
-                             ct_op_name(n->op), k, ct_dtype_name(in[k]->out.dtype));
+        return ct_graph_fail(g, CT_EINVAL, "%s: input %d must be f32, got %s", ct_op_name(n->op), k,
+                             ct_dtype_name(in[k]->out.dtype));
     }
     return 0;
 }
@@ -68,8 +68,7 @@ int ct__shape_reshape(ct_graph *g, ct_node *n, ct_node *const *in) {
         if (s.dims[k] == -1 && infer < 0) {
             infer = k;
         } else if (s.dims[k] < 0) {
-            return ct_graph_fail(g, CT_ESHAPE, "reshape: bad dim %lld",
-                                 (long long)s.dims[k]);
+            return ct_graph_fail(g, CT_ESHAPE, "reshape: bad dim %lld", (long long)s.dims[k]);
         } else {
             known *= s.dims[k];
         }
@@ -137,8 +136,8 @@ int ct__shape_concat(ct_graph *g, ct_node *n, ct_node *const *in) {
         }
         if (!ok) {
             char a[96], b[96];
-            return ct_graph_fail(g, CT_ESHAPE, "concat: input %d %s does not fit %s on axis %d",
-                                 k, ct_shape_str(o, a, sizeof a),
+            return ct_graph_fail(g, CT_ESHAPE, "concat: input %d %s does not fit %s on axis %d", k,
+                                 ct_shape_str(o, a, sizeof a),
                                  ct_shape_str(&in[0]->out.shape, b, sizeof b), axis);
         }
         s.dims[axis] += o->dims[axis];

@@ -57,13 +57,13 @@ void ct__grad_matmul(ct_graph *g, int node, int dy, const int *need, int *ret_dx
     int a = n.in[0], b = n.in[1];
     int ta = (int)n.attrs.i[0], tb = (int)n.attrs.i[1];
     if (need[0]) {
-        int da = !ta ? ct_matmul(g, dy, b, 0, !tb) : (!tb ? ct_matmul(g, b, dy, 0, 1)
-                                                          : ct_matmul(g, b, dy, 1, 1));
+        int da = !ta ? ct_matmul(g, dy, b, 0, !tb)
+                     : (!tb ? ct_matmul(g, b, dy, 0, 1) : ct_matmul(g, b, dy, 1, 1));
         ret_dx[0] = fit(g, da, a);
     }
     if (need[1]) {
-        int db = !tb ? ct_matmul(g, a, dy, !ta, 0) : (!ta ? ct_matmul(g, dy, a, 1, 0)
-                                                          : ct_matmul(g, dy, a, 1, 1));
+        int db = !tb ? ct_matmul(g, a, dy, !ta, 0)
+                     : (!ta ? ct_matmul(g, dy, a, 1, 0) : ct_matmul(g, dy, a, 1, 1));
         ret_dx[1] = fit(g, db, b);
     }
 }
@@ -137,8 +137,8 @@ static int reduced_shape(ct_graph *g, ct_node *n, const ct_shape *x, ct_shape *r
         mask = (1u << x->rank) - 1;
     }
     if (mask >> x->rank) {
-        return ct_graph_fail(g, CT_EINVAL, "%s: axis out of range for rank %d",
-                             ct_op_name(n->op), x->rank);
+        return ct_graph_fail(g, CT_EINVAL, "%s: axis out of range for rank %d", ct_op_name(n->op),
+                             x->rank);
     }
     ct_shape s = {0}, k = *x;
     for (int d = 0; d < x->rank; d++) {
@@ -207,8 +207,8 @@ void ct__grad_max(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
     (void)need;
     ct_node n = *ct_graph_node(g, node);
     ct_attrs at = n.attrs;
-    ret_dx[0] = ct__add3(g, CT_OP_MAX_GRAD, keep_dims(g, node, dy), n.in[0],
-                         keep_dims(g, node, node), &at);
+    ret_dx[0] =
+        ct__add3(g, CT_OP_MAX_GRAD, keep_dims(g, node, dy), n.in[0], keep_dims(g, node, node), &at);
 }
 
 int ct__shape_max_grad(ct_graph *g, ct_node *n, ct_node *const *in) {

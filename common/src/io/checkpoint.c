@@ -292,8 +292,8 @@ ct_status ct_ckpt_read(const char *path, ct_ckpt **ret, ct_err *err) {
     }
     uint32_t version = get_u32(buf + 8), index_len = get_u32(buf + 12);
     if (version != CT_CKPT_VERSION) {
-        st = ct_err_set(err, CT_EINVAL, "%s: format version %u, this build reads %u", path,
-                        version, CT_CKPT_VERSION);
+        st = ct_err_set(err, CT_EINVAL, "%s: format version %u, this build reads %u", path, version,
+                        CT_CKPT_VERSION);
         goto fail;
     }
     uint64_t data_start = align64(HEADER_BYTES + (uint64_t)index_len + 4);
@@ -353,8 +353,8 @@ ct_status ct_ckpt_read(const char *path, ct_ckpt **ret, ct_err *err) {
         uint32_t crc = ct_crc32c(0, t->data, (size_t)t->bytes);
         if (crc != e->crc32c) {
             st = ct_err_set(err, CT_EINVAL,
-                            "%s: tensor '%s': CRC mismatch (stored 0x%08x, computed 0x%08x)",
-                            path, e->name, e->crc32c, crc);
+                            "%s: tensor '%s': CRC mismatch (stored 0x%08x, computed 0x%08x)", path,
+                            e->name, e->crc32c, crc);
             goto fail;
         }
     }

@@ -123,8 +123,7 @@ static ct_status write_event(ct_events *w, const Ctrain__Tb__Event *ev, ct_err *
         size_t cap = len > 2 * w->buf_cap ? len : 2 * w->buf_cap;
         unsigned char *buf = realloc(w->buf, cap);
         if (!buf) {
-            return ct_err_set(err, CT_ENOMEM, "%s: no memory for a %zu-byte event", w->path,
-                              len);
+            return ct_err_set(err, CT_ENOMEM, "%s: no memory for a %zu-byte event", w->path, len);
         }
         w->buf = buf;
         w->buf_cap = cap;
@@ -191,8 +190,8 @@ ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err) {
         }
         fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && (errno != EEXIST || counter >= 100000)) {
-            ct_status st = ct_err_set(err, CT_EIO, "cannot create %s: %s", w->path,
-                                      strerror(errno));
+            ct_status st =
+                ct_err_set(err, CT_EIO, "cannot create %s: %s", w->path, strerror(errno));
             free(w);
             return st;
         }
@@ -224,8 +223,7 @@ ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err) {
     return CT_OK;
 }
 
-ct_status ct_events_scalar(ct_events *w, const char *tag, int64_t step, double value,
-                           ct_err *err) {
+ct_status ct_events_scalar(ct_events *w, const char *tag, int64_t step, double value, ct_err *err) {
     ct_status st = check_writer(w, "scalar", err);
     if (st != CT_OK) {
         return st;

@@ -76,11 +76,11 @@ static const name_value loss_names[] = {
 static const name_value metric_names[] = {{"accuracy", 1}, {NULL, 0}};
 static const name_value format_names[] = {{"idx", CT_DATA_IDX}, {NULL, 0}};
 
-static const char *const top_keys[] = {"seed",     "model",   "loss",       "metrics",
-                                       "optimizer", "data",   "train",      "strategy",
-                                       "run_dir",  "checkpoint", "logs",     NULL};
-static const char *const checkpoint_keys[] = {"dir",       "every_steps", "keep_last",
-                                              "keep_every_hours", "resume", NULL};
+static const char *const top_keys[] = {"seed",      "model",      "loss",  "metrics",
+                                       "optimizer", "data",       "train", "strategy",
+                                       "run_dir",   "checkpoint", "logs",  NULL};
+static const char *const checkpoint_keys[] = {
+    "dir", "every_steps", "keep_last", "keep_every_hours", "resume", NULL};
 static const char *const logs_keys[] = {"tensorboard", "every_steps", "histogram_every_steps",
                                         NULL};
 static const char *const model_keys[] = {"input_shape", "layers", NULL};
@@ -91,15 +91,25 @@ static const char *const schedule_keys[] = {"type",        "warmup_steps", "step
                                             "decay_steps", "min_lr",       NULL};
 static const char *const data_keys[] = {"train", "eval", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", NULL};
-static const char *const train_keys[] = {"epochs",    "batch_size", "eval_batch_size",
-                                         "shuffle",   "threads",    "prefetch",
-                                         "max_steps", "eager",      "graph_passes",
-                                         "plan_memory", NULL};
-static const char *const strategy_keys[] = {
-    "type",          "bucket_bytes",     "stall_timeout",   "check_every",
-    "compression",   "mode",             "backup_workers",  "staleness",
-    "max_shard_bytes", "heartbeat_timeout", "register_timeout", "chief_timeout",
-    "pull_ahead",    "keys",             "allreduce",       NULL};
+static const char *const train_keys[] = {
+    "epochs",    "batch_size", "eval_batch_size", "shuffle",     "threads", "prefetch",
+    "max_steps", "eager",      "graph_passes",    "plan_memory", NULL};
+static const char *const strategy_keys[] = {"type",
+                                            "bucket_bytes",
+                                            "stall_timeout",
+                                            "check_every",
+                                            "compression",
+                                            "mode",
+                                            "backup_workers",
+                                            "staleness",
+                                            "max_shard_bytes",
+                                            "heartbeat_timeout",
+                                            "register_timeout",
+                                            "chief_timeout",
+                                            "pull_ahead",
+                                            "keys",
+                                            "allreduce",
+                                            NULL};
 static const char *const staleness_keys[] = {"policy", "max", NULL};
 
 /* Option keys per layer type, indexed by ct_layer_type. */
@@ -831,8 +841,8 @@ static void read_train(job_reader *r, const section *top, ct_job *job) {
     const ct__yaml_node *v = sec_get(&s, "graph_passes", key);
     sec_string(&s, "graph_passes", passes, sizeof passes);
     char bad[64];
-    if (v && r->status == CT_OK && ct_graph_parse_passes(passes, &job->graph_passes, bad,
-                                                         sizeof bad) != 0) {
+    if (v && r->status == CT_OK &&
+        ct_graph_parse_passes(passes, &job->graph_passes, bad, sizeof bad) != 0) {
         fail(r, v->line, key,
              "unknown pass '%s' (use all, none, or a comma list of const_fold, cse, dce, "
              "simplify, fuse, fuse_update)",
@@ -875,8 +885,7 @@ static void read_ps_strategy(job_reader *r, section *s, ct_job *job) {
     sec_bool(s, "pull_ahead", &job->ps.pull_ahead);
     sec_string(s, "keys", job->ps.keys, sizeof job->ps.keys);
     section st;
-    sec_open(r, sec_get(s, "staleness", path), path, staleness_keys, key_line(s, "staleness"),
-             &st);
+    sec_open(r, sec_get(s, "staleness", path), path, staleness_keys, key_line(s, "staleness"), &st);
     sec_name(&st, "policy", policy_names, "staleness policy", &job->ps.staleness_policy);
     sec_int(&st, "max", 0, &job->ps.staleness_max);
     if (job->ps.async && job->ps.backup_workers > 0 && sec_get(s, "backup_workers", path)) {

@@ -105,8 +105,10 @@ static ct_status check_arrays(const char *path, const ct_named_array *arrays, in
     for (int i = 0; i < n; i++) {
         const ct_named_array *a = &arrays[i];
         if (!memchr(a->name, '\0', sizeof a->name)) {
-            return ct_err_set(err, CT_EINVAL, "%s: array %d: name is not NUL-terminated within %d"
-                              " bytes", path, i, CT_NPZ_MAX_NAME);
+            return ct_err_set(err, CT_EINVAL,
+                              "%s: array %d: name is not NUL-terminated within %d"
+                              " bytes",
+                              path, i, CT_NPZ_MAX_NAME);
         }
         if (a->name[0] == '\0') {
             return ct_err_set(err, CT_EINVAL, "%s: array %d: empty name", path, i);
@@ -122,13 +124,12 @@ static ct_status check_arrays(const char *path, const ct_named_array *arrays, in
         uint64_t numel = 1;
         for (int d = 0; d < a->rank; d++) {
             if (a->dims[d] < 0) {
-                return ct_err_set(err, CT_EINVAL, "%s: array '%s': dim %d is negative (%lld)",
-                                  path, a->name, d, (long long)a->dims[d]);
+                return ct_err_set(err, CT_EINVAL, "%s: array '%s': dim %d is negative (%lld)", path,
+                                  a->name, d, (long long)a->dims[d]);
             }
             uint64_t dim = (uint64_t)a->dims[d];
             if (dim != 0 && numel > (uint64_t)INT64_MAX / 8 / dim) {
-                return ct_err_set(err, CT_EINVAL, "%s: array '%s': shape too large", path,
-                                  a->name);
+                return ct_err_set(err, CT_EINVAL, "%s: array '%s': shape too large", path, a->name);
             }
             numel *= dim;
         }
@@ -147,8 +148,8 @@ static ct_status check_arrays(const char *path, const ct_named_array *arrays, in
     qsort(names, (size_t)n, sizeof *names, cmp_name_ptr);
     for (int i = 1; i < n; i++) {
         if (strcmp(names[i - 1], names[i]) == 0) {
-            ct_status st = ct_err_set(err, CT_EINVAL, "%s: duplicate array name '%s'", path,
-                                      names[i]);
+            ct_status st =
+                ct_err_set(err, CT_EINVAL, "%s: duplicate array name '%s'", path, names[i]);
             free(names);
             return st;
         }
@@ -257,8 +258,10 @@ static const char *npy_descr(ct_dtype d) {
  * with spaces and a final newline to a multiple of 64 bytes. Returns its length. */
 static size_t npy_header(const ct_named_array *a, unsigned char *buf) {
     char dict[NPY_HEADER_CAP];
-    size_t len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, "
-                                  "'shape': (", npy_descr(a->dtype));
+    size_t len = (size_t)snprintf(dict, sizeof dict,
+                                  "{'descr': '%s', 'fortran_order': False, "
+                                  "'shape': (",
+                                  npy_descr(a->dtype));
     for (int d = 0; d < a->rank; d++) {
         len += (size_t)snprintf(dict + len, sizeof dict - len, d == 0 ? "%lld" : ", %lld",
                                 (long long)a->dims[d]);
@@ -309,8 +312,10 @@ ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct
                           path ? path : "(null)", n);
     }
     if (n > 0xFFFF) {
-        return ct_err_set(err, CT_EINVAL, "%s: %d arrays: a zip without ZIP64 holds at most "
-                          "65535 members", path, n);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: %d arrays: a zip without ZIP64 holds at most "
+                          "65535 members",
+                          path, n);
     }
     size_t count = (size_t)(n > 0 ? n : 1);
     uint64_t *bytes = malloc(sizeof *bytes * count);
@@ -332,13 +337,17 @@ ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct
         offset += ZIP_LOCAL_BYTES + mem[i].name_len + mem[i].size;
         cd_size += ZIP_CENTRAL_BYTES + mem[i].name_len;
         if (mem[i].size >= ZIP_U32_MAX || mem[i].offset >= ZIP_U32_MAX) {
-            st = ct_err_set(err, CT_EINVAL, "%s: array '%s': the file would pass 4 GiB, which "
-                            "needs ZIP64 (not supported)", path, arrays[i].name);
+            st = ct_err_set(err, CT_EINVAL,
+                            "%s: array '%s': the file would pass 4 GiB, which "
+                            "needs ZIP64 (not supported)",
+                            path, arrays[i].name);
         }
     }
     if (st == CT_OK && (offset >= ZIP_U32_MAX || offset + cd_size >= ZIP_U32_MAX)) {
-        st = ct_err_set(err, CT_EINVAL, "%s: the file would pass 4 GiB, which needs ZIP64 (not "
-                        "supported)", path);
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: the file would pass 4 GiB, which needs ZIP64 (not "
+                        "supported)",
+                        path);
     }
     unsigned char *cd = NULL;
     if (st == CT_OK) {
@@ -606,8 +615,10 @@ ct_status ct_safetensors_write(const char *path, const ct_named_array *arrays, i
         st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", path);
     }
     if (st == CT_OK && h.len > SAFETENSORS_MAX_HEADER) {
-        st = ct_err_set(err, CT_EINVAL, "%s: JSON header of %zu bytes is over the safetensors "
-                        "limit of %d", path, h.len, SAFETENSORS_MAX_HEADER);
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: JSON header of %zu bytes is over the safetensors "
+                        "limit of %d",
+                        path, h.len, SAFETENSORS_MAX_HEADER);
     }
     out_file out = {.fd = -1};
     if (st == CT_OK) {
@@ -692,12 +703,14 @@ typedef struct zip_dir {
 /* Finds the end-of-central-directory record (and the ZIP64 one when present). */
 static ct_status find_directory(const zip_in *z, zip_dir *dir, ct_err *err) {
     if (z->size < ZIP_END_BYTES) {
-        return ct_err_set(err, CT_EINVAL, "%s: not a zip file (%llu bytes, too short for the end "
-                          "of central directory record)", z->path, (unsigned long long)z->size);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: not a zip file (%llu bytes, too short for the end "
+                          "of central directory record)",
+                          z->path, (unsigned long long)z->size);
     }
-    size_t tail_len = (size_t)(z->size < ZIP_END_BYTES + ZIP_MAX_COMMENT
-                                   ? z->size
-                                   : ZIP_END_BYTES + ZIP_MAX_COMMENT);
+    size_t tail_len =
+        (size_t)(z->size < ZIP_END_BYTES + ZIP_MAX_COMMENT ? z->size
+                                                           : ZIP_END_BYTES + ZIP_MAX_COMMENT);
     unsigned char *tail = malloc(tail_len);
     if (!tail) {
         return ct_err_set(err, CT_ENOMEM, "%s: out of memory", z->path);
@@ -721,8 +734,10 @@ static ct_status find_directory(const zip_in *z, zip_dir *dir, ct_err *err) {
     }
     if (!found) {
         free(tail);
-        return ct_err_set(err, CT_EINVAL, "%s: no zip end of central directory record (not a zip "
-                          "file, or truncated)", z->path);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: no zip end of central directory record (not a zip "
+                          "file, or truncated)",
+                          z->path);
     }
     const unsigned char *e = tail + pos;
     uint64_t end_off = tail_off + pos;
@@ -747,8 +762,10 @@ static ct_status find_directory(const zip_in *z, zip_dir *dir, ct_err *err) {
             uint64_t loc_off = end_off - ZIP64_LOCATOR_BYTES;
             if (get32(loc + 4) != 0 || get32(loc + 16) > 1 || z64_off > loc_off ||
                 loc_off - z64_off < ZIP64_END_BYTES) {
-                return ct_err_set(err, CT_EINVAL, "%s: byte %llu: bad ZIP64 end of central "
-                                  "directory locator", z->path, (unsigned long long)loc_off);
+                return ct_err_set(err, CT_EINVAL,
+                                  "%s: byte %llu: bad ZIP64 end of central "
+                                  "directory locator",
+                                  z->path, (unsigned long long)loc_off);
             }
             unsigned char r[ZIP64_END_BYTES];
             st = read_at(z, r, sizeof r, z64_off, err);
@@ -756,8 +773,10 @@ static ct_status find_directory(const zip_in *z, zip_dir *dir, ct_err *err) {
                 return st;
             }
             if (get32(r) != ZIP64_END_SIG) {
-                return ct_err_set(err, CT_EINVAL, "%s: byte %llu: bad ZIP64 end of central "
-                                  "directory signature", z->path, (unsigned long long)z64_off);
+                return ct_err_set(err, CT_EINVAL,
+                                  "%s: byte %llu: bad ZIP64 end of central "
+                                  "directory signature",
+                                  z->path, (unsigned long long)z64_off);
             }
             disk = get32(r + 16);
             cd_disk = get32(r + 20);
@@ -769,19 +788,23 @@ static ct_status find_directory(const zip_in *z, zip_dir *dir, ct_err *err) {
         }
     }
     if (disk != 0 || cd_disk != 0 || n_disk != dir->n) {
-        return ct_err_set(err, CT_EINVAL, "%s: byte %llu: multi-disk zip archives are not "
-                          "supported", z->path, (unsigned long long)end_off);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: byte %llu: multi-disk zip archives are not "
+                          "supported",
+                          z->path, (unsigned long long)end_off);
     }
     if (dir->cd_off > limit || dir->cd_size > limit - dir->cd_off) {
-        return ct_err_set(err, CT_EINVAL, "%s: central directory (%llu bytes at byte %llu) runs "
-                          "past its end record at byte %llu (truncated or corrupt)", z->path,
-                          (unsigned long long)dir->cd_size, (unsigned long long)dir->cd_off,
-                          (unsigned long long)limit);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: central directory (%llu bytes at byte %llu) runs "
+                          "past its end record at byte %llu (truncated or corrupt)",
+                          z->path, (unsigned long long)dir->cd_size,
+                          (unsigned long long)dir->cd_off, (unsigned long long)limit);
     }
     if (dir->n > dir->cd_size / ZIP_CENTRAL_BYTES || dir->n > INT_MAX / 2) {
-        return ct_err_set(err, CT_EINVAL, "%s: end record claims %llu members, more than a "
-                          "%llu-byte central directory holds", z->path,
-                          (unsigned long long)dir->n, (unsigned long long)dir->cd_size);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: end record claims %llu members, more than a "
+                          "%llu-byte central directory holds",
+                          z->path, (unsigned long long)dir->n, (unsigned long long)dir->cd_size);
     }
     return CT_OK;
 }
@@ -815,8 +838,10 @@ static ct_status parse_entry(const zip_in *z, const zip_dir *dir, const unsigned
     uint32_t disk = get16(c + 34);
     e->local_off = get32(c + 42);
     if (dir->cd_size - p - ZIP_CENTRAL_BYTES < e->name_len + extra_len + comment_len) {
-        return ct_err_set(err, CT_EINVAL, "%s: byte %llu: central directory entry runs past the "
-                          "directory", z->path, at);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: byte %llu: central directory entry runs past the "
+                          "directory",
+                          z->path, at);
     }
     e->name = c + ZIP_CENTRAL_BYTES;
     printable_name(e->name, e->name_len, e->shown, sizeof e->shown);
@@ -834,8 +859,10 @@ static ct_status parse_entry(const zip_in *z, const zip_dir *dir, const unsigned
             for (int f = 0; f < 3; f++) {
                 if (*fields[f] == ZIP_U32_MAX) {
                     if (v_end - v < 8) {
-                        return ct_err_set(err, CT_EINVAL, "%s: member '%s': ZIP64 extra field "
-                                          "too short", z->path, e->shown);
+                        return ct_err_set(err, CT_EINVAL,
+                                          "%s: member '%s': ZIP64 extra field "
+                                          "too short",
+                                          z->path, e->shown);
                     }
                     *fields[f] = get64(v);
                     v += 8;
@@ -848,8 +875,10 @@ static ct_status parse_entry(const zip_in *z, const zip_dir *dir, const unsigned
         x += 4 + sz;
     }
     if (disk != 0) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': on disk %u (multi-disk zip archives "
-                          "are not supported)", z->path, e->shown, disk);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': on disk %u (multi-disk zip archives "
+                          "are not supported)",
+                          z->path, e->shown, disk);
     }
     *pos = p + ZIP_CENTRAL_BYTES + e->name_len + extra_len + comment_len;
     return CT_OK;
@@ -861,8 +890,7 @@ static ct_status inflate_member(const zip_in *z, const zip_entry *e, const unsig
     z_stream zs;
     memset(&zs, 0, sizeof zs);
     if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) {
-        return ct_err_set(err, CT_ENOMEM, "%s: member '%s': cannot start zlib", z->path,
-                          e->shown);
+        return ct_err_set(err, CT_ENOMEM, "%s: member '%s': cannot start zlib", z->path, e->shown);
     }
     uint64_t in_left = e->csize, out_left = e->usize;
     zs.next_in = (unsigned char *)in;
@@ -885,8 +913,7 @@ static ct_status inflate_member(const zip_in *z, const zip_entry *e, const unsig
     snprintf(zmsg, sizeof zmsg, "%s", why);
     inflateEnd(&zs);
     if (rc == Z_MEM_ERROR) {
-        return ct_err_set(err, CT_ENOMEM, "%s: member '%s': zlib out of memory", z->path,
-                          e->shown);
+        return ct_err_set(err, CT_ENOMEM, "%s: member '%s': zlib out of memory", z->path, e->shown);
     }
     if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
         return ct_err_set(err, CT_EINVAL, "%s: member '%s': bad deflate data (%s)", z->path,
@@ -896,16 +923,22 @@ static ct_status inflate_member(const zip_in *z, const zip_entry *e, const unsig
         return CT_OK;
     }
     if (rc == Z_STREAM_END) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': inflates to %llu bytes, the "
-                          "directory says %llu", z->path, e->shown,
-                          (unsigned long long)produced, (unsigned long long)e->usize);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': inflates to %llu bytes, the "
+                          "directory says %llu",
+                          z->path, e->shown, (unsigned long long)produced,
+                          (unsigned long long)e->usize);
     }
     if (produced == e->usize) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': inflates to more than the %llu bytes "
-                          "the directory says", z->path, e->shown, (unsigned long long)e->usize);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': inflates to more than the %llu bytes "
+                          "the directory says",
+                          z->path, e->shown, (unsigned long long)e->usize);
     }
-    return ct_err_set(err, CT_EINVAL, "%s: member '%s': deflate stream truncated after %llu "
-                      "bytes", z->path, e->shown, (unsigned long long)produced);
+    return ct_err_set(err, CT_EINVAL,
+                      "%s: member '%s': deflate stream truncated after %llu "
+                      "bytes",
+                      z->path, e->shown, (unsigned long long)produced);
 }
 
 /* ---- .npy header: a Python dict literal -------------------------------------------------- */
@@ -1054,26 +1087,28 @@ static ct_status decode_npy(const zip_in *z, const zip_entry *e, unsigned char *
         st = ct_err_set(err, CT_EINVAL, "%s: member '%s': not a .npy (bad magic)", z->path,
                         e->shown);
     } else if (buf[6] < 1 || buf[6] > 3 || buf[7] != 0) {
-        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': unsupported .npy version %u.%u",
-                        z->path, e->shown, buf[6], buf[7]);
+        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': unsupported .npy version %u.%u", z->path,
+                        e->shown, buf[6], buf[7]);
     } else if (buf[6] == 1) {
         prefix = 10;
         hlen = get16(buf + 8);
     } else if (len < 12) {
-        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': .npy header truncated", z->path,
-                        e->shown);
+        st =
+            ct_err_set(err, CT_EINVAL, "%s: member '%s': .npy header truncated", z->path, e->shown);
     } else {
         prefix = 12;
         hlen = get32(buf + 8);
     }
     if (st == CT_OK && hlen > len - prefix) {
-        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': .npy header of %zu bytes runs past the"
-                        " %zu-byte member", z->path, e->shown, hlen, len);
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: member '%s': .npy header of %zu bytes runs past the"
+                        " %zu-byte member",
+                        z->path, e->shown, hlen, len);
     }
     npy_info info = {.rank = 0};
     if (st == CT_OK) {
-        const char *why = parse_npy_dict((const char *)buf + prefix,
-                                         (const char *)buf + prefix + hlen, &info);
+        const char *why =
+            parse_npy_dict((const char *)buf + prefix, (const char *)buf + prefix + hlen, &info);
         if (why) {
             st = ct_err_set(err, CT_EINVAL, "%s: member '%s': .npy header: %s", z->path, e->shown,
                             why);
@@ -1095,17 +1130,23 @@ static ct_status decode_npy(const zip_in *z, const zip_entry *e, unsigned char *
         } else if (strcmp(d, "|u1") == 0 || strcmp(d, "|b1") == 0) {
             a->dtype = CT_U8; /* bools are one byte of 0 or 1 */
         } else if (d[0] == '>') {
-            st = ct_err_set(err, CT_EINVAL, "%s: member '%s': big-endian dtype '%s' is not "
-                            "supported", z->path, e->shown, d);
+            st = ct_err_set(err, CT_EINVAL,
+                            "%s: member '%s': big-endian dtype '%s' is not "
+                            "supported",
+                            z->path, e->shown, d);
         } else {
-            st = ct_err_set(err, CT_EINVAL, "%s: member '%s': dtype '%s' is not supported (want "
-                            "<f4, <f8, <i4, <i8 or |u1)", z->path, e->shown, d);
+            st = ct_err_set(err, CT_EINVAL,
+                            "%s: member '%s': dtype '%s' is not supported (want "
+                            "<f4, <f8, <i4, <i8 or |u1)",
+                            z->path, e->shown, d);
         }
         src_size = from_f64 ? 8 : ct_dtype_size(a->dtype);
     }
     if (st == CT_OK && info.fortran) {
-        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': Fortran-order arrays are not supported"
-                        " (save a C-contiguous array)", z->path, e->shown);
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: member '%s': Fortran-order arrays are not supported"
+                        " (save a C-contiguous array)",
+                        z->path, e->shown);
     }
     uint64_t numel = 1;
     for (int d = 0; d < info.rank && st == CT_OK; d++) {
@@ -1118,8 +1159,10 @@ static ct_status decode_npy(const zip_in *z, const zip_entry *e, unsigned char *
     }
     size_t off = prefix + hlen;
     if (st == CT_OK && (numel > len || numel * src_size != len - off)) {
-        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': shape needs %llu data bytes, the member"
-                        " has %zu", z->path, e->shown,
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: member '%s': shape needs %llu data bytes, the member"
+                        " has %zu",
+                        z->path, e->shown,
                         numel > len ? 0ull : (unsigned long long)(numel * src_size), len - off);
     }
     if (st != CT_OK) {
@@ -1154,16 +1197,20 @@ static ct_status read_member(const zip_in *z, const zip_dir *dir, const zip_entr
                           z->path, e->shown);
     }
     if (e->method != 0 && e->method != 8) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': compression method %u is not "
-                          "supported (stored or deflate)", z->path, e->shown, e->method);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': compression method %u is not "
+                          "supported (stored or deflate)",
+                          z->path, e->shown, e->method);
     }
     size_t key_len = e->name_len;
     if (key_len >= 4 && memcmp(e->name + key_len - 4, ".npy", 4) == 0) {
         key_len -= 4;
     }
     if (key_len >= sizeof a->name || memchr(e->name, '\0', e->name_len)) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': name longer than %d bytes or with a "
-                          "NUL", z->path, e->shown, CT_NPZ_MAX_NAME - 1);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': name longer than %d bytes or with a "
+                          "NUL",
+                          z->path, e->shown, CT_NPZ_MAX_NAME - 1);
     }
     memcpy(a->name, e->name, key_len);
     a->name[key_len] = '\0';
@@ -1172,9 +1219,11 @@ static ct_status read_member(const zip_in *z, const zip_dir *dir, const zip_entr
      * placeholders, so only its method, name and extra length are used. */
     uint64_t limit = dir->cd_off;
     if (e->local_off > limit || limit - e->local_off < ZIP_LOCAL_BYTES) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': local header offset %llu is past the "
-                          "central directory at %llu", z->path, e->shown,
-                          (unsigned long long)e->local_off, (unsigned long long)limit);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': local header offset %llu is past the "
+                          "central directory at %llu",
+                          z->path, e->shown, (unsigned long long)e->local_off,
+                          (unsigned long long)limit);
     }
     unsigned char lh[ZIP_LOCAL_BYTES];
     ct_status st = read_at(z, lh, sizeof lh, e->local_off, err);
@@ -1182,27 +1231,34 @@ static ct_status read_member(const zip_in *z, const zip_dir *dir, const zip_entr
         return st;
     }
     if (get32(lh) != ZIP_LOCAL_SIG) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': byte %llu: bad local header "
-                          "signature", z->path, e->shown, (unsigned long long)e->local_off);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': byte %llu: bad local header "
+                          "signature",
+                          z->path, e->shown, (unsigned long long)e->local_off);
     }
     uint64_t lname_len = get16(lh + 26), lextra_len = get16(lh + 28);
     uint64_t name_off = e->local_off + ZIP_LOCAL_BYTES;
     uint64_t data_off = name_off + lname_len + lextra_len;
     if (lname_len != e->name_len || get16(lh + 8) != e->method || data_off > limit ||
         e->csize > limit - data_off) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': byte %llu: local header disagrees "
-                          "with the central directory, or the data runs past it", z->path,
-                          e->shown, (unsigned long long)e->local_off);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': byte %llu: local header disagrees "
+                          "with the central directory, or the data runs past it",
+                          z->path, e->shown, (unsigned long long)e->local_off);
     }
     if (e->method == 0 && e->csize != e->usize) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': stored member with sizes %llu and "
-                          "%llu", z->path, e->shown, (unsigned long long)e->csize,
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': stored member with sizes %llu and "
+                          "%llu",
+                          z->path, e->shown, (unsigned long long)e->csize,
                           (unsigned long long)e->usize);
     }
     if (e->method == 8 && e->usize / DEFLATE_MAX_RATIO > e->csize + 1) {
-        return ct_err_set(err, CT_EINVAL, "%s: member '%s': claims %llu bytes inflated from %llu:"
-                          " more than deflate can produce", z->path, e->shown,
-                          (unsigned long long)e->usize, (unsigned long long)e->csize);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: member '%s': claims %llu bytes inflated from %llu:"
+                          " more than deflate can produce",
+                          z->path, e->shown, (unsigned long long)e->usize,
+                          (unsigned long long)e->csize);
     }
     if (e->usize > SIZE_MAX - 16 || e->csize > SIZE_MAX - 16) {
         return ct_err_set(err, CT_EINVAL, "%s: member '%s': too large for memory", z->path,
@@ -1215,17 +1271,18 @@ static ct_status read_member(const zip_in *z, const zip_dir *dir, const zip_entr
     }
     st = read_at(z, raw, (size_t)lname_len, name_off, err);
     if (st == CT_OK && memcmp(raw, e->name, e->name_len) != 0) {
-        st = ct_err_set(err, CT_EINVAL, "%s: member '%s': byte %llu: local header name differs "
-                        "from the central directory", z->path, e->shown,
-                        (unsigned long long)name_off);
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: member '%s': byte %llu: local header name differs "
+                        "from the central directory",
+                        z->path, e->shown, (unsigned long long)name_off);
     }
     st = st == CT_OK ? read_at(z, raw, (size_t)e->csize, data_off, err) : st;
     unsigned char *data = raw;
     if (st == CT_OK && e->method == 8) {
         data = malloc((size_t)e->usize + 1);
         if (!data) {
-            st = ct_err_set(err, CT_ENOMEM, "%s: member '%s': out of memory (%llu bytes)",
-                            z->path, e->shown, (unsigned long long)e->usize);
+            st = ct_err_set(err, CT_ENOMEM, "%s: member '%s': out of memory (%llu bytes)", z->path,
+                            e->shown, (unsigned long long)e->usize);
         } else {
             st = inflate_member(z, e, raw, data, err);
         }

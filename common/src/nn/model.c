@@ -10,16 +10,16 @@
 struct ct_model {
     ct_job job; /* copy: layers, input shape, seed, file name */
     ct_params params;
-    int first_param[CT_JOB_MAX_LAYERS]; /* index of each layer's first parameter (-1: none) */
-    int n_params[CT_JOB_MAX_LAYERS];    /* how many parameters each layer declared */
+    int first_param[CT_JOB_MAX_LAYERS];     /* index of each layer's first parameter (-1: none) */
+    int n_params[CT_JOB_MAX_LAYERS];        /* how many parameters each layer declared */
     ct_shape shapes[CT_JOB_MAX_LAYERS + 1]; /* per-example shapes: input, then each layer's */
 };
 
 static ct_status layer_error(const ct_job *job, int i, ct_err *err, const char *fmt,
                              const char *detail) {
     char where[CT_JOB_PATH_MAX + 64];
-    snprintf(where, sizeof where, "%s:%d: model.layers[%d] (%s)", job->path, job->layers[i].line,
-             i, ct_layer_type_name(job->layers[i].type));
+    snprintf(where, sizeof where, "%s:%d: model.layers[%d] (%s)", job->path, job->layers[i].line, i,
+             ct_layer_type_name(job->layers[i].type));
     return ct_err_set(err, CT_EINVAL, "%s: %s%s", where, fmt, detail ? detail : "");
 }
 
@@ -41,16 +41,16 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     *out = *in;
     m->first_param[i] = -1;
     ct_shape_str(in, shape_str, sizeof shape_str);
-#define DECLARE(suffix, shape, trainable, init, fi, fo)                                           \
-    do {                                                                                          \
-        snprintf(name, sizeof name, "%s_%d/%s", ct_layer_type_name(l->type), i, suffix);          \
-        int idx_ = ct_params_declare(p, name, shape, trainable, init, fi, fo);                    \
-        if (idx_ < 0) {                                                                           \
+#define DECLARE(suffix, shape, trainable, init, fi, fo)                                            \
+    do {                                                                                           \
+        snprintf(name, sizeof name, "%s_%d/%s", ct_layer_type_name(l->type), i, suffix);           \
+        int idx_ = ct_params_declare(p, name, shape, trainable, init, fi, fo);                     \
+        if (idx_ < 0) {                                                                            \
             return ct_err_set(err, CT_ENOMEM, "model: out of memory");                             \
-        }                                                                                         \
-        if (m->first_param[i] < 0) {                                                              \
-            m->first_param[i] = idx_;                                                             \
-        }                                                                                         \
+        }                                                                                          \
+        if (m->first_param[i] < 0) {                                                               \
+            m->first_param[i] = idx_;                                                              \
+        }                                                                                          \
     } while (0)
     switch (l->type) {
     case CT_LAYER_DENSE: {
@@ -78,8 +78,8 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         int64_t ow = window_out(in->dims[1], win[1], l->strides[1], l->padding_same);
         if (oh <= 0 || ow <= 0) {
             char detail[160];
-            snprintf(detail, sizeof detail, "%dx%d larger than input %s with valid padding",
-                     win[0], win[1], shape_str);
+            snprintf(detail, sizeof detail, "%dx%d larger than input %s with valid padding", win[0],
+                     win[1], shape_str);
             return layer_error(&m->job, i, err, "window ", detail);
         }
         out->dims[0] = oh;
@@ -138,8 +138,8 @@ ct_status ct_model_create(const ct_job *job, ct_model **ret, ct_err *err) {
     m->job = *job;
     ct_params_init(&m->params);
     if (job->n_layers < 1) {
-        st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer",
-                        job->path, job->layers_line);
+        st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer", job->path,
+                        job->layers_line);
         goto fail;
     }
     m->shapes[0] = ct_shape_make(job->input_rank, job->input_shape);

@@ -130,15 +130,13 @@ static ct_status report_nonfinite(const ct_params *p, int64_t step, ct_err *err)
         const float *g = ct_params_grad(p, i);
         for (int64_t k = 0; p->items[i].trainable && k < p->items[i].size; k++) {
             if (!isfinite(g[k])) {
-                return ct_err_set(err, CT_ENUMERIC,
-                                  "step %lld: gradient of '%s' is %s at element %lld",
-                                  (long long)step, p->items[i].name, isnan(g[k]) ? "NaN" : "Inf",
-                                  (long long)k);
+                return ct_err_set(
+                    err, CT_ENUMERIC, "step %lld: gradient of '%s' is %s at element %lld",
+                    (long long)step, p->items[i].name, isnan(g[k]) ? "NaN" : "Inf", (long long)k);
             }
         }
     }
-    return ct_err_set(err, CT_ENUMERIC, "step %lld: gradient norm is not finite",
-                      (long long)step);
+    return ct_err_set(err, CT_ENUMERIC, "step %lld: gradient norm is not finite", (long long)step);
 }
 
 int ct_optimizer_clips(const ct_optimizer *o) {
@@ -247,14 +245,14 @@ ct_status ct_optimizer_check(const ct_optimizer *o, const ct_params *params, int
     return isfinite(sum_squares_seen) ? CT_OK : report_nonfinite(params, step, err);
 }
 
-ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
-                             int64_t total_steps, int zero_grad, ct_err *err) {
+ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step, int64_t total_steps,
+                             int zero_grad, ct_err *err) {
     float clip = ct_optimizer_clip_factor(o, params);
     if (!isfinite(clip)) {
         return report_nonfinite(params, step, err);
     }
-    float g2 = ct_optimizer_update_range(o, params, step, total_steps, clip, 0,
-                                         params->trainable_total);
+    float g2 =
+        ct_optimizer_update_range(o, params, step, total_steps, clip, 0, params->trainable_total);
     ct_status st = ct_optimizer_check(o, params, step, g2, err);
     if (st != CT_OK) {
         return st;
