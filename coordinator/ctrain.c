@@ -317,7 +317,7 @@ static int move_aside(const cli *c, const ct_job *job) {
 
 /* Points the trainer at its checkpoint directory and resumes from it unless told not to.
  * Returns 0 or an exit code. */
-static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
+static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, ct_trainer *t) {
     char dir[2048];
     ct_err err = {0};
     checkpoint_dir(job, dir);
@@ -325,9 +325,7 @@ static int setup_checkpoints(const cli *c, const ct_job *job, ct_trainer *t) {
     if (moved != 0) {
         return moved;
     }
-    char *text = ct_job_text(c->job_path, c->sets, c->n_sets);
     ct_status st = ct_trainer_set_checkpointing(t, dir, text, &err);
-    free(text);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_RUNTIME;
@@ -430,12 +428,12 @@ static int run_local_cluster(cli *c) {
     c->sets[c->n_sets++] = "strategy.type=parameter_server";
     ct_job job;
     ct_err err = {0};
-    if (ct_job_load(c->job_path, c->sets, c->n_sets, &job, &err) != CT_OK) {
+    char *text = NULL;
+    if (ct_job_load_text(c->job_path, c->sets, c->n_sets, &job, &text, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
     ct_log_set(CT_LOG_WARN, log_line, NULL);
-    char *text = ct_job_text(c->job_path, c->sets, c->n_sets);
     ct_local_cluster lc = {.job_path = c->job_path,
                            .sets = c->sets,
                            .n_sets = c->n_sets,
@@ -482,7 +480,8 @@ static int cmd_train(int argc, char **argv) {
     }
     ct_job job;
     ct_err err = {0};
-    if (ct_job_load(c.job_path, c.sets, c.n_sets, &job, &err) != CT_OK) {
+    char *text = NULL;
+    if (ct_job_load_text(c.job_path, c.sets, c.n_sets, &job, &text, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
@@ -519,7 +518,7 @@ static int cmd_train(int argc, char **argv) {
                job.epochs, job.batch_size);
         fflush(stdout);
     }
-    if ((rc = setup_checkpoints(&c, &job, t)) != 0) {
+    if ((rc = setup_checkpoints(&c, &job, text, t)) != 0) {
         goto done;
     }
     if (ct_trainer_set_logging(t, job.run_dir, &err) != CT_OK) {
@@ -546,6 +545,7 @@ done:
     ct_dataset_destroy(train);
     ct_dataset_destroy(eval);
     ct_trainer_destroy(t);
+    free(text);
     return rc;
 }
 

@@ -142,7 +142,7 @@ def variables(job):
 
 
 def bucket_sizes(sizes, bucket_bytes):
-    """The strategy's buckets (common/src/dist/mirrored.c): variables at 16-float aligned
+    """The strategy's buckets (common/src/strategy/mirrored.c): variables at 16-float aligned
     offsets, taken last to first; a variable opens a new bucket when adding it would make the
     bucket's range exceed bucket_bytes. Bytes per bucket, in issue order."""
     offsets, off = [], 0

@@ -26,7 +26,7 @@
 
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
-#include "dist/wire.h"
+#include "net/wire.h"
 
 #define MAX_SERVERS 4
 

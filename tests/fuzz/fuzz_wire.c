@@ -1,4 +1,4 @@
-/* libFuzzer target: the parameter-server wire decoder (common/src/dist/wire.c) on arbitrary
+/* libFuzzer target: the parameter-server wire decoder (common/src/net/wire.c) on arbitrary
  * frames. Input layout: byte 0 picks the frame count (1 + byte % 8); each frame but the last is
  * a 2-byte little-endian length and that many bytes; the last frame takes the rest. Every input
  * must be either decoded (and then every field a handler reads is read) or refused with a
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dist/wire.h"
+#include "net/wire.h"
 
 static void touch(const ct__env *env) {
     volatile uint64_t sink = env->version + env->generation + (uint64_t)env->index;

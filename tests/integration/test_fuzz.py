@@ -57,7 +57,7 @@ def test_wire_decoder_under_libfuzzer(tmp_path):
            "-I", os.path.join(ROOT, "common", "include"), "-I", os.path.join(ROOT, "common", "src"),
            "-I", os.path.join(BUILD, "common"),
            os.path.join(ROOT, "tests", "fuzz", "fuzz_wire.c"),
-           os.path.join(ROOT, "common", "src", "dist", "wire.c"),
+           os.path.join(ROOT, "common", "src", "net", "wire.c"),
            os.path.join(BUILD, "common", "ps.pb-c.c"),
            os.path.join(ROOT, "common", "src", "core", "status.c"),
            "-lprotobuf-c", "-lzmq", "-o", str(exe)]

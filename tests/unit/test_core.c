@@ -1,11 +1,13 @@
 /* Core: status strings and error records, the counter-based RNG, shapes. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "ctrain/rng.h"
 #include "ctrain/status.h"
 #include "ctrain/tensor.h"
+#include "ctrain/train.h"
 
 Test(core, status_strings) {
     cr_expect_str_eq(ct_status_str(CT_OK), "ok");
@@ -16,7 +18,7 @@ Test(core, status_strings) {
 Test(core, err_set_and_prefix) {
     ct_err err = {0};
     cr_expect_eq(ct_err_set(&err, CT_EIO, "cannot read %s", "x.yaml"), CT_EIO);
-    ct_err_prefix(&err, "job %d", 3);
+    cr_expect_eq(ct_err_prefix(&err, CT_EIO, "job %d", 3), CT_EIO);
     cr_expect_str_eq(err.msg, "job 3: cannot read x.yaml");
     cr_expect_eq(ct_err_set(NULL, CT_EINVAL, "ignored"), CT_EINVAL);
     /* a long message keeps its prefix and stays NUL-terminated */
@@ -24,9 +26,43 @@ Test(core, err_set_and_prefix) {
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     ct_err_set(&err, CT_EINVAL, "%s", big);
-    ct_err_prefix(&err, "where");
+    ct_err_prefix(&err, CT_EINVAL, "where");
     cr_expect_eq(strncmp(err.msg, "where: aaa", 10), 0);
     cr_expect_lt(strlen(err.msg), sizeof err.msg);
+}
+
+/* A failure reported with no error buffer is still a failure: the prefix helper returns the status
+ * it was given, never CT_OK (it once returned CT_OK for err == NULL). */
+Test(core, err_prefix_without_buffer_returns_the_status) {
+    cr_expect_eq(ct_err_prefix(NULL, CT_EIO, "job %d", 3), CT_EIO);
+    cr_expect_eq(ct_err_prefix(NULL, CT_EINVAL, "where"), CT_EINVAL);
+    ct_err err = {0};
+    cr_expect_eq(ct_err_prefix(&err, CT_ENOMEM, "x"), CT_ENOMEM);
+    cr_expect_eq(err.code, CT_ENOMEM);
+}
+
+/* The path the bug was found on: a step graph that cannot be built (a batch too large to
+ * allocate), asked for with no error buffer, must return its error, not CT_OK. */
+Test(core, failed_step_graph_with_null_err_is_a_failure) {
+    ct_trainer *t = NULL;
+    ct_err err = {0};
+    cr_assert_eq(
+        ct_trainer_load(CT_SOURCE_ROOT "/examples/fashion_mnist_mlp.yaml", NULL, 0, &t, &err),
+        CT_OK, "%s", err.msg);
+    ct_graph *g = NULL;
+    cr_expect_neq(ct_trainer_step_graph(t, (int64_t)1 << 40, 1, &g, NULL), CT_OK);
+    cr_expect_neq(ct_trainer_step_graph(t, (int64_t)1 << 40, 1, &g, &err), CT_OK);
+    cr_expect(err.msg[0] != '\0');
+    ct_trainer_destroy(t);
+}
+
+Test(core, exit_codes) {
+    cr_expect_eq(ct_exit_code(CT_OK, 0, 0), 0);
+    cr_expect_eq(ct_exit_code(CT_EINVAL, 0, 0), 2);
+    cr_expect_eq(ct_exit_code(CT_EIO, 0, 0), 1);
+    cr_expect_eq(ct_exit_code(CT_EINTR, SIGINT, 0), 130);
+    cr_expect_eq(ct_exit_code(CT_EINTR, SIGTERM, 0), 143);
+    cr_expect_eq(ct_exit_code(CT_ETIMEDOUT, 0, 1), 3);
 }
 
 Test(core, philox_known_answer) {

@@ -383,6 +383,9 @@ Test(graph_mode, creating_a_variable_while_tracing_is_an_error) {
                   strstr(err.msg, "eagerly"),
               "%s", err.msg);
     cr_expect_eq(p.n, 2, "nothing was declared");
+    /* the same failure with no error buffer is still reported (ct_err_prefix once turned a
+     * failure into CT_OK when err was NULL) */
+    cr_expect_eq(ct_function_call(f, &in, out, &n_out, NULL), CT_EINVAL);
     d.declare_inside = 0; /* declared eagerly, the same function traces fine */
     cr_expect_eq(ct_function_call(f, &in, out, &n_out, &err), CT_OK, "%s", err.msg);
     ct_function_destroy(f);

@@ -185,7 +185,7 @@ Test(job, full_valid_job) {
     cr_expect_eq(job.prefetch, 4);
     cr_expect_eq(job.max_steps, 900);
     cr_expect_eq(job.eager, 1);
-    cr_expect_str_eq(job.strategy, "local");
+    cr_expect_eq(job.strategy, CT_STRATEGY_LOCAL);
     cr_expect_str_eq(job.run_dir, "/tmp/ctrain-run");
 }
 
@@ -204,7 +204,7 @@ Test(job, parameter_server_keys) {
                                    "  keys: /tmp/keys\n";
     cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
                  err.msg);
-    cr_expect_str_eq(job.strategy, "parameter_server");
+    cr_expect_eq(job.strategy, CT_STRATEGY_PARAMETER_SERVER);
     cr_expect_eq(job.ps.async, 1);
     cr_expect_eq(job.ps.staleness_policy, CT_STALENESS_SSP);
     cr_expect_eq(job.ps.staleness_max, 3);
@@ -250,7 +250,7 @@ Test(job, defaults) {
     cr_expect_eq(job.eager, 0);
     cr_expect_eq(job.graph_passes, CT_PASS_ALL);
     cr_expect_eq(job.plan_memory, 1);
-    cr_expect_str_eq(job.strategy, "local");
+    cr_expect_eq(job.strategy, CT_STRATEGY_LOCAL);
 
     /* a minimal file gets the same defaults, layer defaults and a run_dir from its stem */
     ct_err err = {0};

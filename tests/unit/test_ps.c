@@ -16,7 +16,7 @@
 
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
-#include "dist/wire.h"
+#include "net/wire.h"
 
 /* ---- the partition plan ---- */
 

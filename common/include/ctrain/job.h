@@ -115,6 +115,30 @@ typedef enum ct_staleness_policy {
     CT_STALENESS_SSP,   /* a worker more than `max` steps ahead of the slowest waits (Ho et al.) */
 } ct_staleness_policy;
 
+/* strategy.type: how gradients become updates. */
+typedef enum ct_strategy_type {
+    CT_STRATEGY_LOCAL,            /* one process */
+    CT_STRATEGY_MIRRORED,         /* synchronous all-reduce over MPI */
+    CT_STRATEGY_PARAMETER_SERVER, /* central storage on parameter servers over ZeroMQ */
+} ct_strategy_type;
+
+/* strategy.compression: the mirrored strategy's gradients on the wire. */
+typedef enum ct_compression {
+    CT_COMPRESSION_NONE,
+    CT_COMPRESSION_FP16,
+    CT_COMPRESSION_BF16,
+} ct_compression;
+
+/* strategy.allreduce: the mirrored strategy's all-reduce engine. */
+typedef enum ct_allreduce_engine {
+    CT_ALLREDUCE_AUTO,   /* shared memory when every rank is on one node, else the ring */
+    CT_ALLREDUCE_RING,   /* a ring over MPI point-to-point */
+    CT_ALLREDUCE_SHARED, /* shared memory (one node) */
+} ct_allreduce_engine;
+
+/* "local", "mirrored", "parameter_server"; "?" for other values. */
+const char *ct_strategy_name(ct_strategy_type type);
+
 typedef struct ct_job {
     char path[CT_JOB_PATH_MAX]; /* the file it came from ("<string>" when parsed from memory) */
     uint64_t seed;              /* seed: default 42 */
@@ -129,25 +153,24 @@ typedef struct ct_job {
     ct_data_spec train_data; /* data.train */
     ct_data_spec eval_data;  /* data.eval */
     int has_eval_data;
-    int epochs;            /* train.epochs: default 1 */
-    int batch_size;        /* train.batch_size: default 32 */
-    int eval_batch_size;   /* train.eval_batch_size: default 1000 */
-    int shuffle;           /* train.shuffle: default true */
-    int threads;           /* train.threads: default 0 = all cores */
-    int prefetch;          /* train.prefetch: batches prepared ahead; default 2 */
-    int64_t max_steps;     /* train.max_steps: stop early after this many steps; 0 = off */
-    int eager;             /* train.eager: run op by op (debugging); default false */
-    unsigned graph_passes; /* train.graph_passes: "all" (default), "none" or a comma list of
-                              const_fold, cse, dce, simplify, fuse, fuse_update */
-    int plan_memory;       /* train.plan_memory: reuse buffers by liveness; default true */
-    char strategy[32];     /* strategy.type: local, mirrored, parameter_server */
+    int epochs;                /* train.epochs: default 1 */
+    int batch_size;            /* train.batch_size: default 32 */
+    int eval_batch_size;       /* train.eval_batch_size: default 1000 */
+    int shuffle;               /* train.shuffle: default true */
+    int threads;               /* train.threads: default 0 = all cores */
+    int prefetch;              /* train.prefetch: batches prepared ahead; default 2 */
+    int64_t max_steps;         /* train.max_steps: stop early after this many steps; 0 = off */
+    int eager;                 /* train.eager: run op by op (debugging); default false */
+    unsigned graph_passes;     /* train.graph_passes: "all" (default), "none" or a comma list of
+                                  const_fold, cse, dce, simplify, fuse, fuse_update */
+    int plan_memory;           /* train.plan_memory: reuse buffers by liveness; default true */
+    ct_strategy_type strategy; /* strategy.type: local (default), mirrored, parameter_server */
     struct {
         int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
         float stall_timeout;  /* strategy.stall_timeout: seconds before a stall is reported (60) */
         int64_t check_every;  /* strategy.check_every: replica checksums every K steps; 0 off */
-        int compression;      /* strategy.compression: none (0), fp16 (1), bf16 (2) */
-        int allreduce;        /* strategy.allreduce: auto (0: shared memory when every rank is
-                                 on one node, else ring), ring (1), shared (2) */
+        ct_compression compression;    /* strategy.compression: none, fp16, bf16 */
+        ct_allreduce_engine allreduce; /* strategy.allreduce: auto, ring, shared */
     } mirrored;
     struct {
         int async;                  /* strategy.mode: sync (0, the default) or async (1) */
@@ -182,11 +205,6 @@ typedef struct ct_job {
     } logs;
 } ct_job;
 
-/* The job file's text followed by one "# --set KEY=VALUE" line per override, as checkpoints
- * store it (malloc'd; the caller frees it). NULL when out of memory; an unreadable file gives
- * just the overrides. */
-char *ct_job_text(const char *path, const char *const *sets, int n_sets);
-
 /* Fills `job` with the defaults listed above (no layers, no data). */
 void ct_job_defaults(ct_job *job);
 
@@ -198,6 +216,12 @@ void ct_job_defaults(ct_job *job);
  * success. Thread-safe (no shared state). */
 ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
                       ct_err *err);
+
+/* As ct_job_load, and on success *ret_text (when not NULL) gets the text that was read, whole,
+ * followed by one "# --set KEY=VALUE" line per override: the job as checkpoints store it (owned
+ * by the caller: free it). */
+ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
+                           char **ret_text, ct_err *err);
 
 /* As ct_job_load, for text in memory; `name` stands in for the path in messages. */
 ct_status ct_job_parse(const char *text, size_t len, const char *name, const char *const *sets,

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ctrain/cluster.h"
 #include "ctrain/job.h"
 #include "ctrain/net.h"
 #include "ctrain/nn.h"
@@ -58,6 +59,43 @@ void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap);
  * size, epochs, data limits, strategy), not of the paths or thread counts that may differ per
  * machine. */
 uint64_t ct_ps_job_id(const ct_job *job);
+
+/* ---- which task this process is ---- */
+
+/* The command-line inputs of a parameter-server role; NULL / -1 where not given. */
+typedef struct ct_ps_task_flags {
+    ct_cluster_flags cluster; /* --task, --chief, --cluster */
+    const char *bind;         /* --bind HOST:PORT */
+    const char *keys;         /* --keys DIR (= strategy.keys) */
+    int n_ps, n_workers;      /* --num-ps, --num-workers */
+    double slow_factor;       /* --slow-factor (benchmarks; 1: off) */
+} ct_ps_task_flags;
+
+/* This process's task in a parameter-server job, resolved from every source. */
+typedef struct ct_ps_task {
+    int type;            /* CT_TASK_CHIEF, CT_TASK_PS or CT_TASK_WORKER */
+    int index;           /* within its type (0 for the chief) */
+    const char *chief;   /* the chief's address (a view into cluster); NULL on the chief */
+    const char *bind;    /* where a chief or server listens (NULL: 127.0.0.1, any port) */
+    int n_ps, n_workers; /* from the flags, else the cluster's lists (0: unknown) */
+    char who[32];        /* "ps 1", "worker 0", "chief": for messages */
+    ct_net_keys *keys;   /* the CURVE keys (owned; disabled when strategy.keys is "") */
+    ct_net_auth *auth;   /* the authenticator of a chief or server (ct_ps_task_listen) */
+    ct_cluster cluster;  /* owned */
+} ct_ps_task;
+
+/* Resolves which task this process is: `type` is the binary's own task type; with any_task a
+ * launcher's rank (srun, mpirun) may make it another type (ctrain-worker serves every task).
+ * Checks that the job's strategy is parameter_server, that every source agrees with `type`, that
+ * a server or worker has an index and knows the chief, and loads the keys (f->keys overrides
+ * job->ps.keys). `role` names the binary in messages. CT_EINVAL with a one-line message that
+ * says how to fix it; *ret is owned on success (ct_ps_task_finish). */
+ct_status ct_ps_task_resolve(const char *role, int type, int any_task, const ct_ps_task_flags *f,
+                             ct_job *job, ct_ps_task *ret, ct_err *err);
+/* Starts the CURVE authenticator of a chief or server (nothing for a worker). */
+ct_status ct_ps_task_listen(ct_ps_task *t, ct_err *err);
+/* Stops the authenticator and frees the keys and the cluster; accepts a zeroed task. */
+void ct_ps_task_finish(ct_ps_task *t);
 
 /* ---- the parameter server ---- */
 typedef struct ct_ps_server_options {

@@ -1,11 +1,27 @@
-/* The shared main of the role binaries (common/src/dist/role.c): ctrain-chief, ctrain-worker and
- * ctrain-ps. */
+/* The command line that every role binary shares (ctrain-chief, ctrain-worker, ctrain-ps): the
+ * job, its overrides, the mirrored strategy's cluster spec by hand, and the parameter-server
+ * task. Parsing only: the role mains print the messages and choose the exit codes. */
 #ifndef CTRAIN_ROLE_H
 #define CTRAIN_ROLE_H
 
-/* Runs `role` ("ctrain-chief", "ctrain-worker" or "ctrain-ps") of the job named by the flags:
- * the mirrored strategy over MPI, or the parameter-server strategy over ZeroMQ, as the job's
- * strategy.type says. Returns the exit code. */
-int ct_role_main(int argc, char **argv, const char *role);
+#include "ctrain/ps.h"
+#include "ctrain/status.h"
+
+#define CT_ROLE_MAX_SETS 64
+
+typedef struct ct_role_flags {
+    const char *job_path;               /* --job FILE */
+    const char *sets[CT_ROLE_MAX_SETS]; /* --set KEY=VALUE, in order */
+    int n_sets;
+    int rank, world_size, local_rank; /* --rank, --world-size, --local-rank (-1: not given) */
+    int no_resume, quiet, help;       /* --no-resume, --quiet, -h/--help */
+    ct_ps_task_flags ps;              /* --task, --chief, --cluster, --bind, --keys, ... */
+} ct_role_flags;
+
+/* Parses argv[1..argc) into *ret (values borrowed from argv). With -h/--help, ret->help = 1 and
+ * the rest is not checked. CT_EINVAL with a message naming the flag ("--rank needs a
+ * non-negative integer, got 'x'", "unknown or incomplete option '--bogus' (see --help)",
+ * "--job is required (see --help)"). Thread-safe. */
+ct_status ct_role_flags_parse(int argc, char **argv, ct_role_flags *ret, ct_err *err);
 
 #endif

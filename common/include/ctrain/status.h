@@ -48,8 +48,17 @@ typedef struct ct_err {
 ct_status ct_err_set(ct_err *err, ct_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prepends "prefix: " to the message in `err` (no-op for NULL); returns err->code or CT_OK. */
-ct_status ct_err_prefix(ct_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepends "prefix: " to the message in `err` (no message change for NULL) and returns `code`,
+ * the status of the failure being reported, whether or not `err` is NULL, so that a caller can
+ * write `return ct_err_prefix(err, st, "...")`. Thread-safe per `err`. */
+ct_status ct_err_prefix(ct_err *err, ct_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The exit code a role binary maps `status` to: 0 for CT_OK; for CT_EINTR 143 when the stop came
+ * from SIGTERM (stop_signal) and 130 otherwise; 2 for bad input (CT_EINVAL); 3 for a stalled
+ * collective (CT_ETIMEDOUT from the mirrored strategy's stall detection: pass stalled = 1);
+ * 1 for every other failure. Thread-safe. */
+int ct_exit_code(ct_status status, int stop_signal, int stalled);
 
 /* Broken invariants (programmer errors) abort with file and line; runtime conditions never use
  * this, they return a status. */

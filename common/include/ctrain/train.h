@@ -34,6 +34,16 @@ typedef struct ct_train_progress {
 
 typedef void (*ct_progress_fn)(const ct_train_progress *p, void *user);
 
+/* How a training driver (the mirrored strategy, the parameter-server chief) reports to the role
+ * that runs it: the library prints nothing, the role decides what to show. Either callback may be
+ * NULL (quiet). Called on the driver's thread. */
+typedef struct ct_train_reporter {
+    ct_progress_fn progress; /* after steps and at the end of each epoch (p->end_of_epoch) */
+    void (*notice)(const char *line, void *user); /* a one-line notice for a person ("worker 1
+                                                     is back"), without a newline */
+    void *user;
+} ct_train_reporter;
+
 typedef struct ct_train_result {
     int epochs;
     int64_t steps;

@@ -1,6 +1,7 @@
 /* Status strings, error records, assertion failure and the log sink. */
 #include "ctrain/status.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +40,9 @@ ct_status ct_err_set(ct_err *err, ct_status code, const char *fmt, ...) {
     return code;
 }
 
-ct_status ct_err_prefix(ct_err *err, const char *fmt, ...) {
+ct_status ct_err_prefix(ct_err *err, ct_status code, const char *fmt, ...) {
     if (!err) {
-        return CT_OK;
+        return code;
     }
     char prefix[256];
     va_list ap;
@@ -57,7 +58,21 @@ ct_status ct_err_prefix(ct_err *err, const char *fmt, ...) {
     memmove(err->msg + plen, err->msg, old);
     memcpy(err->msg, prefix, plen);
     err->msg[plen + old] = '\0';
-    return err->code;
+    err->code = code;
+    return code;
+}
+
+int ct_exit_code(ct_status status, int stop_signal, int stalled) {
+    if (status == CT_OK) {
+        return 0;
+    }
+    if (status == CT_EINTR) {
+        return stop_signal == SIGTERM ? 143 : 130;
+    }
+    if (stalled) {
+        return 3;
+    }
+    return status == CT_EINVAL ? 2 : 1;
 }
 
 void ct__assert_fail(const char *expr, const char *file, int line) {

@@ -91,7 +91,7 @@ ct_status ct_dataset_load_idx(const char *images_path, const char *labels_path, 
     int64_t shape[CT_IDX_MAX_DIMS] = {images.dims[1], images.dims[2], 1, 0};
     int rank = images.ndims == 3 ? 3 : 1;
     if ((st = dataset_alloc(n, rank, shape, &ds, err)) != CT_OK) {
-        ct_err_prefix(err, "%s", images_path);
+        ct_err_prefix(err, st, "%s", images_path);
         goto fail;
     }
     u8_to_unit_f32(images.data, ds->x, n * ds->example_size);

@@ -121,7 +121,7 @@ static ct_status instantiate(ct_concrete_function *c, const ct_shape *shapes, ct
     }
     if ((st = ct_graph_status(g, err)) != CT_OK) {
         char s[96];
-        ct_err_prefix(err, "function '%s' on inputs of shape %s", c->f->name,
+        ct_err_prefix(err, st, "function '%s' on inputs of shape %s", c->f->name,
                       ct_shape_str(&shapes[0], s, sizeof s));
         ct_graph_destroy(g);
         return st;
@@ -190,7 +190,7 @@ static ct_status trace(ct_function *f, const ct_tensor_spec *sig, ct_concrete_fu
         }
         c->n_outputs = n_outs;
         if (st == CT_OK && (st = ct_graph_status(c->traced, err)) != CT_OK) {
-            ct_err_prefix(err, "function '%s': tracing", f->name);
+            ct_err_prefix(err, st, "function '%s': tracing", f->name);
         }
     }
     int n = c->traced ? ct_graph_size(c->traced) : 0;
@@ -292,7 +292,7 @@ static ct_status get_instance(ct_concrete_function *c, const ct_shape *shapes, i
     st = ct_graph_compile(raw, &c->f->opts, n_keep, victim->keep, &victim->g, err);
     ct_graph_destroy(raw);
     if (st != CT_OK) {
-        ct_err_prefix(err, "function '%s'", c->f->name);
+        ct_err_prefix(err, st, "function '%s'", c->f->name);
         return st;
     }
     victim->last_used = ++c->uses;
@@ -334,7 +334,7 @@ ct_status ct_function_call(ct_function *f, const ct_tensor *inputs, ct_tensor *o
         ct_graph_bind(in->g, in->keep[j], inputs[j].data);
     }
     if ((st = ct_graph_run(in->g, 0, ct_graph_size(in->g), err)) != CT_OK) {
-        ct_err_prefix(err, "function '%s'", f->name);
+        ct_err_prefix(err, st, "function '%s'", f->name);
         return st;
     }
     for (int k = 0; k < c->n_outputs; k++) {

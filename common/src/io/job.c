@@ -907,22 +907,44 @@ static void read_strategy(job_reader *r, const section *top, ct_job *job) {
     sec_i64(&s, "bucket_bytes", 1, &job->mirrored.bucket_bytes);
     sec_float(&s, "stall_timeout", POSITIVE, &job->mirrored.stall_timeout);
     sec_i64(&s, "check_every", 0, &job->mirrored.check_every);
-    static const name_value compression_names[] = {
-        {"none", 0}, {"fp16", 1}, {"bf16", 2}, {NULL, 0}};
-    sec_name(&s, "compression", compression_names, "compression", &job->mirrored.compression);
-    static const name_value allreduce_names[] = {
-        {"auto", 0}, {"ring", 1}, {"shared", 2}, {NULL, 0}};
-    sec_name(&s, "allreduce", allreduce_names, "all-reduce engine", &job->mirrored.allreduce);
+    static const name_value compression_names[] = {{"none", CT_COMPRESSION_NONE},
+                                                   {"fp16", CT_COMPRESSION_FP16},
+                                                   {"bf16", CT_COMPRESSION_BF16},
+                                                   {NULL, 0}};
+    int compression = CT_COMPRESSION_NONE;
+    sec_name(&s, "compression", compression_names, "compression", &compression);
+    job->mirrored.compression = (ct_compression)compression;
+    static const name_value allreduce_names[] = {{"auto", CT_ALLREDUCE_AUTO},
+                                                 {"ring", CT_ALLREDUCE_RING},
+                                                 {"shared", CT_ALLREDUCE_SHARED},
+                                                 {NULL, 0}};
+    int allreduce = CT_ALLREDUCE_AUTO;
+    sec_name(&s, "allreduce", allreduce_names, "all-reduce engine", &allreduce);
+    job->mirrored.allreduce = (ct_allreduce_engine)allreduce;
     read_ps_strategy(r, &s, job);
     const ct__yaml_node *v = sec_get(&s, "type", path);
     if (!v || r->status != CT_OK) {
         return;
     }
-    static const name_value strategy_names[] = {
-        {"local", 0}, {"mirrored", 1}, {"parameter_server", 2}, {NULL, 0}};
-    int unused = 0;
-    read_name(r, v, path, strategy_names, "strategy", &unused);
-    read_string(r, v, path, job->strategy, sizeof job->strategy);
+    static const name_value strategy_names[] = {{"local", CT_STRATEGY_LOCAL},
+                                                {"mirrored", CT_STRATEGY_MIRRORED},
+                                                {"parameter_server", CT_STRATEGY_PARAMETER_SERVER},
+                                                {NULL, 0}};
+    int type = CT_STRATEGY_LOCAL;
+    read_name(r, v, path, strategy_names, "strategy", &type);
+    job->strategy = (ct_strategy_type)type;
+}
+
+const char *ct_strategy_name(ct_strategy_type type) {
+    switch (type) {
+    case CT_STRATEGY_LOCAL:
+        return "local";
+    case CT_STRATEGY_MIRRORED:
+        return "mirrored";
+    case CT_STRATEGY_PARAMETER_SERVER:
+        return "parameter_server";
+    }
+    return "?";
 }
 
 /* Writes "runs/<stem of name>" ("runs/job" for in-memory text) to `out`. */
@@ -964,26 +986,6 @@ static ct_status read_job(job_reader *r, const ct__yaml_node *root, ct_job *job)
     return r->status;
 }
 
-char *ct_job_text(const char *path, const char *const *sets, int n_sets) {
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
-    FILE *f = fopen(path, "rb");
-    if (text && f) {
-        len = fread(text, 1, cap - 4096, f);
-    }
-    if (f) {
-        fclose(f);
-    }
-    if (!text) {
-        return NULL;
-    }
-    text[len] = '\0';
-    for (int i = 0; i < n_sets && len + 300 < cap; i++) {
-        len += (size_t)snprintf(text + len, cap - len, "# --set %.250s\n", sets[i]);
-    }
-    return text;
-}
-
 void ct_job_defaults(ct_job *job) {
     memset(job, 0, sizeof *job);
     snprintf(job->path, sizeof job->path, "<string>");
@@ -1012,7 +1014,7 @@ void ct_job_defaults(ct_job *job) {
     job->logs.tensorboard = 1;
     job->logs.every_steps = 20;
     job->logs.histogram_every_steps = 200;
-    snprintf(job->strategy, sizeof job->strategy, "local");
+    job->strategy = CT_STRATEGY_LOCAL;
     snprintf(job->run_dir, sizeof job->run_dir, "runs/job");
 }
 
@@ -1104,8 +1106,30 @@ fail:
     return ct_err_set(err, CT_EIO, "%s: cannot read: %s", path, reason);
 }
 
-ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
-                      ct_err *err) {
+/* The text as checkpoints store it: the file, then one "# --set KEY=VALUE" line per override.
+ * Takes ownership of text (cap >= len + 1 bytes); NULL when out of memory. */
+static char *append_sets(char *text, size_t len, const char *const *sets, int n_sets) {
+    size_t need = len + 2;
+    for (int i = 0; i < n_sets; i++) {
+        need += strlen(sets[i]) + 16;
+    }
+    char *all = realloc(text, need);
+    if (!all) {
+        free(text);
+        return NULL;
+    }
+    if (len > 0 && all[len - 1] != '\n' && n_sets > 0) {
+        all[len++] = '\n';
+    }
+    all[len] = '\0';
+    for (int i = 0; i < n_sets; i++) {
+        len += (size_t)snprintf(all + len, need - len, "# --set %s\n", sets[i]);
+    }
+    return all;
+}
+
+ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
+                           char **ret_text, ct_err *err) {
     char *text = NULL;
     size_t len = 0;
     if (!path || !path[0]) {
@@ -1115,8 +1139,19 @@ ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_
     if (st == CT_OK) {
         st = ct_job_parse(text, len, path, sets, n_sets, ret_job, err);
     }
+    if (st == CT_OK && ret_text) {
+        if (!(*ret_text = append_sets(text, len, sets, n_sets))) {
+            return ct_err_set(err, CT_ENOMEM, "%s: out of memory", path);
+        }
+        return CT_OK;
+    }
     free(text);
     return st;
+}
+
+ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
+                      ct_err *err) {
+    return ct_job_load_text(path, sets, n_sets, ret_job, NULL, err);
 }
 
 const char *ct_layer_type_name(ct_layer_type type) {

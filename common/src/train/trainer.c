@@ -227,8 +227,9 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
         /* graph mode: the optimizer update is the step graph's last node */
         sg->update = (x_data || t->reducer) ? -1 : ct_apply_optimizer(g);
     }
-    if (ct_graph_status(g, err) != CT_OK) {
-        return ct_err_prefix(err, "%s: building the %s graph", t->job.path,
+    ct_status built = ct_graph_status(g, err);
+    if (built != CT_OK) {
+        return ct_err_prefix(err, built, "%s: building the %s graph", t->job.path,
                              sg->training ? "training" : "evaluation");
     }
     if (x_data) {
@@ -249,7 +250,7 @@ static ct_status build_step(ct_trainer *t, step_graph *sg, const void *x_data,
     ct_graph *compiled = NULL;
     ct_status st = ct_graph_compile(g, &o, n_keep, keep, &compiled, err);
     if (st != CT_OK) {
-        return ct_err_prefix(err, "%s: compiling the %s graph", t->job.path,
+        return ct_err_prefix(err, st, "%s: compiling the %s graph", t->job.path,
                              sg->training ? "training" : "evaluation");
     }
     ct_graph_destroy(g);

@@ -27,7 +27,7 @@
 
 #include "ctrain/optim.h"
 #include "ctrain/ps.h"
-#include "ps_link.h"
+#include "strategy/ps_link.h"
 
 #define MAX_WORKERS 1024
 #define MAX_SNAPSHOT_REQUESTS 8
@@ -739,7 +739,7 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
         if (st == CT_OK) {
             st = ct__link_tick(&s->link, s->restored ? s->generation : 0, &stats, err);
             if (st != CT_OK) {
-                ct_err_prefix(err, "ps %d", o->index);
+                ct_err_prefix(err, st, "ps %d", o->index);
             }
         }
     }

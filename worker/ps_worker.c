@@ -22,7 +22,7 @@
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
 #include "ctrain/ps.h"
-#include "ps_link.h"
+#include "strategy/ps_link.h"
 
 #define MAX_SERVERS 64
 #define MAX_TASKS 4 /* the chief keeps at most 2 outstanding (ps_chief.h, MAX_OUT): room */
@@ -508,7 +508,7 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     ct_status st = ct_dataset_load_idx(job->train_data.images, job->train_data.labels,
                                        job->train_data.limit, &w->train, err);
     if (st != CT_OK) {
-        ct_err_prefix(err, "%s: data.train", job->path);
+        ct_err_prefix(err, st, "%s: data.train", job->path);
     }
     if (st == CT_OK) {
         st = ct_trainer_create(job, &w->t, err);

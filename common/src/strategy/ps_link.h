@@ -8,7 +8,7 @@
 
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
-#include "wire.h"
+#include "net/wire.h"
 
 #define CT_PS_HEARTBEAT_S 0.5 /* roles send a heartbeat this often */
 #define CT_PS_ENDPOINT_MAX 256

@@ -659,12 +659,12 @@ static ct_status setup(chief *c, ct_err *err) {
     ct_status st = ct_dataset_load_idx(job->train_data.images, job->train_data.labels,
                                        job->train_data.limit, &c->train, err);
     if (st != CT_OK) {
-        return ct_err_prefix(err, "%s: data.train", job->path);
+        return ct_err_prefix(err, st, "%s: data.train", job->path);
     }
     if (job->has_eval_data &&
         (st = ct_dataset_load_idx(job->eval_data.images, job->eval_data.labels,
                                   job->eval_data.limit, &c->eval, err)) != CT_OK) {
-        return ct_err_prefix(err, "%s: data.eval", job->path);
+        return ct_err_prefix(err, st, "%s: data.eval", job->path);
     }
     if ((st = ct_trainer_create(job, &c->t, err)) != CT_OK) {
         return st;

@@ -93,7 +93,7 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
     ct_status st = paths ? CT_OK : ct_err_set(err, CT_ENOMEM, "evaluator: out of memory");
     if (st == CT_OK && (st = ct_dataset_load_idx(job->eval_data.images, job->eval_data.labels,
                                                  job->eval_data.limit, &eval, err)) != CT_OK) {
-        ct_err_prefix(err, "%s: data.eval", job->path);
+        ct_err_prefix(err, st, "%s: data.eval", job->path);
     }
     if (st == CT_OK) {
         st = ct_trainer_create(job, &t, err);

@@ -149,8 +149,8 @@ typedef struct mirrored {
     int64_t step;
     double timeout;
     int64_t check_every;
-    int compression; /* 0 none, 1 fp16, 2 bf16 */
-    float *scratch;  /* per bucket: one ring chunk */
+    ct_compression compression;
+    float *scratch; /* per bucket: one ring chunk */
     int64_t scratch_per_bucket;
     MPI_Op half_op;
     /* markers */
@@ -241,7 +241,8 @@ static void start_bucket(mirrored *m, int k) {
         ct__shm_post(m->shm, k, b->lo, b->hi, m->seq);
     } else if (m->compression) {
         for (int64_t i = 0; i < n; i++) {
-            b->half[i] = m->compression == 2 ? ct_f32_to_bf16(g[i]) : ct_f32_to_fp16(g[i]);
+            b->half[i] =
+                m->compression == CT_COMPRESSION_BF16 ? ct_f32_to_bf16(g[i]) : ct_f32_to_fp16(g[i]);
         }
         MPI_Iallreduce(MPI_IN_PLACE, b->half, (int)n, MPI_UINT16_T, m->half_op, MPI_COMM_WORLD,
                        &b->req);
@@ -478,7 +479,8 @@ static ct_status finish(void *user, ct_err *err) {
             float *g = m->p->grad + b->lo;
             for (int64_t i = 0; i < b->hi - b->lo; i++) {
                 uint16_t h = b->half[i];
-                g[i] = m->compression == 2 ? ct_bf16_to_f32(h) : ct_fp16_to_f32(h);
+                g[i] =
+                    m->compression == CT_COMPRESSION_BF16 ? ct_bf16_to_f32(h) : ct_fp16_to_f32(h);
             }
         }
     }
@@ -647,7 +649,7 @@ static ct_status mirrored_create(ct_params *p, const ct_job *job, int rank, int 
     }
     if (job->mirrored.compression) {
         m->compression = job->mirrored.compression;
-        MPI_Op_create(m->compression == 2 ? sum_bf16 : sum_fp16, 1, &m->half_op);
+        MPI_Op_create(m->compression == CT_COMPRESSION_BF16 ? sum_bf16 : sum_fp16, 1, &m->half_op);
     }
     m->iface = (ct_grad_reducer){.user = m,
                                  .begin_step = begin_step,
@@ -786,23 +788,25 @@ static void warn_line(const char *msg, void *user) {
  * writes where the other ranks read. Collective: every rank calls it, after all started. */
 static ct_status choose_engine(mirrored *m, const ct_job *job, ct_err *err) {
     int want = job->mirrored.allreduce;
-    if (want == 1) {
+    if (want == CT_ALLREDUCE_RING) {
         return CT_OK;
     }
     if (m->compression) {
-        return want == 2 ? ct_err_set(err, CT_EINVAL,
-                                      "%s: strategy.allreduce shared sums f32 in place; "
-                                      "strategy.compression needs the ring (allreduce: ring or "
-                                      "auto)",
-                                      job->path)
-                         : CT_OK;
+        return want == CT_ALLREDUCE_SHARED
+                   ? ct_err_set(err, CT_EINVAL,
+                                "%s: strategy.allreduce shared sums f32 in place; "
+                                "strategy.compression needs the ring (allreduce: ring or "
+                                "auto)",
+                                job->path)
+                   : CT_OK;
     }
     if (!ct__shm_possible(MPI_COMM_WORLD)) {
-        return want == 2 ? ct_err_set(err, CT_EINVAL,
-                                      "%s: strategy.allreduce shared needs every rank on one "
-                                      "node (use ring or auto)",
-                                      job->path)
-                         : CT_OK;
+        return want == CT_ALLREDUCE_SHARED
+                   ? ct_err_set(err, CT_EINVAL,
+                                "%s: strategy.allreduce shared needs every rank on one "
+                                "node (use ring or auto)",
+                                job->path)
+                   : CT_OK;
     }
     ct_status st = ct__shm_create(m->p->total, m->nb, &m->shm, err);
     if (st != CT_OK) {
@@ -853,12 +857,12 @@ ct_status ct_mirrored_train(const ct_job *job_in, const ct_cluster_spec *spec,
     ct_status st = ct_dataset_load_idx(job.train_data.images, job.train_data.labels,
                                        job.train_data.limit, &train, err);
     if (st != CT_OK) {
-        ct_err_prefix(err, "%s: data.train", job.path);
+        ct_err_prefix(err, st, "%s: data.train", job.path);
     }
     if (st == CT_OK && job.has_eval_data && /* every rank evaluates its slice */
         (st = ct_dataset_load_idx(job.eval_data.images, job.eval_data.labels, job.eval_data.limit,
                                   &eval, err)) != CT_OK) {
-        ct_err_prefix(err, "%s: data.eval", job.path);
+        ct_err_prefix(err, st, "%s: data.eval", job.path);
     }
     if (st == CT_OK) {
         st = ct_trainer_create(&job, &t, err);

@@ -10,7 +10,7 @@
 
 #include "ctrain/events.h"
 #include "ctrain/ps.h"
-#include "ps_link.h"
+#include "strategy/ps_link.h"
 
 #define SETTLE_S 1.0 /* async: from the last report to the final snapshot */
 #define MAX_OUT 2    /* async: tasks a worker holds (one computing, one ready): kept topped up */

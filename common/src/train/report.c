@@ -1,0 +1,25 @@
+/* The epoch and done lines (see report.h). */
+#include "ctrain/report.h"
+
+#include <stdio.h>
+
+int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p) {
+    int n = snprintf(buf, cap,
+                     "epoch %d/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f "
+                     "test_accuracy=%.4f seconds=%.1f samples_per_s=%.0f",
+                     p->epoch + 1, p->epochs, (long long)p->steps, p->loss, p->accuracy,
+                     p->test_loss, p->test_accuracy, p->epoch_seconds, p->samples_per_s);
+    if (p->input_wait_fraction >= 0 && n >= 0 && (size_t)n < cap) {
+        n += snprintf(buf + n, cap - (size_t)n, " input_wait=%.1f%%",
+                      100.0 * p->input_wait_fraction);
+    }
+    return n;
+}
+
+int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const char *extra) {
+    return snprintf(buf, cap,
+                    "done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
+                    "samples_per_s=%.1f%s%s",
+                    r->epochs, (long long)r->steps, r->test_loss, r->test_accuracy, r->seconds,
+                    r->samples_per_s, extra && *extra ? " " : "", extra ? extra : "");
+}
