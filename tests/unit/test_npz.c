@@ -136,7 +136,7 @@ Test(npz, round_trip) {
     tmp_path("rt.npz", path, sizeof path);
     ct_err err = {0};
     cr_assert_eq(ct_npz_write(path, a, N_SAMPLE, &err), CT_OK, "%s", err.msg);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     cr_expect_neq(access(tmp, F_OK), 0, "the .tmp file is renamed away");
 
     ct_npz *z = NULL;
