@@ -100,6 +100,14 @@ ct_status ct__atomic_file_commit(ct__atomic_file *f, ct_err *err) {
     return CT_OK;
 }
 
+ct_status ct__atomic_file_finish(ct__atomic_file *f, ct_status st, ct_err *err) {
+    if (st == CT_OK) {
+        return ct__atomic_file_commit(f, err);
+    }
+    ct__atomic_file_abort(f);
+    return st;
+}
+
 ct_status ct__atomic_write(const char *path, const void *const *parts, const size_t *lens,
                            int n_parts, ct_err *err) {
     ct__atomic_file f = {0};
@@ -107,9 +115,5 @@ ct_status ct__atomic_write(const char *path, const void *const *parts, const siz
     for (int k = 0; k < n_parts && st == CT_OK; k++) {
         st = ct__atomic_file_write(&f, parts[k], lens[k], err);
     }
-    if (st == CT_OK) {
-        return ct__atomic_file_commit(&f, err);
-    }
-    ct__atomic_file_abort(&f);
-    return st;
+    return ct__atomic_file_finish(&f, st, err);
 }

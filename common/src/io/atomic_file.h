@@ -37,6 +37,10 @@ ct_status ct__atomic_file_commit(ct__atomic_file *f, ct_err *err);
  * opened, one whose open failed, and one already committed or aborted. */
 void ct__atomic_file_abort(ct__atomic_file *f);
 
+/* The end of a writer's sequence: commits when st is CT_OK (and returns the commit's status),
+ * else aborts and returns st, the error the caller already set. */
+ct_status ct__atomic_file_finish(ct__atomic_file *f, ct_status st, ct_err *err);
+
 /* The whole sequence for data already in memory: open, write parts[0..n_parts) in order (lens[k]
  * bytes each), commit; abort on any error. Statuses and messages as above. */
 ct_status ct__atomic_write(const char *path, const void *const *parts, const size_t *lens,

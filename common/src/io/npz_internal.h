@@ -72,10 +72,11 @@ static inline uint32_t ct__zip_crc32(uint32_t crc, const void *data, size_t len)
 /* ---- named_arrays.c ---- */
 
 /* Checks the n arrays a writer was given (names NUL-terminated, non-empty and unique; dtype
- * known; rank and dims in range; data present) and writes each one's data size into bytes[i].
- * CT_EINVAL naming `path` and the array, or CT_ENOMEM. */
+ * known; rank and dims in range; data present). On success *ret_bytes is an owned array of n
+ * entries (at least one), each array's data size in bytes; on error it stays NULL. CT_EINVAL
+ * naming `path` and the array, or CT_ENOMEM. */
 ct_status ct__named_arrays_check(const char *path, const ct_named_array *arrays, int n,
-                                 uint64_t *bytes, ct_err *err);
+                                 uint64_t **ret_bytes, ct_err *err);
 
 /* ---- npy.c ---- */
 

@@ -55,15 +55,12 @@ ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct
                           "65535 members",
                           path, n);
     }
-    size_t count = (size_t)(n > 0 ? n : 1);
-    uint64_t *bytes = malloc(sizeof *bytes * count);
-    npz_member *mem = malloc(sizeof *mem * count);
-    if (!bytes || !mem) {
-        free(bytes);
-        free(mem);
-        return ct_err_set(err, CT_ENOMEM, "%s: out of memory", path);
+    uint64_t *bytes = NULL;
+    ct_status st = ct__named_arrays_check(path, arrays, n, &bytes, err);
+    npz_member *mem = NULL;
+    if (st == CT_OK && !(mem = malloc(sizeof *mem * (size_t)(n > 0 ? n : 1)))) {
+        st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", path);
     }
-    ct_status st = ct__named_arrays_check(path, arrays, n, bytes, err);
     unsigned char hdr[CT__NPY_HEADER_CAP];
     uint64_t offset = 0, cd_size = 0;
     for (int i = 0; i < n && st == CT_OK; i++) {
@@ -134,11 +131,7 @@ ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct
         ct__put16(c + 20, 0);
         st = ct__atomic_file_write(&out, cd, (size_t)cd_size + ZIP_END_BYTES, err);
     }
-    if (st == CT_OK) {
-        st = ct__atomic_file_commit(&out, err);
-    } else {
-        ct__atomic_file_abort(&out);
-    }
+    st = ct__atomic_file_finish(&out, st, err);
     free(cd);
     free(mem);
     free(bytes);

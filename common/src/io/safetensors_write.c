@@ -171,15 +171,12 @@ ct_status ct_safetensors_write(const char *path, const ct_named_array *arrays, i
                               path, i);
         }
     }
-    size_t count = (size_t)(n > 0 ? n : 1);
-    uint64_t *bytes = malloc(sizeof *bytes * count);
-    int *order = malloc(sizeof *order * count);
-    if (!bytes || !order) {
-        free(bytes);
-        free(order);
-        return ct_err_set(err, CT_ENOMEM, "%s: out of memory", path);
+    uint64_t *bytes = NULL;
+    ct_status st = ct__named_arrays_check(path, arrays, n, &bytes, err);
+    int *order = NULL;
+    if (st == CT_OK && !(order = malloc(sizeof *order * (size_t)(n > 0 ? n : 1)))) {
+        st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", path);
     }
-    ct_status st = ct__named_arrays_check(path, arrays, n, bytes, err);
     /* Widest element first, stable: every tensor then starts at a multiple of its element size
      * (the header is padded to 8), and the safetensors format allows no gaps to align them. */
     int k = 0;
@@ -237,11 +234,7 @@ ct_status ct_safetensors_write(const char *path, const ct_named_array *arrays, i
     for (int j = 0; j < n && st == CT_OK; j++) {
         st = ct__atomic_file_write(&out, arrays[order[j]].data, (size_t)bytes[order[j]], err);
     }
-    if (st == CT_OK) {
-        st = ct__atomic_file_commit(&out, err);
-    } else {
-        ct__atomic_file_abort(&out);
-    }
+    st = ct__atomic_file_finish(&out, st, err);
     free(h.p);
     free(order);
     free(bytes);
