@@ -12,12 +12,12 @@
 
 /* ---- scratch directories ---- */
 
-/* Creates a fresh directory "<TMPDIR or /tmp>/ct_test_<tag>_XXXXXX" (mkdtemp) and writes its path
+/* Creates a fresh directory "<TMPDIR or /tmp>/ct_<tag>_XXXXXX" (mkdtemp) and writes its path
  * into dir (cap bytes). Returns dir. */
 const char *test_tmpdir_create(const char *tag, char *dir, size_t cap);
 
-/* Removes dir and everything below it (depth first, links not followed). Quiet when dir is empty
- * or already gone; expects (not asserts) that everything went. */
+/* Removes dir and everything below it (depth first, links not followed). Does nothing when dir
+ * is "" or already gone; expects (not asserts) that every entry went. */
 void test_tmpdir_remove(const char *dir);
 
 /* The scratch directory of the current test, "ct_<program>_XXXXXX" (ct_test_npz_...): give a
