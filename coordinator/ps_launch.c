@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "ctrain/cluster.h"
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
@@ -143,8 +144,7 @@ static void reap_all(cluster_run *r) {
             }
         }
     }
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    double start = ct__now_s();
     for (;;) {
         int left = 0;
         for (int k = 0; k < 2; k++) {
@@ -154,9 +154,7 @@ static void reap_all(cluster_run *r) {
                 }
             }
         }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double waited =
-            (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+        double waited = ct__now_s() - start;
         if (!left) {
             return;
         }

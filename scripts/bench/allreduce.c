@@ -26,8 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "ctrain/mirrored.h"
 
 #define DEFAULT_BUCKET ((int64_t)1 << 20) /* strategy.bucket_bytes' default */
@@ -40,12 +40,6 @@ static const char *const method_names[N_METHODS] = {"mpi", "ours_1mib", "ours_wh
 static int rank, size;
 static int64_t list[MAX_BUCKETS]; /* --buckets: floats per bucket */
 static int n_list;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *msg) {
     fprintf(stderr, "bench_allreduce: rank %d: %s\n", rank, msg);
@@ -107,9 +101,9 @@ static double check(int method, float *data_in, int64_t count, int64_t bucket) {
         data[i] = (float)(rank + 1 + i % 7);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    double start = now_s();
+    double start = ct__now_s();
     run_once(method, data, count, bucket);
-    double t = now_s() - start;
+    double t = ct__now_s() - start;
     int64_t bad = -1;
     for (int64_t i = 0; i < count && bad < 0; i++) {
         float want = (float)(size * (size + 1) / 2 + size * (int)(i % 7));
@@ -137,11 +131,11 @@ static double check(int method, float *data_in, int64_t count, int64_t bucket) {
 /* Seconds per call over `iters` calls after a barrier: the slowest rank's. */
 static double timed(int method, float *data, int64_t count, int64_t bucket, int iters) {
     MPI_Barrier(MPI_COMM_WORLD);
-    double start = now_s();
+    double start = ct__now_s();
     for (int i = 0; i < iters; i++) {
         run_once(method, data, count, bucket);
     }
-    double t = (now_s() - start) / iters, slowest = 0.0;
+    double t = (ct__now_s() - start) / iters, slowest = 0.0;
     MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return slowest;
 }

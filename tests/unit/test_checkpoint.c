@@ -16,24 +16,9 @@
 #include "ctrain/crc32c.h"
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
+#include "helpers.h"
 
-static char dir[256];
-
-static void make_dir(void) {
-    snprintf(dir, sizeof dir, "/tmp/ctrain_test_ckpt_%ld", (long)getpid());
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-    mkdir(dir, 0755);
-}
-
-static void remove_dir(void) {
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
-}
-
-TestSuite(checkpoint, .init = make_dir, .fini = remove_dir);
+TestSuite(checkpoint, .init = test_scratch_make, .fini = test_scratch_remove);
 
 Test(checkpoint, crc32c_vectors) {
     cr_expect_eq(ct_crc32c(0, "123456789", 9), 0xE3069283u);
@@ -90,7 +75,7 @@ Test(checkpoint, round_trip) {
     ct_ckpt_tensor t[3];
     int n = sample(t);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/one.ctck", dir);
+    test_path(test_scratch, "one.ctck", path, sizeof path);
     ct_ckpt_meta m = sample_meta(123);
     ct_err err = {0};
     cr_assert_eq(ct_ckpt_write(path, &m, t, n, &err), CT_OK, "%s", err.msg);
@@ -122,26 +107,49 @@ static long file_size(const char *path) {
 }
 
 static void copy_with(const char *from, const char *to, long flip_at, long truncate_to) {
-    FILE *f = fopen(from, "rb");
-    long n = file_size(from);
-    unsigned char *buf = malloc((size_t)n);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
+    size_t n;
+    unsigned char *buf = test_read_file(from, &n);
     if (flip_at >= 0) {
         buf[flip_at] ^= 0x5a;
     }
-    FILE *g = fopen(to, "wb");
-    fwrite(buf, 1, (size_t)(truncate_to >= 0 ? truncate_to : n), g);
-    fclose(g);
+    test_write_file(to, buf, truncate_to >= 0 ? (size_t)truncate_to : n);
     free(buf);
+}
+
+/* The atomic write's failure paths: a missing directory, and a full disk (RLIMIT_FSIZE) while an
+ * older file sits at the path. Each is CT_EIO naming the file and the step that failed; the old
+ * file is untouched and no temporary file is left behind. */
+Test(checkpoint, write_errors_leave_the_old_file) {
+    ct_ckpt_tensor t[3];
+    int n = sample(t);
+    ct_ckpt_meta m = sample_meta(5);
+    char path[PATH_MAX], missing[PATH_MAX];
+    test_path(test_scratch, "ckpt-5.ctck", path, sizeof path);
+    test_path(test_scratch, "no/such/ckpt-5.ctck", missing, sizeof missing);
+    ct_err err = {0};
+    cr_expect_eq(ct_ckpt_write(missing, &m, t, n, &err), CT_EIO);
+    cr_expect(strstr(err.msg, missing) && strstr(err.msg, "cannot create"), "%s", err.msg);
+
+    cr_assert_eq(ct_ckpt_write(path, &m, t, n, &err), CT_OK, "%s", err.msg);
+    size_t old_len, len;
+    unsigned char *old = test_read_file(path, &old_len);
+    test_limit_file_size(512);
+    m.step = 6;
+    cr_expect_eq(ct_ckpt_write(path, &m, t, n, &err), CT_EIO);
+    cr_expect(strstr(err.msg, path) && strstr(err.msg, "write failed"), "%s", err.msg);
+    unsigned char *now = test_read_file(path, &len);
+    cr_expect(len == old_len && memcmp(now, old, len) == 0, "the old file changed");
+    cr_expect_eq(test_dir_count(test_scratch), 1, "a temporary file was left behind");
+    free(old);
+    free(now);
 }
 
 Test(checkpoint, every_flipped_byte_and_truncation_is_caught) {
     ct_ckpt_tensor t[3];
     int n = sample(t);
     char path[PATH_MAX], bad[PATH_MAX];
-    snprintf(path, sizeof path, "%s/good.ctck", dir);
-    snprintf(bad, sizeof bad, "%s/bad.ctck", dir);
+    test_path(test_scratch, "good.ctck", path, sizeof path);
+    test_path(test_scratch, "bad.ctck", bad, sizeof bad);
     ct_ckpt_meta m = sample_meta(5);
     cr_assert_eq(ct_ckpt_write(path, &m, t, n, NULL), CT_OK);
     long size = file_size(path);
@@ -181,7 +189,7 @@ Test(checkpoint, directory_keeps_last_k_and_leased_files) {
     char path[PATH_MAX], leased[PATH_MAX];
     for (int64_t step = 10; step <= 70; step += 10) {
         ct_ckpt_meta m = sample_meta(step);
-        cr_assert_eq(ct_ckpt_save(dir, &policy, &m, t, n, path, NULL), CT_OK);
+        cr_assert_eq(ct_ckpt_save(test_scratch, &policy, &m, t, n, path, NULL), CT_OK);
         if (step == 20) {
             snprintf(leased, sizeof leased, "%s", path);
             cr_assert_eq(ct_ckpt_lease(leased, NULL), CT_OK); /* an evaluator reads it */
@@ -189,18 +197,18 @@ Test(checkpoint, directory_keeps_last_k_and_leased_files) {
     }
     char *paths = malloc(16 * PATH_MAX);
     int64_t steps[16];
-    int count = ct_ckpt_list(dir, paths, steps, 16);
+    int count = ct_ckpt_list(test_scratch, paths, steps, 16);
     cr_expect_eq(count, 4, "the last 3 and the leased one");
     cr_expect_eq(steps[0], 70);
     cr_expect_eq(steps[2], 50);
     cr_expect_eq(steps[3], 20);
     ct_ckpt_release(leased);
     ct_ckpt_meta m = sample_meta(80);
-    cr_assert_eq(ct_ckpt_save(dir, &policy, &m, t, n, path, NULL), CT_OK);
-    cr_expect_eq(ct_ckpt_list(dir, paths, steps, 16), 3, "released: pruned now");
+    cr_assert_eq(ct_ckpt_save(test_scratch, &policy, &m, t, n, path, NULL), CT_OK);
+    cr_expect_eq(ct_ckpt_list(test_scratch, paths, steps, 16), 3, "released: pruned now");
     /* the index names the latest */
     char index[PATH_MAX], line[256] = "";
-    snprintf(index, sizeof index, "%s/checkpoint", dir);
+    test_path(test_scratch, "checkpoint", index, sizeof index);
     FILE *f = fopen(index, "r");
     cr_assert_not_null(f);
     cr_assert_not_null(fgets(line, sizeof line, f));
@@ -211,12 +219,12 @@ Test(checkpoint, directory_keeps_last_k_and_leased_files) {
     ct_ckpt *c = NULL;
     char got[PATH_MAX];
     ct_err err = {0};
-    cr_assert_eq(ct_ckpt_latest(dir, &c, got, NULL, NULL, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_ckpt_latest(test_scratch, &c, got, NULL, NULL, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_ckpt_meta_of(c)->step, 70);
     ct_ckpt_free(c);
     free(paths);
     char empty[PATH_MAX + 8];
-    snprintf(empty, sizeof empty, "%s/empty", dir);
+    test_path(test_scratch, "empty", empty, sizeof empty);
     mkdir(empty, 0755);
     cr_expect_eq(ct_ckpt_latest(empty, &c, got, NULL, NULL, &err), CT_ENOENT);
 }
@@ -230,17 +238,17 @@ Test(checkpoint, keep_one_every_h_hours) {
     time_t now = time(NULL);
     for (int64_t step = 1; step <= 8; step++) { /* ages 14h, 12h, ..., 0h */
         ct_ckpt_meta m = sample_meta(step);
-        cr_assert_eq(ct_ckpt_save(dir, &keep_all, &m, t, n, path, NULL), CT_OK);
+        cr_assert_eq(ct_ckpt_save(test_scratch, &keep_all, &m, t, n, path, NULL), CT_OK);
         struct utimbuf ut = {.actime = now - (8 - step) * 2 * 3600,
                              .modtime = now - (8 - step) * 2 * 3600};
         cr_assert_eq(utime(path, &ut), 0);
     }
     ct_ckpt_policy policy = {.keep_last = 2, .keep_every_hours = 5.0f};
     ct_ckpt_meta m = sample_meta(9);
-    cr_assert_eq(ct_ckpt_save(dir, &policy, &m, t, n, path, NULL), CT_OK);
+    cr_assert_eq(ct_ckpt_save(test_scratch, &policy, &m, t, n, path, NULL), CT_OK);
     char *paths = malloc(16 * PATH_MAX);
     int64_t steps[16];
-    int count = ct_ckpt_list(dir, paths, steps, 16);
+    int count = ct_ckpt_list(test_scratch, paths, steps, 16);
     /* newest 2 (9, 8); then from the oldest: 1 (14h), 4 (8h: 6h later), 7 (2h: 6h later) */
     cr_assert_eq(count, 5, "kept %d", count);
     int64_t want[5] = {9, 8, 7, 4, 1};
@@ -261,16 +269,7 @@ static ct_job resume_job(void) {
     for (int i = 0; i < N; i++) {
         ys[i] = xs[i * D] > 0.5f ? (xs[i * D + 1] > 0.5f ? 2 : 1) : 0;
     }
-    ct_job job;
-    ct_job_defaults(&job);
-    snprintf(job.path, sizeof job.path, "resume.yaml");
-    job.input_rank = 1;
-    job.input_shape[0] = D;
-    job.layers[0] = (ct_layer_spec){
-        .type = CT_LAYER_DENSE, .units = 16, .use_bias = 1, .activation = CT_ACT_RELU};
-    job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = 0.2f};
-    job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 3, .use_bias = 1};
-    job.n_layers = 3;
+    ct_job job = test_dense_job("resume.yaml", D, 16, CT_ACT_RELU, 0.2f, 3);
     job.optimizer.type = CT_OPT_ADAM;
     job.optimizer.learning_rate = 0.01f;
     job.batch_size = 32; /* 240 = 7 * 32 + 16: a short last batch */
@@ -314,7 +313,7 @@ Test(checkpoint, resume_is_exact) {
     /* stopped mid-epoch at step 13 (a signal), then resumed in a new trainer */
     for (int64_t at = 5; at <= 29; at += 8) {
         char ckdir[PATH_MAX + 32];
-        snprintf(ckdir, sizeof ckdir, "%s/run%lld", dir, (long long)at);
+        snprintf(ckdir, sizeof ckdir, "%s/run%lld", test_scratch, (long long)at);
         ct_trainer *b;
         cr_assert_eq(ct_trainer_create(&job, &b, NULL), CT_OK);
         cr_assert_eq(ct_trainer_set_checkpointing(b, ckdir, "job text", NULL), CT_OK);
@@ -343,7 +342,7 @@ Test(checkpoint, resume_is_exact) {
     ct_trainer *d;
     int resumed = 0;
     char ckdir[PATH_MAX + 32];
-    snprintf(ckdir, sizeof ckdir, "%s/run5", dir);
+    test_path(test_scratch, "run5", ckdir, sizeof ckdir);
     cr_assert_eq(ct_trainer_create(&other, &d, NULL), CT_OK);
     cr_expect_eq(ct_trainer_resume(d, ckdir, &resumed, NULL, NULL, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "batch size 32") != NULL, "%s", err.msg);

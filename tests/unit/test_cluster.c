@@ -3,13 +3,14 @@
  * and disagree, and the rank/size view (ct_cluster_spec_read). The environment always comes from
  * a small table through a fake getenv, never from the process. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ctrain/cluster.h"
+#include "helpers.h"
 
 typedef struct env_var {
     const char *name, *value; /* value NULL: unset */
@@ -68,26 +69,20 @@ static ct_cluster read_ok(const char *task, const char *chief, const char *file,
     return c;
 }
 
-/* A scratch directory per test (Criterion forks per test, so each test makes its own). */
+/* A scratch directory holding one file, for the tests that read a cluster file. */
 typedef struct scratch {
-    char dir[64];
-    char path[128];
+    char dir[PATH_MAX];
+    char path[PATH_MAX];
 } scratch;
 
 /* Creates a directory and writes `text` to a file `name` in it; s->path is that file. */
 static void scratch_write(scratch *s, const char *name, const char *text) {
-    snprintf(s->dir, sizeof s->dir, "/tmp/ct_test_cluster_XXXXXX");
-    cr_assert_not_null(mkdtemp(s->dir), "mkdtemp failed");
-    snprintf(s->path, sizeof s->path, "%s/%s", s->dir, name);
-    FILE *f = fopen(s->path, "wb");
-    cr_assert_not_null(f, "cannot write %s", s->path);
-    cr_assert_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-    fclose(f);
+    test_tmpdir_create("test_cluster", s->dir, sizeof s->dir);
+    test_write_file(test_path(s->dir, name, s->path, sizeof s->path), text, strlen(text));
 }
 
 static void scratch_remove(scratch *s) {
-    unlink(s->path);
-    rmdir(s->dir);
+    test_tmpdir_remove(s->dir);
 }
 
 #define FOUR_TYPES                                                                                 \
@@ -181,7 +176,7 @@ Test(cluster, cluster_file_json) {
 
 Test(cluster, cluster_file_errors_name_file_line_key) {
     scratch s;
-    char want[200];
+    char want[PATH_MAX + 64];
     scratch_write(&s, "bad.yaml",
                   "cluster:\n"
                   "  worker:\n"

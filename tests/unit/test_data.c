@@ -2,7 +2,6 @@
  * corrupt files written to a temporary directory; datasets; the loader's order, coverage,
  * resume and shutdown with and without the prefetch thread. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,60 +12,25 @@
 
 #include "ctrain/data.h"
 #include "ctrain/rng.h"
+#include "helpers.h"
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist/"
 
-/* Per test process (Criterion forks per test): the temporary directory of this test. */
-static char tmp_dir[64];
+TestSuite(data, .init = test_scratch_make, .fini = test_scratch_remove, .timeout = 300);
 
-static void make_tmp(void) {
-    strcpy(tmp_dir, "/tmp/ct_test_data_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-}
-
-static void remove_tmp(void) {
-    DIR *dir = opendir(tmp_dir);
-    if (!dir) {
-        return;
-    }
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(dir)) != NULL) {
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name);
-            remove(path);
-        }
-    }
-    closedir(dir);
-    rmdir(tmp_dir);
-}
-
-TestSuite(data, .init = make_tmp, .fini = remove_tmp, .timeout = 300);
-
-/* Writes bytes to tmp_dir/name, raw or gzip-compressed; returns the path in `path`. */
+/* Writes bytes to test_scratch/name, raw or gzip-compressed; returns the path in `path`. */
 static const char *write_file(const char *name, const void *bytes, size_t n, int gzip, char *path,
                               size_t path_size) {
-    snprintf(path, path_size, "%s/%s", tmp_dir, name);
+    test_path(test_scratch, name, path, path_size);
     if (gzip) {
         gzFile f = gzopen(path, "wb");
         cr_assert_not_null(f);
         cr_assert_eq(gzwrite(f, bytes, (unsigned)n), (int)n);
         cr_assert_eq(gzclose(f), Z_OK);
     } else {
-        FILE *f = fopen(path, "wb");
-        cr_assert_not_null(f);
-        cr_assert_eq(fwrite(bytes, 1, n, f), n);
-        cr_assert_eq(fclose(f), 0);
+        test_write_file(path, bytes, n);
     }
     return path;
-}
-
-static size_t read_whole(const char *path, unsigned char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    size_t n = fread(buf, 1, cap, f);
-    fclose(f);
-    return n;
 }
 
 /* Encodes an IDX header; returns its length. */
@@ -318,7 +282,7 @@ Test(data, corrupt_headers) {
     const unsigned char huge_f64[12] = {0, 0, 0x0E, 2, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0};
     write_file("overflow_f64", huge_f64, 12, 0, path, sizeof path);
     expect_idx_error(path, CT_EFORMAT, "byte 4: sizes overflow");
-    snprintf(path, sizeof path, "%s/missing.gz", tmp_dir);
+    test_path(test_scratch, "missing.gz", path, sizeof path);
     expect_idx_error(path, CT_EIO, "cannot open: No such file or directory");
 }
 
@@ -351,7 +315,12 @@ static size_t write_gz_sample(const char *name, unsigned char *gz, size_t cap, c
     }
     write_file(name, buf, h + 4000, 1, path, 256);
     free(buf);
-    return read_whole(path, gz, cap);
+    size_t n;
+    unsigned char *bytes = test_read_file(path, &n);
+    cr_assert_leq(n, cap);
+    memcpy(gz, bytes, n);
+    free(bytes);
+    return n;
 }
 
 Test(data, corrupt_gzip) {
@@ -433,7 +402,7 @@ Test(data, dataset_checks_pairs) {
     write_u8_idx("labels5", 1, labels5, 5, 0, 0, labels, sizeof labels);
     cr_assert_eq(ct_dataset_load_idx(labels, labels, 0, &ds, &err), CT_EFORMAT);
     cr_expect_not_null(strstr(err.msg, "images"), "%s", err.msg);
-    snprintf(path, sizeof path, "%s/nope", tmp_dir);
+    test_path(test_scratch, "nope", path, sizeof path);
     cr_assert_eq(ct_dataset_load_idx(images, path, 0, &ds, &err), CT_EIO);
     cr_expect_not_null(strstr(err.msg, path), "%s", err.msg);
     cr_assert_eq(ct_dataset_load_idx(images, labels, 2, &ds, &err), CT_OK, "%s", err.msg);

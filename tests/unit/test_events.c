@@ -1,17 +1,16 @@
-/* TensorBoard event files: CRC-32C vectors, the TFRecord framing of every record, and the Event
- * protos read back with a small wire-format decoder written here (independent of protobuf-c,
- * whose generated header the tests cannot include): file_version, scalars, histogram statistics
- * and buckets, text, the graph. Errors: unwritable run directories and a full disk name the
- * path; a writer stops after a failed write. */
+/* TensorBoard event files: the TFRecord framing of every record with both of its CRC-32Cs (the
+ * CRC-32C test vectors are in test_checkpoint.c), and the Event protos read back with a small
+ * wire-format decoder written here (independent of protobuf-c, whose generated header the tests
+ * cannot include): file_version, scalars, histogram statistics and buckets, text, the graph.
+ * Errors: unwritable run directories and a full disk name the path; a writer stops after a
+ * failed write. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,21 +18,9 @@
 #include "ctrain/crc32c.h"
 #include "ctrain/events.h"
 #include "ctrain/graph.h"
+#include "helpers.h"
 
-static char tmp_dir[64];
-
-static void make_tmp(void) {
-    strcpy(tmp_dir, "/tmp/ct_test_events_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-}
-
-static void remove_tmp(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    cr_expect_eq(system(cmd), 0);
-}
-
-TestSuite(events, .init = make_tmp, .fini = remove_tmp, .timeout = 120);
+TestSuite(events, .init = test_scratch_make, .fini = test_scratch_remove, .timeout = 120);
 
 /* ---- reading records back ---- */
 
@@ -59,14 +46,7 @@ typedef struct event_file {
 
 /* Reads the whole file and splits it into records, checking both CRCs of each. */
 static void read_events(const char *path, event_file *ef) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    ef->size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    ef->bytes = malloc(ef->size + 1);
-    cr_assert_eq(fread(ef->bytes, 1, ef->size, f), ef->size);
-    fclose(f);
+    ef->bytes = test_read_file(path, &ef->size);
     ef->n = 0;
     size_t off = 0;
     while (off < ef->size) {
@@ -239,17 +219,9 @@ static void read_histo(field value, histo *h) {
 
 /* ---- tests ---- */
 
-Test(events, crc32c_vectors) {
-    cr_expect_eq(ct_crc32c(0, "123456789", 9), 0xE3069283u);
-    cr_expect_eq(ct_crc32c_mask(ct_crc32c(0, "123456789", 9)), 0xC78AB0E5u);
-    cr_expect_eq(ct_crc32c_mask(ct_crc32c(0, "", 0)), 0xA282EAD8u);
-    unsigned char le24[8] = {24, 0, 0, 0, 0, 0, 0, 0};
-    cr_expect_eq(ct_crc32c_mask(ct_crc32c(0, le24, 8)), 0x224B7FA3u);
-}
-
 Test(events, file_name_and_first_record) {
     char run[256];
-    snprintf(run, sizeof run, "%s/a/b/run", tmp_dir); /* parents are made too */
+    test_path(test_scratch, "a/b/run", run, sizeof run); /* parents are made too */
     ct_err err = {0};
     ct_events *w = NULL;
     time_t before = time(NULL);
@@ -288,7 +260,7 @@ Test(events, file_name_and_first_record) {
 Test(events, scalars_histogram_text_round_trip) {
     ct_err err = {0};
     ct_events *w = NULL;
-    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_scalar(w, "loss", 3, 0.25, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_scalar(w, "train/lr", 1LL << 40, 0.1, &err), CT_OK, "%s", err.msg);
     /* limits sit in the data: 0 and 1e-12 land in the buckets they close */
@@ -390,10 +362,8 @@ Test(events, scalars_histogram_text_round_trip) {
 
 Test(events, graph) {
     ct_err err = {0};
-    ct_backend *be = NULL;
-    ct_graph *g = NULL;
-    cr_assert_eq(ct_backend_cpu_create(1, &be, &err), CT_OK, "%s", err.msg);
-    cr_assert_eq(ct_graph_create(be, 0, &g, &err), CT_OK, "%s", err.msg);
+    test_graph tg = test_graph_open(0);
+    ct_graph *g = tg.g;
     static float wdata[12];
     ct_shape xs = ct_shape_make(2, (int64_t[]){2, 3}), ws = ct_shape_make(2, (int64_t[]){3, 4});
     int x = ct_placeholder(g, CT_F32, &xs, "x");
@@ -405,13 +375,12 @@ Test(events, graph) {
     cr_assert(y == 3 && x2 == 4 && odd == 5);
 
     ct_events *w = NULL;
-    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_graph(w, g, &err), CT_OK, "%s", err.msg);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s", ct_events_path(w));
     ct_events_close(w);
-    ct_graph_destroy(g);
-    ct_backend_destroy(be);
+    test_graph_close(&tg);
 
     event_file ef;
     read_events(path, &ef);
@@ -459,10 +428,8 @@ Test(events, bad_run_dirs_name_the_path) {
     cr_expect_null(w);
     /* a regular file where a directory should be */
     char file[256], run[300];
-    snprintf(file, sizeof file, "%s/plain", tmp_dir);
-    FILE *f = fopen(file, "w");
-    cr_assert_not_null(f);
-    fclose(f);
+    test_path(test_scratch, "plain", file, sizeof file);
+    test_write_file(file, "", 0);
     snprintf(run, sizeof run, "%s/sub/run", file);
     cr_expect_eq(ct_events_open(run, &w, &err), CT_EIO);
     cr_expect_null(w);
@@ -470,7 +437,7 @@ Test(events, bad_run_dirs_name_the_path) {
     cr_expect_eq(ct_events_open(file, &w, &err), CT_EIO); /* the run dir itself is a file */
     cr_expect_not_null(strstr(err.msg, file), "%s", err.msg);
     /* bad arguments to a writer */
-    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_events_scalar(w, "", 0, 1.0, &err), CT_EINVAL);
     cr_expect_eq(ct_events_histogram(w, "h", 0, NULL, 3, &err), CT_EINVAL);
     cr_expect_eq(ct_events_text(w, "t", 0, NULL, &err), CT_EINVAL);
@@ -486,10 +453,8 @@ Test(events, bad_run_dirs_name_the_path) {
 Test(events, disk_full_is_eio_naming_the_file) {
     ct_err err = {0};
     ct_events *w = NULL;
-    cr_assert_eq(ct_events_open(tmp_dir, &w, &err), CT_OK, "%s", err.msg);
-    signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG instead of killing us */
-    struct rlimit lim = {4096, 4096};
-    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    test_limit_file_size(4096);
     static char big[64 << 10];
     memset(big, 'x', sizeof big - 1);
     ct_status st = ct_events_text(w, "big", 0, big, &err);

@@ -14,41 +14,28 @@
 #include <zmq.h>
 
 #include "ctrain/net.h"
+#include "helpers.h"
 
-static char dir[256];
-static char keydir[300];
+/* test_scratch/keys: made by the keygen under test (which sets its mode), not beforehand. */
+static char keydir[PATH_MAX];
 
-static void make_dir(void) {
-    snprintf(dir, sizeof dir, "/tmp/ctrain_test_net_%ld", (long)getpid());
-    snprintf(keydir, sizeof keydir, "%s/keys", dir);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-    mkdir(dir, 0755);
+static void make_dirs(void) {
+    test_scratch_make();
+    test_path(test_scratch, "keys", keydir, sizeof keydir);
 }
 
-static void remove_dir(void) {
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
-}
-
-TestSuite(net, .init = make_dir, .fini = remove_dir);
+TestSuite(net, .init = make_dirs, .fini = test_scratch_remove);
 
 /* ---- helpers ---- */
 
 static void write_text(const char *name, const char *text) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", keydir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
+    test_write_file(test_path(keydir, name, path, sizeof path), text, strlen(text));
 }
 
 static void read_key_file(const char *name, char *buf) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", keydir, name);
+    test_path(keydir, name, path, sizeof path);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s", path);
     cr_assert_not_null(fgets(buf, CT_NET_KEY_LEN + 2, f));
@@ -139,7 +126,7 @@ Test(net, keygen_writes_five_files) {
                            "authorized_keys"};
     for (int i = 0; i < 5; i++) {
         char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", keydir, names[i]);
+        test_path(keydir, names[i], path, sizeof path);
         cr_assert_eq(stat(path, &sb), 0, "%s", path);
         cr_expect_gt(sb.st_size, 0, "%s", path);
         if (strstr(names[i], ".key")) {
@@ -156,7 +143,7 @@ Test(net, keygen_writes_five_files) {
 
     /* client.key alone also blocks keygen, and nothing is written */
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/server.key", keydir);
+    test_path(keydir, "server.key", path, sizeof path);
     cr_assert_eq(unlink(path), 0);
     err = (ct_err){0};
     cr_expect_eq(ct_net_keygen(keydir, &err), CT_EINVAL);
@@ -205,7 +192,7 @@ Test(net, keys_load_round_trip) {
 Test(net, keys_load_missing_file) {
     free(load_fresh_keys());
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/client.pub", keydir);
+    test_path(keydir, "client.pub", path, sizeof path);
     cr_assert_eq(unlink(path), 0);
     ct_net_keys *k = malloc(sizeof *k);
     ct_err err = {0};

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ctrain/nn.h"
+#include "helpers.h"
 
 Test(nn, params_layout_trainable_first_and_aligned) {
     ct_params p;
@@ -135,10 +136,8 @@ Test(nn, cnn_shapes_and_parameter_count) {
     cr_expect(strstr(buf, "[26, 26, 32]") && strstr(buf, "[5, 5, 64]") && strstr(buf, "[1600]"),
               "%s", buf);
 
-    ct_backend *be;
-    ct_graph *g;
-    ct_backend_cpu_create(1, &be, NULL);
-    ct_graph_create(be, 1, &g, NULL);
+    test_graph tg = test_graph_open(1);
+    ct_graph *g = tg.g;
     static float x[2 * 28 * 28];
     for (int i = 0; i < 2 * 28 * 28; i++) {
         x[i] = (float)(i % 255) / 255.0f;
@@ -150,8 +149,7 @@ Test(nn, cnn_shapes_and_parameter_count) {
     cr_assert_geq(logits, 0, "%s", (ct_graph_status(g, &err), err.msg));
     ct_shape ls = ct_graph_node(g, logits)->out.shape;
     cr_expect(ls.rank == 2 && ls.dims[0] == 2 && ls.dims[1] == 10);
-    ct_graph_destroy(g);
-    ct_backend_destroy(be);
+    test_graph_close(&tg);
     ct_model_destroy(m);
 }
 

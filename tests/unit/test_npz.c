@@ -2,7 +2,6 @@
  * make_fixtures.py), np.load on our files, truncated and bit-flipped files, and the safetensors
  * writer's header, checked here and (when the pip package is installed) by safetensors itself. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,62 +10,12 @@
 #include <unistd.h>
 
 #include "ctrain/npz.h"
+#include "helpers.h"
 
 #define FIXTURES CT_SOURCE_ROOT "/tests/data/npz/"
 
-/* Per test process (Criterion forks per test): the temporary directory of this test. */
-static char tmp_dir[64];
-
-static void make_tmp(void) {
-    strcpy(tmp_dir, "/tmp/ct_test_npz_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-}
-
-static void remove_tmp(void) {
-    DIR *dir = opendir(tmp_dir);
-    if (!dir) {
-        return;
-    }
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(dir)) != NULL) {
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name);
-            remove(path);
-        }
-    }
-    closedir(dir);
-    rmdir(tmp_dir);
-}
-
-TestSuite(npz, .init = make_tmp, .fini = remove_tmp, .timeout = 300);
-TestSuite(safetensors, .init = make_tmp, .fini = remove_tmp, .timeout = 300);
-
-static const char *tmp_path(const char *name, char *buf, size_t size) {
-    snprintf(buf, size, "%s/%s", tmp_dir, name);
-    return buf;
-}
-
-static unsigned char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
-}
-
-static void spill(const char *path, const void *bytes, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(bytes, 1, len, f), len);
-    cr_assert_eq(fclose(f), 0);
-}
+TestSuite(npz, .init = test_scratch_make, .fini = test_scratch_remove, .timeout = 300);
+TestSuite(safetensors, .init = test_scratch_make, .fini = test_scratch_remove, .timeout = 300);
 
 static int64_t numel(const ct_named_array *a) {
     int64_t n = 1;
@@ -132,12 +81,11 @@ static void expect_same_arrays(const ct_npz *z, const ct_named_array *want, int 
 Test(npz, round_trip) {
     ct_named_array a[N_SAMPLE];
     sample_arrays(a);
-    char path[256], tmp[300];
-    tmp_path("rt.npz", path, sizeof path);
+    char path[256];
+    test_path(test_scratch, "rt.npz", path, sizeof path);
     ct_err err = {0};
     cr_assert_eq(ct_npz_write(path, a, N_SAMPLE, &err), CT_OK, "%s", err.msg);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    cr_expect_neq(access(tmp, F_OK), 0, "the .tmp file is renamed away");
+    cr_expect_eq(test_dir_count(test_scratch), 1, "the temporary file is renamed away");
 
     ct_npz *z = NULL;
     cr_assert_eq(ct_npz_read(path, &z, &err), CT_OK, "%s", err.msg);
@@ -150,7 +98,7 @@ Test(npz, round_trip) {
 
     /* First member: local header, name, then a .npy whose data starts at a multiple of 64. */
     size_t len;
-    unsigned char *f = slurp(path, &len);
+    unsigned char *f = test_read_file(path, &len);
     cr_assert_eq(memcmp(f, "PK\3\4", 4), 0);
     size_t name_len = (size_t)(f[26] | f[27] << 8), extra = (size_t)(f[28] | f[29] << 8);
     cr_expect_eq(name_len, strlen("dense_1/kernel.npy"));
@@ -175,7 +123,7 @@ Test(npz, numpy_loads_our_file) {
     ct_named_array a[N_SAMPLE];
     sample_arrays(a);
     char path[256];
-    tmp_path("for_numpy.npz", path, sizeof path);
+    test_path(test_scratch, "for_numpy.npz", path, sizeof path);
     ct_err err = {0};
     cr_assert_eq(ct_npz_write(path, a, N_SAMPLE, &err), CT_OK, "%s", err.msg);
     char cmd[4096];
@@ -309,8 +257,8 @@ Test(npz, rejects_unsupported_members) {
 
 Test(npz, rejects_garbage) {
     char path[256];
-    tmp_path("garbage.npz", path, sizeof path);
-    spill(path, "", 0);
+    test_path(test_scratch, "garbage.npz", path, sizeof path);
+    test_write_file(path, "", 0);
     expect_read_error(path, CT_EINVAL, "not a zip");
     unsigned char junk[5000];
     uint32_t x = 12345;
@@ -318,22 +266,22 @@ Test(npz, rejects_garbage) {
         x = x * 1664525u + 1013904223u;
         junk[i] = (unsigned char)(x >> 24);
     }
-    spill(path, junk, sizeof junk);
+    test_write_file(path, junk, sizeof junk);
     expect_read_error(path, CT_EINVAL, "end of central directory");
 
     /* An end record whose directory lies outside the file, and one that claims too many
      * members for its directory. */
     unsigned char end[22] = {'P', 'K', 5, 6, 0, 0, 0, 0, 1, 0, 1, 0, 46, 0, 0, 0, 0, 0, 0, 0};
-    spill(path, end, sizeof end);
+    test_write_file(path, end, sizeof end);
     expect_read_error(path, CT_EINVAL, "central directory");
     unsigned char many[22 + 46] = {0};
     memcpy(many + 46, "PK\5\6\0\0\0\0\xff\xff\xff\xff\x2e\0\0\0\0\0\0\0\0\0", 22);
-    spill(path, many, sizeof many);
+    test_write_file(path, many, sizeof many);
     expect_read_error(path, CT_EINVAL, "members");
 
     /* A valid empty zip (an end record alone) has no arrays. */
     unsigned char empty[22] = {'P', 'K', 5, 6};
-    spill(path, empty, sizeof empty);
+    test_write_file(path, empty, sizeof empty);
     ct_npz *z = NULL;
     ct_err err = {0};
     cr_assert_eq(ct_npz_read(path, &z, &err), CT_OK, "%s", err.msg);
@@ -344,10 +292,10 @@ Test(npz, rejects_garbage) {
 /* Every prefix of a valid file is rejected with CT_EINVAL and a one-line message. */
 static void check_truncations(const char *src) {
     size_t len;
-    unsigned char *bytes = slurp(src, &len);
+    unsigned char *bytes = test_read_file(src, &len);
     char path[256];
-    tmp_path("truncated.npz", path, sizeof path);
-    spill(path, bytes, len);
+    test_path(test_scratch, "truncated.npz", path, sizeof path);
+    test_write_file(path, bytes, len);
     for (size_t cut = len; cut-- > 0;) {
         cr_assert_eq(truncate(path, (off_t)cut), 0);
         ct_npz *z = NULL;
@@ -367,7 +315,7 @@ Test(npz, truncated_files_are_rejected) {
     sample_arrays(a);
     a[7].dims[0] = 4; /* keep the file small: every prefix is read */
     char ours[256];
-    tmp_path("ours.npz", ours, sizeof ours);
+    test_path(test_scratch, "ours.npz", ours, sizeof ours);
     ct_err err = {0};
     cr_assert_eq(ct_npz_write(ours, a, N_SAMPLE, &err), CT_OK, "%s", err.msg);
     check_truncations(ours);
@@ -400,15 +348,15 @@ static void check_flips(const char *src, unsigned char mask, int min_rejected_pc
     cr_assert_eq(ct_npz_read(src, &orig, &err), CT_OK, "%s", err.msg);
     int n = ct_npz_count(orig);
     size_t len;
-    unsigned char *bytes = slurp(src, &len);
+    unsigned char *bytes = test_read_file(src, &len);
     char path[256];
-    tmp_path("flipped.npz", path, sizeof path);
+    test_path(test_scratch, "flipped.npz", path, sizeof path);
     char *payload = calloc(len, 1);
     mark_payload(bytes, len, payload);
     size_t rejected = 0;
     for (size_t i = 0; i < len; i++) {
         bytes[i] ^= mask;
-        spill(path, bytes, len);
+        test_write_file(path, bytes, len);
         bytes[i] ^= mask;
         ct_npz *z = NULL;
         ct_status st = ct_npz_read(path, &z, &err);
@@ -443,7 +391,7 @@ Test(npz, flipped_bytes_are_caught_or_harmless) {
     sample_arrays(a);
     a[7].dims[0] = 4; /* small file: every byte is flipped */
     char ours[256];
-    tmp_path("ours.npz", ours, sizeof ours);
+    test_path(test_scratch, "ours.npz", ours, sizeof ours);
     ct_err err = {0};
     cr_assert_eq(ct_npz_write(ours, a, N_SAMPLE, &err), CT_OK, "%s", err.msg);
     check_flips(ours, 0xFF, 90);
@@ -456,7 +404,7 @@ Test(npz, flipped_bytes_are_caught_or_harmless) {
 
 static void expect_write_error(ct_status got, const ct_err *err, ct_status want, const char *what) {
     cr_expect_eq(got, want, "%s", err->msg);
-    cr_expect_not_null(strstr(err->msg, tmp_dir), "%s", err->msg);
+    cr_expect_not_null(strstr(err->msg, test_scratch), "%s", err->msg);
     cr_expect_not_null(strstr(err->msg, what), "%s", err->msg);
 }
 
@@ -464,7 +412,7 @@ Test(npz, write_rejects_bad_arrays) {
     ct_named_array a[N_SAMPLE];
     sample_arrays(a);
     char path[256];
-    tmp_path("bad.npz", path, sizeof path);
+    test_path(test_scratch, "bad.npz", path, sizeof path);
     ct_err err = {0};
     ct_named_array b[2] = {a[0], a[1]};
     b[1].rank = 9;
@@ -484,10 +432,33 @@ Test(npz, write_rejects_bad_arrays) {
     cr_expect_neq(access(path, F_OK), 0, "nothing written");
 
     char missing[300];
-    snprintf(missing, sizeof missing, "%s/no/such/dir/x.npz", tmp_dir);
+    test_path(test_scratch, "no/such/dir/x.npz", missing, sizeof missing);
     expect_write_error(ct_npz_write(missing, a, 1, &err), &err, CT_EIO, "cannot create");
     expect_write_error(ct_safetensors_write(missing, a, 1, NULL, &err), &err, CT_EIO,
                        "cannot create");
+}
+
+/* A full disk (RLIMIT_FSIZE) while an older file sits at the path: both writers fail with
+ * CT_EIO naming the file and the failed write, leave the old file as it was and remove their
+ * temporary file. */
+Test(npz, disk_full_leaves_the_old_file) {
+    ct_named_array a[N_SAMPLE];
+    sample_arrays(a);
+    char path[256];
+    test_path(test_scratch, "full.npz", path, sizeof path);
+    ct_err err = {0};
+    cr_assert_eq(ct_npz_write(path, a, 1, &err), CT_OK, "%s", err.msg);
+    size_t old_len, len;
+    unsigned char *old = test_read_file(path, &old_len);
+    test_limit_file_size(4096);
+    expect_write_error(ct_npz_write(path, a, N_SAMPLE, &err), &err, CT_EIO, "write failed");
+    expect_write_error(ct_safetensors_write(path, a, N_SAMPLE, NULL, &err), &err, CT_EIO,
+                       "write failed");
+    unsigned char *now = test_read_file(path, &len);
+    cr_expect(len == old_len && memcmp(now, old, len) == 0, "the old file changed");
+    cr_expect_eq(test_dir_count(test_scratch), 1, "a temporary file was left behind");
+    free(old);
+    free(now);
 }
 
 /* ---- safetensors ------------------------------------------------------------------------- */
@@ -506,7 +477,7 @@ static int cmp_range(const void *a, const void *b) {
 static void check_safetensors(const char *path, const ct_named_array *a, int n,
                               const char *json_name_of_last) {
     size_t len;
-    unsigned char *f = slurp(path, &len);
+    unsigned char *f = test_read_file(path, &len);
     cr_assert_geq(len, 8);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) {
@@ -570,13 +541,13 @@ Test(safetensors, header_and_data) {
     sample_arrays(a);
     a[N_SAMPLE] = (ct_named_array){"we\"ird\\name", CT_U8, 1, {3}, pixels};
     char path[256];
-    tmp_path("model.safetensors", path, sizeof path);
+    test_path(test_scratch, "model.safetensors", path, sizeof path);
     ct_err err = {0};
     const char *meta = " {\"format\": \"np\", \"epoch\":\"3\"} ";
     cr_assert_eq(ct_safetensors_write(path, a, N_SAMPLE + 1, meta, &err), CT_OK, "%s", err.msg);
     check_safetensors(path, a, N_SAMPLE + 1, "we\\\"ird\\\\name");
     size_t len;
-    char *f = (char *)slurp(path, &len);
+    char *f = (char *)test_read_file(path, &len);
     const char *head = "{\"__metadata__\":{\"format\": \"np\", \"epoch\":\"3\"},";
     cr_expect_eq(strncmp(f + 8, head, strlen(head)), 0, "%.60s", f + 8);
     free(f);
@@ -584,7 +555,7 @@ Test(safetensors, header_and_data) {
     /* Offsets in the JSON increase monotonically (data order), widest dtype first. */
     cr_assert_eq(ct_safetensors_write(path, a, N_SAMPLE, NULL, &err), CT_OK, "%s", err.msg);
     check_safetensors(path, a, N_SAMPLE, NULL);
-    f = (char *)slurp(path, &len);
+    f = (char *)test_read_file(path, &len);
     cr_expect_null(strstr(f + 8, "__metadata__"));
     cr_expect_eq(
         strncmp(f + 8, "{\"step\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,8]}", 55), 0,
@@ -592,7 +563,7 @@ Test(safetensors, header_and_data) {
     free(f);
 
     cr_assert_eq(ct_safetensors_write(path, a, 0, "{}", &err), CT_OK, "%s", err.msg);
-    f = (char *)slurp(path, &len);
+    f = (char *)test_read_file(path, &len);
     cr_expect_eq(len, 8 + 24);
     cr_expect_eq(strncmp(f + 8, "{\"__metadata__\":{}}     ", 24), 0);
     free(f);
@@ -602,7 +573,7 @@ Test(safetensors, rejects_bad_metadata) {
     ct_named_array a[N_SAMPLE];
     sample_arrays(a);
     char path[256];
-    tmp_path("m.safetensors", path, sizeof path);
+    test_path(test_scratch, "m.safetensors", path, sizeof path);
     const char *bad[] = {"",
                          "not json",
                          "[1]",
@@ -633,7 +604,7 @@ Test(safetensors, python_package_loads_our_file) {
     ct_named_array a[N_SAMPLE];
     sample_arrays(a);
     char path[256];
-    tmp_path("py.safetensors", path, sizeof path);
+    test_path(test_scratch, "py.safetensors", path, sizeof path);
     ct_err err = {0};
     cr_assert_eq(ct_safetensors_write(path, a, N_SAMPLE, "{\"epoch\": \"3\"}", &err), CT_OK, "%s",
                  err.msg);

@@ -7,6 +7,7 @@
 
 #include "gradcheck.h"
 #include "graph/op_impl.h" /* ct__sgemm */
+#include "helpers.h"
 
 #define TOL_ATOL 1e-3
 #define TOL_RTOL 1e-2
@@ -46,9 +47,6 @@ static void check_op(ct_op op, ct_attrs attrs, int n_in, const ct_shape *shapes,
         free(vals[k]);
     }
 }
-
-#define S(...)                                                                                     \
-    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
 
 Test(ops, matmul_grads) {
     ct_shape ab[2];
@@ -204,25 +202,20 @@ Test(ops, softmax_xent_grad_and_value) {
         want += m + log(s) - logits[r * 5 + labels[r]];
     }
     want /= 4;
-    ct_backend *be;
-    ct_graph *g;
-    ct_backend_cpu_create(1, &be, NULL);
-    ct_graph_create(be, 1, &g, NULL);
+    test_graph tg = test_graph_open(1);
+    ct_graph *g = tg.g;
     int x = ct_constant(g, CT_F32, &in[0].shape, logits);
     int y = ct_constant(g, CT_I32, &in[1].shape, labels);
     int loss = ct_softmax_xent(g, x, y);
     cr_assert_geq(loss, 0);
     float got = *(float *)ct_graph_node(g, loss)->out.data;
     cr_expect(fabs(got - want) < 1e-5 * fabs(want) + 1e-6, "loss %f want %f", got, want);
-    ct_graph_destroy(g);
-    ct_backend_destroy(be);
+    test_graph_close(&tg);
 }
 
 Test(ops, argmax_equal_forward) {
-    ct_backend *be;
-    ct_graph *g;
-    ct_backend_cpu_create(1, &be, NULL);
-    ct_graph_create(be, 1, &g, NULL);
+    test_graph tg = test_graph_open(1);
+    ct_graph *g = tg.g;
     float x[6] = {0.1f, 0.7f, 0.2f, 0.9f, -1.0f, 0.0f};
     int32_t y[2] = {1, 2};
     ct_shape sx = S(2, 3), sy = S(2);
@@ -234,15 +227,13 @@ Test(ops, argmax_equal_forward) {
     cr_expect_eq(am[0], 1);
     cr_expect_eq(am[1], 0);
     cr_expect_float_eq(*(float *)ct_graph_node(g, acc)->out.data, 0.5f, 1e-7);
-    ct_graph_destroy(g);
-    ct_backend_destroy(be);
+    test_graph_close(&tg);
 }
 
 Test(ops, shape_errors_name_the_op) {
-    ct_backend *be;
+    ct_backend *be = test_cpu_backend();
     ct_graph *g;
     ct_err err = {0};
-    ct_backend_cpu_create(1, &be, NULL);
     ct_graph_create(be, 0, &g, NULL);
     ct_shape a = S(3, 4), b = S(5, 6);
     int x = ct_placeholder(g, CT_F32, &a, "a");

@@ -11,6 +11,7 @@
 
 #include "ctrain/rng.h"
 #include "gradcheck.h"
+#include "helpers.h"
 
 /* Finite differences in f32 with step 1e-2: |analytic - numeric| <= ATOL + RTOL * |numeric|. */
 #define TOL_ATOL 1e-3
@@ -19,29 +20,9 @@
 /* Forward values against the double-precision references. */
 #define FWD_TOL 1e-4
 
-#define S(...)                                                                                     \
-    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
-
 /* ---- helpers ---- */
 
-typedef struct env {
-    ct_backend *be;
-    ct_graph *g;
-} env;
-
-static env env_open(int eager) {
-    env e = {0};
-    cr_assert_eq(ct_backend_cpu_create(1, &e.be, NULL), CT_OK);
-    cr_assert_eq(ct_graph_create(e.be, eager, &e.g, NULL), CT_OK);
-    return e;
-}
-
-static void env_close(env *e) {
-    ct_graph_destroy(e->g);
-    ct_backend_destroy(e->be);
-}
-
-static float *out_f32(env *e, int id) {
+static float *out_f32(test_graph *e, int id) {
     cr_assert_geq(id, 0, "build failed");
     return ct_graph_node(e->g, id)->out.data;
 }
@@ -156,7 +137,7 @@ ParameterizedTest(conv_case *p, ops_nn, conv2d) {
     int64_t pt, pl, oh = tf_out(p->h, p->kh, p->sh, p->same, &pt);
     int64_t ow = tf_out(p->w, p->kw, p->sw, p->same, &pl);
 
-    env e = env_open(1);
+    test_graph e = test_graph_open(1);
     int y = ct_conv2d(e.g, ct_constant(e.g, CT_F32, &xs, x), ct_constant(e.g, CT_F32, &ws, w),
                       p->sh, p->sw, p->same);
     float *got = out_f32(&e, y);
@@ -167,7 +148,7 @@ ParameterizedTest(conv_case *p, ops_nn, conv2d) {
     naive_conv(p, x, w, oh, ow, pt, pl, want);
     cr_expect(max_rel_err(got, want, count) < FWD_TOL, "forward differs from the naive conv");
     free(want);
-    env_close(&e);
+    test_graph_close(&e);
 
     gc_input in[2] = {{.shape = xs, .dtype = CT_F32, .value = x, .check = 1},
                       {.shape = ws, .dtype = CT_F32, .value = w, .check = 1}};
@@ -231,7 +212,7 @@ Test(ops_nn, conv2d_multi_block) {
         naive_conv(p, x, w, oh, ow, pt, pl, y_want);
         naive_conv_grads(p, x, w, dy, oh, ow, pt, pl, dx_want, dw_want);
 
-        env e = env_open(1);
+        test_graph e = test_graph_open(1);
         int xid = ct_constant(e.g, CT_F32, &xs, x), wid = ct_constant(e.g, CT_F32, &ws, w);
         int y = ct_conv2d(e.g, xid, wid, p->sh, p->sw, p->same);
         int sources[2] = {xid, wid}, grads[2];
@@ -241,7 +222,7 @@ Test(ops_nn, conv2d_multi_block) {
         cr_expect(max_rel_err(out_f32(&e, y), y_want, ny) < FWD_TOL, "case %zu: y", k);
         cr_expect(max_rel_err(out_f32(&e, grads[0]), dx_want, nx) < FWD_TOL, "case %zu: dx", k);
         cr_expect(max_rel_err(out_f32(&e, grads[1]), dw_want, nw) < FWD_TOL, "case %zu: dw", k);
-        env_close(&e);
+        test_graph_close(&e);
         free(x);
         free(w);
         free(dy);
@@ -310,7 +291,7 @@ ParameterizedTest(pool_case *p, ops_nn, pool) {
     ct_attrs attrs = {.i = {p->wh, p->ww, p->sh, p->sw, p->same}};
     for (int is_max = 0; is_max < 2; is_max++) {
         ct_op op = is_max ? CT_OP_MAX_POOL : CT_OP_AVG_POOL;
-        env e = env_open(1);
+        test_graph e = test_graph_open(1);
         int xid = ct_constant(e.g, CT_F32, &xs, x);
         int y = ct_graph_add(e.g, op, 1, &xid, &attrs);
         float *got = out_f32(&e, y);
@@ -318,7 +299,7 @@ ParameterizedTest(pool_case *p, ops_nn, pool) {
                   ct_op_name(op));
         naive_pool(p, is_max, x, oh, ow, pt, pl, want);
         cr_expect(max_rel_err(got, want, count) < FWD_TOL, "%s forward", ct_op_name(op));
-        env_close(&e);
+        test_graph_close(&e);
 
         /* distinct values: a perturbation of FD_EPS never changes which cell is the maximum */
         gc_input in[1] = {{.shape = xs, .dtype = CT_F32, .value = x, .check = 1}};
@@ -345,14 +326,14 @@ Test(ops_nn, dropout_training_grads) {
 /* Runs dropout(rate) in training on x in an eager graph keyed (seed, step); copies the mask. */
 static void run_dropout(const float *x, int64_t n, float rate, uint64_t seed, uint64_t step,
                         float *ret_y, uint8_t *ret_mask) {
-    env e = env_open(1);
+    test_graph e = test_graph_open(1);
     ct_graph_ctx(e.g)->seed = seed;
     ct_graph_ctx(e.g)->step = step;
     ct_shape s = S(n);
     int y = ct_dropout(e.g, ct_constant(e.g, CT_F32, &s, x), rate, 1);
     memcpy(ret_y, out_f32(&e, y), (size_t)n * sizeof(float));
     memcpy(ret_mask, ct_graph_node(e.g, y)->aux.data, (size_t)n);
-    env_close(&e);
+    test_graph_close(&e);
 }
 
 Test(ops_nn, dropout_statistics) {
@@ -399,7 +380,7 @@ Test(ops_nn, dropout_mask_depends_on_seed_step_node_only) {
 }
 
 Test(ops_nn, dropout_inference_is_identity) {
-    env e = env_open(1);
+    test_graph e = test_graph_open(1);
     float x[6] = {1, -2, 3, -4, 5, -6};
     ct_shape s = S(2, 3);
     int xid = ct_constant(e.g, CT_F32, &s, x);
@@ -409,7 +390,7 @@ Test(ops_nn, dropout_inference_is_identity) {
         cr_expect_eq(inference[i], x[i]);
         cr_expect_eq(rate0[i], x[i]);
     }
-    env_close(&e);
+    test_graph_close(&e);
 }
 
 /* ---- batch normalization ---- */
@@ -466,7 +447,7 @@ Test(ops_nn, batch_norm_values_and_running_update) {
     memcpy(rvar0, rvar, sizeof rvar);
     ct_shape xs = S(rows, channels), cs = S(channels);
     for (int training = 1; training >= 0; training--) {
-        env e = env_open(1);
+        test_graph e = test_graph_open(1);
         int y = ct_batch_norm(
             e.g, ct_constant(e.g, CT_F32, &xs, x), ct_constant(e.g, CT_F32, &cs, gamma),
             ct_constant(e.g, CT_F32, &cs, beta), ct_variable(e.g, &cs, rmean, "m"),
@@ -497,7 +478,7 @@ Test(ops_nn, batch_norm_values_and_running_update) {
             cr_expect(fabs(rvar[c] - want_var) < 1e-6, "running_var[%d] %f want %f", c, rvar[c],
                       want_var);
         }
-        env_close(&e);
+        test_graph_close(&e);
         memcpy(rmean, rmean0, sizeof rmean);
         memcpy(rvar, rvar0, sizeof rvar);
     }
@@ -517,7 +498,7 @@ Test(ops_nn, embedding_values_and_grads) {
     /* repeats accumulate; -1, 5 and 7 are out of range: zeros forward, no gradient */
     int32_t ids[2][4] = {{0, 3, 3, -1}, {4, 5, 1, 7}};
     ct_shape ts = S(vocab, dim), is = S(2, 4);
-    env e = env_open(1);
+    test_graph e = test_graph_open(1);
     float *got = out_f32(&e, ct_embedding(e.g, ct_constant(e.g, CT_F32, &ts, table),
                                           ct_constant(e.g, CT_I32, &is, ids)));
     for (int i = 0; i < 8; i++) {
@@ -527,7 +508,7 @@ Test(ops_nn, embedding_values_and_grads) {
             cr_expect_eq(got[i * dim + d], want, "row %d (id %d) element %d", i, id, d);
         }
     }
-    env_close(&e);
+    test_graph_close(&e);
     gc_input in[2] = {{.shape = ts, .dtype = CT_F32, .value = table, .check = 1},
                       {.shape = is, .dtype = CT_I32, .value = ids, .check = 0}};
     char msg[256];
@@ -584,7 +565,7 @@ Test(ops_nn, weight_grads_accumulate_and_match_eager) {
     net p;
     net_init(&p);
     /* eager: gradient nodes run unbound, overwriting their outputs */
-    env e = env_open(1);
+    test_graph e = test_graph_open(1);
     int eager_grads[4];
     build_net(e.g, &p, eager_grads);
     float *eager[4];
@@ -594,7 +575,7 @@ Test(ops_nn, weight_grads_accumulate_and_match_eager) {
 
     /* graph: bound to buffers holding 1.0, each kernel adds into them in place */
     net_init(&p);
-    env gr = env_open(0);
+    test_graph gr = test_graph_open(0);
     int grads[4];
     build_net(gr.g, &p, grads);
     float *buf[4];
@@ -622,8 +603,8 @@ Test(ops_nn, weight_grads_accumulate_and_match_eager) {
     for (int k = 0; k < 4; k++) {
         free(buf[k]);
     }
-    env_close(&gr);
-    env_close(&e);
+    test_graph_close(&gr);
+    test_graph_close(&e);
 }
 
 /* ---- build errors ---- */
@@ -642,7 +623,7 @@ Test(ops_nn, shape_errors_name_op_and_shapes) {
         {{"embedding", "ids", "i32"}, CT_EINVAL},
     };
     for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
-        env e = env_open(0);
+        test_graph e = test_graph_open(0);
         ct_shape x4 = S(2, 5, 5, 3), w4 = S(3, 3, 4, 8), small = S(1, 2, 2, 1), w3 = S(3, 3, 1, 1);
         ct_shape c3 = S(3), c4 = S(4), xs2 = S(5, 4);
         int got = 0;
@@ -683,6 +664,6 @@ Test(ops_nn, shape_errors_name_op_and_shapes) {
             cr_expect(strstr(err.msg, cases[k].want[s]) != NULL, "case %d: '%s' lacks '%s'", k,
                       err.msg, cases[k].want[s]);
         }
-        env_close(&e);
+        test_graph_close(&e);
     }
 }

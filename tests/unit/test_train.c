@@ -7,6 +7,7 @@
 
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
+#include "helpers.h"
 
 enum { N = 256, D = 4 };
 static float xs[N * D];
@@ -25,16 +26,7 @@ static void make_data(void) {
 }
 
 static ct_job small_job(ct_optimizer_type opt, float dropout) {
-    ct_job job;
-    ct_job_defaults(&job);
-    snprintf(job.path, sizeof job.path, "small.yaml");
-    job.input_rank = 1;
-    job.input_shape[0] = D;
-    job.layers[0] = (ct_layer_spec){
-        .type = CT_LAYER_DENSE, .units = 32, .use_bias = 1, .activation = CT_ACT_TANH};
-    job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = dropout};
-    job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = 3, .use_bias = 1};
-    job.n_layers = 3;
+    ct_job job = test_dense_job("small.yaml", D, 32, CT_ACT_TANH, dropout, 3);
     job.optimizer.type = opt;
     job.optimizer.learning_rate = opt == CT_OPT_SGD ? 0.5f : 0.01f;
     job.threads = 1;

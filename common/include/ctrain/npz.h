@@ -23,10 +23,11 @@ typedef struct ct_named_array {
 
 /* Writes `n` arrays as a .npz that np.load opens: a zip of stored (uncompressed) members
  * "<name>.npy", each a .npy v1.0 whose data starts at a multiple of 64 bytes. The file is
- * written to path + ".tmp", fsynced and renamed over `path`. Errors: CT_EINVAL for a bad array
- * (empty or duplicate name, rank > 8, negative dim, NULL data) or a file over the 4 GiB / 65535
- * member limits of a zip without ZIP64; CT_EIO when the file cannot be written; CT_ENOMEM.
- * Thread-safe. */
+ * written to path + ".tmp.<pid>", fsynced and renamed over `path`, and the directory is fsynced.
+ * Errors: CT_EINVAL for a bad array (empty or duplicate name, rank > 8, negative dim, NULL data)
+ * or a file over the 4 GiB / 65535 member limits of a zip without ZIP64; CT_EIO when the file
+ * cannot be written (the message names the file and the step: create, write, fsync, rename);
+ * CT_ENOMEM. Thread-safe. */
 ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct_err *err);
 
 /* Writes `n` arrays as safetensors: an 8-byte little-endian header length, a JSON header of

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "ctrain/rng.h"
 
 #define LOADER_MAX_PREFETCH 1024
@@ -54,12 +55,6 @@ struct ct_loader {
     int mutex_ready, filled_ready, has_room_ready, thread_started;
     pthread_t thread;
 };
-
-static double monotonic_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Makes `perm` hold the order of `epoch` (the gathering thread only). */
 static void ensure_perm(ct_loader *l, int64_t epoch) {
@@ -259,7 +254,7 @@ static ct_status wait_filled(ct_loader *l) {
     if (l->produced > l->consumed) {
         return CT_OK;
     }
-    double start = monotonic_seconds();
+    double start = ct__now_s();
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += LOADER_WAIT_LIMIT_S;
@@ -273,7 +268,7 @@ static ct_status wait_filled(ct_loader *l) {
             break;
         }
     }
-    l->wait_seconds += monotonic_seconds() - start;
+    l->wait_seconds += ct__now_s() - start;
     return st;
 }
 
@@ -283,14 +278,14 @@ ct_status ct_loader_next(ct_loader *l, ct_batch *ret_batch) {
     }
     if (l->opt.prefetch == 0) {
         /* Gathering in the caller is all waiting, from the training loop's point of view. */
-        double start = monotonic_seconds();
+        double start = ct__now_s();
         if (l->sync_next >= l->batches_per_epoch) {
             *ret_batch = (ct_batch){.epoch = l->epoch, .index = l->batches_per_epoch};
             return CT_OK;
         }
         gather(l, l->epoch, l->sync_next++, &l->slots[0]);
         fill_batch(ret_batch, &l->slots[0]);
-        l->wait_seconds += monotonic_seconds() - start;
+        l->wait_seconds += ct__now_s() - start;
         return CT_OK;
     }
     ct_status st = CT_OK;
@@ -318,10 +313,10 @@ ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index, ct_batc
         index >= l->batches_per_epoch) {
         return CT_EINVAL;
     }
-    double start = monotonic_seconds();
+    double start = ct__now_s();
     gather(l, epoch, index, &l->slots[0]);
     fill_batch(ret_batch, &l->slots[0]);
-    l->wait_seconds += monotonic_seconds() - start;
+    l->wait_seconds += ct__now_s() - start;
     return CT_OK;
 }
 

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "checkpoint.pb-c.h"
 #include "ctrain/crc32c.h"
 
@@ -56,39 +57,6 @@ static uint32_t get_u32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of the directory holding `path`, so a rename survives a crash. */
-static void sync_dir_of(const char *path) {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-    } else {
-        snprintf(dir, sizeof dir, ".");
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 static int mkdir_p(const char *dir) {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", dir);
@@ -102,31 +70,6 @@ static int mkdir_p(const char *dir) {
         }
     }
     return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
-/* Writes `len` bytes atomically to path: tmp file, fsync, rename, fsync of the directory. */
-static ct_status write_atomic(const char *path, const void *const *parts, const size_t *lens,
-                              int n_parts, ct_err *err) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        return ct_err_set(err, CT_EIO, "%s: cannot create (%s)", tmp, strerror(errno));
-    }
-    int bad = 0;
-    for (int k = 0; k < n_parts && !bad; k++) {
-        bad = write_all(fd, parts[k], lens[k]) != 0;
-    }
-    bad = bad || fsync(fd) != 0;
-    int saved = errno;
-    bad = (close(fd) != 0) || bad;
-    if (bad || rename(tmp, path) != 0) {
-        saved = bad ? saved : errno;
-        unlink(tmp);
-        return ct_err_set(err, CT_EIO, "%s: cannot write (%s)", path, strerror(saved));
-    }
-    sync_dir_of(path);
-    return CT_OK;
 }
 
 static Ctrain__Ckpt__DType to_proto_dtype(ct_dtype d) {
@@ -229,7 +172,7 @@ ct_status ct_ckpt_write(const char *path, const ct_ckpt_meta *meta, const ct_ckp
             lens[np++] = (size_t)pad;
         }
     }
-    st = write_atomic(path, parts, lens, np, err);
+    st = ct__atomic_write(path, parts, lens, np, err);
 done:
     free(entries);
     free(ptrs);
@@ -460,7 +403,7 @@ ct_status ct_ckpt_lease(const char *path, ct_err *err) {
         return ct_err_set(err, CT_EIO, "%s: cannot take a lease (%s)", lease, strerror(errno));
     }
     int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    int bad = write_all(fd, pid, (size_t)len) != 0;
+    int bad = ct__write_full(fd, pid, (size_t)len) != 0;
     close(fd);
     return bad ? ct_err_set(err, CT_EIO, "%s: cannot write", lease) : CT_OK;
 }
@@ -498,7 +441,7 @@ static ct_status write_index(const char *dir, const char *latest, ct_err *err) {
     join_path(path, sizeof path, dir, "checkpoint");
     const void *parts[1] = {text};
     size_t lens[1] = {len};
-    ct_status st = write_atomic(path, parts, lens, 1, err);
+    ct_status st = ct__atomic_write(path, parts, lens, 1, err);
     free(text);
     free(paths);
     return st;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
+
 static const char *const kind_names[] = {
     "UNSPECIFIED",
     "REGISTER",
@@ -221,12 +223,9 @@ static void release(void *data, void *hint) {
 }
 
 int ct__inflight_wait(ct__inflight *inflight, double timeout_s) {
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    double start = ct__now_s();
     while (atomic_load(&inflight->frames) > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec) >
-            timeout_s) {
+        if (ct__now_s() - start > timeout_s) {
             return -1;
         }
         nanosleep(&(struct timespec){0, 20000}, NULL);

@@ -1,0 +1,142 @@
+/* Fixtures the unit suites share (see helpers.h): scratch directories under $TMPDIR with a
+ * recursive cleanup, whole-file reads and writes, the CPU backend with a graph, and the small
+ * dense-network job. */
+#define _GNU_SOURCE /* program_invocation_short_name */
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+char test_scratch[PATH_MAX];
+
+const char *test_tmpdir_create(const char *tag, char *dir, size_t cap) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) {
+        base = "/tmp";
+    }
+    int len = snprintf(dir, cap, "%s/ct_%s_XXXXXX", base, tag);
+    cr_assert(len > 0 && (size_t)len < cap, "scratch path under %s does not fit", base);
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp %s: %s", dir, strerror(errno));
+    return dir;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    if (remove(path) != 0) {
+        cr_expect_fail("cannot remove %s: %s", path, strerror(errno));
+    }
+    return 0; /* go on: remove as much as possible */
+}
+
+void test_tmpdir_remove(const char *dir) {
+    if (!dir || !*dir || access(dir, F_OK) != 0) {
+        return;
+    }
+    /* FTW_DEPTH: a directory after its contents; FTW_PHYS: a link is removed, not followed. */
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void test_scratch_make(void) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s", program_invocation_short_name);
+    test_tmpdir_create(tag, test_scratch, sizeof test_scratch);
+}
+
+void test_scratch_remove(void) {
+    test_tmpdir_remove(test_scratch);
+    test_scratch[0] = '\0';
+}
+
+int test_dir_count(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        return -1;
+    }
+    int n = 0;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+const char *test_path(const char *dir, const char *name, char *buf, size_t cap) {
+    int len = snprintf(buf, cap, "%s/%s", dir, name);
+    cr_assert(len > 0 && (size_t)len < cap, "path %s/%s longer than %zu bytes", dir, name, cap);
+    return buf;
+}
+
+unsigned char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s: %s", path, strerror(errno));
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    cr_assert_geq(n, 0, "%s: ftell", path);
+    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
+    unsigned char *buf = malloc((size_t)n + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n, "%s: short read", path);
+    fclose(f);
+    buf[n] = '\0';
+    *len = (size_t)n;
+    return buf;
+}
+
+void test_write_file(const char *path, const void *bytes, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot create %s: %s", path, strerror(errno));
+    cr_assert_eq(fwrite(bytes, 1, len, f), len, "%s: short write", path);
+    cr_assert_eq(fclose(f), 0, "%s: close", path);
+}
+
+void test_limit_file_size(long bytes) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {(rlim_t)bytes, (rlim_t)bytes};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0, "setrlimit: %s", strerror(errno));
+}
+
+ct_backend *test_cpu_backend(void) {
+    ct_backend *be = NULL;
+    ct_err err = {0};
+    cr_assert_eq(ct_backend_cpu_create(1, &be, &err), CT_OK, "%s", err.msg);
+    return be;
+}
+
+test_graph test_graph_open(int eager) {
+    test_graph t = {.be = test_cpu_backend()};
+    ct_err err = {0};
+    cr_assert_eq(ct_graph_create(t.be, eager, &t.g, &err), CT_OK, "%s", err.msg);
+    return t;
+}
+
+void test_graph_close(test_graph *t) {
+    ct_graph_destroy(t->g);
+    ct_backend_destroy(t->be);
+    t->g = NULL;
+    t->be = NULL;
+}
+
+ct_job test_dense_job(const char *name, int inputs, int hidden, ct_activation activation,
+                      float dropout, int classes) {
+    ct_job job;
+    ct_job_defaults(&job);
+    snprintf(job.path, sizeof job.path, "%s", name);
+    job.input_rank = 1;
+    job.input_shape[0] = inputs;
+    job.layers[0] = (ct_layer_spec){
+        .type = CT_LAYER_DENSE, .units = hidden, .use_bias = 1, .activation = activation};
+    job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = dropout};
+    job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = classes, .use_bias = 1};
+    job.n_layers = 3;
+    return job;
+}

@@ -1,0 +1,77 @@
+/* Fixtures the unit suites share: a scratch directory per test, whole-file reads and writes, the
+ * CPU backend with a graph on it, and the small dense-network job the training tests start from.
+ * Each helper asserts (Criterion) on failure, so a test body never checks their results. */
+#ifndef CTRAIN_TEST_HELPERS_H
+#define CTRAIN_TEST_HELPERS_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "ctrain/graph.h"
+#include "ctrain/job.h"
+
+/* ---- scratch directories ---- */
+
+/* Creates a fresh directory "<TMPDIR or /tmp>/ct_<tag>_XXXXXX" (mkdtemp) and writes its path
+ * into dir (cap bytes). Returns dir. */
+const char *test_tmpdir_create(const char *tag, char *dir, size_t cap);
+
+/* Removes dir and everything below it (depth first, links not followed). Does nothing when dir
+ * is "" or already gone; expects (not asserts) that every entry went. */
+void test_tmpdir_remove(const char *dir);
+
+/* The scratch directory of the current test, "ct_<program>_XXXXXX" (ct_test_npz_...): give a
+ * suite .init = test_scratch_make and .fini = test_scratch_remove, and Criterion, which forks per
+ * test, gives each test its own. */
+extern char test_scratch[PATH_MAX];
+void test_scratch_make(void);
+void test_scratch_remove(void);
+
+/* The number of entries in dir, not counting "." and ".."; -1 when it cannot be opened. */
+int test_dir_count(const char *dir);
+
+/* buf = dir "/" name; asserts it fits in cap bytes. Returns buf. */
+const char *test_path(const char *dir, const char *name, char *buf, size_t cap);
+
+/* ---- whole files ---- */
+
+/* Reads the whole file: returns a malloc'd buffer (one NUL byte past the end, so text can be
+ * used as a string) and its length in *len. */
+unsigned char *test_read_file(const char *path, size_t *len);
+
+/* Creates or truncates path and writes len bytes. */
+void test_write_file(const char *path, const void *bytes, size_t len);
+
+/* A full disk for the rest of this test process (Criterion forks per test): files may grow to
+ * `bytes` at most (RLIMIT_FSIZE), and a write past that fails with EFBIG instead of raising
+ * SIGXFSZ. */
+void test_limit_file_size(long bytes);
+
+/* ---- backend and graph ---- */
+
+/* A shape literal: S(2, 3) is {.rank = 2, .dims = {2, 3}}. */
+#define S(...)                                                                                     \
+    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
+
+/* The CPU backend with one thread; the caller destroys it. */
+ct_backend *test_cpu_backend(void);
+
+/* The CPU backend (one thread) and a graph on it; eager != 0 runs each op as it is added. */
+typedef struct test_graph {
+    ct_backend *be;
+    ct_graph *g;
+} test_graph;
+
+test_graph test_graph_open(int eager);
+/* Destroys the graph, then the backend. */
+void test_graph_close(test_graph *t);
+
+/* ---- jobs ---- */
+
+/* The job defaults plus a dense network for vectors of `inputs` floats: Dense(hidden,
+ * activation) -> Dropout(dropout) -> Dense(classes), biases on. The caller sets the optimizer,
+ * batch size, epochs and threads. */
+ct_job test_dense_job(const char *name, int inputs, int hidden, ct_activation activation,
+                      float dropout, int classes);
+
+#endif
