@@ -341,8 +341,15 @@ def test_sigint_saves_stops_every_role_and_resumes_exactly(tmp_path):
         p = subprocess.Popen([*args, "--set", f"run_dir={run}"], cwd=ROOT, env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
-        children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
-                                  text=True).stdout.split()
+        # the 4 children start one after another: on a loaded host they may not all be up
+        # yet, so wait for them (the run is still mid-way: it cannot train without them)
+        deadline = time.monotonic() + 30
+        while True:
+            children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                      text=True).stdout.split()
+            if len(children) >= 4 or p.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         if p.returncode == 0:
