@@ -637,11 +637,7 @@ static void begin_stop(chief *c) {
 static void chief_free(chief *c) {
     ct__msg_finish(&c->msg);
     ct_net_close(c->router);
-    ct_events_close(c->train_ev);
-    ct_events_close(c->valid_ev);
-    if (c->metrics) {
-        fclose(c->metrics);
-    }
+    ct__run_log_destroy(c->log);
     free(c->ps);
     free(c->workers);
     free(c->requeued);

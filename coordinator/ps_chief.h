@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ctrain/events.h"
 #include "ctrain/ps.h"
+#include "io/run_log.h"
 #include "strategy/ps_link.h"
 
 #define SETTLE_S 1.0 /* async: from the last report to the final snapshot */
@@ -91,8 +91,7 @@ typedef struct chief {
     epoch_sums *epochs;
     double log_loss, log_acc, log_examples, log_time;
     int64_t log_steps, log_step;
-    ct_events *train_ev, *valid_ev;
-    FILE *metrics;
+    ct__run_log *log; /* run_dir's TensorBoard runs and metrics.jsonl */
     double started, train_seconds;
     int64_t samples;
     ct_train_result result;
@@ -149,7 +148,7 @@ void ct__chief_finish_task(chief *c, slot *s, task t);
 
 /* ---- ps_chief_log.c ---- */
 
-/* Opens run_dir's TensorBoard runs (train/, validation/) and metrics.jsonl. */
+/* Opens the run log: run_dir's TensorBoard runs (train/, validation/) and metrics.jsonl. */
 ct_status ct__chief_open_logs(chief *c, ct_err *err);
 /* Every logs.every_steps steps: the reports' means, throughput, the servers' staleness. */
 void ct__chief_log_interval(chief *c);

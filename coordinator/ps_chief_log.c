@@ -1,34 +1,35 @@
 /* The chief's metrics and logs (see ps_chief.h): the workers' reports averaged per logging
  * interval and per epoch, the servers' staleness and drops, TensorBoard runs and
- * metrics.jsonl, and the evaluation at the end of each epoch. */
-#include <errno.h>
+ * metrics.jsonl (written through the run log, io/run_log.h, whose policy for write errors the
+ * trainer shares), and the evaluation at the end of each epoch. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "ctrain/checkpoint.h"
 #include "ctrain/optim.h"
 #include "ps_chief.h"
 
 ct_status ct__chief_open_logs(chief *c, ct_err *err) {
-    char path[PATH_MAX];
-    ct_status st = ct_make_dirs(c->job->run_dir, err);
-    if (st == CT_OK && c->job->logs.tensorboard) {
-        snprintf(path, sizeof path, "%.*s/train", PATH_MAX - 16, c->job->run_dir);
-        st = ct_events_open(path, &c->train_ev, err);
-        snprintf(path, sizeof path, "%.*s/validation", PATH_MAX - 16, c->job->run_dir);
-        if (st == CT_OK) {
-            st = ct_events_open(path, &c->valid_ev, err);
-        }
-        if (st == CT_OK && c->o->job_text) {
-            st = ct_events_text(c->train_ev, "job", c->step, c->o->job_text, err);
+    return ct__run_log_create(c->job->run_dir, c->job->logs.tensorboard, c->o->job_text, c->step,
+                              &c->log, err);
+}
+
+/* The staleness histogram of this interval (delta[b]: gradients b versions old, n in all), as
+ * values: capped at 20000, a proportional sample suffices for the buckets TensorBoard draws. */
+static void log_staleness(chief *c, const uint64_t *delta, uint64_t n) {
+    uint64_t cap = n < 20000 ? n : 20000;
+    float *vals = cap ? malloc((size_t)cap * sizeof *vals) : NULL;
+    if (!vals) {
+        return; /* nothing this interval, or no memory for a figure that is only shown */
+    }
+    uint64_t k = 0;
+    for (int b = 0; b < CT_PS_STALENESS_BUCKETS; b++) {
+        uint64_t take = (uint64_t)((double)delta[b] * (double)cap / (double)n + 0.5);
+        for (uint64_t i = 0; i < take && k < cap; i++) {
+            vals[k++] = (float)b;
         }
     }
-    snprintf(path, sizeof path, "%.*s/metrics.jsonl", PATH_MAX - 16, c->job->run_dir);
-    if (st == CT_OK && !(c->metrics = fopen(path, "a"))) {
-        st = ct_err_set(err, CT_EIO, "%s: cannot open for writing (%s)", path, strerror(errno));
-    }
-    return st;
+    ct__run_log_histogram(c->log, "ps/staleness", c->step, vals, (int64_t)k);
+    free(vals);
 }
 
 /* Scalars every logs.every_steps steps: the reports' means since the last line, throughput,
@@ -57,49 +58,27 @@ void ct__chief_log_interval(chief *c) {
         }
     }
     float lr = ct_optimizer_learning_rate(ct_trainer_optimizer(c->t), c->step - 1, c->total_steps);
-    if (c->train_ev) {
-        ct_events *ev = c->train_ev;
-        struct {
-            const char *tag;
-            double v;
-        } sc[] = {{"loss", loss},
-                  {"accuracy", acc},
-                  {"learning_rate", lr},
-                  {"steps_per_s", steps_per_s},
-                  {"samples_per_s", samples_per_s},
-                  {"ps/dropped_gradients", (double)dropped},
-                  {"ps/staleness_mean", n ? stale_sum / (double)n : 0.0},
-                  {"ps/ssp_waits", (double)waits}};
-        ct_status st = CT_OK;
-        for (size_t k = 0; k < sizeof sc / sizeof sc[0] && st == CT_OK; k++) {
-            st = ct_events_scalar(ev, sc[k].tag, c->step, sc[k].v, NULL);
-        }
-        /* the staleness histogram of this interval, as values (capped: a sample suffices) */
-        uint64_t cap = n < 20000 ? n : 20000;
-        float *vals = cap ? malloc((size_t)cap * sizeof *vals) : NULL;
-        if (vals) {
-            uint64_t k = 0;
-            for (int b = 0; b < CT_PS_STALENESS_BUCKETS; b++) {
-                uint64_t take = (uint64_t)((double)delta[b] * (double)cap / (double)n + 0.5);
-                for (uint64_t i = 0; i < take && k < cap; i++) {
-                    vals[k++] = (float)b;
-                }
-            }
-            ct_events_histogram(ev, "ps/staleness", c->step, vals, (int64_t)k, NULL);
-            free(vals);
-        }
-        ct_events_flush(ev, NULL);
+    ct__run_scalar scalars[] = {{"loss", loss},
+                                {"accuracy", acc},
+                                {"learning_rate", lr},
+                                {"steps_per_s", steps_per_s},
+                                {"samples_per_s", samples_per_s},
+                                {"ps/dropped_gradients", (double)dropped},
+                                {"ps/staleness_mean", n ? stale_sum / (double)n : 0.0},
+                                {"ps/ssp_waits", (double)waits}};
+    ct__run_log_scalars(c->log, CT__RUN_LOG_TRAIN, c->step, scalars,
+                        (int)(sizeof scalars / sizeof scalars[0]));
+    if (ct__run_log_tensorboard(c->log)) {
+        log_staleness(c, delta, n);
     }
-    if (c->metrics) {
-        fprintf(c->metrics,
-                "{\"step\": %lld, \"loss\": %.9g, \"accuracy\": %.9g, \"learning_rate\": %.9g, "
-                "\"steps_per_s\": %.6g, \"samples_per_s\": %.6g, \"ps_applied\": %llu, "
-                "\"ps_dropped\": %llu, \"ps_staleness_mean\": %.6g, \"ps_ssp_waits\": %llu}\n",
-                (long long)c->step, loss, acc, lr, steps_per_s, samples_per_s,
-                (unsigned long long)applied, (unsigned long long)dropped,
-                n ? stale_sum / (double)n : 0.0, (unsigned long long)waits);
-        fflush(c->metrics);
-    }
+    ct__run_log_flush(c->log);
+    ct__run_log_metrics(
+        c->log,
+        "{\"step\": %lld, \"loss\": %.9g, \"accuracy\": %.9g, \"learning_rate\": %.9g, "
+        "\"steps_per_s\": %.6g, \"samples_per_s\": %.6g, \"ps_applied\": %llu, "
+        "\"ps_dropped\": %llu, \"ps_staleness_mean\": %.6g, \"ps_ssp_waits\": %llu}",
+        (long long)c->step, loss, acc, lr, steps_per_s, samples_per_s, (unsigned long long)applied,
+        (unsigned long long)dropped, n ? stale_sum / (double)n : 0.0, (unsigned long long)waits);
     c->log_time = now;
     c->log_step = c->step;
     c->log_loss = c->log_acc = c->log_examples = 0.0;
@@ -136,19 +115,16 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     c->result.train_accuracy = acc;
     c->result.test_loss = test_loss;
     c->result.test_accuracy = test_acc;
-    if (c->valid_ev && !isnan(test_loss)) {
-        ct_events_scalar(c->valid_ev, "loss", c->step, test_loss, NULL);
-        ct_events_scalar(c->valid_ev, "accuracy", c->step, test_acc, NULL);
-        ct_events_flush(c->valid_ev, NULL);
+    if (!isnan(test_loss)) {
+        ct__run_scalar scalars[] = {{"loss", test_loss}, {"accuracy", test_acc}};
+        ct__run_log_scalars(c->log, CT__RUN_LOG_VALIDATION, c->step, scalars, 2);
+        ct__run_log_flush(c->log);
     }
-    if (c->metrics) {
-        fprintf(c->metrics,
-                "{\"step\": %lld, \"epoch\": %lld, \"end_of_epoch\": true, \"epoch_loss\": "
-                "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
-                "%.9g, \"epoch_seconds\": %.6g}\n",
-                (long long)c->step, (long long)e, loss, acc, test_loss, test_acc, seconds);
-        fflush(c->metrics);
-    }
+    ct__run_log_metrics(c->log,
+                        "{\"step\": %lld, \"epoch\": %lld, \"end_of_epoch\": true, \"epoch_loss\": "
+                        "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
+                        "%.9g, \"epoch_seconds\": %.6g}",
+                        (long long)c->step, (long long)e, loss, acc, test_loss, test_acc, seconds);
     c->evaluated_epochs = (int)e + 1;
     return CT_OK;
 }

@@ -1,9 +1,13 @@
 /* The training loop: learning a separable problem, determinism, eager/graph agreement, label
- * and NaN errors, fit() over a dataset with progress callbacks. */
+ * and NaN errors, fit() over a dataset with progress callbacks, and fit going on when its logs
+ * cannot be written (the run log's policy, io/run_log.h). */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
@@ -145,4 +149,49 @@ Test(train, fit_over_a_dataset) {
     cr_expect_eq(ct_trainer_fit(t, ds, NULL, NULL, NULL, &stop, &r, &err), CT_EINTR);
     ct_trainer_destroy(t);
     ct_dataset_destroy(ds);
+}
+
+typedef struct log_errors {
+    int n;
+    char last[1024];
+} log_errors;
+
+static void count_errors(ct_log_level level, const char *msg, void *user) {
+    log_errors *e = user;
+    if (level == CT_LOG_ERROR) {
+        e->n++;
+        snprintf(e->last, sizeof e->last, "%s", msg);
+    }
+}
+
+/* metrics.jsonl on /dev/full: every logged step would fail to write; fit reports it once through
+ * ct_log, naming the file, and trains to the end. */
+Test(train, fit_goes_on_when_its_logs_cannot_be_written) {
+    char dir[] = "/tmp/ct_test_train_XXXXXX", path[PATH_MAX], cmd[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    cr_assert_eq(symlink("/dev/full", path), 0);
+    log_errors errors = {0};
+    ct_log_set(CT_LOG_WARN, count_errors, &errors);
+    ct_job job = small_job(CT_OPT_ADAM, 0.0f);
+    job.epochs = 3;
+    job.logs.every_steps = 1;
+    ct_dataset *ds;
+    int64_t shape[1] = {D};
+    cr_assert_eq(ct_dataset_from_memory(xs, ys, N, 1, shape, &ds, NULL), CT_OK);
+    ct_trainer *t;
+    ct_err err = {0};
+    cr_assert_eq(ct_trainer_create(&job, &t, NULL), CT_OK);
+    cr_assert_eq(ct_trainer_set_logging(t, dir, &err), CT_OK, "%s", err.msg);
+    ct_train_result r;
+    cr_expect_eq(ct_trainer_fit(t, ds, ds, NULL, NULL, NULL, &r, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(r.epochs, 3);
+    cr_expect_eq(r.steps, 3 * N / 32);
+    cr_expect_eq(errors.n, 1);
+    cr_expect_not_null(strstr(errors.last, path), "%s", errors.last);
+    ct_trainer_destroy(t);
+    ct_dataset_destroy(ds);
+    ct_log_set(CT_LOG_WARN, NULL, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
 }

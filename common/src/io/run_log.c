@@ -1,0 +1,204 @@
+/* The run log (see run_log.h): a run directory's TensorBoard runs and metrics.jsonl behind one
+ * object, with the one policy for write errors that run_log.h explains (the first is reported,
+ * then logging stops and training goes on). */
+#include "io/run_log.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctrain/checkpoint.h"
+#include "ctrain/events.h"
+
+struct ct__run_log {
+    ct_events *train, *validation;     /* NULL without TensorBoard, and after a failure */
+    int train_dirty, validation_dirty; /* written to since the last flush */
+    FILE *metrics;                     /* NULL after a failure */
+    long long metrics_good;            /* bytes of metrics.jsonl known to end in a whole line */
+    int metrics_regular;               /* 0: a device or pipe, which cannot be cut back */
+    char metrics_path[PATH_MAX];
+    ct_err failure; /* the first write failure; code CT_OK while there is none */
+};
+
+static ct_status open_metrics(ct__run_log *log, const char *run_dir, ct_err *err) {
+    snprintf(log->metrics_path, sizeof log->metrics_path, "%.*s/metrics.jsonl", PATH_MAX - 16,
+             run_dir);
+    struct stat sb;
+    if (!(log->metrics = fopen(log->metrics_path, "a")) || fstat(fileno(log->metrics), &sb) != 0) {
+        return ct_err_set(err, CT_EIO, "%s: cannot open for writing (%s)", log->metrics_path,
+                          strerror(errno));
+    }
+    log->metrics_good = (long long)sb.st_size;
+    log->metrics_regular = S_ISREG(sb.st_mode);
+    return CT_OK;
+}
+
+static ct_status open_tensorboard(ct__run_log *log, const char *run_dir, const char *job_text,
+                                  int64_t job_step, ct_err *err) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.*s/train", PATH_MAX - 16, run_dir);
+    ct_status st = ct_events_open(path, &log->train, err);
+    snprintf(path, sizeof path, "%.*s/validation", PATH_MAX - 16, run_dir);
+    if (st == CT_OK) {
+        st = ct_events_open(path, &log->validation, err);
+    }
+    if (st == CT_OK && job_text) {
+        st = ct_events_text(log->train, "job", job_step, job_text, err);
+        log->train_dirty = 1;
+    }
+    return st;
+}
+
+ct_status ct__run_log_create(const char *run_dir, int tensorboard, const char *job_text,
+                             int64_t job_step, ct__run_log **ret, ct_err *err) {
+    if (!run_dir || !ret) {
+        return ct_err_set(err, CT_EINVAL, "run log: no run directory");
+    }
+    ct__run_log *log = calloc(1, sizeof *log);
+    if (!log) {
+        return ct_err_set(err, CT_ENOMEM, "run log: out of memory");
+    }
+    ct_status st = ct_make_dirs(run_dir, err);
+    if (st == CT_OK && tensorboard) {
+        st = open_tensorboard(log, run_dir, job_text, job_step, err);
+    }
+    if (st == CT_OK) {
+        st = open_metrics(log, run_dir, err);
+    }
+    if (st != CT_OK) {
+        ct__run_log_destroy(log);
+        return st;
+    }
+    *ret = log;
+    return CT_OK;
+}
+
+/* Closes every file; when metrics.jsonl is the file that failed, cuts it back to its last whole
+ * line (the failed line may have reached the file in part). */
+static void close_files(ct__run_log *log, int cut_metrics) {
+    ct_events_close(log->train);
+    ct_events_close(log->validation);
+    log->train = log->validation = NULL;
+    if (log->metrics) {
+        fclose(log->metrics); /* after a failed write this may write more of the line, or not */
+        log->metrics = NULL;
+        if (cut_metrics && log->metrics_regular &&
+            truncate(log->metrics_path, (off_t)log->metrics_good) != 0) {
+            ct_log(CT_LOG_WARN, "%s: cannot cut back to its last whole line (%s)",
+                   log->metrics_path, strerror(errno));
+        }
+    }
+}
+
+/* The policy (run_log.h): the first failure is kept and reported, and logging stops. */
+static void fail(ct__run_log *log, const ct_err *why, int cut_metrics) {
+    if (log->failure.code != CT_OK) {
+        return;
+    }
+    log->failure = *why;
+    if (log->failure.code == CT_OK) {
+        log->failure.code = CT_EIO; /* a failure is never CT_OK, whatever the writer said */
+    }
+    ct_log(CT_LOG_ERROR, "%s; the run's logs stop here, training goes on", log->failure.msg);
+    close_files(log, cut_metrics);
+}
+
+void ct__run_log_destroy(ct__run_log *log) {
+    if (!log) {
+        return;
+    }
+    close_files(log, 0);
+    free(log);
+}
+
+int ct__run_log_tensorboard(const ct__run_log *log) {
+    return log && log->train;
+}
+
+/* The event writer of `run`, marked as written to; NULL when nothing is to be written. */
+static ct_events *events_of(ct__run_log *log, ct__run_log_run run) {
+    if (!log) {
+        return NULL;
+    }
+    int *dirty = run == CT__RUN_LOG_TRAIN ? &log->train_dirty : &log->validation_dirty;
+    ct_events *ev = run == CT__RUN_LOG_TRAIN ? log->train : log->validation;
+    *dirty |= ev != NULL;
+    return ev;
+}
+
+void ct__run_log_scalars(ct__run_log *log, ct__run_log_run run, int64_t step,
+                         const ct__run_scalar *scalars, int n) {
+    ct_events *ev = events_of(log, run);
+    ct_err err = {0};
+    for (int k = 0; ev && k < n; k++) {
+        if (ct_events_scalar(ev, scalars[k].tag, step, scalars[k].value, &err) != CT_OK) {
+            fail(log, &err, 0);
+            return;
+        }
+    }
+}
+
+void ct__run_log_histogram(ct__run_log *log, const char *tag, int64_t step, const float *values,
+                           int64_t n) {
+    ct_events *ev = events_of(log, CT__RUN_LOG_TRAIN);
+    ct_err err = {0};
+    if (ev && ct_events_histogram(ev, tag, step, values, n, &err) != CT_OK) {
+        fail(log, &err, 0);
+    }
+}
+
+void ct__run_log_graph(ct__run_log *log, const struct ct_graph *g) {
+    ct_events *ev = events_of(log, CT__RUN_LOG_TRAIN);
+    ct_err err = {0};
+    if (ev && ct_events_graph(ev, g, &err) != CT_OK) {
+        fail(log, &err, 0);
+    }
+}
+
+void ct__run_log_flush(ct__run_log *log) {
+    ct_err err = {0};
+    if (log && log->train && log->train_dirty) {
+        log->train_dirty = 0;
+        if (ct_events_flush(log->train, &err) != CT_OK) {
+            fail(log, &err, 0);
+        }
+    }
+    if (log && log->validation && log->validation_dirty) {
+        log->validation_dirty = 0;
+        if (ct_events_flush(log->validation, &err) != CT_OK) {
+            fail(log, &err, 0);
+        }
+    }
+}
+
+void ct__run_log_metrics(ct__run_log *log, const char *fmt, ...) {
+    if (!log || !log->metrics) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfprintf(log->metrics, fmt, ap);
+    va_end(ap);
+    if (n < 0 || fputc('\n', log->metrics) == EOF || fflush(log->metrics) != 0) {
+        ct_err err = {0};
+        ct_err_set(&err, CT_EIO, "%s: cannot write (%s)", log->metrics_path, strerror(errno));
+        fail(log, &err, 1);
+        return;
+    }
+    log->metrics_good += n + 1;
+}
+
+ct_status ct__run_log_status(const ct__run_log *log, ct_err *err) {
+    if (!log || log->failure.code == CT_OK) {
+        return CT_OK;
+    }
+    if (err) {
+        *err = log->failure;
+    }
+    return log->failure.code;
+}

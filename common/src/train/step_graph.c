@@ -1,0 +1,152 @@
+/* The step graphs: for each (batch size, kind) the graph of one training step (forward, loss,
+ * backward into the flat gradient buffer and, in graph mode, the optimizer update), of one
+ * evaluation (loss, accuracy) or of one prediction (logits), built once and kept in a small
+ * cache, so that a steady-state step builds and allocates nothing. In eager mode the same
+ * builder runs the ops as they are added. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer_internal.h"
+
+/* The backward pass of a training graph: the gradient of the loss for every trainable variable,
+ * written straight into its slot of the flat gradient buffer. */
+static ct_status add_backward(ct_trainer *t, step_graph *sg, ct_err *err) {
+    ct_graph *g = sg->g;
+    ct_params *p = ct_model_params(t->model);
+    int *sources = malloc((size_t)p->n * sizeof *sources);
+    int *grads = malloc((size_t)p->n * sizeof *grads);
+    if (!sources || !grads) {
+        free(sources);
+        free(grads);
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    for (int k = 0; k < p->n; k++) {
+        sources[k] = p->items[k].trainable ? t->vars[k] : -1;
+    }
+    ct_graph_gradients(g, sg->loss, -1, p->n, sources, grads, NULL);
+    for (int k = 0; k < p->n; k++) {
+        if (sources[k] >= 0 && grads[k] >= 0) {
+            ct_graph_write_into(g, grads[k], ct_params_grad(p, k));
+        }
+    }
+    free(sources);
+    free(grads);
+    return CT_OK;
+}
+
+/* Graph mode: optimizes, plans memory and schedules the traced graph; the compiled graph replaces
+ * it in sg and the node ids are mapped to the compiled ones. */
+static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
+    ct_graph *g = sg->g;
+    ct_kctx *ctx = ct_graph_ctx(g);
+    ctx->seed = t->job.seed;
+    ctx->optimizer = t->opt;
+    ctx->params = ct_model_params(t->model);
+    ct_graph_options o = ct_graph_default_options();
+    o.passes = t->job.graph_passes;
+    o.plan_memory = t->job.plan_memory;
+    o.threads = t->reducer ? 1 : 0; /* the reducer's hooks and MPI stay on this thread */
+    /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
+    int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
+    int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;
+    ct_graph *compiled = NULL;
+    ct_status st = ct_graph_compile(g, &o, n_keep, keep, &compiled, err);
+    if (st != CT_OK) {
+        return ct_err_prefix(err, st, "%s: compiling the %s graph", t->job.path,
+                             sg->training ? "training" : "evaluation");
+    }
+    ct_graph_destroy(g);
+    sg->g = compiled;
+    sg->x = keep[0];
+    sg->y = keep[1];
+    sg->logits = keep[2];
+    sg->loss = n_keep > 3 ? keep[3] : -1;
+    sg->accuracy = n_keep > 3 ? keep[4] : -1;
+    sg->update = sg->update >= 0 ? keep[5] : -1;
+    return CT_OK;
+}
+
+ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
+                                 const int32_t *y_data, ct_err *err) {
+    ct_graph *g = sg->g;
+    ct_shape xs = {.rank = t->job.input_rank + 1, .dims = {sg->batch}};
+    for (int k = 0; k < t->job.input_rank; k++) {
+        xs.dims[k + 1] = t->job.input_shape[k];
+    }
+    ct_shape ys = {.rank = 1, .dims = {sg->batch}};
+    sg->x = ct_placeholder(g, ct_model_input_dtype(t->model), &xs, "input");
+    sg->y = ct_placeholder(g, CT_I32, &ys, "labels");
+    if (x_data && sg->x >= 0 && sg->y >= 0) {
+        ct_graph_bind(g, sg->x, (void *)x_data);
+        ct_graph_bind(g, sg->y, (void *)y_data);
+    }
+    sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
+    sg->loss = ct_softmax_xent(g, sg->logits, sg->y);
+    sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, sg->logits), sg->y), 0, 0);
+    if (sg->training == 1 && sg->loss >= 0) {
+        ct_status st = add_backward(t, sg, err);
+        if (st != CT_OK) {
+            return st;
+        }
+        /* graph mode: the optimizer update is the step graph's last node */
+        sg->update = (x_data || t->reducer) ? -1 : ct_apply_optimizer(g);
+    }
+    ct_status built = ct_graph_status(g, err);
+    if (built != CT_OK) {
+        return ct_err_prefix(err, built, "%s: building the %s graph", t->job.path,
+                             sg->training ? "training" : "evaluation");
+    }
+    if (x_data) {
+        return CT_OK; /* eager: everything has run */
+    }
+    return compile_step(t, sg, err);
+}
+
+ct_status ct__trainer_graph(ct_trainer *t, int64_t batch, int kind, step_graph **ret, ct_err *err) {
+    step_graph *victim = &t->cache[0];
+    for (int k = 0; k < CACHE_SLOTS; k++) {
+        step_graph *sg = &t->cache[k];
+        if (sg->g && sg->batch == batch && sg->training == kind) {
+            sg->last_used = ++t->uses;
+            *ret = sg;
+            return CT_OK;
+        }
+        if (!sg->g || (victim->g && sg->last_used < victim->last_used)) {
+            victim = sg;
+        }
+    }
+    ct_graph_destroy(victim->g);
+    memset(victim, 0, sizeof *victim);
+    ct_status st = ct_graph_create(t->be, 0, &victim->g, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    victim->batch = batch;
+    victim->training = kind;
+    victim->update = -1;
+    if ((st = ct__trainer_build_step(t, victim, NULL, NULL, err)) != CT_OK) {
+        ct_graph_destroy(victim->g);
+        victim->g = NULL;
+        return st;
+    }
+    victim->last_used = ++t->uses;
+    *ret = victim;
+    return CT_OK;
+}
+
+void ct__trainer_drop_graphs(ct_trainer *t) {
+    for (int k = 0; k < CACHE_SLOTS; k++) {
+        ct_graph_destroy(t->cache[k].g);
+        memset(&t->cache[k], 0, sizeof t->cache[k]);
+    }
+}
+
+ct_status ct_trainer_step_graph(ct_trainer *t, int64_t batch, int training, ct_graph **ret,
+                                ct_err *err) {
+    step_graph *sg;
+    ct_status st = ct__trainer_graph(t, batch, training, &sg, err);
+    if (st == CT_OK) {
+        *ret = sg->g;
+    }
+    return st;
+}

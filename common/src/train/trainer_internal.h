@@ -1,0 +1,94 @@
+/* The trainer's state (internal): the struct behind ctrain/train.h's ct_trainer and the calls the
+ * trainer's files make to one another. trainer.c: life cycle, parameters, position, data
+ * parallelism. step_graph.c: the step graphs and their cache. step.c: a step, evaluation,
+ * prediction. fit.c: the training loop. trainer_log.c: the run log (TensorBoard, metrics.jsonl).
+ * trainer_ckpt.c: checkpoints, restore, resume. */
+#ifndef CTRAIN_TRAIN_TRAINER_INTERNAL_H
+#define CTRAIN_TRAIN_TRAINER_INTERNAL_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "ctrain/backend.h"
+#include "ctrain/train.h"
+#include "io/run_log.h"
+
+/* Step graphs kept at once; the least recently used one is evicted. */
+#define CACHE_SLOTS 4
+#define PREDICT CT_GRAPH_PREDICT
+
+/* A built (in graph mode, compiled) step graph for one (batch size, kind), with the ids of the
+ * nodes the trainer binds and reads. */
+typedef struct step_graph {
+    ct_graph *g;
+    int64_t batch;
+    int training; /* 1: training step; 0: evaluation (loss, accuracy); PREDICT: logits only */
+    int x, y, loss, accuracy, logits, update; /* update: APPLY_OPTIMIZER (graph mode) or -1 */
+    uint64_t last_used;
+} step_graph;
+
+struct ct_trainer {
+    ct_job job;
+    ct_backend *be;
+    ct_model *model;
+    ct_optimizer *opt;
+    step_graph cache[CACHE_SLOTS];
+    uint64_t uses;
+    int *vars;
+    int64_t step;
+    int64_t total_steps;
+    int64_t classes;
+    int32_t *ids; /* inputs converted to ids for models that start with an embedding */
+    int64_t ids_cap;
+    int32_t *zeros; /* labels bound (unread) when predicting */
+    int64_t zeros_cap;
+    /* position in the run (checkpointed): the epoch in progress and its batches consumed */
+    int64_t epoch, epoch_step, dataset_n;
+    /* checkpointing during fit (ct_trainer_set_checkpointing) */
+    char ckpt_dir[PATH_MAX];
+    char *job_text;
+    char last_ckpt[PATH_MAX];
+    /* data parallelism (ct_trainer_set_data_parallel) */
+    const ct_grad_reducer *reducer;
+    int shard_index, shard_count;
+    /* logs (ct_trainer_set_logging); NULL: none. The last logged step's time, step and input
+     * wait give the interval's throughput. */
+    ct__run_log *log;
+    double log_time, log_wait;
+    int64_t log_step;
+    int graph_logged;
+};
+
+/* ---- step_graph.c ---- */
+
+/* Adds the step's nodes to sg->g (batch and kind set): inputs, forward, loss, accuracy and
+ * (training) backward into the flat gradient buffer. With x_data set (eager graphs) the inputs
+ * are bound before ops run, so everything has run on return; without, the graph is compiled and
+ * replaces sg->g. */
+ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
+                                 const int32_t *y_data, ct_err *err);
+/* The cached graph for (batch, kind), built on first use; evicts the least recently used. The
+ * graph is the trainer's, valid until it is evicted or the cache dropped. */
+ct_status ct__trainer_graph(ct_trainer *t, int64_t batch, int kind, step_graph **ret, ct_err *err);
+/* Destroys every cached graph (the trainer's destroy; a change of strategy). */
+void ct__trainer_drop_graphs(ct_trainer *t);
+
+/* ---- trainer_log.c ---- */
+
+/* The training-step graph into the run log's train/ run, once per trainer (not in eager mode).
+ * Returns the status of getting the graph; a failed write is the run log's to handle. */
+ct_status ct__trainer_log_graph(ct_trainer *t, int64_t batch, ct_err *err);
+/* Every logs.every_steps steps: scalars, histograms (every logs.histogram_every_steps) and a
+ * metrics line. p holds the epoch's running means including this step; wait_s is the loader's
+ * total input wait so far. */
+void ct__trainer_log_step(ct_trainer *t, const ct_train_progress *p, float loss, float accuracy,
+                          double wait_s);
+/* The end of an epoch (p->end_of_epoch set): validation scalars and a metrics line. */
+void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p);
+
+/* ---- trainer_ckpt.c ---- */
+
+/* The step of the last checkpoint written or restored, from its file name; -1 if none. */
+int64_t ct__trainer_last_saved_step(const ct_trainer *t);
+
+#endif
