@@ -32,7 +32,7 @@ typedef struct ct__part_view {
 
 struct ct_exec {
     int n, threads;
-    const ct_backend *be; /* the graph's: owns the arena */
+    const ct_backend *be; /* the graph's: owns the arena and the partial products */
     void *arena;
     /* schedule: predecessors counts and successor lists (CSR) */
     int *n_pred, *succ_off, *succ;

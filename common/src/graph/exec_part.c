@@ -1,19 +1,15 @@
-/* Graph mode's parts: runs one part of a node (the whole node when it is not split), then its
- * share of a fused optimizer update. A part of a split node is a view of rows, columns, k or
- * elements of the node: a matmul part is one GEMM call on sub-matrices, the others call the
- * op's kernel on nodes whose shapes and data pointers describe the part. */
+/* Graph mode's parts: runs one part of a node (the whole node when it is not split) through the
+ * backend's kernel table, then its share of a fused optimizer update. A part of a split node
+ * is a view of rows, columns, k or elements of the node: a matmul part is one call of the
+ * backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes and
+ * data pointers describe the part. One indirect call per part; nothing per element. */
 #include "graph/exec_impl.h"
 
 void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end) {
     const ct_node *n = ct_graph_node(e->g, i);
     int64_t len = ct_tensor_numel(&n->out);
-    float *out = CT__F32(&n->out);
-    for (int p = 1; p < e->parts[i]; p++) {
-        const float *q = e->inner + e->inner_off[i] + (p - 1) * len;
-        for (int64_t k = begin; k < end; k++) {
-            out[k] += q[k];
-        }
-    }
+    e->be->vt->add_parts(e->be, CT__F32(&n->out), e->inner + e->inner_off[i], e->parts[i] - 1, len,
+                         begin, end);
 }
 
 /* A matmul part, one GEMM: rows or columns of the output, or k (x[:, k0:k1] W[k0:k1, :] or
@@ -21,6 +17,7 @@ void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t en
 static void run_matmul_part(const ct_exec *e, int i, int part, ct_node *const *ins,
                             ct__part_view v) {
     ct_node *n = ct_graph_node(e->g, i);
+    const ct_backend *be = e->be;
     int64_t ar, ac, br, bc;
     ct__exec_as_matrix(&ins[0]->out.shape, &ar, &ac);
     ct__exec_as_matrix(&ins[1]->out.shape, &br, &bc);
@@ -30,20 +27,20 @@ static void run_matmul_part(const ct_exec *e, int i, int part, ct_node *const *i
         int64_t m = ta ? ac : ar;
         float *c = part ? e->inner + e->inner_off[i] + (part - 1) * m * cols : CT__F32(&n->out);
         const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin * ac : v.begin);
-        ct__sgemm(ta, 0, m, cols, v.end - v.begin, 1.0f, a, ac,
-                  CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c, cols);
+        be->vt->sgemm(be, ta, 0, m, cols, v.end - v.begin, 1.0f, a, ac,
+                      CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c, cols);
         return;
     }
     if (e->mm_split[i] == CT__MM_COLS) {
         int64_t m = ta ? ac : ar;
         const float *b = CT__F32(&ins[1]->out) + (tb ? v.begin * bc : v.begin);
-        ct__sgemm(ta, tb, m, v.end - v.begin, k, 1.0f, CT__F32(&ins[0]->out), ac, b, bc,
-                  ct__beta(n), CT__F32(&n->out) + v.begin, cols);
+        be->vt->sgemm(be, ta, tb, m, v.end - v.begin, k, 1.0f, CT__F32(&ins[0]->out), ac, b, bc,
+                      ct__beta(n), CT__F32(&n->out) + v.begin, cols);
         return;
     }
     const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin : v.begin * ac);
-    ct__sgemm(ta, tb, v.end - v.begin, cols, k, 1.0f, a, ac, CT__F32(&ins[1]->out), bc, ct__beta(n),
-              CT__F32(&n->out) + v.begin * cols, cols);
+    be->vt->sgemm(be, ta, tb, v.end - v.begin, cols, k, 1.0f, a, ac, CT__F32(&ins[1]->out), bc,
+                  ct__beta(n), CT__F32(&n->out) + v.begin * cols, cols);
 }
 
 /* A dropout part: examples [begin, end) / row_len, numbered globally (the mask's stream). */

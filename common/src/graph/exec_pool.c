@@ -211,7 +211,7 @@ static void *worker_main(void *arg) {
 #ifdef CT__HAVE_MXCSR
     _mm_setcsr(e->mxcsr); /* the caller's FTZ/DAZ */
 #endif
-    ct__gemm_set_threads(1);
+    e->be->vt->set_threads(e->be, 1);
     int seen = 0;
     for (;;) {
         /* Steps follow each other within microseconds: spin a while before sleeping, so the
@@ -304,7 +304,7 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
         return ct_graph_status(g, err);
     }
     start_run(g, e);
-    ct__gemm_set_threads(1);
+    e->be->vt->set_threads(e->be, 1);
     work(e, 0);
     atomic_store(&e->running, 0);
     while (atomic_load(&e->active) > 0) {
@@ -313,7 +313,7 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     ct_graph_stats *stats = ct__graph_stats(g);
     stats->pinned_parts += e->pinned;
     stats->stolen_parts += atomic_load(&e->stolen);
-    ct__gemm_set_threads(ct_graph_backend(g)->threads);
+    e->be->vt->set_threads(e->be, e->be->threads);
     return ct_graph_status(g, err);
 }
 

@@ -19,8 +19,6 @@
  * split_min) whose inputs a row pipeline carries splits over k too, the example rows: each
  * pipeline part multiplies its own rows, and the parts are added once all are done, before
  * the weight's (deferred) update. */
-#include <stdlib.h>
-
 #include "ctrain/nn.h"
 #include "graph/exec_impl.h"
 
@@ -315,9 +313,8 @@ ct_status ct__exec_plan_splits(ct_graph *g, ct_exec *e, ct__exec_build *b, ct_er
         e->inner_sum[i] = -1;
     }
     plan_inner_sums(g, e, b);
-    if (inner_total &&
-        !(e->inner = aligned_alloc(CT__EXEC_ALIGN, (size_t)(inner_total * 4 + CT__EXEC_ALIGN - 1) /
-                                                       CT__EXEC_ALIGN * CT__EXEC_ALIGN))) {
+    /* on the backend: the parts' GEMMs write there */
+    if (inner_total && !(e->inner = ct_backend_alloc(e->be, (size_t)inner_total * sizeof(float)))) {
         return ct_err_set(err, CT_ENOMEM, "graph: out of memory");
     }
     return CT_OK;

@@ -12,7 +12,8 @@
  *   overwrites), linked part to part along row pipelines, and the successor lists;
  * - exec_update.c: optimizer fusion, each parameter updated right after its gradient is written
  *   (inline, on the same thread and rows, or as a deferred task) instead of after backward;
- * - exec_part.c: one part of a node: a GEMM on sub-matrices, or the op's kernel on a view;
+ * - exec_part.c: one part of a node, through the backend's kernel table (its part kernels: the
+ *   GEMM of a matmul part, the sum of a k split's partial products);
  * - exec_pool.c: a run, on the calling thread alone, or on a pool whose threads each own their
  *   parts of every split node (pinned parts) and take others' parts only when idle.
  * exec_impl.h holds what they share. */
@@ -133,8 +134,10 @@ void ct__exec_destroy(ct_exec *e) {
         return;
     }
     ct__exec_stop_pool(e);
-    free(e->arena);
-    free(e->inner);
+    if (e->be) {
+        ct_backend_free(e->be, e->arena);
+        ct_backend_free(e->be, e->inner);
+    }
     free(e->n_pred);
     free(e->succ_off);
     free(e->succ);
