@@ -1,5 +1,6 @@
-/* The CPU backend: aligned host memory and the CPU kernel table generated from CT_OP_LIST. The
- * BLAS gets the backend's thread count. */
+/* The CPU backend: aligned host memory, the CPU kernel table generated from CT_OP_LIST, and the
+ * part kernels graph mode's executor calls (the GEMM, the sum of partial products). The BLAS gets
+ * the backend's thread count. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,6 +54,32 @@ static void cpu_sync(const ct_backend *be) {
     (void)be;
 }
 
+/* The part kernels: the GEMM every CPU kernel uses (a wrapper the compiler turns into a jump),
+ * and the sum of a k split's partial products (vectorized over i; each element's additions stay
+ * in part order, so the bits do not depend on the vector width). */
+static void cpu_sgemm(const ct_backend *be, int transpose_a, int transpose_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                      int64_t ldb, float beta, float *c, int64_t ldc) {
+    (void)be;
+    ct__sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void cpu_add_parts(const ct_backend *be, float *out, const float *parts, int n_parts,
+                          int64_t stride, int64_t begin, int64_t end) {
+    (void)be;
+    for (int p = 0; p < n_parts; p++) {
+        const float *q = parts + (int64_t)p * stride;
+        for (int64_t i = begin; i < end; i++) {
+            out[i] += q[i];
+        }
+    }
+}
+
+static void cpu_set_threads(const ct_backend *be, int threads) {
+    (void)be;
+    ct__gemm_set_threads(threads);
+}
+
 static const ct_backend_vtable cpu_vtable = {
     .name = "CPU",
     .alloc = cpu_alloc,
@@ -61,6 +88,9 @@ static const ct_backend_vtable cpu_vtable = {
     .copy = cpu_copy,
     .sync = cpu_sync,
     .kernels = ct__cpu_kernels,
+    .sgemm = cpu_sgemm,
+    .add_parts = cpu_add_parts,
+    .set_threads = cpu_set_threads,
 };
 
 ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err) {

@@ -1,6 +1,6 @@
-/* Backends: a vtable per device kind (alloc, free, copy, kernel table, sync). The CPU backend is
- * built always; a CUDA backend plugs in behind the same table without changes to callers, and
- * its headers never appear here. */
+/* Backends: a vtable per device kind (alloc, free, copy, kernel table, the part kernels graph
+ * mode's executor calls, thread count, sync). The CPU backend is built always; a CUDA backend
+ * plugs in behind the same table without changes to callers, and its headers never appear here. */
 #ifndef CTRAIN_BACKEND_H
 #define CTRAIN_BACKEND_H
 
@@ -42,6 +42,24 @@ typedef struct ct_backend_vtable {
     void (*copy)(const ct_backend *be, void *dst, const void *src, size_t bytes);
     void (*sync)(const ct_backend *be);
     const ct_kernel_fn *kernels; /* indexed by ct_op; NULL: no kernel on this backend */
+    /* Part kernels. Graph mode's executor splits large nodes into parts that run on different
+     * threads; a part that is not an op's kernel on a view of its node goes through these, one
+     * call per part, so that the executor holds no device code. */
+    /* Row-major SGEMM on this backend's memory: c = alpha op(a) op(b) + beta c, c m x n, k the
+     * inner dim, op(x) = x^T when transpose_x; lda, ldb, ldc: row strides in floats. With beta
+     * 0, c is not read. Runs on the calling thread's share of threads (set_threads). */
+    void (*sgemm)(const ct_backend *be, int transpose_a, int transpose_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                  float beta, float *c, int64_t ldc);
+    /* out[i] += parts[p * stride + i] for p = 0, 1, ..., n_parts - 1 in that order, for i in
+     * [begin, end): the partial products of a GEMM split over k, added with the same bits
+     * whichever thread adds them. */
+    void (*add_parts)(const ct_backend *be, float *out, const float *parts, int n_parts,
+                      int64_t stride, int64_t begin, int64_t end);
+    /* How many threads a kernel called from the calling thread may use from now on (a library
+     * may keep one setting for the whole process). be->threads at creation; the executor sets 1
+     * on each of its threads while it runs, and be->threads again after. */
+    void (*set_threads)(const ct_backend *be, int threads);
 } ct_backend_vtable;
 
 struct ct_backend {

@@ -1,0 +1,177 @@
+/* Graph mode's parts: runs one part of a node (the whole node when it is not split) through the
+ * backend's kernel table, then its share of a fused optimizer update. A part of a split node
+ * is a view of rows, columns, k or elements of the node: a matmul part is one call of the
+ * backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes and
+ * data pointers describe the part. One indirect call per part; nothing per element. */
+#include "graph/exec_impl.h"
+
+void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end) {
+    const ct_node *n = ct_graph_node(e->g, i);
+    int64_t len = ct_tensor_numel(&n->out);
+    e->be->vt->add_parts(e->be, CT__F32(&n->out), e->inner + e->inner_off[i], e->parts[i] - 1, len,
+                         begin, end);
+}
+
+/* A matmul part, one GEMM: rows or columns of the output, or k (x[:, k0:k1] W[k0:k1, :] or
+ * x[k0:k1]^T dy[k0:k1], part 0 into the output, the others into their partial products). */
+static void run_matmul_part(const ct_exec *e, int i, int part, ct_node *const *ins,
+                            ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    const ct_backend *be = e->be;
+    int64_t ar, ac, br, bc;
+    ct__exec_as_matrix(&ins[0]->out.shape, &ar, &ac);
+    ct__exec_as_matrix(&ins[1]->out.shape, &br, &bc);
+    int ta = (int)n->attrs.i[0], tb = (int)n->attrs.i[1];
+    int64_t k = ta ? ar : ac, cols = tb ? br : bc;
+    if (e->mm_split[i] == CT__MM_INNER) {
+        int64_t m = ta ? ac : ar;
+        float *c = part ? e->inner + e->inner_off[i] + (part - 1) * m * cols : CT__F32(&n->out);
+        const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin * ac : v.begin);
+        be->vt->sgemm(be, ta, 0, m, cols, v.end - v.begin, 1.0f, a, ac,
+                      CT__F32(&ins[1]->out) + v.begin * bc, bc, part ? 0.0f : ct__beta(n), c, cols);
+        return;
+    }
+    if (e->mm_split[i] == CT__MM_COLS) {
+        int64_t m = ta ? ac : ar;
+        const float *b = CT__F32(&ins[1]->out) + (tb ? v.begin * bc : v.begin);
+        be->vt->sgemm(be, ta, tb, m, v.end - v.begin, k, 1.0f, CT__F32(&ins[0]->out), ac, b, bc,
+                      ct__beta(n), CT__F32(&n->out) + v.begin, cols);
+        return;
+    }
+    const float *a = CT__F32(&ins[0]->out) + (ta ? v.begin : v.begin * ac);
+    be->vt->sgemm(be, ta, tb, v.end - v.begin, cols, k, 1.0f, a, ac, CT__F32(&ins[1]->out), bc,
+                  ct__beta(n), CT__F32(&n->out) + v.begin * cols, cols);
+}
+
+/* A dropout part: examples [begin, end) / row_len, numbered globally (the mask's stream). */
+static void run_dropout_part(const ct_exec *e, int i, ct_node *const *ins, ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    int64_t row = e->row_len[i], r0 = v.begin / row;
+    ct_node view = *n, x = *ins[0];
+    ct_node *vins[1] = {&x};
+    ct_kctx c = *ct_graph_ctx(e->g);
+    c.batch_offset += r0;
+    view.out.shape.dims[0] = (v.end - v.begin) / row;
+    x.out.shape = view.out.shape;
+    view.out.data = CT__F32(&n->out) + v.begin;
+    view.aux.data = (uint8_t *)n->aux.data + v.begin;
+    x.out.data = CT__F32(&ins[0]->out) + v.begin;
+    e->be->vt->kernels[n->op](&c, &view, vins);
+}
+
+/* A softmax cross-entropy part: rows [r0, r1) of the logits (and labels); the forward writes the
+ * mean over its rows into row_partial (the pool combines them when the node ends), the gradient
+ * still divides by the whole batch (attrs.i[0]). */
+static void run_xent_part(ct_exec *e, int i, int part, ct_node *const *ins, ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    int64_t cols = e->row_len[i], r0 = v.begin / cols, r1 = v.end / cols;
+    int fwd = n->op == CT_OP_SOFTMAX_XENT;
+    const ct_node *probs_of = fwd ? n : ins[1];
+    ct_node view = *n, x[CT_MAX_INPUTS];
+    ct_node *vins[CT_MAX_INPUTS];
+    for (int k = 0; k < n->n_in; k++) {
+        x[k] = *ins[k];
+        vins[k] = &x[k];
+    }
+    ct_node *labels = &x[fwd ? 1 : 2], *probs = fwd ? &view : &x[1];
+    labels->out.shape.dims[0] = r1 - r0;
+    labels->out.data = CT__I32(&ins[fwd ? 1 : 2]->out) + r0;
+    probs->aux.shape.dims[0] = r1 - r0;
+    probs->aux.data = CT__F32(&probs_of->aux) + r0 * cols;
+    if (fwd) {
+        x[0].out.shape.dims[0] = r1 - r0;
+        x[0].out.data = CT__F32(&ins[0]->out) + r0 * cols;
+        view.out.data = &e->row_partial[(size_t)i * CT__MAX_PARTS + part];
+    } else {
+        view.out.shape.dims[0] = r1 - r0;
+        view.out.data = CT__F32(&n->out) + r0 * cols;
+        view.attrs.i[0] = e->work[i] / cols;
+    }
+    e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
+}
+
+/* An elementwise part: views of rows [begin, end) in units of the bias row. (A FUSED program's
+ * periods stay valid: every part starts at a multiple of the row.) */
+static void run_elementwise_part(const ct_exec *e, int i, ct_node *const *ins, ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    int64_t unit = e->view_row[i], rows = (v.end - v.begin) / unit;
+    ct_shape vs = {.rank = 2, .dims = {rows, unit}};
+    ct_node view = *n, in_views[CT_MAX_INPUTS];
+    ct_node *vins[CT_MAX_INPUTS];
+    view.out.shape = vs;
+    view.out.data = CT__F32(&n->out) + v.begin;
+    for (int k = 0; k < n->n_in; k++) {
+        vins[k] = ins[k];
+        if (ct_tensor_numel(&ins[k]->out) == ct_tensor_numel(&n->out)) {
+            in_views[k] = *ins[k];
+            in_views[k].out.shape = vs;
+            in_views[k].out.data = CT__F32(&ins[k]->out) + v.begin;
+            if (n->op == CT_OP_DROPOUT_GRAD && k == 1) { /* the forward node's mask */
+                in_views[k].aux.data = (uint8_t *)ins[k]->aux.data + v.begin;
+            }
+            vins[k] = &in_views[k];
+        }
+    }
+    e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
+}
+
+/* The kernel of part `part` of node i, or of the whole node. */
+static void run_part_kernel(ct_exec *e, int i, int part) {
+    ct_graph *g = e->g;
+    ct_node *n = ct_graph_node(g, i);
+    ct_node *ins[CT_MAX_INPUTS];
+    for (int k = 0; k < n->n_in; k++) {
+        ins[k] = ct_graph_node(g, n->in[k]);
+    }
+    if (e->parts[i] == 1) {
+        if (n->flags & CT_NODE_ALIAS) {
+            n->out.data = ins[0]->out.data;
+        }
+        e->be->vt->kernels[n->op](ct_graph_ctx(g), n, ins);
+        return;
+    }
+    ct__part_view v = ct__exec_part_range(e, i, part);
+    if (n->op == CT_OP_MATMUL) {
+        run_matmul_part(e, i, part, ins, v);
+    } else if (n->op == CT_OP_DROPOUT) {
+        run_dropout_part(e, i, ins, v);
+    } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
+        run_xent_part(e, i, part, ins, v);
+    } else {
+        run_elementwise_part(e, i, ins, v);
+    }
+}
+
+/* Runs part `part` of node i (the whole node when it is not split), then its share of the
+ * optimizer update when the node writes a gradient under fusion. */
+void ct__exec_run_part(ct_exec *e, int i, int part) {
+    const ct_kctx *ctx = ct_graph_ctx(e->g);
+    ct_node *n = ct_graph_node(e->g, i);
+    if (i == e->upd) {
+        e->g2_part[(size_t)i * CT__MAX_PARTS + part] =
+            ct__exec_update_rest(e, ctx, part, e->parts[i]);
+        return;
+    }
+    if (part == CT__UPDATE_TASK) { /* a deferred update: the whole range */
+        e->g2_part[(size_t)i * CT__MAX_PARTS] =
+            ct__exec_update_range(ctx, e->upd_off[i], e->upd_off[i] + ct_tensor_numel(&n->out));
+        return;
+    }
+    if (e->inner_sum[i] >= 0) { /* this part's rows of the k parts' sum */
+        ct__part_view v = ct__exec_part_range(e, i, part);
+        ct__exec_add_inner_parts(e, e->inner_sum[i], v.begin, v.end);
+    }
+    run_part_kernel(e, i, part);
+    if (e->upd < 0 || e->upd_off[i] < 0 || e->deferred[i]) {
+        return;
+    }
+    int64_t b = 0, en = ct_tensor_numel(&n->out);
+    if (e->parts[i] > 1) {
+        ct__part_view v = ct__exec_part_range(e, i, part);
+        int64_t cols = n->out.shape.dims[n->out.shape.rank - 1];
+        b = n->op == CT_OP_MATMUL ? v.begin * cols : v.begin;
+        en = n->op == CT_OP_MATMUL ? v.end * cols : v.end;
+    }
+    e->g2_part[(size_t)i * CT__MAX_PARTS + part] =
+        ct__exec_update_range(ctx, e->upd_off[i] + b, e->upd_off[i] + en);
+}
