@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -181,7 +182,8 @@ def test_async_policies_train_and_log_staleness(tmp_path, policy):
             f"a.Reload(); t = a.Tags()\n"
             f"print('ps/staleness' in t['histograms'], 'ps/dropped_gradients' in t['scalars'])\n"
             f"print(a.Histograms('ps/staleness')[-1].histogram_value.max)")
-    out = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["True", "True"], out.stdout
     assert float(out.stdout.split()[2]) >= 1.0
