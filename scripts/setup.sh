@@ -1,19 +1,57 @@
 #!/usr/bin/env bash
-# Installs what ctrain needs on a fresh Debian machine (apt packages by name) and builds it.
-#   scripts/setup.sh            runtime + build dependencies, then a release build in build/
-#   scripts/setup.sh --tests    also the test dependencies (Criterion, PyTorch, numpy, pytest,
-#                               pyzmq, clang for the libFuzzer target)
-# Set CTRAIN_BUILD_DIR to build elsewhere, CTRAIN_MESON_ARGS to pass meson options.
+# Installs what ctrain needs on a fresh Debian 12 machine (apt packages by name) and builds it.
+#   scripts/setup.sh            what building and training need, then a release build in build/
+#   scripts/setup.sh --tests    also what the tests need: Criterion, PyTorch, numpy, pytest, pyzmq,
+#                               clang (the libFuzzer target), procps (pgrep), python3-venv; and the
+#                               virtual environment build-venv/ with pip's tensorboard and
+#                               safetensors, which sees Debian's torch and numpy
+# CTRAIN_BUILD_DIR builds elsewhere, CTRAIN_MESON_ARGS passes meson options, CTRAIN_VENV names the
+# virtual environment's folder. Each step's output goes to build-logs/; a step that fails prints
+# its log and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(gcc pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev libyaml-dev
-          protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev libzmq3-dev
-          dataset-fashion-mnist)
-if [[ "${1:-}" == "--tests" ]]; then
-    # clang and its runtime: the libFuzzer target; python3-zmq: tests that send raw messages
-    packages+=(libcriterion-dev python3-torch python3-numpy python3-pytest python3-zmq clang
-               libclang-rt-dev)
+tests=0
+case "${1:-}" in
+"") ;;
+--tests) tests=1 ;;
+*)
+    echo "usage: scripts/setup.sh [--tests]" >&2
+    exit 2
+    ;;
+esac
+build="${CTRAIN_BUILD_DIR:-build}"
+venv="${CTRAIN_VENV:-build-venv}"
+logs="${CTRAIN_LOG_DIR:-build-logs}"
+mkdir -p "$logs"
+
+# step NAME COMMAND...: runs COMMAND with its output in $logs/NAME.log; on failure prints the
+# command, its exit status and the end of the log, and exits 1.
+step() {
+    local name=$1 log="$logs/$1.log"
+    shift
+    local rc=0
+    "$@" >"$log" 2>&1 || rc=$?
+    if ((rc != 0)); then
+        echo "setup: $name failed (exit status $rc): $*" >&2
+        echo "setup: the last 100 lines of $log:" >&2
+        tail -n 100 "$log" | sed 's/^/    /' >&2
+        exit 1
+    fi
+}
+
+# Building and training. ctrain train --replicas starts mpirun, which needs an rsh agent to exist
+# even on one node (openssh-client); gcc's Recommends (libc6-dev) are named, as apt-get is told
+# --no-install-recommends.
+packages=(gcc libc6-dev pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev
+          libyaml-dev protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev
+          openssh-client libzmq3-dev dataset-fashion-mnist)
+if ((tests)); then
+    # Every program the tests call: python3 with torch, numpy, pytest and zmq (the raw-message
+    # tests), the venv module, pgrep (procps), clang and compiler-rt (libFuzzer), mpirun, meson,
+    # ninja, pkg-config and gcc (the install test), bash; ca-certificates for pip.
+    packages+=(libcriterion-dev python3 python3-torch python3-numpy python3-pytest python3-zmq
+               python3-venv procps clang libclang-rt-dev ca-certificates)
 fi
 
 missing=()
@@ -22,23 +60,71 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}"
-    sudo=""
-    [[ $(id -u) -ne 0 ]] && sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-        "${missing[@]}" >/dev/null
-fi
-if [[ "${1:-}" == "--tests" ]]; then
-    # TensorBoard's own event reader and the safetensors reader check what ctrain writes; they are
-    # pip packages, installed into the `python3` first on PATH (not Debian's /usr/bin/python3).
-    python3 -c "import tensorboard, safetensors" 2>/dev/null ||
-        python3 -m pip install -q tensorboard safetensors
+    sudo=()
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null || {
+            echo "setup: these Debian packages are missing and neither root nor sudo can install" \
+                "them: ${missing[*]}" >&2
+            exit 1
+        }
+        sudo=(sudo)
+    fi
+    step apt-update "${sudo[@]}" apt-get update
+    step apt-install "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y \
+        --no-install-recommends "${missing[@]}"
 fi
 
-build="${CTRAIN_BUILD_DIR:-build}"
-if [[ ! -f "$build/build.ninja" ]]; then
-    # shellcheck disable=SC2086
-    meson setup "$build" ${CTRAIN_MESON_ARGS:-} >/dev/null
+if ((tests)); then
+    # TensorBoard's own event reader and the safetensors reader check what ctrain writes. They
+    # come from pip, into a virtual environment (Debian's python3 is externally managed, PEP 668)
+    # that also sees Debian's site packages: torch 1.13 and numpy 1.24. Debian's torch cannot use
+    # NumPy 2, so pip may not bring one in; the versions are pinned so that CI gets the same set.
+    check_venv() {
+        "$venv/bin/python" - <<'EOF'
+import numpy, torch, pytest, zmq, tensorboard, safetensors
+assert numpy.__version__.startswith("1.24.") and numpy.__file__.startswith("/usr/lib/python3/"), (
+    f"numpy {numpy.__version__} from {numpy.__file__}: the venv must see Debian's numpy 1.24")
+print(f"numpy {numpy.__version__} and torch {torch.__version__} (Debian), "
+      f"tensorboard {tensorboard.__version__}, safetensors {safetensors.__version__}")
+EOF
+    }
+    if [[ ! -x "$venv/bin/python" ]] || ! check_venv >"$logs/venv-check.log" 2>&1; then
+        echo "setup: making the test virtual environment $venv"
+        # Debian's interpreter by its path: the python3 first on PATH may be another (pyenv)
+        step venv /usr/bin/python3 -m venv --clear --system-site-packages "$venv"
+        cat >"$venv/constraints.txt" <<'EOF'
+numpy<2
+tensorboard==2.21.0
+safetensors==0.8.0
+absl-py==2.5.1
+grpcio==1.85.1
+Markdown==3.11.3
+MarkupSafe==3.0.4
+pillow==13.0.0
+protobuf==7.36.2
+tensorboard-data-server==0.7.2
+typing_extensions==4.16.0
+Werkzeug==3.1.9
+EOF
+        step pip "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
+            -c "$venv/constraints.txt" tensorboard safetensors
+        step venv-check check_venv
+    fi
+    echo "setup: $venv: $(tail -n 1 "$logs/venv-check.log")"
 fi
-ninja -C "$build" >/dev/null
+
+meson_args=()
+# shellcheck disable=SC2206
+[[ -n "${CTRAIN_MESON_ARGS:-}" ]] && meson_args=(${CTRAIN_MESON_ARGS})
+if [[ ! -f "$build/build.ninja" ]]; then
+    ((tests)) && meson_args+=(-Dtests=enabled)
+    step meson-setup meson setup "$build" "${meson_args[@]}"
+    # meson's summary: which optional parts (tests, oneDNN, CUDA, NCCL) are on, and why not
+    sed -n '/^  Optional features/,/^$/p' "$logs/meson-setup.log"
+elif ((tests)) && [[ $(meson introspect --buildoptions "$build" | python3 -c 'import json, sys
+print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "tests"))') != enabled ]]; then
+    # a build made by scripts/run.sh (tests auto: off if Criterion was missing then)
+    step meson-configure meson configure "$build" -Dtests=enabled
+fi
+step ninja ninja -C "$build"
 echo "setup: built $build/coordinator/ctrain"

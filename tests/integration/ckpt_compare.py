@@ -1,9 +1,11 @@
 """Comparing the final checkpoints of two runs (the distributed tests compare a strategy with
 single-process training): the latest file of a run directory, and the largest difference of any
-variable relative to its largest magnitude, through `ctrain ckpt export` and NumPy."""
+variable relative to its largest magnitude, through `ctrain ckpt export` and NumPy (under this
+interpreter: the test virtual environment that scripts/test.sh makes)."""
 import os
 import re
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTRAIN = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "coordinator", "ctrain")
@@ -35,7 +37,7 @@ def weights_rel_diff(tmp_path, ck_a, ck_b, slots=False):
         r = subprocess.run([CTRAIN, "ckpt", "export", ck, "--format", "npz", str(z)],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-    r = subprocess.run(["/usr/bin/python3", "-c", COMPARE, str(za), str(zb),
-                        "1" if slots else "0"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", COMPARE, str(za), str(zb), "1" if slots else "0"],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return float(r.stdout)

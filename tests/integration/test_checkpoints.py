@@ -5,7 +5,6 @@ export` (NumPy and safetensors read the exports); `--init-from` a .npz."""
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -134,12 +133,12 @@ assert k.shape == (784, 128) and k.dtype == np.float32, (k.shape, k.dtype)
 assert z["input/position"].dtype == np.int64
 print(hashlib.sha256(k.tobytes()).hexdigest(), repr(float(z["dense_3/bias"][0])))
 """
-    out = subprocess.run(["/usr/bin/python3", "-c", check, str(npz)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", check, str(npz)], capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
     mean_npz, bias_npz = out.stdout.split()
-    # safetensors: the pip package's reader, under the pip interpreter
-    py = shutil.which("python3")
+    # safetensors: the pip package's reader (in the test virtual environment, as is this
+    # interpreter)
     check_st = r"""
 import hashlib, sys
 from safetensors.numpy import load_file
@@ -148,7 +147,8 @@ k = t["dense_1/kernel"]
 assert k.shape == (784, 128)
 print(hashlib.sha256(k.tobytes()).hexdigest(), repr(float(t["dense_3/bias"][0])))
 """
-    out = subprocess.run([py, "-c", check_st, str(st)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", check_st, str(st)], capture_output=True,
+                         text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [mean_npz, bias_npz]
     # diff: a checkpoint against itself and against an earlier one
@@ -161,7 +161,7 @@ print(hashlib.sha256(k.tobytes()).hexdigest(), repr(float(t["dense_3/bias"][0]))
                "--set", f"run_dir={tmp_path / 'init'}")
     assert r.returncode == 0, r.stderr
     bad = tmp_path / "bad.npz"
-    subprocess.run(["/usr/bin/python3", "-c",
+    subprocess.run([sys.executable, "-c",
                     "import numpy as np, sys; np.savez(sys.argv[1], **{'dense_1/kernel': "
                     "np.zeros((3, 3), np.float32)})", str(bad)], check=True)
     r = ctrain("train", "--init-from", str(bad), "--set", "train.max_steps=1", "--quiet",

@@ -24,7 +24,7 @@ def installed(tmp_path_factory):
     and returns (prefix, pkg-config dir, library dir). One install serves the whole module."""
     base = tmp_path_factory.mktemp("install")
     build, prefix = base / "build", base / "prefix"
-    r = run(["meson", "setup", "--prefix", str(prefix), "-Dtests=false", str(build), ROOT],
+    r = run(["meson", "setup", "--prefix", str(prefix), "-Dtests=disabled", str(build), ROOT],
             timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     r = run(["ninja", "-C", str(build), "install"], timeout=600)

@@ -2,14 +2,14 @@
 histograms, the job text, the step graph), the validation run, metrics.jsonl; and
 `ctrain-evaluator` running beside a real training run, evaluating each checkpoint once.
 
-TensorBoard is a pip package installed into the `python3` on PATH (scripts/setup.sh --tests);
-the checks that need it run under that interpreter (never skipped)."""
+TensorBoard is a pip package in the test virtual environment that scripts/test.sh makes; the
+checks that need it run under this interpreter (never skipped: without it they fail)."""
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
@@ -19,11 +19,11 @@ LIMITS = ["--set", "data.train.limit=6000", "--set", "data.eval.limit=2000"]
 
 
 def tb_python():
-    for py in (shutil.which("python3"), "/usr/bin/python3"):
-        if py and subprocess.run([py, "-c", "import tensorboard"],
-                                 capture_output=True).returncode == 0:
-            return py
-    raise AssertionError("no python3 with the tensorboard package: run scripts/setup.sh --tests")
+    if subprocess.run([sys.executable, "-c", "import tensorboard"],
+                      capture_output=True).returncode != 0:
+        raise AssertionError(f"{sys.executable} has no tensorboard package: run the tests with "
+                             "scripts/test.sh (it makes a virtual environment with it)")
+    return sys.executable
 
 
 READ = r"""

@@ -1,4 +1,5 @@
-"""ctypes bindings to libctrain for the PyTorch oracle tests (run with Debian's /usr/bin/python3).
+"""ctypes bindings to libctrain for the PyTorch oracle tests (run in the virtual environment that
+scripts/test.sh makes, which sees Debian's torch and numpy).
 
 Builds ops in an eager ctrain graph on numpy inputs and returns outputs and gradients, and drives
 a ctrain trainer step by step, so the tests can compare both with PyTorch."""
