@@ -1,7 +1,9 @@
 /* Graph mode: each pass on small graphs with known outcomes, the memory plan, the parallel
  * executor, tracing (retrace counting, get_operations, unknown dims, variables created while
  * tracing), a property test of 200 seeded random graphs (eager = graph with every pass on, at 1
- * and 2 threads), and every example job giving the same losses in graph and eager mode. */
+ * and 2 threads), and every example job giving the same losses in graph and eager mode. The
+ * file runs a little over 1000 lines because it is the one suite of the graph_mode module
+ * (CONVENTIONS.md: one test file per module) and its fixtures are shared by every test. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

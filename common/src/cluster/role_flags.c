@@ -27,12 +27,12 @@ static int value_flag(const char *a, const char *v, ct_role_flags *f, ct_err *er
         *str = v;
         return 1;
     }
-    int *num = !strcmp(a, "--num-ps")          ? &f->ps.n_ps
-               : !strcmp(a, "--num-workers")   ? &f->ps.n_workers
-               : !strcmp(a, "--rank")          ? &f->rank
-               : !strcmp(a, "--world-size")    ? &f->world_size
-               : !strcmp(a, "--local-rank")    ? &f->local_rank
-                                               : NULL;
+    int *num = !strcmp(a, "--num-ps")        ? &f->ps.n_ps
+               : !strcmp(a, "--num-workers") ? &f->ps.n_workers
+               : !strcmp(a, "--rank")        ? &f->rank
+               : !strcmp(a, "--world-size")  ? &f->world_size
+               : !strcmp(a, "--local-rank")  ? &f->local_rank
+                                             : NULL;
     if (num) {
         return parse_int(a, v, num, err) == CT_OK ? 1 : -1;
     }

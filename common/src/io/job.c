@@ -3,9 +3,10 @@
  * "FILE: --set dotted.key: ..." for nodes that came from an override).
  *
  * Reading uses a sticky status: each getter does nothing once an error has been recorded, so the
- * section readers are flat lists of fields and the first error wins. The file runs to about 1000
- * lines because it holds the whole schema (every section, layer type and optimizer rule) in one
- * place, next to the tables that name the accepted values; splitting it would scatter that. */
+ * section readers are flat lists of fields and the first error wins. The file runs a little
+ * over 1000 lines because it holds the whole schema (every section, layer type and optimizer
+ * rule) in one place, next to the tables that name the accepted values and the sticky readers
+ * they use; splitting it would scatter the schema or make the readers' helpers public. */
 #include "ctrain/job.h"
 
 #include <errno.h>

@@ -9,7 +9,9 @@
 #include "ctrain/ps.h"
 
 static const char *binary_of(int type) {
-    return type == CT_TASK_PS ? "ctrain-ps" : type == CT_TASK_CHIEF ? "ctrain-chief" : "ctrain-worker";
+    return type == CT_TASK_PS      ? "ctrain-ps"
+           : type == CT_TASK_CHIEF ? "ctrain-chief"
+                                   : "ctrain-worker";
 }
 
 /* The task type and index once the sources are read; CT_EINVAL names the contradiction. */
@@ -23,8 +25,9 @@ static ct_status check_type(ct_ps_task *t, ct_err *err) {
                           binary_of(cl->task_type));
     }
     if (t->type != CT_TASK_CHIEF && cl->task_index < 0) {
-        return ct_err_set(err, CT_EINVAL, "which %s is this? give --task %s:INDEX (or TF_CONFIG's "
-                                          "task)",
+        return ct_err_set(err, CT_EINVAL,
+                          "which %s is this? give --task %s:INDEX (or TF_CONFIG's "
+                          "task)",
                           ct_task_type_name(t->type), ct_task_type_name(t->type));
     }
     return CT_OK;
@@ -61,8 +64,9 @@ ct_status ct_ps_task_resolve(const char *role, int type, int any_task, const ct_
     ret->index = cl->task_index >= 0 ? cl->task_index : 0;
     ret->chief = cl->n[CT_TASK_CHIEF] > 0 ? cl->addr[CT_TASK_CHIEF][0] : NULL;
     if (ret->type != CT_TASK_CHIEF && !ret->chief) {
-        st = ct_err_set(err, CT_EINVAL, "where is the chief? give --chief HOST:PORT (or a cluster "
-                                        "file or TF_CONFIG listing it)");
+        st = ct_err_set(err, CT_EINVAL,
+                        "where is the chief? give --chief HOST:PORT (or a cluster "
+                        "file or TF_CONFIG listing it)");
         goto fail;
     }
     ret->n_ps = f->n_ps > 0 ? f->n_ps : cl->n[CT_TASK_PS];
