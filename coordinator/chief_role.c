@@ -12,7 +12,9 @@
 #include "ctrain/mirrored.h"
 #include "ctrain/report.h"
 
+#if CT_HAVE_MPI
 #include <mpi.h>
+#endif
 
 volatile int ct_role_stop_requested = 0;
 volatile int ct_role_stop_signal = 0;
@@ -69,6 +71,7 @@ static void log_line(ct_log_level level, const char *msg, void *user) {
 
 /* ---- a mirrored rank ---- */
 
+#if CT_HAVE_MPI
 /* Prints the run's end on this rank and returns the exit code; a failed rank ends the job with
  * MPI_Abort (the others may wait in a collective): exit code 3 for a stall, whose message keeps
  * the words users and scripts know ("ctrain: stall: step ..."). */
@@ -132,6 +135,21 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
     MPI_Finalize();
     return rc;
 }
+#else
+int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
+                         const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    (void)chief_only;
+    (void)f;
+    (void)job;
+    (void)job_text;
+    (void)argc;
+    (void)argv;
+    ct_err err = {0};
+    ct_mirrored_check_build(&err); /* this build has no MPI: the one line that says so */
+    fprintf(stderr, "%s: %s\n", role, err.msg);
+    return 2;
+}
+#endif
 
 /* ---- a parameter-server task ---- */
 

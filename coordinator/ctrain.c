@@ -13,6 +13,7 @@
 
 #include "ckpt_cmd.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/mirrored.h"
 #include "ctrain/net.h"
 #include "ctrain/npz.h"
 #include "ctrain/report.h"
@@ -368,6 +369,11 @@ static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, 
 
 /* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags). */
 static int run_replicas(const cli *c) {
+    ct_err err = {0};
+    if (ct_mirrored_check_build(&err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
     char self[PATH_MAX], worker[PATH_MAX + 32];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -743,7 +749,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("ctrain %s\n", CT_VERSION);
+        /* the second line tells scripts and tests whether the mirrored strategy is built in */
+        printf("ctrain %s\nmpi: %s\n", CT_VERSION,
+               ct_mirrored_check_build(NULL) == CT_OK ? "yes" : "no");
         return 0;
     }
     if (!strcmp(cmd, "train")) {

@@ -7,7 +7,10 @@
  * A rank that does not join a collective within strategy.stall_timeout seconds is named by the
  * chief, and the run returns CT_ETIMEDOUT with ret->stalled set. Evaluation is sharded the same
  * way (each rank its slice of the eval set, the sums all-reduced). Only the chief writes the
- * run directory. The library prints nothing and never aborts MPI: the role does. */
+ * run directory. The library prints nothing and never aborts MPI: the role does.
+ *
+ * A build without Open MPI (meson -Dmpi=disabled, or MPI not found) keeps this header; its
+ * ct_mirrored_train returns CT_EUNSUPPORTED and the benchmark functions are absent. */
 #ifndef CTRAIN_MIRRORED_H
 #define CTRAIN_MIRRORED_H
 
@@ -36,16 +39,20 @@ typedef struct ct_mirrored_result {
     int stalled;
 } ct_mirrored_result;
 
+/* CT_OK when this build has the mirrored strategy (it was built with Open MPI); otherwise
+ * CT_EUNSUPPORTED with a one-line message that says what to install. Needs no MPI; thread-safe. */
+ct_status ct_mirrored_check_build(ct_err *err);
+
 /* Trains job on the MPI ranks of MPI_COMM_WORLD (MPI initialized by the caller with at least
  * MPI_THREAD_FUNNELED); `spec` is checked against MPI's view (CT_EINVAL when they disagree).
  * Collective. job, spec and opts are borrowed. Returns CT_OK; CT_EINTR when *opts->stop was
  * raised (the chief saved a checkpoint); CT_ETIMEDOUT with ret->stalled for a stall; CT_EPEER
- * for another rank's failure to start or a failed replica check; the data, checkpoint and
- * training statuses otherwise. */
+ * for another rank's failure to start or a failed replica check; CT_EUNSUPPORTED in a build
+ * without MPI; the data, checkpoint and training statuses otherwise. */
 ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
                             const ct_mirrored_options *opts, ct_mirrored_result *ret, ct_err *err);
 
-/* ---- for benchmarks only (scripts/bench/allreduce.c) ---- */
+/* ---- for benchmarks only (scripts/bench/allreduce.c; builds with MPI) ---- */
 
 /* The ring all-reduce on its own: sums `count` floats in place across all ranks in buckets of
  * bucket_bytes, started back to back and then waited (what a step does). Collective; no stall
