@@ -1,8 +1,9 @@
 /* The role steps that ctrain-chief and ctrain-worker share (see chief_role.h): signals, a mirrored
- * rank under MPI, and a parameter-server task, each ending in an exit code. */
+ * rank under MPI, and a parameter-server task, each ending in an exit code. This is role code: it
+ * prints what the library reports (epoch lines, notices, errors, the done line) and decides the
+ * exit code, including MPI_Abort when a rank fails or stalls. */
 #include "chief_role.h"
 
-#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,10 @@
 #include "ctrain/cluster.h"
 #include "ctrain/mirrored.h"
 #include "ctrain/report.h"
+
+#if CT_HAVE_MPI
+#include <mpi.h>
+#endif
 
 volatile int ct_role_stop_requested = 0;
 volatile int ct_role_stop_signal = 0;
@@ -28,6 +33,71 @@ static void print_done(const ct_train_result *r, const char *extra) {
     char line[512];
     ct_format_done_line(line, sizeof line, r, extra);
     printf("%s\n", line);
+}
+
+/* ---- the console: what a training driver reports, printed as users know it ---- */
+
+static void print_epoch(const ct_train_progress *p, void *user) {
+    (void)user;
+    if (!p->end_of_epoch) {
+        return;
+    }
+    char line[512];
+    ct_format_epoch_line(line, sizeof line, p);
+    printf("%s\n", line);
+    fflush(stdout);
+}
+
+static void print_notice(const char *line, void *user) {
+    printf("%s%s\n", (const char *)user, line);
+    fflush(stdout);
+}
+
+/* Epoch lines and notices (each after notice_prefix, a static string) on stdout; none when
+ * quiet (--quiet: only the done line). */
+static ct_train_reporter console_reporter(int quiet, const char *notice_prefix) {
+    if (quiet) {
+        return (ct_train_reporter){0};
+    }
+    return (ct_train_reporter){
+        .progress = print_epoch, .notice = print_notice, .user = (void *)notice_prefix};
+}
+
+/* The log sink: "<user>: message" on stderr. */
+static void log_line(ct_log_level level, const char *msg, void *user) {
+    (void)level;
+    fprintf(stderr, "%s: %s\n", (const char *)user, msg);
+}
+
+/* ---- a mirrored rank ---- */
+
+#if CT_HAVE_MPI
+/* Prints the run's end on this rank and returns the exit code; a failed rank ends the job with
+ * MPI_Abort (the others may wait in a collective): exit code 3 for a stall, whose message keeps
+ * the words users and scripts know ("ctrain: stall: step ..."). */
+static int end_rank(const char *role, const ct_cluster_spec *spec, ct_status st,
+                    ct_mirrored_result *r, const ct_err *err) {
+    int rc = ct_exit_code(st, ct_role_stop_signal, r->stalled);
+    if (st == CT_OK) {
+        if (spec->rank == 0) {
+            char extra[32];
+            snprintf(extra, sizeof extra, "replicas=%d", spec->world_size);
+            r->train.samples_per_s *= spec->world_size;
+            print_done(&r->train, extra);
+        }
+        return rc;
+    }
+    if (r->stalled) {
+        fprintf(stderr, "ctrain: %s\n", err->msg);
+    } else {
+        fprintf(stderr, "%s: rank %d: %s\n", role, spec->rank, err->msg);
+    }
+    if (st != CT_EINTR) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+    return rc;
 }
 
 int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
@@ -54,31 +124,34 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
         return 1;
     }
     ct_role_catch_signals();
-    ct_mirrored_options o = {.job_text = job_text, .no_resume = f->no_resume, .quiet = f->quiet,
-                             .out = stdout, .stop = &ct_role_stop_requested};
-    ct_train_result r;
+    ct_log_set(CT_LOG_WARN, log_line, "ctrain"); /* "ctrain: warning: ..." while resuming */
+    ct_mirrored_options o = {.job_text = job_text,
+                             .no_resume = f->no_resume,
+                             .report = console_reporter(f->quiet, ""),
+                             .stop = &ct_role_stop_requested};
+    ct_mirrored_result r;
     ct_status st = ct_mirrored_train(job, &spec, &o, &r, &err);
-    int rc = ct_exit_code(st, ct_role_stop_signal, st == CT_ETIMEDOUT);
-    if (st != CT_OK) {
-        fprintf(stderr, "%s: rank %d: %s\n", role, spec.rank, err.msg);
-        if (st != CT_EINTR) {
-            fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, rc); /* the others may wait in a collective */
-        }
-    } else if (spec.rank == 0) {
-        char extra[32];
-        snprintf(extra, sizeof extra, "replicas=%d", spec.world_size);
-        r.samples_per_s *= spec.world_size;
-        print_done(&r, extra);
-    }
+    int rc = end_rank(role, &spec, st, &r, &err);
     MPI_Finalize();
     return rc;
 }
-
-static void log_line(ct_log_level level, const char *msg, void *user) {
-    (void)level;
-    fprintf(stderr, "%s: %s\n", (const char *)user, msg);
+#else
+int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
+                         const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    (void)chief_only;
+    (void)f;
+    (void)job;
+    (void)job_text;
+    (void)argc;
+    (void)argv;
+    ct_err err = {0};
+    ct_mirrored_check_build(&err); /* this build has no MPI: the one line that says so */
+    fprintf(stderr, "%s: %s\n", role, err.msg);
+    return 2;
 }
+#endif
+
+/* ---- a parameter-server task ---- */
 
 static ct_status run_chief(const ct_job *job, const ct_ps_task *t, const ct_role_flags *f,
                            const char *job_text, ct_err *err) {
@@ -88,8 +161,7 @@ static ct_status run_chief(const ct_job *job, const ct_ps_task *t, const ct_role
                              .keys = t->keys,
                              .job_text = job_text,
                              .no_resume = f->no_resume,
-                             .quiet = f->quiet,
-                             .out = stdout,
+                             .report = console_reporter(f->quiet, "chief: "),
                              .stop = &ct_role_stop_requested};
     ct_train_result r;
     ct_status st = ct_ps_chief_run(job, &o, &r, err);

@@ -13,9 +13,11 @@ extern volatile int ct_role_stop_signal;
 void ct_role_catch_signals(void);
 
 /* Runs this process as a rank of a mirrored job: the cluster spec (checked before MPI starts),
- * MPI, ct_mirrored_train, the done line on rank 0, MPI_Abort when a rank fails (the others may
- * wait in a collective). chief_only: the binary must be rank 0 (ctrain-chief). Returns the exit
- * code. */
+ * MPI, ct_mirrored_train with the chief's epoch lines and notices on stdout (none with --quiet),
+ * the done line on rank 0, MPI_Abort when a rank fails (the others may wait in a collective):
+ * exit code 3 after a stall, whose "ctrain: stall: ..." line names the missing ranks. In a build
+ * without MPI it prints the one line that says so and returns 2. chief_only: the binary must be
+ * rank 0 (ctrain-chief). Returns the exit code. */
 int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
                          const ct_job *job, const char *job_text, int *argc, char ***argv);
 

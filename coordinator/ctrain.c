@@ -13,16 +13,15 @@
 
 #include "ckpt_cmd.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/mirrored.h"
 #include "ctrain/net.h"
 #include "ctrain/npz.h"
+#include "ctrain/report.h"
 #include "ps_launch.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_BAD_INPUT 2
-#define EXIT_INTERRUPTED 130
 #define MAX_SETS 64
-
-#define EXIT_TERMINATED 143 /* 128 + SIGTERM: stopped by SIGTERM after saving a checkpoint */
 
 static volatile int stop_requested = 0;
 static volatile int stop_signal = 0;
@@ -116,14 +115,24 @@ static void print_progress(const ct_train_progress *p, void *user) {
         fflush(stdout);
         return;
     }
-    if (s->tty) {
-        printf("\r\033[K");
-    }
-    printf("epoch %d/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f test_accuracy=%.4f "
-           "seconds=%.1f samples_per_s=%.0f input_wait=%.1f%%\n",
-           p->epoch + 1, p->epochs, (long long)p->steps, p->loss, p->accuracy, p->test_loss,
-           p->test_accuracy, p->epoch_seconds, p->samples_per_s, 100.0 * p->input_wait_fraction);
+    char line[512];
+    ct_format_epoch_line(line, sizeof line, p);
+    printf("%s%s\n", s->tty ? "\r\033[K" : "", line);
     fflush(stdout);
+}
+
+/* The parameter-server chief's notices, as "chief: ..." lines. */
+static void print_chief_notice(const char *line, void *user) {
+    (void)user;
+    printf("chief: %s\n", line);
+    fflush(stdout);
+}
+
+/* The done line with the run's extra fields ("ps=1 workers=2"; NULL: none). */
+static void print_done(const ct_train_result *r, const char *extra) {
+    char line[512];
+    ct_format_done_line(line, sizeof line, r, extra);
+    printf("%s\n", line);
 }
 
 typedef struct cli {
@@ -360,6 +369,11 @@ static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, 
 
 /* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags). */
 static int run_replicas(const cli *c) {
+    ct_err err = {0};
+    if (ct_mirrored_check_build(&err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
     char self[PATH_MAX], worker[PATH_MAX + 32];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -434,6 +448,9 @@ static int run_local_cluster(cli *c) {
         return EXIT_BAD_INPUT;
     }
     ct_log_set(CT_LOG_WARN, log_line, NULL);
+    progress_state ps = {.tty = 0, .quiet = c->quiet}; /* the chief reports epoch ends only */
+    ct_train_reporter report = {
+        .progress = print_progress, .notice = print_chief_notice, .user = &ps};
     ct_local_cluster lc = {.job_path = c->job_path,
                            .sets = c->sets,
                            .n_sets = c->n_sets,
@@ -442,7 +459,7 @@ static int run_local_cluster(cli *c) {
                            .n_workers = c->workers > 0 ? c->workers : 1,
                            .straggler = c->straggler > 1.0 ? c->straggler : 1.0,
                            .no_resume = c->no_resume,
-                           .quiet = c->quiet,
+                           .report = c->quiet ? (ct_train_reporter){0} : report,
                            .stop = &stop_requested};
     if (move_aside(c, &job) != 0) {
         free(text);
@@ -453,13 +470,11 @@ static int run_local_cluster(cli *c) {
     free(text);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
-        return st == CT_EINTR ? (stop_signal == SIGTERM ? EXIT_TERMINATED : EXIT_INTERRUPTED)
-                              : (st == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME);
+        return ct_exit_code(st, stop_signal, 0);
     }
-    printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
-           "samples_per_s=%.1f ps=%d workers=%d\n",
-           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds, r.samples_per_s,
-           lc.n_ps, lc.n_workers);
+    char extra[64];
+    snprintf(extra, sizeof extra, "ps=%d workers=%d", lc.n_ps, lc.n_workers);
+    print_done(&r, extra);
     return 0;
 }
 
@@ -533,13 +548,10 @@ static int cmd_train(int argc, char **argv) {
     ct_status st = ct_trainer_fit(t, train, eval, print_progress, &ps, &stop_requested, &r, &err);
     if (st != CT_OK) {
         fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
-        rc = st == CT_EINTR ? (stop_signal == SIGTERM ? EXIT_TERMINATED : EXIT_INTERRUPTED)
-                            : (st == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME);
+        rc = ct_exit_code(st, stop_signal, 0);
         goto done;
     }
-    printf("done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
-           "samples_per_s=%.1f\n",
-           r.epochs, (long long)r.steps, r.test_loss, r.test_accuracy, r.seconds, r.samples_per_s);
+    print_done(&r, NULL);
     rc = 0;
 done:
     ct_dataset_destroy(train);
@@ -737,7 +749,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("ctrain %s\n", CT_VERSION);
+        /* the second line tells scripts and tests whether the mirrored strategy is built in */
+        printf("ctrain %s\nmpi: %s\n", CT_VERSION,
+               ct_mirrored_check_build(NULL) == CT_OK ? "yes" : "no");
         return 0;
     }
     if (!strcmp(cmd, "train")) {

@@ -50,16 +50,15 @@ static const char *role_name(int role) {
 }
 
 void ct__chief_say(chief *c, const char *fmt, ...) {
-    if (c->o->quiet) {
+    if (!c->o->report.notice) {
         return;
     }
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(c->out, "chief: ");
-    vfprintf(c->out, fmt, ap);
-    fprintf(c->out, "\n");
-    fflush(c->out);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    c->o->report.notice(line, c->o->report.user);
 }
 
 ct_status ct__chief_fail(chief *c, ct_status code, ct_err *err, const char *fmt, ...) {
@@ -745,7 +744,6 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
     }
     c->job = job;
     c->o = o;
-    c->out = o->out ? o->out : stdout;
     c->job_id = ct_ps_job_id(job);
     c->n_ps = o->n_servers;
     c->n_workers = o->n_workers;

@@ -46,7 +46,6 @@ typedef struct epoch_sums {
 typedef struct chief {
     const ct_job *job;
     const ct_ps_chief_options *o;
-    FILE *out;
     uint64_t job_id;
     ct_trainer *t;
     ct_params *p;
@@ -109,7 +108,8 @@ static inline task task_of(const chief *c, int64_t id) {
 
 /* ---- ps_chief.c ---- */
 
-/* A "chief: ..." line on the progress stream (nothing with --quiet). */
+/* A notice for a person ("worker 1 lost ..."), to o->report.notice (none when it is NULL); the
+ * role prints it, as "chief: " and the line. */
 void ct__chief_say(chief *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Fails the job: the state becomes FAILED (the roles learn it from their next view), the
  * message is kept for them; returns code with the message in err. */
@@ -152,7 +152,8 @@ void ct__chief_finish_task(chief *c, slot *s, task t);
 ct_status ct__chief_open_logs(chief *c, ct_err *err);
 /* Every logs.every_steps steps: the reports' means, throughput, the servers' staleness. */
 void ct__chief_log_interval(chief *c);
-/* End of epoch e: evaluates the assembled variables, prints the epoch line, logs it. */
+/* End of epoch e: evaluates the assembled variables, reports the epoch line (o->report), logs
+ * it. */
 ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err);
 
 #endif

@@ -84,7 +84,7 @@ void ct__chief_log_interval(chief *c) {
     c->log_loss = c->log_acc = c->log_examples = 0.0;
 }
 
-/* End of epoch e (0-based): evaluate the assembled variables, print the epoch line, log. */
+/* End of epoch e (0-based): evaluate the assembled variables, report the epoch line, log. */
 ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     epoch_sums *s = &c->epochs[e];
     double test_loss = NAN, test_acc = NAN;
@@ -102,13 +102,21 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     double seconds = s->first_report > 0 ? ct__now() - s->first_report : 0.0;
     double loss = s->examples > 0 ? s->loss / s->examples : NAN;
     double acc = s->examples > 0 ? s->accuracy / s->examples : NAN;
-    if (!c->o->quiet) {
-        fprintf(c->out,
-                "epoch %lld/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f "
-                "test_accuracy=%.4f seconds=%.1f samples_per_s=%.0f\n",
-                (long long)e + 1, c->job->epochs, (long long)steps, loss, acc, test_loss, test_acc,
-                seconds, seconds > 0 ? s->examples / seconds : 0.0);
-        fflush(c->out);
+    if (c->o->report.progress) {
+        ct_train_progress p = {.epoch = (int)e,
+                               .epochs = c->job->epochs,
+                               .step = steps,
+                               .steps = steps,
+                               .global_step = c->step,
+                               .loss = loss,
+                               .accuracy = acc,
+                               .samples_per_s = seconds > 0 ? s->examples / seconds : 0.0,
+                               .end_of_epoch = 1,
+                               .epoch_seconds = seconds,
+                               .test_loss = test_loss,
+                               .test_accuracy = test_acc,
+                               .input_wait_fraction = -1.0}; /* not measured by the chief */
+        c->o->report.progress(&p, c->o->report.user);
     }
     c->result.epochs = (int)e + 1;
     c->result.train_loss = loss;

@@ -203,8 +203,7 @@ ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct
                                  .keys = keys,
                                  .job_text = lc->job_text,
                                  .no_resume = lc->no_resume,
-                                 .quiet = lc->quiet,
-                                 .out = stdout,
+                                 .report = lc->report,
                                  .stop = lc->stop,
                                  .launcher = &launcher};
         st = ct_ps_chief_run(job, &o, ret, err);

@@ -13,7 +13,8 @@ typedef struct ct_local_cluster {
     const char *job_text;
     int n_ps, n_workers;
     double straggler; /* benchmarks: worker 0 runs this many times slower (1: off) */
-    int no_resume, quiet;
+    int no_resume;
+    ct_train_reporter report; /* the chief's epoch lines and notices (see ct_ps_chief_options) */
     volatile int *stop;
 } ct_local_cluster;
 

@@ -5,11 +5,13 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/data.h"
 #include "ctrain/events.h"
@@ -17,20 +19,15 @@
 
 #define MAX_FILES 1024
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleep_s(double s) {
     struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
 }
 
-/* Evaluates checkpoint `path` with trainer t; writes its scalars. */
+/* Evaluates checkpoint `path` with trainer t; writes its scalars and reports it. */
 static ct_status evaluate_one(ct_trainer *t, const ct_dataset *eval, const char *path,
-                              ct_events *ev, FILE *out, ct_evaluator_result *r, ct_err *err) {
+                              ct_events *ev, const ct_evaluator_options *o, ct_evaluator_result *r,
+                              ct_err *err) {
     ct_ckpt *c = NULL;
     ct_status st = ct_ckpt_lease(path, err);
     if (st != CT_OK) {
@@ -55,13 +52,14 @@ static ct_status evaluate_one(ct_trainer *t, const ct_dataset *eval, const char 
             (st = ct_events_scalar(ev, "accuracy", m->step, acc, err)) == CT_OK) {
             st = ct_events_flush(ev, err);
         }
-        if (out) {
-            fprintf(out,
-                    "{\"step\": %lld, \"epoch\": %lld, \"checkpoint\": \"%s\", \"eval_loss\": "
-                    "%.17g, \"eval_accuracy\": %.17g, \"final\": %s}\n",
-                    (long long)m->step, (long long)m->epoch, path, loss, acc,
-                    r->reached_final ? "true" : "false");
-            fflush(out);
+        if (o->on_evaluation) {
+            ct_evaluation e = {.step = m->step,
+                               .epoch = m->epoch,
+                               .checkpoint = path,
+                               .loss = loss,
+                               .accuracy = acc,
+                               .final = r->reached_final};
+            o->on_evaluation(&e, o->user);
         }
     }
     ct_ckpt_free(c);
@@ -101,7 +99,7 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
     if (st == CT_OK && job->logs.tensorboard) {
         st = ct_events_open(eval_dir, &ev, err);
     }
-    double last_new = now_s();
+    double last_new = ct__now_s();
     while (st == CT_OK && !r.reached_final) {
         if (opts->stop && *opts->stop) {
             st = ct_err_set(err, CT_EINTR, "evaluator: interrupted after %d checkpoints",
@@ -117,19 +115,18 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
             }
             found = 1;
             ct_err e = {0};
-            ct_status s =
-                evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, ev, opts->out, &r, &e);
+            ct_status s = evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, ev, opts, &r, &e);
             if (s == CT_ENOENT || s == CT_EINVAL) {
                 /* pruned meanwhile, or corrupt: say so and go on with the next one */
-                fprintf(stderr, "ctrain-evaluator: skipping: %s\n", e.msg);
+                ct_log(CT_LOG_WARN, "skipping: %s", e.msg);
             } else if (s != CT_OK) {
                 st = ct_err_set(err, s, "%s", e.msg);
             }
             done_up_to = steps[i];
         }
         if (found) {
-            last_new = now_s();
-        } else if (now_s() - last_new > opts->timeout_s) {
+            last_new = ct__now_s();
+        } else if (ct__now_s() - last_new > opts->timeout_s) {
             st = ct_err_set(err, CT_ETIMEDOUT,
                             "evaluator: no new checkpoint in %s for %.0f s (last evaluated step "
                             "%lld); is the chief running?",

@@ -16,6 +16,23 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
+/* One JSON line per evaluated checkpoint on stdout (the format scripts read). */
+static void print_evaluation(const ct_evaluation *e, void *user) {
+    (void)user;
+    printf("{\"step\": %lld, \"epoch\": %lld, \"checkpoint\": \"%s\", \"eval_loss\": %.17g, "
+           "\"eval_accuracy\": %.17g, \"final\": %s}\n",
+           (long long)e->step, (long long)e->epoch, e->checkpoint, e->loss, e->accuracy,
+           e->final ? "true" : "false");
+    fflush(stdout);
+}
+
+/* The library's warnings ("skipping: ..."), named after this binary. */
+static void log_line(ct_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    fprintf(stderr, "ctrain-evaluator: %s\n", msg);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrain-evaluator --job JOB.yaml [options]\n"
@@ -41,8 +58,10 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     const char *job_path = NULL, *sets[64];
     int n_sets = 0;
-    ct_evaluator_options o = {
-        .timeout_s = 600, .poll_s = 0.5, .out = stdout, .stop = &stop_requested};
+    ct_evaluator_options o = {.timeout_s = 600,
+                              .poll_s = 0.5,
+                              .on_evaluation = print_evaluation,
+                              .stop = &stop_requested};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -86,6 +105,7 @@ int main(int argc, char **argv) {
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    ct_log_set(CT_LOG_WARN, log_line, NULL);
     ct_evaluator_result r;
     ct_status st = ct_evaluator_run(&job, &o, &r, &err);
     if (st != CT_OK) {

@@ -6,18 +6,32 @@
 #ifndef CTRAIN_EVALUATOR_H
 #define CTRAIN_EVALUATOR_H
 
-#include <stdio.h>
+#include <stdint.h>
 
 #include "ctrain/job.h"
 #include "ctrain/status.h"
+
+/* One checkpoint evaluated. */
+typedef struct ct_evaluation {
+    int64_t step, epoch;    /* the checkpoint's */
+    const char *checkpoint; /* its path; valid during the callback only */
+    double loss, accuracy;  /* on the job's eval data */
+    int final;              /* 1: the job's final checkpoint (the evaluator stops after it) */
+} ct_evaluation;
+
+typedef void (*ct_evaluation_fn)(const ct_evaluation *e, void *user);
 
 typedef struct ct_evaluator_options {
     const char *checkpoint_dir; /* NULL: the job's checkpoint.dir or <run_dir>/checkpoints */
     const char *run_dir;        /* NULL: the job's run_dir; eval events go to <run_dir>/eval */
     double timeout_s;           /* give up after this long without a new checkpoint */
     double poll_s;              /* how often to look */
-    FILE *out;                  /* one JSON line per evaluation (NULL: none) */
-    volatile int *stop;         /* raised by a signal handler: return CT_EINTR */
+    /* Called after each evaluation, on the evaluator's thread (NULL: none). A checkpoint that
+     * cannot be evaluated (pruned meanwhile, or corrupt) is skipped with a warning to the log
+     * sink (ct_log, CT_LOG_WARN, "skipping: ..."). */
+    ct_evaluation_fn on_evaluation;
+    void *user;
+    volatile int *stop; /* raised by a signal handler: return CT_EINTR */
 } ct_evaluator_options;
 
 typedef struct ct_evaluator_result {

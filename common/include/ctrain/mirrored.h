@@ -5,13 +5,14 @@
  * node, else by a ring over MPI point-to-point) as soon as backward has written them,
  * overlapping the rest of backward; every rank then applies the same update.
  * A rank that does not join a collective within strategy.stall_timeout seconds is named by the
- * chief, and the job ends with a non-zero exit code. Evaluation is sharded the same way (each
- * rank its slice of the eval set, the sums all-reduced). Only the chief writes the run
- * directory. */
+ * chief, and the run returns CT_ETIMEDOUT with ret->stalled set. Evaluation is sharded the same
+ * way (each rank its slice of the eval set, the sums all-reduced). Only the chief writes the
+ * run directory. The library prints nothing and never aborts MPI: the role does.
+ *
+ * A build without Open MPI (meson -Dmpi=disabled, or MPI not found) keeps this header; its
+ * ct_mirrored_train returns CT_EUNSUPPORTED and the benchmark functions are absent. */
 #ifndef CTRAIN_MIRRORED_H
 #define CTRAIN_MIRRORED_H
-
-#include <stdio.h>
 
 #include "ctrain/cluster.h"
 #include "ctrain/job.h"
@@ -20,24 +21,48 @@
 typedef struct ct_mirrored_options {
     const char *job_text; /* stored in checkpoints (chief) */
     int no_resume;
-    int quiet;          /* no progress lines */
-    FILE *out;          /* progress and the done line (chief only); NULL: stdout */
+    /* The chief's progress (ct_train_progress after steps and at each epoch's end) and notices
+     * ("resumed from ... at step N", the run's all-reduce figures at the end); called on the
+     * chief only, on the training thread. NULL callbacks: quiet. Warnings while resuming go to
+     * the log sink (ct_log, CT_LOG_WARN, "warning: ..."). */
+    ct_train_reporter report;
     volatile int *stop; /* raised by a signal: save (chief) and stop */
 } ct_mirrored_options;
 
-/* Trains job on the MPI ranks of MPI_COMM_WORLD (MPI initialized by the caller with at least
- * MPI_THREAD_FUNNELED); `spec` is checked against MPI's view. The chief's result in *ret. */
-ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
-                            const ct_mirrored_options *opts, ct_train_result *ret, ct_err *err);
+typedef struct ct_mirrored_result {
+    ct_train_result train; /* on CT_OK: this rank's figures (the eval figures are global) */
+    /* Set on every return: 1 when the status is CT_ETIMEDOUT because a rank did not join a
+     * collective within strategy.stall_timeout (the message names the missing ranks on the
+     * chief), so that a caller can tell a stall from any other failure. After a stall, MPI
+     * requests may still be in flight on memory the run deliberately leaves allocated: the
+     * caller must end the job with MPI_Abort. */
+    int stalled;
+} ct_mirrored_result;
 
-/* The ring all-reduce on its own, for benchmarks: sums `count` floats in place across all
- * ranks in buckets of bucket_bytes, started back to back and then waited (what a step does). */
+/* CT_OK when this build has the mirrored strategy (it was built with Open MPI); otherwise
+ * CT_EUNSUPPORTED with a one-line message that says what to install. Needs no MPI; thread-safe. */
+ct_status ct_mirrored_check_build(ct_err *err);
+
+/* Trains job on the MPI ranks of MPI_COMM_WORLD (MPI initialized by the caller with at least
+ * MPI_THREAD_FUNNELED); `spec` is checked against MPI's view (CT_EINVAL when they disagree).
+ * Collective. job, spec and opts are borrowed. Returns CT_OK; CT_EINTR when *opts->stop was
+ * raised (the chief saved a checkpoint); CT_ETIMEDOUT with ret->stalled for a stall; CT_EPEER
+ * for another rank's failure to start or a failed replica check; CT_EUNSUPPORTED in a build
+ * without MPI; the data, checkpoint and training statuses otherwise. */
+ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
+                            const ct_mirrored_options *opts, ct_mirrored_result *ret, ct_err *err);
+
+/* ---- for benchmarks only (scripts/bench/allreduce.c; builds with MPI) ---- */
+
+/* The ring all-reduce on its own: sums `count` floats in place across all ranks in buckets of
+ * bucket_bytes, started back to back and then waited (what a step does). Collective; no stall
+ * detection. CT_ENOMEM. */
 ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err);
 
-/* The shared-memory all-reduce on its own, for benchmarks (the engine the strategy uses when
- * every rank is on one node; the gradients then live in its window): `count` floats per rank,
- * summed in place in buckets of bucket_bytes posted back to back and completed, as a step
- * does. create: collective; CT_EUNSUPPORTED when the ranks do not share a node. */
+/* The shared-memory all-reduce on its own (the engine the strategy uses when every rank is on
+ * one node; the gradients then live in its window): `count` floats per rank, summed in place in
+ * buckets of bucket_bytes posted back to back and completed, as a step does. create:
+ * collective; CT_EUNSUPPORTED when the ranks do not share a node. */
 typedef struct ct_shared_allreduce ct_shared_allreduce;
 ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes, ct_shared_allreduce **ret,
                                      ct_err *err);

@@ -147,8 +147,11 @@ typedef struct ct_ps_chief_options {
     const ct_net_keys *keys;
     const char *job_text; /* stored in checkpoints */
     int no_resume;
-    int quiet;
-    FILE *out;                      /* progress lines; NULL: stdout */
+    /* The chief's end-of-epoch figures (a ct_train_progress with end_of_epoch = 1 and
+     * input_wait_fraction = -1: the chief does not measure the workers' input waits) and its
+     * notices ("all 2 servers and 2 workers registered", "worker 1 lost (...)"), one line each
+     * without a prefix or newline; called on the chief's thread. NULL callbacks: quiet. */
+    ct_train_reporter report;
     volatile int *stop;             /* a signal: save a checkpoint, stop everyone, CT_EINTR */
     const ct_ps_launcher *launcher; /* NULL: cluster mode (roles are started by someone else) */
     /* Called once the chief is listening, with its endpoint (may be NULL). */
