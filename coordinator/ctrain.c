@@ -487,6 +487,7 @@ static int cmd_train(int argc, char **argv) {
     if (rc) {
         return rc < 0 ? 0 : rc;
     }
+    ct_log_set(CT_LOG_WARN, log_line, NULL); /* the library's warnings (a log file that failed) */
     if (c.replicas > 1) {
         return run_replicas(&c);
     }

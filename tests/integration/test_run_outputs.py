@@ -120,3 +120,20 @@ def test_evaluator_beside_training(tmp_path):
                         "--set", f"run_dir={tmp_path / 'none'}"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and "no new checkpoint" in r.stderr and "none" in r.stderr
+
+
+def test_a_log_write_failure_is_reported_once_and_training_goes_on(tmp_path):
+    """metrics.jsonl on a full disk (/dev/full): the run says so once, naming the file, and
+    trains to the end with exit code 0 (logs observe a run; checkpoints hold it)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    os.symlink("/dev/full", run / "metrics.jsonl")
+    r = subprocess.run([CTRAIN, "train", os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml"),
+                        *LIMITS, "--set", "train.epochs=1", "--set", f"run_dir={run}",
+                        "--set", "logs.every_steps=5"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    errors = [line for line in r.stderr.splitlines() if "logs stop here" in line]
+    assert len(errors) == 1, r.stderr
+    assert errors[0].startswith("ctrain: ") and "metrics.jsonl" in errors[0], errors[0]
+    assert "done: epochs=1" in r.stdout, r.stdout
