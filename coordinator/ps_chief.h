@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ctrain/ps.h"
+#include "chief_role.h"
 #include "io/run_log.h"
 #include "strategy/ps_link.h"
 

@@ -21,7 +21,7 @@
 #include "core/clock.h"
 #include "ctrain/cluster.h"
 #include "ctrain/net.h"
-#include "ctrain/ps.h"
+#include "chief_role.h"
 
 #define MAX_CHILDREN 1088 /* 64 servers + 1024 workers */
 #define MAX_ARGS 160

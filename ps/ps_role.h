@@ -1,9 +1,25 @@
-/* The parameter server's role library (libctrain_ps_role.a): running a resolved task. The server
- * itself is ct_ps_server_run (ctrain/ps.h), implemented in ps_server.c beside this file. */
+/* The parameter server's role library (libctrain_ps_role.a): the server (ps_server.c) and running
+ * it as a resolved task (ps_role.c). */
 #ifndef CTRAIN_PS_ROLE_H
 #define CTRAIN_PS_ROLE_H
 
 #include "ctrain/ps.h"
+
+/* ---- the parameter server ---- */
+typedef struct ct_ps_server_options {
+    int index;               /* this server's task index */
+    int n_servers;           /* 0: as the chief says; otherwise checked against it */
+    const char *bind;        /* address to bind ("127.0.0.1:0" when NULL) */
+    const char *chief;       /* the chief's endpoint */
+    const ct_net_keys *keys; /* NULL or disabled: plain TCP */
+    volatile int *stop;      /* raised by a signal: leave the loop (may be NULL) */
+} ct_ps_server_options;
+
+/* Runs parameter server `index` of job until the chief says the job is done: registers with
+ * the chief, takes its state from RESTORE messages, serves pulls and pushes, reports stats in
+ * heartbeats. Returns CT_OK when the job is done, CT_EINTR when *stop was raised, an error when
+ * the chief stayed silent for strategy.chief_timeout seconds or the chief refused it. */
+ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_err *err);
 
 /* Runs the server task t (t->type == CT_TASK_PS) of job until the chief ends the job (CT_OK),
  * *stop is raised (CT_EINTR) or a wait times out; see ct_ps_server_run. */

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "ctrain/optim.h"
-#include "ctrain/ps.h"
+#include "ps_role.h"
 #include "strategy/ps_link.h"
 
 #define MAX_WORKERS 1024

@@ -1,7 +1,7 @@
 /* The evaluator role (see ctrain/evaluator.h): poll the checkpoint directory, evaluate every
  * checkpoint not seen yet in step order, write eval scalars at its step, stop after the final
  * one or a quiet timeout. */
-#include "ctrain/evaluator.h"
+#include "evaluator.h"
 
 #include <limits.h>
 #include <math.h>

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctrain/evaluator.h"
+#include "evaluator.h"
 #include "ctrain/job.h"
 
 static volatile int stop_requested = 0;

@@ -21,7 +21,7 @@
 
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
-#include "ctrain/ps.h"
+#include "worker_role.h"
 #include "strategy/ps_link.h"
 
 #define MAX_SERVERS 64

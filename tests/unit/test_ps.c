@@ -14,9 +14,12 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "chief_role.h"
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
 #include "net/wire.h"
+#include "ps_role.h"
+#include "worker_role.h"
 
 /* ---- the partition plan ---- */
 

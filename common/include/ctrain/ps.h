@@ -1,5 +1,9 @@
 /* The parameter-server strategy (central storage on CPU servers) over ZeroMQ.
  *
+ * This header holds what every role shares (the partition plan, the job id, which task a process
+ * is); each role's own entry point is in its folder: ps/ps_role.h (the server),
+ * worker/worker_role.h (the worker), coordinator/chief_role.h (the chief).
+ *
  * Roles: one chief (registration, the global step, task dispatch in async mode, metrics,
  * checkpoints, TensorBoard, failure detection and restarts), M parameter servers (each holds
  * its shards of the variables and their optimizer slots, and applies updates), N workers (pull
@@ -96,74 +100,5 @@ ct_status ct_ps_task_resolve(const char *role, int type, int any_task, const ct_
 ct_status ct_ps_task_listen(ct_ps_task *t, ct_err *err);
 /* Stops the authenticator and frees the keys and the cluster; accepts a zeroed task. */
 void ct_ps_task_finish(ct_ps_task *t);
-
-/* ---- the parameter server ---- */
-typedef struct ct_ps_server_options {
-    int index;               /* this server's task index */
-    int n_servers;           /* 0: as the chief says; otherwise checked against it */
-    const char *bind;        /* address to bind ("127.0.0.1:0" when NULL) */
-    const char *chief;       /* the chief's endpoint */
-    const ct_net_keys *keys; /* NULL or disabled: plain TCP */
-    volatile int *stop;      /* raised by a signal: leave the loop (may be NULL) */
-} ct_ps_server_options;
-
-/* Runs parameter server `index` of job until the chief says the job is done: registers with
- * the chief, takes its state from RESTORE messages, serves pulls and pushes, reports stats in
- * heartbeats. Returns CT_OK when the job is done, CT_EINTR when *stop was raised, an error when
- * the chief stayed silent for strategy.chief_timeout seconds or the chief refused it. */
-ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_err *err);
-
-/* ---- the worker ---- */
-typedef struct ct_ps_worker_options {
-    int index;
-    const char *chief;
-    const ct_net_keys *keys;
-    volatile int *stop;
-    double slow_factor; /* benchmarks only: sleep (factor - 1) x the compute time per step */
-} ct_ps_worker_options;
-
-/* Runs worker `index` until the chief says the job is done (CT_OK), *stop is raised (CT_EINTR),
- * or a wait times out naming whom it waited for. */
-ct_status ct_ps_worker_run(const ct_job *job, const ct_ps_worker_options *o, ct_err *err);
-
-/* ---- the chief ---- */
-
-/* Standalone mode: the chief starts the roles itself and restarts the ones it loses. `start`
- * starts role (CT_TASK_PS or CT_TASK_WORKER) `index`, connecting to chief_endpoint; returns 0,
- * or -1 (the chief then fails the job). `alive` returns 0 when the process it started for that
- * role has exited (reaped), 1 otherwise. */
-typedef struct ct_ps_launcher {
-    void *user;
-    int (*start)(void *user, int role, int index, const char *chief_endpoint);
-    int (*alive)(void *user, int role, int index);
-    /* Ends the process started for that role (a silent one, before it is replaced) and reaps
-     * it; may be NULL. */
-    void (*stop)(void *user, int role, int index);
-} ct_ps_launcher;
-
-typedef struct ct_ps_chief_options {
-    int n_servers, n_workers;
-    const char *bind; /* the chief's address ("127.0.0.1:0" when NULL) */
-    const ct_net_keys *keys;
-    const char *job_text; /* stored in checkpoints */
-    int no_resume;
-    /* The chief's end-of-epoch figures (a ct_train_progress with end_of_epoch = 1 and
-     * input_wait_fraction = -1: the chief does not measure the workers' input waits) and its
-     * notices ("all 2 servers and 2 workers registered", "worker 1 lost (...)"), one line each
-     * without a prefix or newline; called on the chief's thread. NULL callbacks: quiet. */
-    ct_train_reporter report;
-    volatile int *stop;             /* a signal: save a checkpoint, stop everyone, CT_EINTR */
-    const ct_ps_launcher *launcher; /* NULL: cluster mode (roles are started by someone else) */
-    /* Called once the chief is listening, with its endpoint (may be NULL). */
-    void (*listening)(void *user, const char *endpoint);
-    void *listening_user;
-} ct_ps_chief_options;
-
-/* Runs the job as its chief: waits for every role to register (naming the missing ones after
- * strategy.register_timeout), restores or initializes the servers, hands out tasks (async),
- * aggregates metrics, evaluates after every epoch, writes checkpoints and logs, restarts lost
- * roles (standalone) or waits for them (cluster mode), and ends the job. The result in *ret. */
-ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_train_result *ret,
-                          ct_err *err);
 
 #endif
