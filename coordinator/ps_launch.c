@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chief_role.h"
 #include "core/clock.h"
 #include "ctrain/cluster.h"
 #include "ctrain/net.h"
-#include "chief_role.h"
 
 #define MAX_CHILDREN 1088 /* 64 servers + 1024 workers */
 #define MAX_ARGS 160

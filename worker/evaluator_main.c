@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "evaluator.h"
 #include "ctrain/job.h"
+#include "evaluator.h"
 
 static volatile int stop_requested = 0;
 

@@ -21,8 +21,8 @@
 
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
-#include "worker_role.h"
 #include "strategy/ps_link.h"
+#include "worker_role.h"
 
 #define MAX_SERVERS 64
 #define MAX_TASKS 4 /* the chief keeps at most 2 outstanding (ps_chief.h, MAX_OUT): room */
