@@ -177,7 +177,7 @@ int ct_role_run_ps(const char *role, int type, int any_task, const ct_ps_task_ru
                    const ct_role_flags *f, ct_job *job, const char *job_text) {
     ct_err err = {0};
     ct_ps_task t;
-    ct_status st = ct_ps_task_resolve(role, type, any_task, &f->ps, job, &t, &err);
+    ct_status st = ct_ps_task_init(role, type, any_task, &f->ps, job, &t, &err);
     if (st != CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);
         return 2;

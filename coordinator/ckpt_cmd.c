@@ -37,7 +37,7 @@ void ckpt_usage(FILE *f) {
 static ct_ckpt *open_or_report(const char *path) {
     ct_ckpt *c = NULL;
     ct_err err = {0};
-    if (ct_ckpt_read(path, &c, &err) != CT_OK) {
+    if (ct_ckpt_create(path, &c, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return NULL;
     }
@@ -63,7 +63,7 @@ static int cmd_ls(const char *dir) {
         const char *base = strrchr(p, '/');
         ct_ckpt *c = NULL;
         ct_err err = {0};
-        if (ct_ckpt_read(p, &c, &err) == CT_OK) {
+        if (ct_ckpt_create(p, &c, &err) == CT_OK) {
             const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
             char when[32];
             time_t t = (time_t)m->wall_time;
@@ -71,7 +71,7 @@ static int cmd_ls(const char *dir) {
             printf("%-40s %10lld %6lld %8lld %12llu  ok, written %s\n", base ? base + 1 : p,
                    (long long)m->step, (long long)m->epoch, (long long)m->epoch_step,
                    (unsigned long long)ct_ckpt_file_bytes(c), when);
-            ct_ckpt_free(c);
+            ct_ckpt_destroy(c);
         } else {
             printf("%-40s %10lld %6s %8s %12s  BAD: %s\n", base ? base + 1 : p, (long long)steps[i],
                    "-", "-", "-", err.msg);
@@ -122,14 +122,14 @@ static int cmd_show(const char *path) {
                ct_shape_str(&e->shape, shape, sizeof shape), mn, mx, mean, sd);
     }
     printf("--- job text ---\n%s", m->job_text ? m->job_text : "");
-    ct_ckpt_free(c);
+    ct_ckpt_destroy(c);
     return 0;
 }
 
 static int cmd_diff(const char *pa, const char *pb) {
     ct_ckpt *a = open_or_report(pa), *b = a ? open_or_report(pb) : NULL;
     if (!a || !b) {
-        ct_ckpt_free(a);
+        ct_ckpt_destroy(a);
         return EXIT_BAD_INPUT;
     }
     int differ = 0;
@@ -174,8 +174,8 @@ static int cmd_diff(const char *pa, const char *pb) {
     if (!differ) {
         printf("identical: %d tensors, same position\n", ct_ckpt_count(a));
     }
-    ct_ckpt_free(a);
-    ct_ckpt_free(b);
+    ct_ckpt_destroy(a);
+    ct_ckpt_destroy(b);
     return differ;
 }
 
@@ -205,7 +205,7 @@ static int cmd_export(int argc, char **argv) {
     int n = ct_ckpt_count(c);
     ct_named_array *arrays = calloc((size_t)(n ? n : 1), sizeof *arrays);
     if (!arrays) {
-        ct_ckpt_free(c);
+        ct_ckpt_destroy(c);
         return EXIT_RUNTIME;
     }
     for (int i = 0; i < n; i++) {
@@ -225,7 +225,7 @@ static int cmd_export(int argc, char **argv) {
     ct_status st = !strcmp(format, "npz") ? ct_npz_write(out, arrays, n, &err)
                                           : ct_safetensors_write(out, arrays, n, meta, &err);
     free(arrays);
-    ct_ckpt_free(c);
+    ct_ckpt_destroy(c);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_RUNTIME;

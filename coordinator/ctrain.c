@@ -265,7 +265,7 @@ static void warn_line(const char *msg, void *user) {
 static int init_from(const char *path, ct_trainer *t) {
     ct_npz *z = NULL;
     ct_err err = {0};
-    if (ct_npz_read(path, &z, &err) != CT_OK) {
+    if (ct_npz_create(path, &z, &err) != CT_OK) {
         fprintf(stderr, "ctrain: --init-from: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
@@ -293,7 +293,7 @@ static int init_from(const char *path, ct_trainer *t) {
             memcpy(ct_params_data(p, i), a->data, (size_t)p->items[i].size * sizeof(float));
         }
     }
-    ct_npz_free(z);
+    ct_npz_destroy(z);
     return rc;
 }
 

@@ -680,7 +680,7 @@ static ct_status setup(chief *c, ct_err *err) {
                           "must be smaller)",
                           job->path, job->ps.backup_workers, c->n_workers);
     }
-    if ((st = ct_ps_plan_make(c->p, c->n_ps, job->ps.max_shard_bytes, &c->plan, err)) != CT_OK) {
+    if ((st = ct_ps_plan_init(c->p, c->n_ps, job->ps.max_shard_bytes, &c->plan, err)) != CT_OK) {
         return st;
     }
     ct_optimizer *opt = ct_trainer_optimizer(c->t);

@@ -377,10 +377,10 @@ void ct__chief_restore(chief *c, ct_err *err) {
         /* mid-run: exactly the checkpoint this run saved last (or resumed from), never another
          * run's file in the same directory */
         ct_ckpt *ck = NULL;
-        if ((st = ct_ckpt_read(own, &ck, err)) == CT_OK) {
+        if ((st = ct_ckpt_create(own, &ck, err)) == CT_OK) {
             st = ct_trainer_restore(c->t, ck, own, err);
         }
-        ct_ckpt_free(ck);
+        ct_ckpt_destroy(ck);
         resumed = st == CT_OK;
     }
     if (st != CT_OK) {

@@ -193,7 +193,7 @@ ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct
     ct_status st = keys ? ct_net_keys_load(job->ps.keys, keys, err)
                         : ct_err_set(err, CT_ENOMEM, "out of memory");
     if (st == CT_OK) {
-        st = ct_net_auth_start(keys, "chief", &auth, err);
+        st = ct_net_auth_create(keys, "chief", &auth, err);
     }
     if (st == CT_OK) {
         ct_ps_launcher launcher = {.user = r, .start = start, .alive = alive, .stop = stop};
@@ -209,7 +209,7 @@ ct_status ct_run_local_cluster(const ct_local_cluster *lc, const ct_job *job, ct
         st = ct_ps_chief_run(job, &o, ret, err);
     }
     reap_all(r);
-    ct_net_auth_stop(auth);
+    ct_net_auth_destroy(auth);
     ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
     free(keys);
     free(r);

@@ -54,7 +54,7 @@ static void usage(FILE *f) {
 static int serve(const ct_role_flags *f, ct_job *job) {
     ct_err err = {0};
     ct_ps_task t;
-    ct_status st = ct_ps_task_resolve("ctrain-ps", CT_TASK_PS, 0, &f->ps, job, &t, &err);
+    ct_status st = ct_ps_task_init("ctrain-ps", CT_TASK_PS, 0, &f->ps, job, &t, &err);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-ps: %s\n", err.msg);
         return 2;

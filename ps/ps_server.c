@@ -629,7 +629,7 @@ static void server_free(server *s) {
     }
     free(s->parked);
     ct__msg_finish(&s->msg);
-    ct__link_close(&s->link);
+    ct__link_finish(&s->link);
     ct_net_close(s->router);
     free(s->shard_version);
     free(s->scratch);
@@ -687,7 +687,7 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
                          sizeof s->endpoint, err);
     }
     if (st == CT_OK) {
-        st = ct__link_open(&s->link, o->keys, o->chief, CTRAIN__PS__ROLE__PS, o->index, s->job_id,
+        st = ct__link_init(&s->link, o->keys, o->chief, CTRAIN__PS__ROLE__PS, o->index, s->job_id,
                            s->endpoint, err);
         s->link.timeout_s = job->ps.chief_timeout;
     }
@@ -704,7 +704,7 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
                         n_servers);
     }
     if (st == CT_OK) {
-        st = ct_ps_plan_make(ct_model_params(s->model), n_servers, job->ps.max_shard_bytes,
+        st = ct_ps_plan_init(ct_model_params(s->model), n_servers, job->ps.max_shard_bytes,
                              &s->plan, err);
     }
     if (st == CT_OK) {

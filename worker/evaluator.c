@@ -33,7 +33,7 @@ static ct_status evaluate_one(ct_trainer *t, const ct_dataset *eval, const char 
     if (st != CT_OK) {
         return st;
     }
-    if ((st = ct_ckpt_read(path, &c, err)) == CT_OK) {
+    if ((st = ct_ckpt_create(path, &c, err)) == CT_OK) {
         st = ct_trainer_restore(t, c, path, err);
     }
     double loss = NAN, acc = NAN;
@@ -62,7 +62,7 @@ static ct_status evaluate_one(ct_trainer *t, const ct_dataset *eval, const char 
             o->on_evaluation(&e, o->user);
         }
     }
-    ct_ckpt_free(c);
+    ct_ckpt_destroy(c);
     return st;
 }
 
@@ -97,7 +97,7 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
         st = ct_trainer_create(job, &t, err);
     }
     if (st == CT_OK && job->logs.tensorboard) {
-        st = ct_events_open(eval_dir, &ev, err);
+        st = ct_events_create(eval_dir, &ev, err);
     }
     double last_new = ct__now_s();
     while (st == CT_OK && !r.reached_final) {
@@ -136,7 +136,7 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
         }
     }
     if (ev) {
-        ct_events_close(ev);
+        ct_events_destroy(ev);
     }
     ct_trainer_destroy(t);
     ct_dataset_destroy(eval);

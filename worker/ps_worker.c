@@ -467,7 +467,7 @@ static void worker_free(worker *w) {
     }
     ct__inflight_wait(&w->inflight, 5.0); /* the gradient buffer must outlive ZeroMQ's use */
     ct__msg_finish(&w->msg);
-    ct__link_close(&w->link);
+    ct__link_finish(&w->link);
     free(w->held);
     ct_ps_plan_finish(&w->plan);
     ct_loader_destroy(w->loader);
@@ -477,7 +477,7 @@ static void worker_free(worker *w) {
 
 /* Registers and waits for the chief's first view (the number of servers and workers). */
 static ct_status join(worker *w, ct_err *err) {
-    ct_status st = ct__link_open(&w->link, w->o->keys, w->o->chief, CTRAIN__PS__ROLE__WORKER,
+    ct_status st = ct__link_init(&w->link, w->o->keys, w->o->chief, CTRAIN__PS__ROLE__WORKER,
                                  w->o->index, w->job_id, "", err);
     w->link.timeout_s = w->job->ps.chief_timeout;
     if (st == CT_OK) {
@@ -520,7 +520,7 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     if (st == CT_OK) {
         w->n_servers = w->link.view.n_ps;
         w->n_workers = w->link.view.n_workers;
-        st = ct_ps_plan_make(w->p, w->n_servers, job->ps.max_shard_bytes, &w->plan, err);
+        st = ct_ps_plan_init(w->p, w->n_servers, job->ps.max_shard_bytes, &w->plan, err);
     }
     if (st == CT_OK) {
         int shards = job->ps.async ? 1 : w->n_workers;

@@ -241,7 +241,7 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
     o->servers = servers;
     if (ct_job_load(job_path, NULL, 0, &o->job, &err) != CT_OK ||
         ct_model_create(&o->job, &o->model, &err) != CT_OK ||
-        ct_ps_plan_make(ct_model_params(o->model), servers, 0, &o->plan, &err) != CT_OK ||
+        ct_ps_plan_init(ct_model_params(o->model), servers, 0, &o->plan, &err) != CT_OK ||
         ct_net_socket(ZMQ_ROUTER, NULL, 1, &o->chief, &err) != CT_OK ||
         ct_net_bind(o->chief, "127.0.0.1:0", o->chief_ep, sizeof o->chief_ep, &err) != CT_OK) {
         die("setup", err.msg);

@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ct_err err = {0};
         if (ct__msg_decode(frames, sizes, n, ids[j], &env, &err) == CT_OK) {
             touch(env);
-            ct__env_free(env);
+            ct__env_destroy(env);
         } else if (!err.msg[0]) {
             __builtin_trap(); /* a refusal always says why */
         }

@@ -38,14 +38,14 @@ def load_lib():
     lib = ctypes.CDLL(LIBPATH)
     vp, i32, i64, perr = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(Err)
     sigs = {
-        "ct_events_open": ([ctypes.c_char_p, ctypes.POINTER(vp), perr], i32),
+        "ct_events_create": ([ctypes.c_char_p, ctypes.POINTER(vp), perr], i32),
         "ct_events_scalar": ([vp, ctypes.c_char_p, i64, ctypes.c_double, perr], i32),
         "ct_events_histogram": ([vp, ctypes.c_char_p, i64, ctypes.POINTER(ctypes.c_float), i64,
                                  perr], i32),
         "ct_events_text": ([vp, ctypes.c_char_p, i64, ctypes.c_char_p, perr], i32),
         "ct_events_graph": ([vp, vp, perr], i32),
         "ct_events_flush": ([vp, perr], i32),
-        "ct_events_close": ([vp], None),
+        "ct_events_destroy": ([vp], None),
         "ct_events_path": ([vp], ctypes.c_char_p),
         "ct_backend_cpu_create": ([i32, ctypes.POINTER(vp), perr], i32),
         "ct_backend_destroy": ([vp], None),
@@ -80,7 +80,7 @@ def write_events(lib, run_dir):
     """Writes the events the checks expect into run_dir; returns the event file's path."""
     err = Err()
     w = ctypes.c_void_p()
-    ok(lib.ct_events_open(run_dir.encode(), ctypes.byref(w), ctypes.byref(err)), err)
+    ok(lib.ct_events_create(run_dir.encode(), ctypes.byref(w), ctypes.byref(err)), err)
     for step, value in SCALARS:
         ok(lib.ct_events_scalar(w, b"loss", step, value, ctypes.byref(err)), err)
     vals = (ctypes.c_float * len(HIST_VALUES))(*HIST_VALUES)
@@ -105,7 +105,7 @@ def write_events(lib, run_dir):
 
     ok(lib.ct_events_flush(w, ctypes.byref(err)), err)
     path = lib.ct_events_path(w).decode()
-    lib.ct_events_close(w)
+    lib.ct_events_destroy(w)
     return path
 
 
@@ -116,7 +116,7 @@ def check_errors(lib, tmp):
         pass
     err = Err()
     w = ctypes.c_void_p()
-    st = lib.ct_events_open(os.path.join(plain, "run").encode(), ctypes.byref(w), ctypes.byref(err))
+    st = lib.ct_events_create(os.path.join(plain, "run").encode(), ctypes.byref(w), ctypes.byref(err))
     assert st == CT_EIO and not w.value, (st, w)
     assert plain in err.msg.decode(), err.msg
 

@@ -80,7 +80,7 @@ Test(checkpoint, round_trip) {
     ct_err err = {0};
     cr_assert_eq(ct_ckpt_write(path, &m, t, n, &err), CT_OK, "%s", err.msg);
     ct_ckpt *c;
-    cr_assert_eq(ct_ckpt_read(path, &c, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_ckpt_create(path, &c, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_ckpt_count(c), 3);
     const ct_ckpt_meta *r = ct_ckpt_meta_of(c);
     cr_expect_eq(r->step, 123);
@@ -96,8 +96,8 @@ Test(checkpoint, round_trip) {
                  "tensor data is 64-byte aligned");
     cr_expect_eq(memcmp(ct_ckpt_find(c, "input/position")->data, pos, sizeof pos), 0);
     cr_expect_null(ct_ckpt_find(c, "nope"));
-    ct_ckpt_free(c);
-    cr_expect_eq(ct_ckpt_read("/nonexistent/x.ctck", &c, &err), CT_ENOENT);
+    ct_ckpt_destroy(c);
+    cr_expect_eq(ct_ckpt_create("/nonexistent/x.ctck", &c, &err), CT_ENOENT);
     cr_expect(strstr(err.msg, "/nonexistent/x.ctck") != NULL);
 }
 
@@ -158,12 +158,12 @@ Test(checkpoint, every_flipped_byte_and_truncation_is_caught) {
         copy_with(path, bad, at, -1);
         ct_ckpt *c = NULL;
         ct_err err = {0};
-        ct_status st = ct_ckpt_read(bad, &c, &err);
+        ct_status st = ct_ckpt_create(bad, &c, &err);
         /* padding bytes between tensors are not covered by a CRC: flips there are harmless */
         if (st == CT_OK) {
             cr_expect_eq(memcmp(ct_ckpt_find(c, "dense/kernel")->data, w, sizeof w), 0,
                          "offset %ld: a flip got through", at);
-            ct_ckpt_free(c);
+            ct_ckpt_destroy(c);
             continue;
         }
         checked++;
@@ -177,7 +177,7 @@ Test(checkpoint, every_flipped_byte_and_truncation_is_caught) {
         copy_with(path, bad, -1, len);
         ct_ckpt *c = NULL;
         ct_err err = {0};
-        cr_expect_eq(ct_ckpt_read(bad, &c, &err), CT_EINVAL, "truncated to %ld", len);
+        cr_expect_eq(ct_ckpt_create(bad, &c, &err), CT_EINVAL, "truncated to %ld", len);
         cr_expect(strstr(err.msg, "bad.ctck") != NULL);
     }
 }
@@ -221,7 +221,7 @@ Test(checkpoint, directory_keeps_last_k_and_leased_files) {
     ct_err err = {0};
     cr_assert_eq(ct_ckpt_latest(test_scratch, &c, got, NULL, NULL, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_ckpt_meta_of(c)->step, 70);
-    ct_ckpt_free(c);
+    ct_ckpt_destroy(c);
     free(paths);
     char empty[PATH_MAX + 8];
     test_path(test_scratch, "empty", empty, sizeof empty);

@@ -31,7 +31,7 @@ static ct_status read_cluster(const char *task, const char *chief, const char *f
                               const char *tf_config, ct_cluster *ret, ct_err *err) {
     ct_cluster_flags flags = {.task = task, .chief = chief, .cluster_file = file};
     env_var env[] = {{"TF_CONFIG", tf_config}, {NULL, NULL}};
-    return ct_cluster_read(&flags, fake_getenv, env, ret, err);
+    return ct_cluster_init(&flags, fake_getenv, env, ret, err);
 }
 
 /* Expects the read to fail with `code`, a one-line message holding every given part, and *ret
@@ -330,7 +330,7 @@ Test(cluster, malformed_json) {
 Test(cluster, no_source) {
     ct_cluster c;
     ct_err err = {0};
-    cr_assert_eq(ct_cluster_read(NULL, fake_getenv, NULL, &c, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_cluster_init(NULL, fake_getenv, NULL, &c, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(c.task_type, -1);
     cr_expect_eq(c.task_index, -1);
     for (int type = 0; type < CT_TASK_TYPES; type++) {
@@ -387,7 +387,7 @@ Test(cluster, spec_read_still_works) {
 
 static ct_status from_launcher(const env_var *env, int n_ps, ct_cluster *c, ct_err *err) {
     ct_cluster_flags none = {0};
-    ct_status st = ct_cluster_read(&none, fake_getenv, (void *)env, c, err);
+    ct_status st = ct_cluster_init(&none, fake_getenv, (void *)env, c, err);
     cr_assert_eq(st, CT_OK, "%s", err->msg);
     return ct_cluster_from_launcher(c, n_ps, fake_getenv, (void *)env, err);
 }
@@ -436,7 +436,7 @@ Test(cluster, launcher_host_port_and_errors) {
     ct_cluster_finish(&c);
     /* a task named by a flag wins over the rank */
     ct_cluster_flags flags = {.task = "ps:0", .chief = "c:1"};
-    cr_assert_eq(ct_cluster_read(&flags, fake_getenv, ompi, &c, &err), CT_OK);
+    cr_assert_eq(ct_cluster_init(&flags, fake_getenv, ompi, &c, &err), CT_OK);
     cr_assert_eq(ct_cluster_from_launcher(&c, 1, fake_getenv, ompi, &err), CT_OK);
     cr_expect_eq(c.task_type, CT_TASK_PS);
     ct_cluster_finish(&c);

@@ -60,11 +60,11 @@ static const char *write_u8_idx(const char *name, int ndims, const uint32_t *dim
     return path;
 }
 
-/* Expects ct_idx_read(path) to fail with `code` and a message holding path and `needle`. */
+/* Expects ct_idx_init(path) to fail with `code` and a message holding path and `needle`. */
 static void expect_idx_error(const char *path, ct_status code, const char *needle) {
     ct_idx idx = {0};
     ct_err err = {0};
-    ct_status st = ct_idx_read(path, &idx, &err);
+    ct_status st = ct_idx_init(path, &idx, &err);
     cr_assert_eq(st, code, "%s: got %s (%s)", path, ct_status_name(st), err.msg);
     cr_expect_eq(err.code, code);
     cr_expect_not_null(strstr(err.msg, path), "message lacks the path: %s", err.msg);
@@ -138,7 +138,7 @@ Test(data, fashion_pixel_sum_and_limit) {
     ct_dataset_destroy(ds);
 
     ct_idx idx = {0};
-    cr_assert_eq(ct_idx_read(FASHION_DIR "t10k-labels-idx1-ubyte.gz", &idx, &err), CT_OK);
+    cr_assert_eq(ct_idx_init(FASHION_DIR "t10k-labels-idx1-ubyte.gz", &idx, &err), CT_OK);
     cr_expect_eq(idx.type, 0x08);
     cr_expect_eq(idx.ndims, 1);
     cr_expect_eq(idx.dims[0], 10000);
@@ -224,7 +224,7 @@ Test(data, multibyte_types_round_trip) {
             write_file(name, buf, h + 3 * (size_t)sizes[t], gz, path, sizeof path);
             ct_idx idx = {0};
             ct_err err = {0};
-            cr_assert_eq(ct_idx_read(path, &idx, &err), CT_OK, "%s", err.msg);
+            cr_assert_eq(ct_idx_init(path, &idx, &err), CT_OK, "%s", err.msg);
             cr_expect_eq(idx.type, types[t]);
             cr_expect_eq(idx.elem_size, sizes[t]);
             cr_expect_eq(idx.count, 3);
@@ -249,7 +249,7 @@ Test(data, concatenated_gzip_members) {
     gzclose(f);
     ct_idx idx = {0};
     ct_err err = {0};
-    cr_assert_eq(ct_idx_read(path, &idx, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_idx_init(path, &idx, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(memcmp(idx.data, buf + h, 20), 0);
     ct_idx_finish(&idx);
 }
@@ -363,7 +363,7 @@ Test(data, mutated_inputs_never_crash) {
             write_file("cut", gz, cut, 0, path, sizeof path);
             ct_idx idx = {0};
             ct_err err = {0};
-            cr_expect_neq(ct_idx_read(path, &idx, &err), CT_OK, "length %zu", cut);
+            cr_expect_neq(ct_idx_init(path, &idx, &err), CT_OK, "length %zu", cut);
             cr_expect_not_null(strstr(err.msg, path));
         }
         for (uint64_t trial = 0; trial < 300; trial++) {
@@ -373,7 +373,7 @@ Test(data, mutated_inputs_never_crash) {
             write_file("flip", mutated, n, 0, path, sizeof path);
             ct_idx idx = {0};
             ct_err err = {0};
-            if (ct_idx_read(path, &idx, &err) == CT_OK) {
+            if (ct_idx_init(path, &idx, &err) == CT_OK) {
                 ct_idx_finish(&idx);
             } else {
                 cr_expect_not_null(strstr(err.msg, path), "%s", err.msg);

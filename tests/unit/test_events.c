@@ -225,7 +225,7 @@ Test(events, file_name_and_first_record) {
     ct_err err = {0};
     ct_events *w = NULL;
     time_t before = time(NULL);
-    cr_assert_eq(ct_events_open(run, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_create(run, &w, &err), CT_OK, "%s", err.msg);
     const char *path = ct_events_path(w);
     cr_assert_eq(strncmp(path, run, strlen(run)), 0, "%s", path);
     long long secs = 0;
@@ -251,16 +251,16 @@ Test(events, file_name_and_first_record) {
 
     /* a second writer in the same directory (same second) gets a file of its own */
     ct_events *w2 = NULL;
-    cr_assert_eq(ct_events_open(run, &w2, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_create(run, &w2, &err), CT_OK, "%s", err.msg);
     cr_expect_str_neq(ct_events_path(w2), path);
-    ct_events_close(w2);
-    ct_events_close(w);
+    ct_events_destroy(w2);
+    ct_events_destroy(w);
 }
 
 Test(events, scalars_histogram_text_round_trip) {
     ct_err err = {0};
     ct_events *w = NULL;
-    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_scalar(w, "loss", 3, 0.25, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_scalar(w, "train/lr", 1LL << 40, 0.1, &err), CT_OK, "%s", err.msg);
     /* limits sit in the data: 0 and 1e-12 land in the buckets they close */
@@ -274,7 +274,7 @@ Test(events, scalars_histogram_text_round_trip) {
     cr_assert_eq(ct_events_flush(w, &err), CT_OK, "%s", err.msg);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s", ct_events_path(w));
-    ct_events_close(w);
+    ct_events_destroy(w);
 
     event_file ef;
     read_events(path, &ef);
@@ -375,11 +375,11 @@ Test(events, graph) {
     cr_assert(y == 3 && x2 == 4 && odd == 5);
 
     ct_events *w = NULL;
-    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_graph(w, g, &err), CT_OK, "%s", err.msg);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s", ct_events_path(w));
-    ct_events_close(w);
+    ct_events_destroy(w);
     test_graph_close(&tg);
 
     event_file ef;
@@ -424,28 +424,28 @@ Test(events, graph) {
 Test(events, bad_run_dirs_name_the_path) {
     ct_err err = {0};
     ct_events *w = (ct_events *)&err;
-    cr_expect_eq(ct_events_open("", &w, &err), CT_EINVAL);
+    cr_expect_eq(ct_events_create("", &w, &err), CT_EINVAL);
     cr_expect_null(w);
     /* a regular file where a directory should be */
     char file[256], run[300];
     test_path(test_scratch, "plain", file, sizeof file);
     test_write_file(file, "", 0);
     snprintf(run, sizeof run, "%s/sub/run", file);
-    cr_expect_eq(ct_events_open(run, &w, &err), CT_EIO);
+    cr_expect_eq(ct_events_create(run, &w, &err), CT_EIO);
     cr_expect_null(w);
     cr_expect_not_null(strstr(err.msg, file), "%s", err.msg);
-    cr_expect_eq(ct_events_open(file, &w, &err), CT_EIO); /* the run dir itself is a file */
+    cr_expect_eq(ct_events_create(file, &w, &err), CT_EIO); /* the run dir itself is a file */
     cr_expect_not_null(strstr(err.msg, file), "%s", err.msg);
     /* bad arguments to a writer */
-    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_events_scalar(w, "", 0, 1.0, &err), CT_EINVAL);
     cr_expect_eq(ct_events_histogram(w, "h", 0, NULL, 3, &err), CT_EINVAL);
     cr_expect_eq(ct_events_text(w, "t", 0, NULL, &err), CT_EINVAL);
     cr_expect_eq(ct_events_graph(w, NULL, &err), CT_EINVAL);
     cr_expect_eq(ct_events_scalar(NULL, "x", 0, 1.0, &err), CT_EINVAL);
     cr_expect_eq(ct_events_flush(w, &err), CT_OK, "%s", err.msg);
-    ct_events_close(w);
-    ct_events_close(NULL);
+    ct_events_destroy(w);
+    ct_events_destroy(NULL);
 }
 
 /* A full disk, made with RLIMIT_FSIZE (the test runs in its own process): the failing write
@@ -453,7 +453,7 @@ Test(events, bad_run_dirs_name_the_path) {
 Test(events, disk_full_is_eio_naming_the_file) {
     ct_err err = {0};
     ct_events *w = NULL;
-    cr_assert_eq(ct_events_open(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     test_limit_file_size(4096);
     static char big[64 << 10];
     memset(big, 'x', sizeof big - 1);
@@ -466,5 +466,5 @@ Test(events, disk_full_is_eio_naming_the_file) {
     cr_expect_eq(ct_events_scalar(w, "loss", 1, 1.0, &err), CT_EIO);
     cr_expect_not_null(strstr(err.msg, ct_events_path(w)), "%s", err.msg);
     cr_expect_eq(ct_events_flush(w, &err), CT_EIO);
-    ct_events_close(w);
+    ct_events_destroy(w);
 }

@@ -252,10 +252,10 @@ Test(net, keys_load_mismatched_pair) {
 Test(net, plain_round_trip) {
     ct_net_keys plain = {.enabled = 0};
     ct_net_auth *auth = (ct_net_auth *)&plain;
-    cr_assert_eq(ct_net_auth_start(&plain, "test", &auth, NULL), CT_OK);
+    cr_assert_eq(ct_net_auth_create(&plain, "test", &auth, NULL), CT_OK);
     cr_expect_null(auth);
     cr_expect_eq(ct_net_auth_refused(auth), 0);
-    ct_net_auth_stop(auth);
+    ct_net_auth_destroy(auth);
 
     char endpoint[256];
     void *router = bind_server(&plain, endpoint, sizeof endpoint);
@@ -274,7 +274,7 @@ Test(net, curve_member_admitted) {
     ct_net_keys *k = load_fresh_keys();
     ct_net_auth *auth = NULL;
     ct_err err = {0};
-    cr_assert_eq(ct_net_auth_start(k, "ps 0", &auth, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_net_auth_create(k, "ps 0", &auth, &err), CT_OK, "%s", err.msg);
     cr_assert_not_null(auth);
     char endpoint[256];
     void *router = bind_server(k, endpoint, sizeof endpoint);
@@ -284,7 +284,7 @@ Test(net, curve_member_admitted) {
     cr_expect_eq(ct_net_auth_refused(auth), 0);
     ct_net_close(dealer);
     ct_net_close(router);
-    ct_net_auth_stop(auth);
+    ct_net_auth_destroy(auth);
     free(k);
 }
 
@@ -293,7 +293,7 @@ Test(net, curve_stranger_refused) {
     ct_net_keys *k = load_fresh_keys();
     ct_net_auth *auth = NULL;
     ct_err err = {0};
-    cr_assert_eq(ct_net_auth_start(k, "ps 1", &auth, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_net_auth_create(k, "ps 1", &auth, &err), CT_OK, "%s", err.msg);
     char endpoint[256];
     void *router = bind_server(k, endpoint, sizeof endpoint);
 
@@ -326,7 +326,7 @@ Test(net, curve_stranger_refused) {
     ct_net_close(member);
     ct_net_close(dealer);
     ct_net_close(router);
-    ct_net_auth_stop(auth);
+    ct_net_auth_destroy(auth);
     ct_log_set(CT_LOG_WARN, NULL, NULL);
     free(stranger);
     free(k);
@@ -336,7 +336,7 @@ Test(net, plain_client_cannot_talk_to_curve_server) {
     ct_net_keys *k = load_fresh_keys();
     ct_net_auth *auth = NULL;
     ct_err err = {0};
-    cr_assert_eq(ct_net_auth_start(k, "chief", &auth, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_net_auth_create(k, "chief", &auth, &err), CT_OK, "%s", err.msg);
     char endpoint[256];
     void *router = bind_server(k, endpoint, sizeof endpoint);
     ct_net_keys plain = {.enabled = 0};
@@ -345,7 +345,7 @@ Test(net, plain_client_cannot_talk_to_curve_server) {
     cr_expect_not(ping(router, dealer, 500));
     ct_net_close(dealer);
     ct_net_close(router);
-    ct_net_auth_stop(auth);
+    ct_net_auth_destroy(auth);
     free(k);
 }
 
@@ -398,11 +398,11 @@ Test(net, curve_server_needs_the_authenticator) {
     cr_expect(strstr(err.msg, "authenticator") != NULL, "%s", err.msg);
     /* the probe left the ZAP endpoint free */
     ct_net_auth *auth = NULL;
-    cr_assert_eq(ct_net_auth_start(k, "ps 0", &auth, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_net_auth_create(k, "ps 0", &auth, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_net_bind(router, "tcp://127.0.0.1:0", endpoint, sizeof endpoint, &err), CT_OK,
                  "%s", err.msg);
     ct_net_close(router);
-    ct_net_auth_stop(auth);
+    ct_net_auth_destroy(auth);
     free(k);
 }
 
@@ -411,16 +411,16 @@ Test(net, auth_stop_returns_promptly, .timeout = 10) {
     ct_err err = {0};
     for (int round = 0; round < 3; round++) {
         ct_net_auth *auth = NULL;
-        cr_assert_eq(ct_net_auth_start(k, "ps 0", &auth, &err), CT_OK, "round %d: %s", round,
+        cr_assert_eq(ct_net_auth_create(k, "ps 0", &auth, &err), CT_OK, "round %d: %s", round,
                      err.msg);
         /* one authenticator per process: the ZAP endpoint is taken */
         ct_net_auth *second = NULL;
         err = (ct_err){0};
-        cr_expect_neq(ct_net_auth_start(k, "ps 0", &second, &err), CT_OK);
+        cr_expect_neq(ct_net_auth_create(k, "ps 0", &second, &err), CT_OK);
         cr_expect(strstr(err.msg, "zeromq.zap.01") != NULL, "%s", err.msg);
-        ct_net_auth_stop(auth);
+        ct_net_auth_destroy(auth);
     }
-    ct_net_auth_stop(NULL);
+    ct_net_auth_destroy(NULL);
     cr_expect_eq(ct_net_auth_refused(NULL), 0);
     free(k);
 }

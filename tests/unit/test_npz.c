@@ -96,13 +96,13 @@ Test(npz, round_trip) {
     cr_expect_eq(test_dir_count(test_scratch), 1, "the temporary file is renamed away");
 
     ct_npz *z = NULL;
-    cr_assert_eq(ct_npz_read(path, &z, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_npz_create(path, &z, &err), CT_OK, "%s", err.msg);
     expect_same_arrays(z, a, N_SAMPLE);
     cr_expect_null(ct_npz_find(z, "dense_1/kernel.npy"));
     cr_expect_null(ct_npz_find(z, "nope"));
     cr_expect_null(ct_npz_get(z, -1));
     cr_expect_null(ct_npz_get(z, N_SAMPLE));
-    ct_npz_free(z);
+    ct_npz_destroy(z);
 
     /* First member: local header, name, then a .npy whose data starts at a multiple of 64. */
     size_t len;
@@ -122,9 +122,9 @@ Test(npz, round_trip) {
 
     /* Writing again replaces the file; zero arrays make a valid empty zip. */
     cr_assert_eq(ct_npz_write(path, a, 0, &err), CT_OK, "%s", err.msg);
-    cr_assert_eq(ct_npz_read(path, &z, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_npz_create(path, &z, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_npz_count(z), 0);
-    ct_npz_free(z);
+    ct_npz_destroy(z);
 }
 
 Test(npz, numpy_loads_our_file) {
@@ -171,7 +171,7 @@ Test(npz, numpy_loads_our_file) {
 static void check_numpy_fixture(const char *file) {
     ct_npz *z = NULL;
     ct_err err = {0};
-    cr_assert_eq(ct_npz_read(file, &z, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_npz_create(file, &z, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_npz_count(z), 8);
 
     const ct_named_array *a = ct_npz_find(z, "a");
@@ -232,7 +232,7 @@ static void check_numpy_fixture(const char *file) {
     for (int i = 0; i < 3000; i++) {
         cr_assert_eq(((const float *)r->data)[i], (float)(i % 7), "ramp[%d]", i);
     }
-    ct_npz_free(z);
+    ct_npz_destroy(z);
 }
 
 Test(npz, reads_np_savez) {
@@ -247,7 +247,7 @@ Test(npz, reads_np_savez_compressed) {
 static void expect_read_error(const char *file, ct_status code, const char *what) {
     ct_npz *z = (ct_npz *)&z;
     ct_err err = {0};
-    cr_expect_eq(ct_npz_read(file, &z, &err), code, "%s: %s", file, err.msg);
+    cr_expect_eq(ct_npz_create(file, &z, &err), code, "%s: %s", file, err.msg);
     cr_expect_null(z);
     cr_expect_not_null(strstr(err.msg, file), "%s", err.msg);
     cr_expect_not_null(strstr(err.msg, what), "%s", err.msg);
@@ -292,9 +292,9 @@ Test(npz, rejects_garbage) {
     test_write_file(path, empty, sizeof empty);
     ct_npz *z = NULL;
     ct_err err = {0};
-    cr_assert_eq(ct_npz_read(path, &z, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_npz_create(path, &z, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(ct_npz_count(z), 0);
-    ct_npz_free(z);
+    ct_npz_destroy(z);
 }
 
 /* Every prefix of a valid file is rejected with CT_EINVAL and a one-line message. */
@@ -308,7 +308,7 @@ static void check_truncations(const char *src) {
         cr_assert_eq(truncate(path, (off_t)cut), 0);
         ct_npz *z = NULL;
         ct_err err = {0};
-        ct_status st = ct_npz_read(path, &z, &err);
+        ct_status st = ct_npz_create(path, &z, &err);
         cr_assert_eq(st, CT_EINVAL, "%s cut at %zu: %s (%s)", src, cut, ct_status_name(st),
                      err.msg);
         cr_assert_null(z);
@@ -353,7 +353,7 @@ static void mark_payload(const unsigned char *f, size_t len, char *payload) {
 static void check_flips(const char *src, unsigned char mask, int min_rejected_pct) {
     ct_npz *orig = NULL;
     ct_err err = {0};
-    cr_assert_eq(ct_npz_read(src, &orig, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_npz_create(src, &orig, &err), CT_OK, "%s", err.msg);
     int n = ct_npz_count(orig);
     size_t len;
     unsigned char *bytes = test_read_file(src, &len);
@@ -367,7 +367,7 @@ static void check_flips(const char *src, unsigned char mask, int min_rejected_pc
         test_write_file(path, bytes, len);
         bytes[i] ^= mask;
         ct_npz *z = NULL;
-        ct_status st = ct_npz_read(path, &z, &err);
+        ct_status st = ct_npz_create(path, &z, &err);
         cr_assert(st == CT_OK || st == CT_EINVAL, "%s byte %zu: %s (%s)", src, i,
                   ct_status_name(st), err.msg);
         if (st == CT_EINVAL) {
@@ -385,13 +385,13 @@ static void check_flips(const char *src, unsigned char mask, int min_rejected_pc
             cr_assert_eq(memcmp(g->dims, w->dims, sizeof g->dims), 0, "%s byte %zu", src, i);
             cr_assert_eq(memcmp(g->data, w->data, nbytes(w)), 0, "%s byte %zu", src, i);
         }
-        ct_npz_free(z);
+        ct_npz_destroy(z);
     }
     cr_expect_geq(rejected * 100, len * (size_t)min_rejected_pct, "%s: %zu of %zu flips caught",
                   src, rejected, len);
     free(payload);
     free(bytes);
-    ct_npz_free(orig);
+    ct_npz_destroy(orig);
 }
 
 Test(npz, flipped_bytes_are_caught_or_harmless) {

@@ -68,7 +68,7 @@ Test(ps, plan_splits_large_variables_and_balances_servers) {
     ct_params p = make_params(sizes, trainable, 4);
     ct_ps_plan plan;
     ct_err err = {0};
-    cr_assert_eq(ct_ps_plan_make(&p, 2, 0, &plan, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_ps_plan_init(&p, 2, 0, &plan, &err), CT_OK, "%s", err.msg);
     check_coverage(&p, &plan);
     cr_expect_eq(plan.n_shards, 5, "the kernel is split in two, the others whole");
     double mean = (double)plan.total / 2.0;
@@ -82,17 +82,17 @@ Test(ps, plan_splits_large_variables_and_balances_servers) {
               line);
     /* one server: nothing is split */
     ct_ps_plan one;
-    cr_assert_eq(ct_ps_plan_make(&p, 1, 0, &one, &err), CT_OK);
+    cr_assert_eq(ct_ps_plan_init(&p, 1, 0, &one, &err), CT_OK);
     cr_expect_eq(one.n_shards, 4);
     check_coverage(&p, &one);
     /* a shard limit: pieces of at most 1024 floats */
     ct_ps_plan small;
-    cr_assert_eq(ct_ps_plan_make(&p, 3, 4096, &small, &err), CT_OK);
+    cr_assert_eq(ct_ps_plan_init(&p, 3, 4096, &small, &err), CT_OK);
     check_coverage(&p, &small);
     for (int k = 0; k < small.n_shards; k++) {
         cr_expect_leq(small.shards[k].size, 1024);
     }
-    cr_expect_eq(ct_ps_plan_make(&p, 0, 0, &small, &err), CT_EINVAL);
+    cr_expect_eq(ct_ps_plan_init(&p, 0, 0, &small, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "0 parameter servers"), "%s", err.msg);
     ct_ps_plan_finish(&plan);
     ct_ps_plan_finish(&one);
@@ -106,8 +106,8 @@ Test(ps, plan_is_deterministic_and_skips_state) {
     ct_params p = make_params(sizes, trainable, 6);
     ct_ps_plan a, b;
     ct_err err = {0};
-    cr_assert_eq(ct_ps_plan_make(&p, 3, 0, &a, &err), CT_OK);
-    cr_assert_eq(ct_ps_plan_make(&p, 3, 0, &b, &err), CT_OK);
+    cr_assert_eq(ct_ps_plan_init(&p, 3, 0, &a, &err), CT_OK);
+    cr_assert_eq(ct_ps_plan_init(&p, 3, 0, &b, &err), CT_OK);
     check_coverage(&p, &a);
     cr_assert_eq(a.n_shards, b.n_shards);
     cr_expect_eq(memcmp(a.shards, b.shards, (size_t)a.n_shards * sizeof *a.shards), 0);
@@ -169,7 +169,7 @@ static ct_status decode(const unsigned char *head, size_t head_len, const void *
     size_t sizes[2] = {head_len, t_len};
     ct__env *env = NULL;
     ct_status st = ct__msg_decode(frames, sizes, n, job_id, &env, err);
-    ct__env_free(env);
+    ct__env_destroy(env);
     return st;
 }
 

@@ -45,8 +45,8 @@ ct_status ct_ckpt_write(const char *path, const ct_ckpt_meta *meta, const ct_ckp
 /* A checkpoint read into memory and verified: magic, version, index CRC, sizes, and the CRC of
  * every tensor. Errors name the file and, for data, the tensor. */
 typedef struct ct_ckpt ct_ckpt;
-ct_status ct_ckpt_read(const char *path, ct_ckpt **ret, ct_err *err);
-void ct_ckpt_free(ct_ckpt *c);
+ct_status ct_ckpt_create(const char *path, ct_ckpt **ret, ct_err *err);
+void ct_ckpt_destroy(ct_ckpt *c);
 const ct_ckpt_meta *ct_ckpt_meta_of(const ct_ckpt *c);
 int ct_ckpt_count(const ct_ckpt *c);
 const ct_ckpt_tensor *ct_ckpt_get(const ct_ckpt *c, int i);

@@ -77,7 +77,7 @@ int ct_task_type_parse(const char *name);
  * Returns CT_OK and an owned cluster in *ret (free with ct_cluster_finish); CT_EINVAL (a bad
  * or disagreeing source), CT_EIO (the cluster file cannot be read) or CT_ENOMEM, with *ret not
  * written and nothing allocated. Thread-safe when getenv_fn is. */
-ct_status ct_cluster_read(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
+ct_status ct_cluster_init(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
                           ct_cluster *ret, ct_err *err);
 
 /* Tasks from a launcher's ranks (srun, mpirun) when no source above named this process's task:

@@ -26,7 +26,7 @@ typedef struct ct_idx {
  * unreadable, CT_EFORMAT for malformed) name the path and the byte offset: "train.gz: byte 16:
  * truncated: header promises 47040000 data bytes, found 1000". Returns an owned ct_idx in
  * *ret (free with ct_idx_finish). Thread-safe. */
-ct_status ct_idx_read(const char *path, ct_idx *ret, ct_err *err);
+ct_status ct_idx_init(const char *path, ct_idx *ret, ct_err *err);
 void ct_idx_finish(ct_idx *idx);
 
 /* Examples as f32 (u8 pixels scaled by 1/255, as in the Keras tutorials) with i32 labels.

@@ -1,7 +1,7 @@
 /* TensorBoard event files: one writer per run directory appends TFRecord-framed Event protos
  * (scalars, histograms, text, the graph) that the `tensorboard` package reads as they are
  * written (FORMATS.md, "TensorBoard event files"). Records go through a buffered FILE: they
- * reach the file on ct_events_flush and ct_events_close (and whenever the buffer fills), so a
+ * reach the file on ct_events_flush and ct_events_destroy (and whenever the buffer fills), so a
  * trainer flushes once per logging interval, not once per value.
  *
  * A writer is not thread-safe; one thread (or a lock the caller holds) writes to it. After a
@@ -23,7 +23,7 @@ struct ct_graph;
  * writes the first record, Event{wall_time, file_version = "brain.Event:2"}. Returns CT_EINVAL
  * (bad arguments, a path too long), CT_EIO (the directory or file cannot be created or written;
  * the message names the path) or CT_ENOMEM. */
-ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err);
+ct_status ct_events_create(const char *run_dir, ct_events **ret, ct_err *err);
 
 /* A scalar as Summary.Value.simple_value (a float: the value is rounded to float32, which is
  * what TensorBoard stores and shows). */
@@ -56,7 +56,7 @@ ct_status ct_events_flush(ct_events *w, ct_err *err);
 
 /* Flushes, closes and frees the writer; accepts NULL. Errors are dropped: call ct_events_flush
  * first to learn whether the last records reached the disk. */
-void ct_events_close(ct_events *w);
+void ct_events_destroy(ct_events *w);
 
 /* The event file's path. */
 const char *ct_events_path(const ct_events *w);

@@ -55,12 +55,12 @@ void *ct_net_context(void);
  * inproc://zeromq.zap.01. Start it before binding CURVE server sockets. `who` names the process
  * in log lines ("ps 1"). With keys->enabled == 0 it does nothing (*ret = NULL is valid). */
 typedef struct ct_net_auth ct_net_auth;
-ct_status ct_net_auth_start(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
-                            ct_err *err);
+ct_status ct_net_auth_create(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
+                             ct_err *err);
 /* Connections refused so far (for tests and status lines). */
 uint64_t ct_net_auth_refused(const ct_net_auth *a);
 /* Stops the thread; accepts NULL. */
-void ct_net_auth_stop(ct_net_auth *a);
+void ct_net_auth_destroy(ct_net_auth *a);
 
 /* Creates a socket of `type` (ZMQ_ROUTER, ZMQ_DEALER, ...) on the process context with the
  * options every ctrain socket uses (linger 0, unlimited high-water marks, TCP keepalive) and,

@@ -50,13 +50,13 @@ typedef struct ct_npz ct_npz;
  * zip, truncated, CRC mismatch, bad .npy magic or header) is CT_EINVAL with a one-line message
  * naming the file and the member or byte offset; CT_ENOENT when the file does not exist, CT_EIO
  * when it cannot be read, CT_ENOMEM. Returns an owned ct_npz in *ret. Thread-safe. */
-ct_status ct_npz_read(const char *path, ct_npz **ret, ct_err *err);
+ct_status ct_npz_create(const char *path, ct_npz **ret, ct_err *err);
 
 /* The arrays in zip order; names are the member names without the ".npy" suffix. The pointers
  * live as long as `z`. ct_npz_find returns NULL when there is no array named `name`. */
 int ct_npz_count(const ct_npz *z);
 const ct_named_array *ct_npz_get(const ct_npz *z, int i);
 const ct_named_array *ct_npz_find(const ct_npz *z, const char *name);
-void ct_npz_free(ct_npz *z);
+void ct_npz_destroy(ct_npz *z);
 
 #endif

@@ -670,7 +670,7 @@ static void build(reader *r, const view *views, const view *task_from, const vie
     }
 }
 
-ct_status ct_cluster_read(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
+ct_status ct_cluster_init(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
                           ct_cluster *ret, ct_err *err) {
     static const ct_cluster_flags no_flags = {NULL, NULL, NULL};
     ct_getenv_fn get = getenv_fn ? getenv_fn : env_default;

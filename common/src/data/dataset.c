@@ -57,7 +57,7 @@ ct_status ct_dataset_load_idx(const char *images_path, const char *labels_path, 
     }
     ct_idx images = {0}, labels = {0};
     ct_dataset *ds = NULL;
-    ct_status st = ct_idx_read(images_path, &images, err);
+    ct_status st = ct_idx_init(images_path, &images, err);
     if (st != CT_OK) {
         goto fail;
     }
@@ -68,7 +68,7 @@ ct_status ct_dataset_load_idx(const char *images_path, const char *labels_path, 
                         images_path, (unsigned)images.type, images.ndims);
         goto fail;
     }
-    if ((st = ct_idx_read(labels_path, &labels, err)) != CT_OK) {
+    if ((st = ct_idx_init(labels_path, &labels, err)) != CT_OK) {
         goto fail;
     }
     if (labels.type != 0x08 || labels.ndims != 1) {

@@ -335,9 +335,9 @@ static ct_status check_no_trailing(idx_source *s, int64_t end, ct_err *err) {
         (long long)(extra > IDX_TRAILING_COUNT_LIMIT ? IDX_TRAILING_COUNT_LIMIT : extra));
 }
 
-ct_status ct_idx_read(const char *path, ct_idx *ret, ct_err *err) {
+ct_status ct_idx_init(const char *path, ct_idx *ret, ct_err *err) {
     if (!path || !ret) {
-        return ct_err_set(err, CT_EINVAL, "ct_idx_read: path and ret must not be NULL");
+        return ct_err_set(err, CT_EINVAL, "ct_idx_init: path and ret must not be NULL");
     }
     idx_source *s = malloc(sizeof *s);
     if (!s) {

@@ -183,7 +183,7 @@ done:
     return st;
 }
 
-void ct_ckpt_free(ct_ckpt *c) {
+void ct_ckpt_destroy(ct_ckpt *c) {
     if (c) {
         free(c->tensors);
         free(c->file);
@@ -213,7 +213,7 @@ static ct_status slurp(const char *path, unsigned char **ret, uint64_t *ret_len,
     return CT_OK;
 }
 
-ct_status ct_ckpt_read(const char *path, ct_ckpt **ret, ct_err *err) {
+ct_status ct_ckpt_create(const char *path, ct_ckpt **ret, ct_err *err) {
     unsigned char *buf = NULL;
     uint64_t size = 0;
     ct_status st = slurp(path, &buf, &size, err);
@@ -316,7 +316,7 @@ fail:
     if (index) {
         ctrain__ckpt__index__free_unpacked(index, NULL);
     }
-    ct_ckpt_free(c);
+    ct_ckpt_destroy(c);
     return st;
 }
 
@@ -537,7 +537,7 @@ ct_status ct_ckpt_latest(const char *dir, ct_ckpt **ret, char *ret_path,
             continue; /* the index's file, already tried */
         }
         ct_err e = {0};
-        if (ct_ckpt_read(p, ret, &e) == CT_OK) {
+        if (ct_ckpt_create(p, ret, &e) == CT_OK) {
             if (ret_path) {
                 snprintf(ret_path, PATH_MAX, "%s", p);
             }

@@ -147,7 +147,7 @@ static ct_status write_value(ct_events *w, int64_t step, Ctrain__Tb__Summary__Va
     return write_event(w, &ev, err);
 }
 
-ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err) {
+ct_status ct_events_create(const char *run_dir, ct_events **ret, ct_err *err) {
     *ret = NULL;
     if (!run_dir || !run_dir[0]) {
         return ct_err_set(err, CT_EINVAL, "events: empty run directory");
@@ -216,7 +216,7 @@ ct_status ct_events_open(const char *run_dir, ct_events **ret, ct_err *err) {
     }
     if (st != CT_OK) {
         unlink(w->path);
-        ct_events_close(w);
+        ct_events_destroy(w);
         return st;
     }
     *ret = w;
@@ -528,7 +528,7 @@ ct_status ct_events_flush(ct_events *w, ct_err *err) {
     return CT_OK;
 }
 
-void ct_events_close(ct_events *w) {
+void ct_events_destroy(ct_events *w) {
     if (!w) {
         return;
     }

@@ -481,9 +481,9 @@ static ct_status read_all(const zip_in *z, ct_npz *out, ct_err *err) {
     return st;
 }
 
-ct_status ct_npz_read(const char *path, ct_npz **ret, ct_err *err) {
+ct_status ct_npz_create(const char *path, ct_npz **ret, ct_err *err) {
     if (!path || !ret) {
-        return ct_err_set(err, CT_EINVAL, "ct_npz_read: NULL argument");
+        return ct_err_set(err, CT_EINVAL, "ct_npz_create: NULL argument");
     }
     *ret = NULL;
     zip_in z = {.path = path, .fd = open(path, O_RDONLY | O_CLOEXEC)};
@@ -511,7 +511,7 @@ ct_status ct_npz_read(const char *path, ct_npz **ret, ct_err *err) {
     ct_status st = read_all(&z, out, err);
     close(z.fd);
     if (st != CT_OK) {
-        ct_npz_free(out);
+        ct_npz_destroy(out);
         return st;
     }
     *ret = out;
@@ -535,7 +535,7 @@ const ct_named_array *ct_npz_find(const ct_npz *z, const char *name) {
     return NULL;
 }
 
-void ct_npz_free(ct_npz *z) {
+void ct_npz_destroy(ct_npz *z) {
     if (!z) {
         return;
     }

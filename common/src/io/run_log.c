@@ -42,10 +42,10 @@ static ct_status open_tensorboard(ct__run_log *log, const char *run_dir, const c
                                   int64_t job_step, ct_err *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%.*s/train", PATH_MAX - 16, run_dir);
-    ct_status st = ct_events_open(path, &log->train, err);
+    ct_status st = ct_events_create(path, &log->train, err);
     snprintf(path, sizeof path, "%.*s/validation", PATH_MAX - 16, run_dir);
     if (st == CT_OK) {
-        st = ct_events_open(path, &log->validation, err);
+        st = ct_events_create(path, &log->validation, err);
     }
     if (st == CT_OK && job_text) {
         st = ct_events_text(log->train, "job", job_step, job_text, err);
@@ -81,8 +81,8 @@ ct_status ct__run_log_create(const char *run_dir, int tensorboard, const char *j
 /* Closes every file; when metrics.jsonl is the file that failed, cuts it back to its last whole
  * line (the failed line may have reached the file in part). */
 static void close_files(ct__run_log *log, int cut_metrics) {
-    ct_events_close(log->train);
-    ct_events_close(log->validation);
+    ct_events_destroy(log->train);
+    ct_events_destroy(log->validation);
     log->train = log->validation = NULL;
     if (log->metrics) {
         fclose(log->metrics); /* after a failed write this may write more of the line, or not */

@@ -299,7 +299,7 @@ struct ct_net_auth {
     char stop_endpoint[64]; /* "" until bound */
     void *zap;              /* REP bound to ZAP_ENDPOINT; used by the thread only */
     void *stop_recv;        /* PAIR: the thread's end of the stop signal */
-    void *stop_send;        /* PAIR: ct_net_auth_stop's end */
+    void *stop_send;        /* PAIR: ct_net_auth_destroy's end */
     _Atomic uint64_t refused;
     char who[64];
     char dir[1024];
@@ -424,8 +424,8 @@ static void *auth_main(void *arg) {
     return NULL;
 }
 
-ct_status ct_net_auth_start(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
-                            ct_err *err) {
+ct_status ct_net_auth_create(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
+                             ct_err *err) {
     if (!keys || !keys->enabled) {
         *ret = NULL;
         return CT_OK;
@@ -491,7 +491,7 @@ ct_status ct_net_auth_start(const ct_net_keys *keys, const char *who, ct_net_aut
     *ret = a;
     return CT_OK;
 fail:
-    ct_net_auth_stop(a);
+    ct_net_auth_destroy(a);
     return st;
 }
 
@@ -499,7 +499,7 @@ uint64_t ct_net_auth_refused(const ct_net_auth *a) {
     return a ? atomic_load(&a->refused) : 0;
 }
 
-void ct_net_auth_stop(ct_net_auth *a) {
+void ct_net_auth_destroy(ct_net_auth *a) {
     if (!a) {
         return;
     }
@@ -727,10 +727,11 @@ ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_
     size_t option_len = sizeof curve_server;
     if (zmq_getsockopt(sock, ZMQ_CURVE_SERVER, &curve_server, &option_len) == 0 && curve_server &&
         !zap_handler_present()) {
-        return ct_err_set(err, CT_EINVAL,
-                          "bind %s: a CURVE server needs the ZAP authenticator (ct_net_auth_start) "
-                          "running first; without it libzmq admits any client key",
-                          address);
+        return ct_err_set(
+            err, CT_EINVAL,
+            "bind %s: a CURVE server needs the ZAP authenticator (ct_net_auth_create) "
+            "running first; without it libzmq admits any client key",
+            address);
     }
     if (zmq_bind(sock, endpoint) != 0) {
         return address_error("bind", address, err);

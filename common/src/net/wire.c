@@ -32,7 +32,7 @@ const char *ct__kind_name(int kind) {
     return kind >= 0 && kind < N_KINDS ? kind_names[kind] : "unknown";
 }
 
-void ct__env_free(ct__env *env) {
+void ct__env_destroy(ct__env *env) {
     if (env) {
         ctrain__ps__envelope__free_unpacked(env, NULL);
     }
@@ -85,7 +85,7 @@ ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, 
         }
     }
     if (st != CT_OK) {
-        ct__env_free(env);
+        ct__env_destroy(env);
         return st;
     }
     *ret_env = env;
@@ -97,7 +97,7 @@ void ct__msg_free(ct__msg *m) {
         zmq_msg_close(&m->frames[k]);
     }
     m->n_frames = 0;
-    ct__env_free(m->env);
+    ct__env_destroy(m->env);
     m->env = NULL;
 }
 

@@ -35,12 +35,12 @@ typedef struct ct__msg {
 
 /* Decodes and checks a message given as raw frames (frames[0] is the envelope). job_id 0
  * accepts any job id (the chief checks it itself, to refuse a registration with a reason).
- * Returns an owned envelope in *ret_env (free with ct__env_free), or CT_EPROTO with a message
+ * Returns an owned envelope in *ret_env (free with ct__env_destroy), or CT_EPROTO with a message
  * that says what is wrong and where ("frame 2: TensorRef 1 promises 4096 bytes, the frame has
  * 100"). Thread-safe; the fuzz target calls this. */
 ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, uint64_t job_id,
                          ct__env **ret_env, ct_err *err);
-void ct__env_free(ct__env *env);
+void ct__env_destroy(ct__env *env);
 
 /* Receives one message from `sock` (router: a routing id comes first) without waiting:
  * CT_ETIMEDOUT when none is queued. A malformed message is drained and gives CT_EPROTO (err

@@ -49,7 +49,7 @@ static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
     return quiet_send(l, &env, err);
 }
 
-ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
+ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
                         int index, uint64_t job_id, const char *endpoint, ct_err *err) {
     memset(l, 0, sizeof *l);
     snprintf(l->chief, sizeof l->chief, "%s", chief ? chief : "");
@@ -79,7 +79,7 @@ ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief,
     return st;
 }
 
-void ct__link_close(ct__link *l) {
+void ct__link_finish(ct__link *l) {
     ct_net_close(l->sock);
     l->sock = NULL;
 }

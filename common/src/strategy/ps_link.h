@@ -46,9 +46,9 @@ typedef struct ct__link {
 } ct__link;
 
 /* Connects to the chief and sends REGISTER. */
-ct_status ct__link_open(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
+ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
                         int index, uint64_t job_id, const char *endpoint, ct_err *err);
-void ct__link_close(ct__link *l);
+void ct__link_finish(ct__link *l);
 
 /* Sends a heartbeat (with stats, may be NULL) when one is due, and registers again when the
  * chief has not accepted us yet. `generation`: the state this role holds. CT_ETIMEDOUT naming

@@ -33,7 +33,7 @@ void ct_ps_plan_finish(ct_ps_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-ct_status ct_ps_plan_make(const ct_params *p, int n_servers, int64_t max_shard_bytes,
+ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_bytes,
                           ct_ps_plan *ret, ct_err *err) {
     if (n_servers < 1) {
         return ct_err_set(err, CT_EINVAL, "partition: %d parameter servers (need at least 1)",

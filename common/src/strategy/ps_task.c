@@ -33,8 +33,8 @@ static ct_status check_type(ct_ps_task *t, ct_err *err) {
     return CT_OK;
 }
 
-ct_status ct_ps_task_resolve(const char *role, int type, int any_task, const ct_ps_task_flags *f,
-                             ct_job *job, ct_ps_task *ret, ct_err *err) {
+ct_status ct_ps_task_init(const char *role, int type, int any_task, const ct_ps_task_flags *f,
+                          ct_job *job, ct_ps_task *ret, ct_err *err) {
     memset(ret, 0, sizeof *ret);
     if (job->strategy != CT_STRATEGY_PARAMETER_SERVER) {
         return ct_err_set(err, CT_EINVAL,
@@ -46,7 +46,7 @@ ct_status ct_ps_task_resolve(const char *role, int type, int any_task, const ct_
         snprintf(job->ps.keys, sizeof job->ps.keys, "%s", f->keys);
     }
     ct_cluster *cl = &ret->cluster;
-    ct_status st = ct_cluster_read(&f->cluster, NULL, NULL, cl, err);
+    ct_status st = ct_cluster_init(&f->cluster, NULL, NULL, cl, err);
     if (st != CT_OK) {
         return st;
     }
@@ -99,7 +99,7 @@ void ct_ps_task_finish(ct_ps_task *t) {
     if (!t) {
         return;
     }
-    ct_net_auth_stop(t->auth);
+    ct_net_auth_destroy(t->auth);
     t->auth = NULL;
     free(t->keys);
     t->keys = NULL;
@@ -110,6 +110,6 @@ ct_status ct_ps_task_listen(ct_ps_task *t, ct_err *err) {
     if (t->type == CT_TASK_WORKER) {
         return CT_OK; /* workers only connect: no authenticator */
     }
-    ct_status st = ct_net_auth_start(t->keys, t->who, &t->auth, err);
+    ct_status st = ct_net_auth_create(t->keys, t->who, &t->auth, err);
     return st == CT_OK ? CT_OK : (st == CT_EINVAL ? CT_EIO : st);
 }

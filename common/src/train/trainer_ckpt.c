@@ -182,6 +182,6 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
         st = ct_trainer_restore(t, c, path, err);
         *resumed = st == CT_OK;
     }
-    ct_ckpt_free(c);
+    ct_ckpt_destroy(c);
     return st;
 }
