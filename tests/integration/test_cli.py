@@ -212,3 +212,20 @@ def test_cnn_convergence(tmp_path):
     assert r.returncode == 0, r.stderr
     d = done_line(r.stdout)
     assert d["test_accuracy"] >= bar, r.stdout
+
+
+def test_libctrain_exports_only_the_public_api():
+    """libctrain.so is built with hidden visibility: it exports exactly the functions the public
+    headers mark CT_API, none of the ct__ internals and none of the generated protobuf-c code."""
+    lib = os.path.join(os.path.dirname(os.path.dirname(CTRAIN)), "common", "libctrain.so")
+    nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True)
+    assert nm.returncode == 0, nm.stderr
+    exported = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    declared = set()
+    for header in glob.glob(os.path.join(ROOT, "common", "include", "ctrain", "*.h")):
+        declared |= set(re.findall(r"^CT_API\b[^(]*?\b(ct_\w+)\(", open(header).read(), re.M))
+    assert len(declared) > 200, len(declared)
+    assert not [s for s in exported if s.startswith("ct__")], sorted(exported)[:10]
+    assert not [s for s in exported if "protobuf" in s or s.startswith("ctrain__")]
+    assert exported - declared == set(), sorted(exported - declared)[:10]
+    assert declared - exported == set(), sorted(declared - exported)[:10]

@@ -4,6 +4,8 @@
 #ifndef CTRAIN_BACKEND_H
 #define CTRAIN_BACKEND_H
 
+#include "ctrain/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,11 +71,11 @@ struct ct_backend {
 };
 
 /* Creates the CPU backend using `threads` threads (0: all cores). Returns an owned backend. */
-ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err);
-void ct_backend_destroy(ct_backend *be);
+CT_API ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err);
+CT_API void ct_backend_destroy(ct_backend *be);
 
 /* Allocates zeroed, 64-byte aligned memory on `be`; NULL on failure. */
-void *ct_backend_alloc(const ct_backend *be, size_t bytes);
-void ct_backend_free(const ct_backend *be, void *ptr);
+CT_API void *ct_backend_alloc(const ct_backend *be, size_t bytes);
+CT_API void ct_backend_free(const ct_backend *be, void *ptr);
 
 #endif

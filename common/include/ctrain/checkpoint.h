@@ -10,6 +10,8 @@
 #ifndef CTRAIN_CHECKPOINT_H
 #define CTRAIN_CHECKPOINT_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
 #include "ctrain/status.h"
@@ -39,19 +41,19 @@ typedef struct ct_ckpt_meta {
 } ct_ckpt_meta;
 
 /* Writes a checkpoint file atomically (tmp, fsync, rename, fsync of the directory). */
-ct_status ct_ckpt_write(const char *path, const ct_ckpt_meta *meta, const ct_ckpt_tensor *tensors,
-                        int n, ct_err *err);
+CT_API ct_status ct_ckpt_write(const char *path, const ct_ckpt_meta *meta,
+                               const ct_ckpt_tensor *tensors, int n, ct_err *err);
 
 /* A checkpoint read into memory and verified: magic, version, index CRC, sizes, and the CRC of
  * every tensor. Errors name the file and, for data, the tensor. */
 typedef struct ct_ckpt ct_ckpt;
-ct_status ct_ckpt_create(const char *path, ct_ckpt **ret, ct_err *err);
-void ct_ckpt_destroy(ct_ckpt *c);
-const ct_ckpt_meta *ct_ckpt_meta_of(const ct_ckpt *c);
-int ct_ckpt_count(const ct_ckpt *c);
-const ct_ckpt_tensor *ct_ckpt_get(const ct_ckpt *c, int i);
-const ct_ckpt_tensor *ct_ckpt_find(const ct_ckpt *c, const char *name);
-uint64_t ct_ckpt_file_bytes(const ct_ckpt *c);
+CT_API ct_status ct_ckpt_create(const char *path, ct_ckpt **ret, ct_err *err);
+CT_API void ct_ckpt_destroy(ct_ckpt *c);
+CT_API const ct_ckpt_meta *ct_ckpt_meta_of(const ct_ckpt *c);
+CT_API int ct_ckpt_count(const ct_ckpt *c);
+CT_API const ct_ckpt_tensor *ct_ckpt_get(const ct_ckpt *c, int i);
+CT_API const ct_ckpt_tensor *ct_ckpt_find(const ct_ckpt *c, const char *name);
+CT_API uint64_t ct_ckpt_file_bytes(const ct_ckpt *c);
 
 /* ---- checkpoint directories ---- */
 
@@ -63,24 +65,25 @@ typedef struct ct_ckpt_policy {
 /* Saves ckpt-<step>.ctck in dir (created if needed), points the index file at it, and prunes
  * older files by `policy`, skipping leased ones. *ret_path (if not NULL, PATH_MAX bytes) gets
  * the file written. */
-ct_status ct_ckpt_save(const char *dir, const ct_ckpt_policy *policy, const ct_ckpt_meta *meta,
-                       const ct_ckpt_tensor *tensors, int n, char *ret_path, ct_err *err);
+CT_API ct_status ct_ckpt_save(const char *dir, const ct_ckpt_policy *policy,
+                              const ct_ckpt_meta *meta, const ct_ckpt_tensor *tensors, int n,
+                              char *ret_path, ct_err *err);
 
 /* Lists the checkpoint files in dir, newest step first: up to cap paths (each PATH_MAX bytes,
  * in one buffer) and their steps; returns how many there are (-1: dir unreadable). */
-int ct_ckpt_list(const char *dir, char *paths, int64_t *steps, int cap);
+CT_API int ct_ckpt_list(const char *dir, char *paths, int64_t *steps, int cap);
 
 /* Reads the newest checkpoint of dir that verifies: the one the index names, else the newest
  * good file. CT_ENOENT when there is none. Corrupt files passed over are reported one line each
  * through `warn` (may be NULL). */
-ct_status ct_ckpt_latest(const char *dir, ct_ckpt **ret, char *ret_path,
-                         void (*warn)(const char *msg, void *user), void *user, ct_err *err);
+CT_API ct_status ct_ckpt_latest(const char *dir, ct_ckpt **ret, char *ret_path,
+                                void (*warn)(const char *msg, void *user), void *user, ct_err *err);
 
 /* Creates dir and its missing parents (mkdir -p). */
-ct_status ct_make_dirs(const char *dir, ct_err *err);
+CT_API ct_status ct_make_dirs(const char *dir, ct_err *err);
 
 /* Leases: a reader holds <file>.lease while it reads, and pruning leaves the file alone. */
-ct_status ct_ckpt_lease(const char *path, ct_err *err);
-void ct_ckpt_release(const char *path);
+CT_API ct_status ct_ckpt_lease(const char *path, ct_err *err);
+CT_API void ct_ckpt_release(const char *path);
 
 #endif

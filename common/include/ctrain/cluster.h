@@ -7,6 +7,8 @@
 #ifndef CTRAIN_CLUSTER_H
 #define CTRAIN_CLUSTER_H
 
+#include "ctrain/api.h"
+
 #include "ctrain/status.h"
 
 typedef struct ct_cluster_spec {
@@ -16,9 +18,9 @@ typedef struct ct_cluster_spec {
 
 /* Flags not given are -1. getenv_fn: NULL for the process environment (tests pass their own). */
 typedef const char *(*ct_getenv_fn)(const char *name, void *user);
-ct_status ct_cluster_spec_read(int flag_rank, int flag_world_size, int flag_local_rank,
-                               ct_getenv_fn getenv_fn, void *user, ct_cluster_spec *ret,
-                               ct_err *err);
+CT_API ct_status ct_cluster_spec_read(int flag_rank, int flag_world_size, int flag_local_rank,
+                                      ct_getenv_fn getenv_fn, void *user, ct_cluster_spec *ret,
+                                      ct_err *err);
 
 /* ---- the task view of a cluster (parameter-server strategy) ----
  * Which task this process is (chief, worker 2, ps 0, ...) and the addresses of every task, in
@@ -59,10 +61,10 @@ typedef struct ct_cluster_flags {
 } ct_cluster_flags;
 
 /* "chief", "worker", "ps", "evaluator"; NULL for other values. */
-const char *ct_task_type_name(int type);
+CT_API const char *ct_task_type_name(int type);
 /* Returns the ct_task_type named "chief", "worker", "ps" or "evaluator"; -1 for other names
  * (including TF1's "master") and NULL. */
-int ct_task_type_parse(const char *name);
+CT_API int ct_task_type_parse(const char *name);
 
 /* Reads the cluster from flags, the cluster file and TF_CONFIG (getenv_fn as above). Checks:
  * every address is "host:port" with a port in [0, 65535] (0: any free port, for servers that
@@ -77,8 +79,8 @@ int ct_task_type_parse(const char *name);
  * Returns CT_OK and an owned cluster in *ret (free with ct_cluster_finish); CT_EINVAL (a bad
  * or disagreeing source), CT_EIO (the cluster file cannot be read) or CT_ENOMEM, with *ret not
  * written and nothing allocated. Thread-safe when getenv_fn is. */
-ct_status ct_cluster_init(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
-                          ct_cluster *ret, ct_err *err);
+CT_API ct_status ct_cluster_init(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn, void *user,
+                                 ct_cluster *ret, ct_err *err);
 
 /* Tasks from a launcher's ranks (srun, mpirun) when no source above named this process's task:
  * with a rank and a size from Open MPI, PMIx or Slurm (ct_cluster_spec_read), rank 0 is the
@@ -88,11 +90,11 @@ ct_status ct_cluster_init(const ct_cluster_flags *flags, ct_getenv_fn getenv_fn,
  * there), else localhost, and PORT CTRAIN_CHIEF_PORT (7450); servers listen on any port ("*:0")
  * and report it. Leaves c alone (CT_OK) when a source named the task or there is no launcher;
  * CT_EINVAL when the ranks leave no worker or a variable is malformed. */
-ct_status ct_cluster_from_launcher(ct_cluster *c, int n_ps, ct_getenv_fn getenv_fn, void *user,
-                                   ct_err *err);
+CT_API ct_status ct_cluster_from_launcher(ct_cluster *c, int n_ps, ct_getenv_fn getenv_fn,
+                                          void *user, ct_err *err);
 
 /* Frees the address lists and empties them (n = 0); accepts NULL, a zeroed cluster and one
  * already finished. */
-void ct_cluster_finish(ct_cluster *c);
+CT_API void ct_cluster_finish(ct_cluster *c);
 
 #endif

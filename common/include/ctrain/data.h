@@ -4,6 +4,8 @@
 #ifndef CTRAIN_DATA_H
 #define CTRAIN_DATA_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
 #include "ctrain/status.h"
@@ -26,8 +28,8 @@ typedef struct ct_idx {
  * unreadable, CT_EFORMAT for malformed) name the path and the byte offset: "train.gz: byte 16:
  * truncated: header promises 47040000 data bytes, found 1000". Returns an owned ct_idx in
  * *ret (free with ct_idx_finish). Thread-safe. */
-ct_status ct_idx_init(const char *path, ct_idx *ret, ct_err *err);
-void ct_idx_finish(ct_idx *idx);
+CT_API ct_status ct_idx_init(const char *path, ct_idx *ret, ct_err *err);
+CT_API void ct_idx_finish(ct_idx *idx);
 
 /* Examples as f32 (u8 pixels scaled by 1/255, as in the Keras tutorials) with i32 labels.
  * example_shape is the shape of one example: [28, 28, 1] for IDX images (a channel axis is added
@@ -45,13 +47,14 @@ typedef struct ct_dataset {
 /* Loads images and labels from two IDX files; checks that the counts match and that labels are
  * in [0, 255]. `limit` > 0 keeps only the first `limit` examples. Returns an owned dataset.
  * Errors name the file. Thread-safe. */
-ct_status ct_dataset_load_idx(const char *images_path, const char *labels_path, int64_t limit,
-                              ct_dataset **ret, ct_err *err);
+CT_API ct_status ct_dataset_load_idx(const char *images_path, const char *labels_path,
+                                     int64_t limit, ct_dataset **ret, ct_err *err);
 
 /* Builds a dataset by copying n examples from memory (tests, C API users). */
-ct_status ct_dataset_from_memory(const float *x, const int32_t *y, int64_t n, int rank,
-                                 const int64_t *example_shape, ct_dataset **ret, ct_err *err);
-void ct_dataset_destroy(ct_dataset *ds);
+CT_API ct_status ct_dataset_from_memory(const float *x, const int32_t *y, int64_t n, int rank,
+                                        const int64_t *example_shape, ct_dataset **ret,
+                                        ct_err *err);
+CT_API void ct_dataset_destroy(ct_dataset *ds);
 
 typedef struct ct_loader_options {
     int64_t batch_size; /* > 0 */
@@ -80,30 +83,31 @@ typedef struct ct_loader ct_loader;
 
 /* Creates a loader over `ds` (borrowed: must outlive the loader). Returns CT_EINVAL for bad
  * options, CT_ENOMEM. Not thread-safe: one consumer thread. */
-ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, ct_loader **ret,
-                           ct_err *err);
+CT_API ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt,
+                                  ct_loader **ret, ct_err *err);
 
 /* Starts epoch `epoch` (0-based): its order is a function of (seed, epoch) only, so a resumed
  * run sees the same order. `start_batch` skips that many batches (resume mid-epoch). */
-ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch);
+CT_API ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch);
 
 /* Returns the next batch of the current epoch in *ret_batch (size 0 at the end). Waits for the
  * prefetch thread when it is behind; the time spent waiting is added to ct_loader_wait_seconds. */
-ct_status ct_loader_next(ct_loader *l, ct_batch *ret_batch);
+CT_API ct_status ct_loader_next(ct_loader *l, ct_batch *ret_batch);
 
 /* Random access: gathers batch `index` of `epoch` (this loader's shard of it) in the caller and
  * returns it in *ret_batch, valid until the next call. For loaders created with prefetch 0 (a
  * parameter-server worker computes the batches the chief hands out, in any order). CT_EINVAL
  * for a prefetching loader or an index outside the epoch. */
-ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index, ct_batch *ret_batch);
+CT_API ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index,
+                                    ct_batch *ret_batch);
 
 /* Batches per epoch (counts the smaller last batch unless drop_remainder). */
-int64_t ct_loader_batches_per_epoch(const ct_loader *l);
+CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 
 /* Total seconds the consumer waited in ct_loader_next since creation. */
-double ct_loader_wait_seconds(const ct_loader *l);
+CT_API double ct_loader_wait_seconds(const ct_loader *l);
 
 /* Stops the prefetch thread and frees everything; accepts NULL. */
-void ct_loader_destroy(ct_loader *l);
+CT_API void ct_loader_destroy(ct_loader *l);
 
 #endif

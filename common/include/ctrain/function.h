@@ -11,6 +11,8 @@
 #ifndef CTRAIN_FUNCTION_H
 #define CTRAIN_FUNCTION_H
 
+#include "ctrain/api.h"
+
 #include "ctrain/graph.h"
 #include "ctrain/nn.h"
 
@@ -43,31 +45,31 @@ typedef struct ct_operation {
 /* Wraps fn (with `user`) taking n_inputs tensors. `vars` (may be NULL) is the parameter set the
  * function reads: declaring a parameter in it while tracing is an error. opts: graph options for
  * the concrete graphs (NULL: ct_graph_default_options()). `be` is borrowed. */
-ct_status ct_function_create(const char *name, ct_trace_fn fn, void *user, int n_inputs,
-                             const ct_backend *be, ct_params *vars, const ct_graph_options *opts,
-                             ct_function **ret, ct_err *err);
-void ct_function_destroy(ct_function *f);
+CT_API ct_status ct_function_create(const char *name, ct_trace_fn fn, void *user, int n_inputs,
+                                    const ct_backend *be, ct_params *vars,
+                                    const ct_graph_options *opts, ct_function **ret, ct_err *err);
+CT_API void ct_function_destroy(ct_function *f);
 
 /* The concrete function for signature sig[0..n_inputs): traced now unless an existing one has
  * exactly this signature (get_concrete_function). Owned by f. */
-ct_status ct_function_get_concrete(ct_function *f, const ct_tensor_spec *sig,
-                                   ct_concrete_function **ret, ct_err *err);
+CT_API ct_status ct_function_get_concrete(ct_function *f, const ct_tensor_spec *sig,
+                                          ct_concrete_function **ret, ct_err *err);
 
 /* Calls f on host tensors inputs[0..n_inputs) (dtype, shape, data). Reuses the first concrete
  * function whose signature accepts them (unknown dims match any size), or traces one for their
  * exact shapes. outputs[0..*n_outputs) are set to views of the results, valid until the next
  * call. */
-ct_status ct_function_call(ct_function *f, const ct_tensor *inputs, ct_tensor *outputs,
-                           int *n_outputs, ct_err *err);
+CT_API ct_status ct_function_call(ct_function *f, const ct_tensor *inputs, ct_tensor *outputs,
+                                  int *n_outputs, ct_err *err);
 
 /* Times fn was traced (a new signature each time). */
-int ct_function_trace_count(const ct_function *f);
-int ct_function_concrete_count(const ct_function *f);
+CT_API int ct_function_trace_count(const ct_function *f);
+CT_API int ct_function_concrete_count(const ct_function *f);
 
 /* get_operations(): writes up to cap ops of c's graph (traced, before the passes) into ops and
  * returns how many there are. */
-int ct_concrete_operations(const ct_concrete_function *c, ct_operation *ops, int cap);
+CT_API int ct_concrete_operations(const ct_concrete_function *c, ct_operation *ops, int cap);
 /* The optimized graph that runs for the signature's traced shapes (for printing). */
-ct_graph *ct_concrete_graph(ct_concrete_function *c);
+CT_API ct_graph *ct_concrete_graph(ct_concrete_function *c);
 
 #endif

@@ -9,6 +9,8 @@
 #ifndef CTRAIN_GRAPH_H
 #define CTRAIN_GRAPH_H
 
+#include "ctrain/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,100 +42,100 @@ typedef struct ct_graph ct_graph;
 
 /* Creates an empty graph on `be` (borrowed; must outlive the graph). eager != 0: nodes run when
  * added. Returns CT_ENOMEM. */
-ct_status ct_graph_create(const ct_backend *be, int eager, ct_graph **ret, ct_err *err);
+CT_API ct_status ct_graph_create(const ct_backend *be, int eager, ct_graph **ret, ct_err *err);
 /* Frees the nodes and every buffer the graph allocated; accepts NULL. */
-void ct_graph_destroy(ct_graph *g);
+CT_API void ct_graph_destroy(ct_graph *g);
 
 /* The first build error (CT_OK if none), copied into err. */
-ct_status ct_graph_status(const ct_graph *g, ct_err *err);
+CT_API ct_status ct_graph_status(const ct_graph *g, ct_err *err);
 /* Records a build error (kept only if it is the first) and returns -1. */
-int ct_graph_fail(ct_graph *g, ct_status code, const char *fmt, ...)
+CT_API int ct_graph_fail(ct_graph *g, ct_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-int ct_graph_size(const ct_graph *g);
+CT_API int ct_graph_size(const ct_graph *g);
 /* The node with `id`; valid until the next node is added. */
-ct_node *ct_graph_node(ct_graph *g, int id);
-const ct_backend *ct_graph_backend(const ct_graph *g);
+CT_API ct_node *ct_graph_node(ct_graph *g, int id);
+CT_API const ct_backend *ct_graph_backend(const ct_graph *g);
 /* The randomness key and thread budget kernels see (seed, step, replica). */
-ct_kctx *ct_graph_ctx(ct_graph *g);
+CT_API ct_kctx *ct_graph_ctx(ct_graph *g);
 
 /* Adds a node of `op` with inputs and attributes; infers its shape, and in eager mode allocates
  * and runs it. Returns the id or -1 (error recorded). */
-int ct_graph_add(ct_graph *g, ct_op op, int n_in, const int *in, const ct_attrs *attrs);
+CT_API int ct_graph_add(ct_graph *g, ct_op op, int n_in, const int *in, const ct_attrs *attrs);
 
 /* Leaves. A placeholder's data is bound before each run with ct_graph_bind (zero copy). A
  * variable is a view of `data` (borrowed) with the given shape. A constant copies `data`. */
-int ct_placeholder(ct_graph *g, ct_dtype dtype, const ct_shape *shape, const char *name);
-int ct_variable(ct_graph *g, const ct_shape *shape, float *data, const char *name);
-int ct_constant(ct_graph *g, ct_dtype dtype, const ct_shape *shape, const void *data);
-int ct_scalar(ct_graph *g, float value);
+CT_API int ct_placeholder(ct_graph *g, ct_dtype dtype, const ct_shape *shape, const char *name);
+CT_API int ct_variable(ct_graph *g, const ct_shape *shape, float *data, const char *name);
+CT_API int ct_constant(ct_graph *g, ct_dtype dtype, const ct_shape *shape, const void *data);
+CT_API int ct_scalar(ct_graph *g, float value);
 
 /* Binds caller memory as node `id`'s output (placeholders each step; gradient views). */
-void ct_graph_bind(ct_graph *g, int id, void *data);
+CT_API void ct_graph_bind(ct_graph *g, int id, void *data);
 
 /* Op builders (see ops.h for semantics). */
-int ct_identity(ct_graph *g, int x);
-int ct_matmul(ct_graph *g, int a, int b, int transpose_a, int transpose_b);
-int ct_add(ct_graph *g, int a, int b);
-int ct_sub(ct_graph *g, int a, int b);
-int ct_mul(ct_graph *g, int a, int b);
-int ct_div(ct_graph *g, int a, int b);
-int ct_scale(ct_graph *g, int x, float alpha);
-int ct_relu(ct_graph *g, int x);
-int ct_gelu(ct_graph *g, int x);
-int ct_sigmoid(ct_graph *g, int x);
-int ct_tanh(ct_graph *g, int x);
-int ct_softmax(ct_graph *g, int x);
-int ct_log_softmax(ct_graph *g, int x);
-int ct_softmax_xent(ct_graph *g, int logits, int labels);
+CT_API int ct_identity(ct_graph *g, int x);
+CT_API int ct_matmul(ct_graph *g, int a, int b, int transpose_a, int transpose_b);
+CT_API int ct_add(ct_graph *g, int a, int b);
+CT_API int ct_sub(ct_graph *g, int a, int b);
+CT_API int ct_mul(ct_graph *g, int a, int b);
+CT_API int ct_div(ct_graph *g, int a, int b);
+CT_API int ct_scale(ct_graph *g, int x, float alpha);
+CT_API int ct_relu(ct_graph *g, int x);
+CT_API int ct_gelu(ct_graph *g, int x);
+CT_API int ct_sigmoid(ct_graph *g, int x);
+CT_API int ct_tanh(ct_graph *g, int x);
+CT_API int ct_softmax(ct_graph *g, int x);
+CT_API int ct_log_softmax(ct_graph *g, int x);
+CT_API int ct_softmax_xent(ct_graph *g, int logits, int labels);
 /* axes_mask: bit k set = reduce axis k (0 = all axes). */
-int ct_sum(ct_graph *g, int x, unsigned axes_mask, int keepdims);
-int ct_mean(ct_graph *g, int x, unsigned axes_mask, int keepdims);
-int ct_max(ct_graph *g, int x, unsigned axes_mask, int keepdims);
-int ct_argmax(ct_graph *g, int x);
-int ct_equal(ct_graph *g, int a, int b);
-int ct_reshape(ct_graph *g, int x, int rank, const int64_t *dims);
-int ct_transpose(ct_graph *g, int x, const int *perm);
-int ct_concat(ct_graph *g, int n, const int *xs, int axis);
-int ct_slice(ct_graph *g, int x, int axis, int64_t begin, int64_t size);
-int ct_conv2d(ct_graph *g, int x, int w, int stride_h, int stride_w, int same);
-int ct_max_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
-                int same);
-int ct_avg_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
-                int same);
-int ct_dropout(ct_graph *g, int x, float rate, int training);
-int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
-                  float momentum, float epsilon, int training);
-int ct_embedding(ct_graph *g, int table, int ids);
+CT_API int ct_sum(ct_graph *g, int x, unsigned axes_mask, int keepdims);
+CT_API int ct_mean(ct_graph *g, int x, unsigned axes_mask, int keepdims);
+CT_API int ct_max(ct_graph *g, int x, unsigned axes_mask, int keepdims);
+CT_API int ct_argmax(ct_graph *g, int x);
+CT_API int ct_equal(ct_graph *g, int a, int b);
+CT_API int ct_reshape(ct_graph *g, int x, int rank, const int64_t *dims);
+CT_API int ct_transpose(ct_graph *g, int x, const int *perm);
+CT_API int ct_concat(ct_graph *g, int n, const int *xs, int axis);
+CT_API int ct_slice(ct_graph *g, int x, int axis, int64_t begin, int64_t size);
+CT_API int ct_conv2d(ct_graph *g, int x, int w, int stride_h, int stride_w, int same);
+CT_API int ct_max_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
+                       int same);
+CT_API int ct_avg_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
+                       int same);
+CT_API int ct_dropout(ct_graph *g, int x, float rate, int training);
+CT_API int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
+                         float momentum, float epsilon, int training);
+CT_API int ct_embedding(ct_graph *g, int table, int ids);
 
 /* Reverse-mode autodiff: adds backward nodes computing d(target)/d(sources[i]) into
  * ret_grads[i] (-1 where a source does not influence the target). `target` must be a scalar
  * (or seeded with `seed_grad` >= 0, a node of target's shape). Same builders in eager and graph
  * mode. Returns the graph status. */
-ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sources,
-                             const int *sources, int *ret_grads, ct_err *err);
+CT_API ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sources,
+                                    const int *sources, int *ret_grads, ct_err *err);
 
 /* Makes node `grad` add its value into `dst` (caller memory of the same shape) on each run: the
  * node itself accumulates when its kernel supports it and nothing else reads it, otherwise an
  * ACCUMULATE node is added. Returns the id of the node that writes dst, or -1. */
-int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst);
+CT_API int ct_graph_accumulate_into(ct_graph *g, int grad, float *dst);
 /* As ct_graph_accumulate_into, but each run overwrites dst (a training step's fresh gradient:
  * no zeroing pass needed). */
-int ct_graph_write_into(ct_graph *g, int grad, float *dst);
+CT_API int ct_graph_write_into(ct_graph *g, int grad, float *dst);
 
 /* Allocates every output and aux buffer not yet allocated or bound. Graph mode calls it once
  * after building; eager graphs allocate as they go. */
-ct_status ct_graph_prepare(ct_graph *g, ct_err *err);
+CT_API ct_status ct_graph_prepare(ct_graph *g, ct_err *err);
 
 /* Runs nodes first..last-1 in order (all: 0, ct_graph_size). Placeholders must be bound. Not
  * thread-safe per graph. */
-ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err);
+CT_API ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err);
 
 /* Copies node `id`'s output (bytes = its size) into host memory `dst`. Returns CT_EINVAL when
  * sizes differ or the node has no data yet. For tools and tests; works on any backend. */
-ct_status ct_graph_read(ct_graph *g, int id, void *dst, size_t bytes, ct_err *err);
+CT_API ct_status ct_graph_read(ct_graph *g, int id, void *dst, size_t bytes, ct_err *err);
 /* Writes node `id`'s shape into dims (CT_MAX_DIMS entries) and returns its rank (-1: no node). */
-int ct_graph_shape(ct_graph *g, int id, int64_t *dims);
+CT_API int ct_graph_shape(ct_graph *g, int id, int64_t *dims);
 
 /* ---- graph mode: compilation (passes, memory plan, parallel executor) ---- */
 
@@ -183,29 +185,29 @@ typedef struct ct_graph_stats {
 /* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse,
  * fuse_update)
  * into CT_PASS_* bits; returns 0, or -1 with the unknown name copied into bad. */
-int ct_graph_parse_passes(const char *text, unsigned *ret, char *bad, size_t bad_cap);
+CT_API int ct_graph_parse_passes(const char *text, unsigned *ret, char *bad, size_t bad_cap);
 /* Writes the names of the passes in `passes` ("const_fold,cse,...", "none") into buf. */
-const char *ct_graph_passes_str(unsigned passes, char *buf, size_t cap);
+CT_API const char *ct_graph_passes_str(unsigned passes, char *buf, size_t cap);
 
 /* The default options: all passes, memory planning, the backend's threads. */
-ct_graph_options ct_graph_default_options(void);
+CT_API ct_graph_options ct_graph_default_options(void);
 
 /* Compiles g (built, not eager, not prepared) into a new graph *ret: runs the passes, plans
  * memory and precomputes the executor's schedule. keep[0..n_keep) are nodes whose values the
  * caller reads after a run (they survive every pass); on return they hold the ids in *ret.
  * Placeholders keep their names; bind them in *ret with ct_graph_bind. g is left unchanged. */
-ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep, int *keep,
-                           ct_graph **ret, ct_err *err);
-const ct_graph_stats *ct_graph_get_stats(const ct_graph *g);
+CT_API ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep, int *keep,
+                                  ct_graph **ret, ct_err *err);
+CT_API const ct_graph_stats *ct_graph_get_stats(const ct_graph *g);
 
 /* An APPLY_OPTIMIZER node: the update of ctx->params by ctx->optimizer after every earlier node
  * has run (its output: the sum of squared gradients, NaN/Inf when one is not finite). */
-int ct_apply_optimizer(ct_graph *g);
+CT_API int ct_apply_optimizer(ct_graph *g);
 
 /* Writes the graph in Graphviz dot (fused nodes list the ops they replaced). */
-void ct_graph_write_dot(const ct_graph *g, void *out);
+CT_API void ct_graph_write_dot(const ct_graph *g, void *out);
 
 /* Prints one line per node ("%5 = matmul(%2, %4) f32[60, 128]") to `out` (a FILE *). */
-void ct_graph_print(const ct_graph *g, void *out);
+CT_API void ct_graph_print(const ct_graph *g, void *out);
 
 #endif

@@ -2,11 +2,13 @@
 #ifndef CTRAIN_HALF_H
 #define CTRAIN_HALF_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
-uint16_t ct_f32_to_bf16(float f);
-float ct_bf16_to_f32(uint16_t h);
-uint16_t ct_f32_to_fp16(float f);
-float ct_fp16_to_f32(uint16_t h);
+CT_API uint16_t ct_f32_to_bf16(float f);
+CT_API float ct_bf16_to_f32(uint16_t h);
+CT_API uint16_t ct_f32_to_fp16(float f);
+CT_API float ct_fp16_to_f32(uint16_t h);
 
 #endif

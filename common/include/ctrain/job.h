@@ -4,6 +4,8 @@
 #ifndef CTRAIN_JOB_H
 #define CTRAIN_JOB_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
 #include "ctrain/status.h"
@@ -137,7 +139,7 @@ typedef enum ct_allreduce_engine {
 } ct_allreduce_engine;
 
 /* "local", "mirrored", "parameter_server"; "?" for other values. */
-const char *ct_strategy_name(ct_strategy_type type);
+CT_API const char *ct_strategy_name(ct_strategy_type type);
 
 typedef struct ct_job {
     char path[CT_JOB_PATH_MAX]; /* the file it came from ("<string>" when parsed from memory) */
@@ -206,7 +208,7 @@ typedef struct ct_job {
 } ct_job;
 
 /* Fills `job` with the defaults listed above (no layers, no data). */
-void ct_job_defaults(ct_job *job);
+CT_API void ct_job_defaults(ct_job *job);
 
 /* Parses the YAML/JSON job at `path`, then applies `n_sets` overrides "dotted.key=value" (value is
  * a YAML scalar or flow collection; list items by index: model.layers.1.dense.units=64 or
@@ -214,22 +216,22 @@ void ct_job_defaults(ct_job *job);
  * content) or CT_EIO (unreadable file) and `err` names the file, line and key: "job.yaml:12:
  * model.layers[2].dense.units: must be a positive integer, got -3". Writes *ret_job only on
  * success. Thread-safe (no shared state). */
-ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
-                      ct_err *err);
+CT_API ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
+                             ct_err *err);
 
 /* As ct_job_load, and on success *ret_text (when not NULL) gets the text that was read, whole,
  * followed by one "# --set KEY=VALUE" line per override: the job as checkpoints store it (owned
  * by the caller: free it). */
-ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
-                           char **ret_text, ct_err *err);
+CT_API ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets,
+                                  ct_job *ret_job, char **ret_text, ct_err *err);
 
 /* As ct_job_load, for text in memory; `name` stands in for the path in messages. */
-ct_status ct_job_parse(const char *text, size_t len, const char *name, const char *const *sets,
-                       int n_sets, ct_job *ret_job, ct_err *err);
+CT_API ct_status ct_job_parse(const char *text, size_t len, const char *name,
+                              const char *const *sets, int n_sets, ct_job *ret_job, ct_err *err);
 
 /* Names used in job files, for messages and `ctrain` output. */
-const char *ct_layer_type_name(ct_layer_type type);
-const char *ct_activation_name(ct_activation act);
-const char *ct_optimizer_type_name(ct_optimizer_type type);
+CT_API const char *ct_layer_type_name(ct_layer_type type);
+CT_API const char *ct_activation_name(ct_activation act);
+CT_API const char *ct_optimizer_type_name(ct_optimizer_type type);
 
 #endif

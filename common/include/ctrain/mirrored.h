@@ -14,6 +14,8 @@
 #ifndef CTRAIN_MIRRORED_H
 #define CTRAIN_MIRRORED_H
 
+#include "ctrain/api.h"
+
 #include "ctrain/cluster.h"
 #include "ctrain/job.h"
 #include "ctrain/train.h"
@@ -41,7 +43,7 @@ typedef struct ct_mirrored_result {
 
 /* CT_OK when this build has the mirrored strategy (it was built with Open MPI); otherwise
  * CT_EUNSUPPORTED with a one-line message that says what to install. Needs no MPI; thread-safe. */
-ct_status ct_mirrored_check_build(ct_err *err);
+CT_API ct_status ct_mirrored_check_build(ct_err *err);
 
 /* Trains job on the MPI ranks of MPI_COMM_WORLD (MPI initialized by the caller with at least
  * MPI_THREAD_FUNNELED); `spec` is checked against MPI's view (CT_EINVAL when they disagree).
@@ -49,29 +51,31 @@ ct_status ct_mirrored_check_build(ct_err *err);
  * raised (the chief saved a checkpoint); CT_ETIMEDOUT with ret->stalled for a stall; CT_EPEER
  * for another rank's failure to start or a failed replica check; CT_EUNSUPPORTED in a build
  * without MPI; the data, checkpoint and training statuses otherwise. */
-ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
-                            const ct_mirrored_options *opts, ct_mirrored_result *ret, ct_err *err);
+CT_API ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
+                                   const ct_mirrored_options *opts, ct_mirrored_result *ret,
+                                   ct_err *err);
 
 /* ---- for benchmarks only (scripts/bench/allreduce.c; builds with MPI) ---- */
 
 /* The ring all-reduce on its own: sums `count` floats in place across all ranks in buckets of
  * bucket_bytes, started back to back and then waited (what a step does). Collective; no stall
  * detection. CT_ENOMEM. */
-ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err);
+CT_API ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes,
+                                       ct_err *err);
 
 /* The shared-memory all-reduce on its own (the engine the strategy uses when every rank is on
  * one node; the gradients then live in its window): `count` floats per rank, summed in place in
  * buckets of bucket_bytes posted back to back and completed, as a step does. create:
  * collective; CT_EUNSUPPORTED when the ranks do not share a node. */
 typedef struct ct_shared_allreduce ct_shared_allreduce;
-ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes, ct_shared_allreduce **ret,
-                                     ct_err *err);
+CT_API ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes,
+                                            ct_shared_allreduce **ret, ct_err *err);
 /* This rank's buffer (count floats), once every rank has finished reading it in the last run
  * (so it may be written); valid until the next run. */
-float *ct_shared_allreduce_data(ct_shared_allreduce *a);
+CT_API float *ct_shared_allreduce_data(ct_shared_allreduce *a);
 /* One all-reduce of the buffer (collective). */
-void ct_shared_allreduce_run(ct_shared_allreduce *a);
+CT_API void ct_shared_allreduce_run(ct_shared_allreduce *a);
 /* Collective; accepts NULL. */
-void ct_shared_allreduce_destroy(ct_shared_allreduce *a);
+CT_API void ct_shared_allreduce_destroy(ct_shared_allreduce *a);
 
 #endif

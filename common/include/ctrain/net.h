@@ -18,6 +18,8 @@
 #ifndef CTRAIN_NET_H
 #define CTRAIN_NET_H
 
+#include "ctrain/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,32 +42,33 @@ typedef struct ct_net_keys {
 /* Creates DIR (mode 0700) if needed and writes a fresh key set into it (see above). Refuses
  * (CT_EINVAL) to overwrite an existing server.key or client.key, naming the file. CT_EIO names
  * the file that could not be written. CT_EUNSUPPORTED when libzmq lacks CURVE. */
-ct_status ct_net_keygen(const char *dir, ct_err *err);
+CT_API ct_status ct_net_keygen(const char *dir, ct_err *err);
 
 /* Reads the key set of DIR into *ret (enabled = 1). Every file must be present and hold a
  * 40-character Z85 key; authorized_keys must hold at least one. Errors name the file and the
  * line. dir NULL or "": *ret = {.enabled = 0} (plain TCP). */
-ct_status ct_net_keys_load(const char *dir, ct_net_keys *ret, ct_err *err);
+CT_API ct_status ct_net_keys_load(const char *dir, ct_net_keys *ret, ct_err *err);
 
 /* The process's ZeroMQ context (created on first use, one I/O thread; never destroyed before
  * exit: sockets of several objects share it). NULL when out of memory. Thread-safe. */
-void *ct_net_context(void);
+CT_API void *ct_net_context(void);
 
 /* The ZAP authenticator of a server process: a thread answering ZAP requests on the context's
  * inproc://zeromq.zap.01. Start it before binding CURVE server sockets. `who` names the process
  * in log lines ("ps 1"). With keys->enabled == 0 it does nothing (*ret = NULL is valid). */
 typedef struct ct_net_auth ct_net_auth;
-ct_status ct_net_auth_create(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
-                             ct_err *err);
+CT_API ct_status ct_net_auth_create(const ct_net_keys *keys, const char *who, ct_net_auth **ret,
+                                    ct_err *err);
 /* Connections refused so far (for tests and status lines). */
-uint64_t ct_net_auth_refused(const ct_net_auth *a);
+CT_API uint64_t ct_net_auth_refused(const ct_net_auth *a);
 /* Stops the thread; accepts NULL. */
-void ct_net_auth_destroy(ct_net_auth *a);
+CT_API void ct_net_auth_destroy(ct_net_auth *a);
 
 /* Creates a socket of `type` (ZMQ_ROUTER, ZMQ_DEALER, ...) on the process context with the
  * options every ctrain socket uses (linger 0, unlimited high-water marks, TCP keepalive) and,
  * with keys, CURVE as a server (`server` = 1) or as a client of the job's servers. */
-ct_status ct_net_socket(int type, const ct_net_keys *keys, int server, void **ret, ct_err *err);
+CT_API ct_status ct_net_socket(int type, const ct_net_keys *keys, int server, void **ret,
+                               ct_err *err);
 
 /* Binds `sock` to `address` ("tcp://127.0.0.1:0", "127.0.0.1:0", "*:5555", "host:port"; no
  * scheme means tcp://; port 0 means any free port) and writes the endpoint that others connect
@@ -73,18 +76,19 @@ ct_status ct_net_socket(int type, const ct_net_keys *keys, int server, void **re
  * ret_endpoint. Errors name the address and say why (address in use, unknown host). A CURVE
  * server socket refuses to bind (CT_EINVAL) while no authenticator runs in the process: libzmq
  * 4.3 would otherwise admit every client key. */
-ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_t cap, ct_err *err);
+CT_API ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_t cap,
+                             ct_err *err);
 
 /* Connects `sock` to `address` (same forms as ct_net_bind, without port 0). */
-ct_status ct_net_connect(void *sock, const char *address, ct_err *err);
+CT_API ct_status ct_net_connect(void *sock, const char *address, ct_err *err);
 
 /* Closes a socket (NULL allowed). */
-void ct_net_close(void *sock);
+CT_API void ct_net_close(void *sock);
 
 /* Terminates the process's context at the end of a role, once every socket made by
  * ct_net_socket is closed (and the authenticator stopped): ZeroMQ's threads then finish before
  * exit() runs the libraries' destructors, instead of racing them. Returns 0, or -1 (and does
  * nothing) when a socket is still open. No ct_net_* call may follow. */
-int ct_net_shutdown(void);
+CT_API int ct_net_shutdown(void);
 
 #endif

@@ -3,6 +3,8 @@
 #ifndef CTRAIN_NPZ_H
 #define CTRAIN_NPZ_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
 #include "ctrain/status.h"
@@ -28,7 +30,7 @@ typedef struct ct_named_array {
  * or a file over the 4 GiB / 65535 member limits of a zip without ZIP64; CT_EIO when the file
  * cannot be written (the message names the file and the step: create, write, fsync, rename);
  * CT_ENOMEM. Thread-safe. */
-ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct_err *err);
+CT_API ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct_err *err);
 
 /* Writes `n` arrays as safetensors: an 8-byte little-endian header length, a JSON header of
  * {"__metadata__": {..}, name: {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}}, padded
@@ -37,8 +39,8 @@ ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct
  * tensors in that data order. `metadata_json` is NULL or the text of a JSON object whose values
  * are all strings ({"epoch": "3"}); anything else is CT_EINVAL. Same tmp + fsync + rename and
  * errors as ct_npz_write. Thread-safe. */
-ct_status ct_safetensors_write(const char *path, const ct_named_array *arrays, int n,
-                               const char *metadata_json, ct_err *err);
+CT_API ct_status ct_safetensors_write(const char *path, const ct_named_array *arrays, int n,
+                                      const char *metadata_json, ct_err *err);
 
 /* A .npz read into memory. */
 typedef struct ct_npz ct_npz;
@@ -50,13 +52,13 @@ typedef struct ct_npz ct_npz;
  * zip, truncated, CRC mismatch, bad .npy magic or header) is CT_EINVAL with a one-line message
  * naming the file and the member or byte offset; CT_ENOENT when the file does not exist, CT_EIO
  * when it cannot be read, CT_ENOMEM. Returns an owned ct_npz in *ret. Thread-safe. */
-ct_status ct_npz_create(const char *path, ct_npz **ret, ct_err *err);
+CT_API ct_status ct_npz_create(const char *path, ct_npz **ret, ct_err *err);
 
 /* The arrays in zip order; names are the member names without the ".npy" suffix. The pointers
  * live as long as `z`. ct_npz_find returns NULL when there is no array named `name`. */
-int ct_npz_count(const ct_npz *z);
-const ct_named_array *ct_npz_get(const ct_npz *z, int i);
-const ct_named_array *ct_npz_find(const ct_npz *z, const char *name);
-void ct_npz_destroy(ct_npz *z);
+CT_API int ct_npz_count(const ct_npz *z);
+CT_API const ct_named_array *ct_npz_get(const ct_npz *z, int i);
+CT_API const ct_named_array *ct_npz_find(const ct_npz *z, const char *name);
+CT_API void ct_npz_destroy(ct_npz *z);
 
 #endif

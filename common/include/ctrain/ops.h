@@ -10,6 +10,8 @@
 #ifndef CTRAIN_OPS_H
 #define CTRAIN_OPS_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
 #define CT_MAX_INPUTS 8
@@ -96,8 +98,8 @@ typedef struct ct_attrs {
 } ct_attrs;
 
 /* Returns the op's name as in the list ("matmul"). */
-const char *ct_op_name(ct_op op);
+CT_API const char *ct_op_name(ct_op op);
 /* Returns 1 when the op has a gradient builder. */
-int ct_op_differentiable(ct_op op);
+CT_API int ct_op_differentiable(ct_op op);
 
 #endif

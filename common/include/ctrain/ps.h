@@ -16,6 +16,8 @@
 #ifndef CTRAIN_PS_H
 #define CTRAIN_PS_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -52,17 +54,17 @@ typedef struct ct_ps_plan {
 
 /* Makes the plan for the trainable parameters of p over n_servers servers; max_shard_bytes 0
  * means the fair share. CT_EINVAL when n_servers < 1. Free with ct_ps_plan_finish. */
-ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_bytes,
-                          ct_ps_plan *ret, ct_err *err);
-void ct_ps_plan_finish(ct_ps_plan *plan);
+CT_API ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_bytes,
+                                 ct_ps_plan *ret, ct_err *err);
+CT_API void ct_ps_plan_finish(ct_ps_plan *plan);
 /* One line describing the balance: "2 servers, 5 shards: ps 0 50.2 KB (50.1%), ps 1 ...;
  * imbalance 1.01 (largest / mean)". */
-void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap);
+CT_API void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap);
 
 /* A 64-bit id of the job's fields that every role must agree on (model, optimizer, seed, batch
  * size, epochs, data limits, strategy), not of the paths or thread counts that may differ per
  * machine. */
-uint64_t ct_ps_job_id(const ct_job *job);
+CT_API uint64_t ct_ps_job_id(const ct_job *job);
 
 /* ---- which task this process is ---- */
 
@@ -94,11 +96,12 @@ typedef struct ct_ps_task {
  * a server or worker has an index and knows the chief, and loads the keys (f->keys overrides
  * job->ps.keys). `role` names the binary in messages. CT_EINVAL with a one-line message that
  * says how to fix it; *ret is owned on success (ct_ps_task_finish). */
-ct_status ct_ps_task_init(const char *role, int type, int any_task, const ct_ps_task_flags *f,
-                          ct_job *job, ct_ps_task *ret, ct_err *err);
+CT_API ct_status ct_ps_task_init(const char *role, int type, int any_task,
+                                 const ct_ps_task_flags *f, ct_job *job, ct_ps_task *ret,
+                                 ct_err *err);
 /* Starts the CURVE authenticator of a chief or server (nothing for a worker). */
-ct_status ct_ps_task_listen(ct_ps_task *t, ct_err *err);
+CT_API ct_status ct_ps_task_listen(ct_ps_task *t, ct_err *err);
 /* Stops the authenticator and frees the keys and the cluster; accepts a zeroed task. */
-void ct_ps_task_finish(ct_ps_task *t);
+CT_API void ct_ps_task_finish(ct_ps_task *t);
 
 #endif

@@ -4,6 +4,8 @@
 #ifndef CTRAIN_REPORT_H
 #define CTRAIN_REPORT_H
 
+#include "ctrain/api.h"
+
 #include <stddef.h>
 
 #include "ctrain/train.h"
@@ -12,11 +14,11 @@
  * samples_per_s=R input_wait=W%" into buf (cap bytes, NUL-terminated, no newline). The
  * input_wait field is left out when p->input_wait_fraction is negative (a driver that does not
  * measure it). Returns the length snprintf would have written. Thread-safe. */
-int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p);
+CT_API int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p);
 
 /* Writes "done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R" and,
  * when extra is not NULL or empty, " " and extra ("replicas=2", "ps=1 workers=2") into buf (no
  * newline). Returns the length snprintf would have written. Thread-safe. */
-int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const char *extra);
+CT_API int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const char *extra);
 
 #endif

@@ -4,6 +4,8 @@
 #ifndef CTRAIN_ROLE_H
 #define CTRAIN_ROLE_H
 
+#include "ctrain/api.h"
+
 #include "ctrain/ps.h"
 #include "ctrain/status.h"
 
@@ -22,6 +24,6 @@ typedef struct ct_role_flags {
  * the rest is not checked. CT_EINVAL with a message naming the flag ("--rank needs a
  * non-negative integer, got 'x'", "unknown or incomplete option '--bogus' (see --help)",
  * "--job is required (see --help)"). Thread-safe. */
-ct_status ct_role_flags_parse(int argc, char **argv, ct_role_flags *ret, ct_err *err);
+CT_API ct_status ct_role_flags_parse(int argc, char **argv, ct_role_flags *ret, ct_err *err);
 
 #endif

@@ -3,6 +3,8 @@
 #ifndef CTRAIN_STATUS_H
 #define CTRAIN_STATUS_H
 
+#include "ctrain/api.h"
+
 #include <stddef.h>
 
 #define CT_STATUS_LIST(X)                                                                          \
@@ -31,10 +33,10 @@ typedef enum ct_status {
 
 /* Returns a static English description of `status` ("unknown status" for other values).
  * Thread-safe. */
-const char *ct_status_str(ct_status status);
+CT_API const char *ct_status_str(ct_status status);
 
 /* Returns the symbolic name of `status` ("EINVAL"). Thread-safe. */
-const char *ct_status_name(ct_status status);
+CT_API const char *ct_status_name(ct_status status);
 
 /* A status plus a message for a person that names what and where ("job.yaml:12: model.layers[2]:
  * dense.units must be > 0"). Functions take it as an optional last parameter (NULL allowed). */
@@ -45,20 +47,20 @@ typedef struct ct_err {
 
 /* Records `code` and a printf-style message in `err` (if not NULL); returns `code` so that a
  * caller can write `return ct_err_set(err, CT_EINVAL, "...")`. Thread-safe per `err`. */
-ct_status ct_err_set(ct_err *err, ct_status code, const char *fmt, ...)
+CT_API ct_status ct_err_set(ct_err *err, ct_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Prepends "prefix: " to the message in `err` (no message change for NULL) and returns `code`,
  * the status of the failure being reported, whether or not `err` is NULL, so that a caller can
  * write `return ct_err_prefix(err, st, "...")`. Thread-safe per `err`. */
-ct_status ct_err_prefix(ct_err *err, ct_status code, const char *fmt, ...)
+CT_API ct_status ct_err_prefix(ct_err *err, ct_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* The exit code a role binary maps `status` to: 0 for CT_OK; for CT_EINTR 143 when the stop came
  * from SIGTERM (stop_signal) and 130 otherwise; 2 for bad input (CT_EINVAL); 3 for a stalled
  * collective (CT_ETIMEDOUT from the mirrored strategy's stall detection: pass stalled = 1);
  * 1 for every other failure. Thread-safe. */
-int ct_exit_code(ct_status status, int stop_signal, int stalled);
+CT_API int ct_exit_code(ct_status status, int stop_signal, int stalled);
 
 /* Broken invariants (programmer errors) abort with file and line; runtime conditions never use
  * this, they return a status. */
@@ -76,7 +78,7 @@ typedef enum ct_log_level { CT_LOG_ERROR, CT_LOG_WARN, CT_LOG_INFO, CT_LOG_DEBUG
 typedef void (*ct_log_sink)(ct_log_level level, const char *msg, void *user);
 
 /* Sets the log level and sink (NULL sink: messages are dropped). Not thread-safe: call at start. */
-void ct_log_set(ct_log_level level, ct_log_sink sink, void *user);
-void ct_log(ct_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+CT_API void ct_log_set(ct_log_level level, ct_log_sink sink, void *user);
+CT_API void ct_log(ct_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

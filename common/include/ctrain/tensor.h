@@ -3,6 +3,8 @@
 #ifndef CTRAIN_TENSOR_H
 #define CTRAIN_TENSOR_H
 
+#include "ctrain/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,20 +31,20 @@ typedef struct ct_tensor {
 } ct_tensor;
 
 /* Size in bytes of one element of `dtype`. */
-size_t ct_dtype_size(ct_dtype dtype);
-const char *ct_dtype_name(ct_dtype dtype);
+CT_API size_t ct_dtype_size(ct_dtype dtype);
+CT_API const char *ct_dtype_name(ct_dtype dtype);
 
 /* Builds a shape from `rank` dims (rank <= CT_MAX_DIMS). */
-ct_shape ct_shape_make(int rank, const int64_t *dims);
+CT_API ct_shape ct_shape_make(int rank, const int64_t *dims);
 /* Number of elements (1 for rank 0). */
-int64_t ct_shape_numel(const ct_shape *shape);
-int ct_shape_equal(const ct_shape *a, const ct_shape *b);
+CT_API int64_t ct_shape_numel(const ct_shape *shape);
+CT_API int ct_shape_equal(const ct_shape *a, const ct_shape *b);
 /* Writes "[60, 28, 28, 1]" into buf (always NUL-terminated); returns buf. */
-char *ct_shape_str(const ct_shape *shape, char *buf, size_t size);
+CT_API char *ct_shape_str(const ct_shape *shape, char *buf, size_t size);
 
 /* Sets dtype and shape and contiguous strides; leaves data alone. */
-void ct_tensor_set_shape(ct_tensor *t, ct_dtype dtype, const ct_shape *shape);
-int64_t ct_tensor_numel(const ct_tensor *t);
-size_t ct_tensor_bytes(const ct_tensor *t);
+CT_API void ct_tensor_set_shape(ct_tensor *t, ct_dtype dtype, const ct_shape *shape);
+CT_API int64_t ct_tensor_numel(const ct_tensor *t);
+CT_API size_t ct_tensor_bytes(const ct_tensor *t);
 
 #endif

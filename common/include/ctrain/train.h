@@ -5,6 +5,8 @@
 #ifndef CTRAIN_TRAIN_H
 #define CTRAIN_TRAIN_H
 
+#include "ctrain/api.h"
+
 #include <stdint.h>
 
 #include "ctrain/data.h"
@@ -55,41 +57,43 @@ typedef struct ct_train_result {
 
 /* Creates a trainer for `job`: CPU backend with job->threads, the model (validated), the
  * optimizer. Loads no data. */
-ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err);
-void ct_trainer_destroy(ct_trainer *t);
+CT_API ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err);
+CT_API void ct_trainer_destroy(ct_trainer *t);
 
 /* ct_job_load + ct_trainer_create in one call (for embedding users and language bindings). */
-ct_status ct_trainer_load(const char *job_path, const char *const *sets, int n_sets,
-                          ct_trainer **ret, ct_err *err);
+CT_API ct_status ct_trainer_load(const char *job_path, const char *const *sets, int n_sets,
+                                 ct_trainer **ret, ct_err *err);
 
 /* Copies parameter `name` ("dense_1/kernel") out of / into the model; n must be its size. */
-ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n, ct_err *err);
-ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src, int64_t n,
-                               ct_err *err);
+CT_API ct_status ct_trainer_get_param(ct_trainer *t, const char *name, float *dst, int64_t n,
+                                      ct_err *err);
+CT_API ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src, int64_t n,
+                                      ct_err *err);
 
-ct_model *ct_trainer_model(ct_trainer *t);
-ct_params *ct_trainer_params(ct_trainer *t);
+CT_API ct_model *ct_trainer_model(ct_trainer *t);
+CT_API ct_params *ct_trainer_params(ct_trainer *t);
 
 /* One optimizer step on a batch: x is [batch, input...] f32, y is [batch] i32 labels. Returns the
  * batch loss and accuracy before the update. Labels must be in [0, outputs): CT_EINVAL otherwise.
  * NaN/Inf gradients: CT_ENUMERIC naming the step and the variable. */
-ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
-                          float *ret_loss, float *ret_accuracy, ct_err *err);
+CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                 float *ret_loss, float *ret_accuracy, ct_err *err);
 
 /* Forward pass only (inference mode) over n examples in batches of job->eval_batch_size;
  * returns the mean loss and accuracy. */
-ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
-                              double *ret_loss, double *ret_accuracy, ct_err *err);
+CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
+                                     double *ret_loss, double *ret_accuracy, ct_err *err);
 
 /* Logits of a forward pass in inference mode: out is [batch, outputs]. */
-ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out, ct_err *err);
+CT_API ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out,
+                                    ct_err *err);
 
 /* Trains job->epochs epochs over `train` (shuffled per epoch from the job seed, prefetched),
  * evaluating on `eval` (may be NULL) after each epoch. `progress` may be NULL. `stop` (may be
  * NULL) is polled between steps: when it becomes non-zero the loop ends early with CT_EINTR. */
-ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_dataset *eval,
-                         ct_progress_fn progress, void *user, volatile int *stop,
-                         ct_train_result *ret, ct_err *err);
+CT_API ct_status ct_trainer_fit(ct_trainer *t, const ct_dataset *train, const ct_dataset *eval,
+                                ct_progress_fn progress, void *user, volatile int *stop,
+                                ct_train_result *ret, ct_err *err);
 
 /* Graph kinds of ct_trainer_step_graph: evaluation (loss, accuracy), a training step, and
  * prediction (logits only). */
@@ -97,35 +101,37 @@ enum { CT_GRAPH_EVAL = 0, CT_GRAPH_TRAIN = 1, CT_GRAPH_PREDICT = 2 };
 
 /* The compiled graph the trainer runs for (batch, kind: CT_GRAPH_*), built on first use; owned
  * by the trainer, valid until the trainer is destroyed or evicts it. For `ctrain graph`. */
-ct_status ct_trainer_step_graph(ct_trainer *t, int64_t batch, int training, ct_graph **ret,
-                                ct_err *err);
+CT_API ct_status ct_trainer_step_graph(ct_trainer *t, int64_t batch, int training, ct_graph **ret,
+                                       ct_err *err);
 
 /* ---- checkpoints (see checkpoint.h) ---- */
 struct ct_ckpt;
 
 /* Makes fit save into dir (every checkpoint.every_steps steps, at the end, and when *stop is
  * raised) with job_text (the job file and its overrides) inside each checkpoint. NULL dir: off. */
-ct_status ct_trainer_set_checkpointing(ct_trainer *t, const char *dir, const char *job_text,
-                                       ct_err *err);
+CT_API ct_status ct_trainer_set_checkpointing(ct_trainer *t, const char *dir, const char *job_text,
+                                              ct_err *err);
 /* Saves the run's state now: parameters, optimizer slots, step, epoch, batch within the epoch,
  * seed and job text. ret_path (PATH_MAX bytes, may be NULL) gets the file. */
-ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err);
+CT_API ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err);
 /* Restores a checkpoint read from `path` (names and shapes checked; the seed and batch size must
  * match the job). The next fit continues at the saved epoch and batch. */
-ct_status ct_trainer_restore(ct_trainer *t, const struct ct_ckpt *c, const char *path, ct_err *err);
+CT_API ct_status ct_trainer_restore(ct_trainer *t, const struct ct_ckpt *c, const char *path,
+                                    ct_err *err);
 /* Restores the newest good checkpoint of dir, if any (*resumed = 1); corrupt files are passed
  * over and reported through warn. */
-ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
-                            void (*warn)(const char *msg, void *user), void *user, ct_err *err);
+CT_API ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
+                                   void (*warn)(const char *msg, void *user), void *user,
+                                   ct_err *err);
 /* Makes fit write logs into run_dir: TensorBoard runs train/ (loss, accuracy, learning rate,
  * steps/s, samples/s, input-wait fraction every logs.every_steps steps; weight and gradient
  * histograms every logs.histogram_every_steps; the job text; the step graph) and validation/
  * (end-of-epoch test loss and accuracy), and metrics.jsonl (one JSON object per logged step and
  * per epoch). Call after ct_trainer_set_checkpointing so the job text is known. */
-ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err);
+CT_API ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err);
 /* The last checkpoint written or restored ("" if none). */
-const char *ct_trainer_last_checkpoint(const ct_trainer *t);
-int64_t ct_trainer_step_count(const ct_trainer *t);
+CT_API const char *ct_trainer_last_checkpoint(const ct_trainer *t);
+CT_API int64_t ct_trainer_step_count(const ct_trainer *t);
 
 /* ---- data parallelism ---- */
 
@@ -154,20 +160,21 @@ typedef struct ct_grad_reducer {
 
 /* Makes steps reduce gradients through r (borrowed), and fit read shard `index` of `count` of
  * each global batch. With a reducer the executor runs nodes in order on one thread. */
-void ct_trainer_set_data_parallel(ct_trainer *t, const ct_grad_reducer *r, int index, int count);
+CT_API void ct_trainer_set_data_parallel(ct_trainer *t, const ct_grad_reducer *r, int index,
+                                         int count);
 /* One step on a local batch (size 0 allowed: the replica contributes no gradient) that is part
  * of a global batch of global_n examples. */
-ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
-                                int64_t global_n, float *ret_loss, float *ret_accuracy,
-                                ct_err *err);
+CT_API ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
+                                       int64_t batch, int64_t global_n, float *ret_loss,
+                                       float *ret_accuracy, ct_err *err);
 /* Copies the run position (step, epoch, batch in the epoch) in and out, for broadcasting a
  * restored state to the other replicas. */
-void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]);
-void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]);
-struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
+CT_API void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]);
+CT_API void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]);
+CT_API struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
 /* Sets what fit would: the training set's size and the run's planned steps (stored in
  * checkpoints; the evaluator stops after the checkpoint of the last step). For drivers that
  * run steps themselves (the parameter-server chief). */
-void ct_trainer_set_run(ct_trainer *t, int64_t dataset_n, int64_t total_steps);
+CT_API void ct_trainer_set_run(ct_trainer *t, int64_t dataset_n, int64_t total_steps);
 
 #endif
