@@ -60,6 +60,7 @@ def test_wire_decoder_under_libfuzzer(tmp_path):
            os.path.join(ROOT, "common", "src", "net", "wire.c"),
            os.path.join(BUILD, "common", "ps.pb-c.c"),
            os.path.join(ROOT, "common", "src", "core", "status.c"),
+           os.path.join(ROOT, "common", "src", "core", "clock.c"),
            "-lprotobuf-c", "-lzmq", "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
