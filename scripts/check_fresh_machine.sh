@@ -71,7 +71,7 @@ timings=()
 
 say() { echo "check_fresh_machine: $*"; }
 
-# Every mount under a folder, deepest first, then the folder itself (unless --keep).
+# Unmounts every mount at or under a folder, deepest first.
 unmount_under() {
     local dir mounts m
     dir=$(realpath -m "$1")
@@ -83,7 +83,7 @@ unmount_under() {
 }
 # Ends the processes still running inside a root (a command interrupted), by their ids.
 stop_processes_in() {
-    local root pids p
+    local root pids p signal
     root=$(realpath -m "$1")
     for signal in TERM KILL; do
         pids=()
