@@ -71,7 +71,7 @@ timings=()
 
 say() { echo "check_fresh_machine: $*"; }
 
-# Every mount under a folder, deepest first, then the folder itself (unless --keep).
+# Unmounts every mount at or under a folder, deepest first.
 unmount_under() {
     local dir mounts m
     dir=$(realpath -m "$1")
@@ -81,8 +81,23 @@ unmount_under() {
         umount "$m" 2>/dev/null || umount -l "$m" || say "could not unmount $m"
     done
 }
+# Ends the processes still running inside a root (a command interrupted), by their ids.
+stop_processes_in() {
+    local root pids p signal
+    root=$(realpath -m "$1")
+    for signal in TERM KILL; do
+        pids=()
+        for p in /proc/[0-9]*; do
+            [[ "$(readlink "$p/root" 2>/dev/null)" == "$root" ]] && pids+=("${p#/proc/}")
+        done
+        ((${#pids[@]})) || return 0
+        kill -s "$signal" "${pids[@]}" 2>/dev/null || true
+        sleep 2
+    done
+}
 # Unmounts everything in a root and removes it (or, with --keep, says where it is).
 drop_root() {
+    stop_processes_in "$1"
     unmount_under "$1"
     if ((keep)); then
         say "kept $1"
@@ -99,8 +114,8 @@ cleanup() {
     return "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM
 
 # phase NAME COMMAND...: runs COMMAND (in a subshell with errexit on: a function stops at its
 # first failing command) with its output in a log, times it; on failure prints the end of the

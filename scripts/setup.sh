@@ -40,12 +40,11 @@ step() {
     fi
 }
 
-# Building and training. ctrain train --replicas starts mpirun, which needs an rsh agent to exist
-# even on one node (openssh-client); gcc's Recommends (libc6-dev) are named, as apt-get is told
-# --no-install-recommends.
+# Building and training. gcc only recommends libc6-dev, and apt-get is told
+# --no-install-recommends, so it is named.
 packages=(gcc libc6-dev pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev
-          libyaml-dev protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev
-          openssh-client libzmq3-dev dataset-fashion-mnist)
+          libyaml-dev protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev libzmq3-dev
+          dataset-fashion-mnist)
 if ((tests)); then
     # Every program the tests call: python3 with torch, numpy, pytest and zmq (the raw-message
     # tests), the venv module, pgrep (procps), clang and compiler-rt (libFuzzer), mpirun, meson,
