@@ -1,6 +1,6 @@
 /* ctrain-evaluator: evaluates each new checkpoint of a job once and writes the eval run. A thin
  * main: flags, the job, ct_evaluator_run, exit code (0 after the final checkpoint, 1 on a
- * runtime failure or timeout, 2 on bad input, 130 interrupted). */
+ * runtime failure or timeout, 2 on bad input, 130 SIGINT, 143 SIGTERM). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +10,10 @@
 #include "evaluator.h"
 
 static volatile int stop_requested = 0;
+static volatile int stop_signal = 0;
 
 static void on_signal(int sig) {
-    (void)sig;
+    stop_signal = sig;
     stop_requested = 1;
 }
 
@@ -52,7 +53,7 @@ static void usage(FILE *f) {
             "  --set KEY=VALUE       override a job field (repeatable)\n"
             "  -h, --help            show this help\n"
             "exit codes: 0 final checkpoint evaluated, 1 runtime failure or timeout, 2 bad input,\n"
-            "130 interrupted\n");
+            "130 SIGINT, 143 SIGTERM\n");
 }
 
 int main(int argc, char **argv) {
@@ -110,7 +111,7 @@ int main(int argc, char **argv) {
     ct_status st = ct_evaluator_run(&job, &o, &r, &err);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-evaluator: %s\n", err.msg);
-        return st == CT_EINTR ? 130 : (st == CT_EINVAL ? 2 : 1);
+        return ct_exit_code(st, stop_signal, 0);
     }
     fprintf(stderr,
             "ctrain-evaluator: evaluated %d checkpoints; final step %lld: loss %.6f "

@@ -229,3 +229,11 @@ def test_libctrain_exports_only_the_public_api():
     assert not [s for s in exported if "protobuf" in s or s.startswith("ctrain__")]
     assert exported - declared == set(), sorted(exported - declared)[:10]
     assert declared - exported == set(), sorted(declared - exported)[:10]
+
+
+def test_the_parameter_server_binary_links_no_mpi():
+    """ctrain-ps holds the server only: no MPI library among its dependencies."""
+    ps = os.path.join(os.path.dirname(os.path.dirname(CTRAIN)), "ps", "ctrain-ps")
+    r = subprocess.run(["ldd", ps], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "libzmq" in r.stdout and "libmpi" not in r.stdout, r.stdout

@@ -137,3 +137,19 @@ def test_a_log_write_failure_is_reported_once_and_training_goes_on(tmp_path):
     assert len(errors) == 1, r.stderr
     assert errors[0].startswith("ctrain: ") and "metrics.jsonl" in errors[0], errors[0]
     assert "done: epochs=1" in r.stdout, r.stdout
+
+
+def test_evaluator_exit_codes_follow_the_signal(tmp_path):
+    """Like every role: 130 after SIGINT, 143 after SIGTERM (one map, ct_exit_code)."""
+    import signal
+    import time
+    job = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        ev = subprocess.Popen([EVALUATOR, "--job", job, "--timeout", "60", "--poll", "0.1",
+                               "--checkpoint-dir", str(tmp_path / "none"),
+                               "--run-dir", str(tmp_path / f"eval{code}")],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        ev.send_signal(sig)
+        out, err = ev.communicate(timeout=60)
+        assert ev.returncode == code, (sig, ev.returncode, err)
