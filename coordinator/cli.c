@@ -1,0 +1,100 @@
+/* The standalone launcher's flags and signals (see cli.h). */
+#include "cli.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile int cli_stop_requested = 0;
+volatile int cli_stop_signal = 0;
+
+static void on_signal(int sig) {
+    cli_stop_signal = sig;
+    cli_stop_requested = 1;
+}
+
+void cli_catch_signals(void) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+}
+
+int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return -1;
+        } else if (!strcmp(a, "--set") || !strcmp(a, "--threads")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: %s needs a value (see --help)\n", a);
+                return EXIT_BAD_INPUT;
+            }
+            if (c->n_sets >= MAX_SETS) {
+                fprintf(stderr, "ctrain: too many --set options (at most %d)\n", MAX_SETS);
+                return EXIT_BAD_INPUT;
+            }
+            if (!strcmp(a, "--threads")) {
+                snprintf(c->threads_set, sizeof c->threads_set, "train.threads=%s", argv[++i]);
+                c->sets[c->n_sets++] = c->threads_set;
+            } else {
+                c->sets[c->n_sets++] = argv[++i];
+            }
+        } else if (!strncmp(a, "--set=", 6)) {
+            c->sets[c->n_sets++] = a + 6;
+        } else if (!strcmp(a, "--eager")) {
+            c->sets[c->n_sets++] = "train.eager=true";
+        } else if (!strcmp(a, "--quiet")) {
+            c->quiet = 1;
+        } else if (!strcmp(a, "--no-resume")) {
+            c->no_resume = 1;
+        } else if (!strcmp(a, "--replicas")) {
+            char *end = NULL;
+            long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || *end || n < 1 || n > 4096) {
+                fprintf(stderr, "ctrain: --replicas needs a count from 1 to 4096\n");
+                return EXIT_BAD_INPUT;
+            }
+            c->replicas = (int)n;
+            i++;
+        } else if (!strcmp(a, "--ps") || !strcmp(a, "--workers")) {
+            char *end = NULL;
+            int max = !strcmp(a, "--ps") ? 64 : 1024;
+            long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || *end || n < 1 || n > max) {
+                fprintf(stderr, "ctrain: %s needs a count from 1 to %d\n", a, max);
+                return EXIT_BAD_INPUT;
+            }
+            *(!strcmp(a, "--ps") ? &c->ps : &c->workers) = (int)n;
+            i++;
+        } else if (!strcmp(a, "--straggler")) {
+            char *end = NULL;
+            c->straggler = i + 1 < argc ? strtod(argv[i + 1], &end) : 0.0;
+            if (!end || *end || !(c->straggler >= 1.0 && c->straggler <= 1000.0)) {
+                fprintf(stderr, "ctrain: --straggler needs a slowdown factor from 1 to 1000\n");
+                return EXIT_BAD_INPUT;
+            }
+            i++;
+        } else if (!strcmp(a, "--init-from")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrain: --init-from needs a .npz file (see --help)\n");
+                return EXIT_BAD_INPUT;
+            }
+            c->init_from = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "ctrain: unknown option '%s' (see --help)\n", a);
+            return EXIT_BAD_INPUT;
+        } else if (!c->job_path) {
+            c->job_path = a;
+        } else {
+            fprintf(stderr, "ctrain: unexpected argument '%s' (one job file at most)\n", a);
+            return EXIT_BAD_INPUT;
+        }
+    }
+    if (!c->job_path) {
+        c->job_path = access("examples/fashion_mnist_mlp.yaml", R_OK) == 0
+                          ? "examples/fashion_mnist_mlp.yaml"
+                          : CT_DEFAULT_JOB;
+    }
+    return 0;
+}

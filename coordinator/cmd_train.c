@@ -1,0 +1,440 @@
+/* ctrain train: a job on this machine, in this process (graph or eager mode), as N mirrored
+ * ranks under mpirun (--replicas), or as a local parameter-server cluster (--ps/--workers). It
+ * prints the progress bar or the epoch lines and the done line, and maps the status to the exit
+ * code (0, 1 runtime failure, 2 bad input, 130 SIGINT, 143 SIGTERM). */
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_cmd.h"
+#include "cli.h"
+#include "ctrain/ctrain.h"
+#include "ctrain/mirrored.h"
+#include "ctrain/net.h"
+#include "ctrain/npz.h"
+#include "ctrain/report.h"
+#include "ps_launch.h"
+
+static void train_usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: ctrain train [JOB.yaml] [options]\n"
+        "\n"
+        "Trains JOB (YAML or JSON; default %s) and evaluates on data.eval after each epoch.\n"
+        "\n"
+        "options:\n"
+        "  --set KEY=VALUE   override a job field by its dotted name, e.g. --set train.epochs=1,\n"
+        "                    --set model.layers[1].dense.units=64 (repeatable)\n"
+        "  --eager           run op by op instead of the compiled graph\n"
+        "                    (= --set train.eager=true)\n"
+        "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
+        "  --quiet           print only the final summary line\n"
+        "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
+        "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
+        "                    ignored when the run resumes from its own checkpoint\n"
+        "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
+        "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
+        "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
+        "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
+        "                    restarted if they die (strategy.mode: sync or async)\n"
+        "  --straggler F     benchmarks: worker 0 runs F times slower (with --ps/--workers)\n"
+        "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
+        "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
+        "  -h, --help        show this help\n"
+        "\n"
+        "Checkpoints go to checkpoint.dir (default RUN_DIR/checkpoints) every\n"
+        "checkpoint.every_steps steps and at the end; a run whose directory holds one resumes\n"
+        "from it (exactly: same weights, optimizer state, step and data position). SIGINT and\n"
+        "SIGTERM save a checkpoint before exiting.\n"
+        "\n"
+        "The last line printed is a stable summary for scripts:\n"
+        "  done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R\n"
+        "exit codes: 0 success, 1 runtime failure, 2 bad input (job, flags, data, checkpoint),\n"
+        "130 interrupted by SIGINT, 143 stopped by SIGTERM (both after saving a checkpoint)\n",
+        CT_DEFAULT_JOB);
+}
+
+typedef struct progress_state {
+    int tty;
+    int quiet;
+    double last_draw;
+} progress_state;
+
+static void print_progress(const ct_train_progress *p, void *user) {
+    progress_state *s = user;
+    if (s->quiet) {
+        return;
+    }
+    if (!p->end_of_epoch) {
+        if (!s->tty || (p->step != p->steps && p->step % 20 != 0)) {
+            return;
+        }
+        int width = 30, filled = (int)(width * p->step / (p->steps ? p->steps : 1));
+        char bar[64];
+        for (int i = 0; i < width; i++) {
+            bar[i] = i < filled ? '=' : (i == filled ? '>' : '.');
+        }
+        bar[width] = '\0';
+        printf("\repoch %d/%d %6lld/%lld [%s] loss %.4f accuracy %.4f %.0f samples/s ETA %.0fs ",
+               p->epoch + 1, p->epochs, (long long)p->step, (long long)p->steps, bar, p->loss,
+               p->accuracy, p->samples_per_s, p->eta_s);
+        fflush(stdout);
+        return;
+    }
+    char line[512];
+    ct_format_epoch_line(line, sizeof line, p);
+    printf("%s%s\n", s->tty ? "\r\033[K" : "", line);
+    fflush(stdout);
+}
+
+/* The parameter-server chief's notices, as "chief: ..." lines. */
+static void print_chief_notice(const char *line, void *user) {
+    (void)user;
+    printf("chief: %s\n", line);
+    fflush(stdout);
+}
+
+/* The done line with the run's extra fields ("ps=1 workers=2"; NULL: none). */
+static void print_done(const ct_train_result *r, const char *extra) {
+    char line[512];
+    ct_format_done_line(line, sizeof line, r, extra);
+    printf("%s\n", line);
+}
+
+/* Loads one data split; NULL (and a message) on failure. */
+
+static ct_dataset *load_split(const ct_job *job, const ct_data_spec *d, const char *key) {
+    ct_dataset *ds = NULL;
+    ct_err err = {0};
+    if (ct_dataset_load_idx(d->images, d->labels, d->limit, &ds, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s: %s: %s\n", job->path, key, err.msg);
+        return NULL;
+    }
+    int64_t want = 1;
+    for (int k = 0; k < job->input_rank; k++) {
+        want *= job->input_shape[k];
+    }
+    if (ds->example_size != want) {
+        char s[96];
+        ct_shape es = ct_shape_make(ds->rank, ds->example_shape);
+        fprintf(stderr,
+                "ctrain: %s: model.input_shape has %lld values per example but %s (%s) has %s "
+                "= %lld\n",
+                job->path, (long long)want, key, d->images, ct_shape_str(&es, s, sizeof s),
+                (long long)ds->example_size);
+        ct_dataset_destroy(ds);
+        return NULL;
+    }
+    return ds;
+}
+
+static void warn_line(const char *msg, void *user) {
+    (void)user;
+    fprintf(stderr, "ctrain: warning: %s\n", msg);
+}
+
+/* Loads every variable of the model from the .npz at path (names and shapes checked). Returns 0
+ * or an exit code. */
+static int init_from(const char *path, ct_trainer *t) {
+    ct_npz *z = NULL;
+    ct_err err = {0};
+    if (ct_npz_create(path, &z, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: --init-from: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    ct_params *p = ct_trainer_params(t);
+    int rc = 0;
+    for (int i = 0; i < p->n && !rc; i++) {
+        const ct_named_array *a = ct_npz_find(z, p->items[i].name);
+        ct_shape want = p->items[i].shape, got = {.rank = a ? a->rank : 0};
+        for (int k = 0; a && k < a->rank && k < CT_MAX_DIMS; k++) {
+            got.dims[k] = a->dims[k];
+        }
+        char sg[96], sw[96];
+        if (!a) {
+            fprintf(stderr,
+                    "ctrain: --init-from %s: no array named '%s' (the model's variables "
+                    "are listed by 'ctrain summary')\n",
+                    path, p->items[i].name);
+            rc = EXIT_BAD_INPUT;
+        } else if (a->dtype != CT_F32 || !ct_shape_equal(&got, &want)) {
+            fprintf(stderr, "ctrain: --init-from %s: '%s' is %s%s, the model needs f32%s\n", path,
+                    p->items[i].name, ct_dtype_name(a->dtype), ct_shape_str(&got, sg, sizeof sg),
+                    ct_shape_str(&want, sw, sizeof sw));
+            rc = EXIT_BAD_INPUT;
+        } else {
+            memcpy(ct_params_data(p, i), a->data, (size_t)p->items[i].size * sizeof(float));
+        }
+    }
+    ct_npz_destroy(z);
+    return rc;
+}
+
+/* The job's checkpoint directory into dir (2048 bytes). */
+static void checkpoint_dir(const ct_job *job, char *dir) {
+    if (job->checkpoint.dir[0]) {
+        snprintf(dir, 2048, "%s", job->checkpoint.dir);
+    } else {
+        snprintf(dir, 2048, "%.2000s/checkpoints", job->run_dir);
+    }
+}
+
+/* --no-resume: moves the old checkpoint directory aside. Returns 0 or an exit code. */
+static int move_aside(const cli *c, const ct_job *job) {
+    char dir[2048], old[2100];
+    checkpoint_dir(job, dir);
+    if (!c->no_resume || access(dir, F_OK) != 0) {
+        return 0;
+    }
+    snprintf(old, sizeof old, "%s.previous-%ld", dir, (long)time(NULL));
+    if (rename(dir, old) != 0) {
+        fprintf(stderr, "ctrain: --no-resume: cannot move %s aside\n", dir);
+        return EXIT_RUNTIME;
+    }
+    if (!c->quiet) {
+        printf("starting over: moved the old checkpoints to %s\n", old);
+    }
+    return 0;
+}
+
+/* Points the trainer at its checkpoint directory and resumes from it unless told not to.
+ * Returns 0 or an exit code. */
+static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, ct_trainer *t) {
+    char dir[2048];
+    ct_err err = {0};
+    checkpoint_dir(job, dir);
+    int moved = move_aside(c, job);
+    if (moved != 0) {
+        return moved;
+    }
+    ct_status st = ct_trainer_set_checkpointing(t, dir, text, &err);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_RUNTIME;
+    }
+    int resumed = 0;
+    if (!c->no_resume && job->checkpoint.resume &&
+        ct_trainer_resume(t, dir, &resumed, warn_line, NULL, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    if (resumed && !c->quiet) {
+        printf("resumed from %s at step %lld\n", ct_trainer_last_checkpoint(t),
+               (long long)ct_trainer_step_count(t));
+    }
+    int64_t pos[3];
+    ct_trainer_get_position(t, pos);
+    if (resumed && (pos[1] >= job->epochs || (job->max_steps > 0 && pos[0] >= job->max_steps))) {
+        fprintf(stderr,
+                "ctrain: %s: the run already finished at step %lld; evaluating only "
+                "(--no-resume trains again)\n",
+                dir, (long long)pos[0]);
+    }
+    if (!resumed && c->init_from) {
+        int rc = init_from(c->init_from, t);
+        if (rc == 0 && !c->quiet) {
+            printf("initialized the variables from %s\n", c->init_from);
+        }
+        return rc;
+    }
+    return 0;
+}
+
+/* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags). */
+static int run_replicas(const cli *c) {
+    ct_err err = {0};
+    if (ct_mirrored_check_build(&err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    char self[PATH_MAX], worker[PATH_MAX + 32];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "ctrain: --replicas: cannot find my own binary\n");
+        return EXIT_RUNTIME;
+    }
+    self[len] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(worker, sizeof worker, "%s/ctrain-worker", self); /* installed side by side */
+    if (access(worker, X_OK) != 0) {
+        snprintf(worker, sizeof worker, "%s/../worker/ctrain-worker", self); /* build tree */
+    }
+    char np[16];
+    snprintf(np, sizeof np, "%d", c->replicas);
+    const char *argv[2 * MAX_SETS + 24];
+    int n = 0;
+    argv[n++] = "mpirun";
+    if (getuid() == 0) {
+        argv[n++] = "--allow-run-as-root";
+    }
+    argv[n++] = "--oversubscribe";
+    argv[n++] = "-np";
+    argv[n++] = np;
+    argv[n++] = worker;
+    argv[n++] = "--job";
+    argv[n++] = c->job_path;
+    argv[n++] = "--set";
+    argv[n++] = "strategy.type=mirrored";
+    for (int i = 0; i < c->n_sets; i++) {
+        argv[n++] = "--set";
+        argv[n++] = c->sets[i];
+    }
+    if (c->no_resume) {
+        argv[n++] = "--no-resume";
+    }
+    if (c->quiet) {
+        argv[n++] = "--quiet";
+    }
+    argv[n] = NULL;
+    fflush(stdout);
+    execvp("mpirun", (char *const *)argv);
+    fprintf(stderr,
+            "ctrain: --replicas %d needs Open MPI's mpirun on PATH (Debian: apt install "
+            "openmpi-bin)\n",
+            c->replicas);
+    return EXIT_RUNTIME;
+}
+
+static void log_line(ct_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    fprintf(stderr, "ctrain: %s\n", msg);
+}
+
+/* --ps M --workers N: the chief here, M servers and N workers as child processes. */
+static int run_local_cluster(cli *c) {
+    if (c->replicas > 1) {
+        fprintf(stderr, "ctrain: --replicas (mirrored) and --ps/--workers (parameter servers) "
+                        "are different strategies: pick one\n");
+        return EXIT_BAD_INPUT;
+    }
+    if (c->n_sets >= MAX_SETS) {
+        fprintf(stderr, "ctrain: too many --set options (at most %d)\n", MAX_SETS);
+        return EXIT_BAD_INPUT;
+    }
+    c->sets[c->n_sets++] = "strategy.type=parameter_server";
+    ct_job job;
+    ct_err err = {0};
+    char *text = NULL;
+    if (ct_job_load_text(c->job_path, c->sets, c->n_sets, &job, &text, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    ct_log_set(CT_LOG_WARN, log_line, NULL);
+    progress_state ps = {.tty = 0, .quiet = c->quiet}; /* the chief reports epoch ends only */
+    ct_train_reporter report = {
+        .progress = print_progress, .notice = print_chief_notice, .user = &ps};
+    ct_local_cluster lc = {.job_path = c->job_path,
+                           .sets = c->sets,
+                           .n_sets = c->n_sets,
+                           .job_text = text,
+                           .n_ps = c->ps > 0 ? c->ps : 1,
+                           .n_workers = c->workers > 0 ? c->workers : 1,
+                           .straggler = c->straggler > 1.0 ? c->straggler : 1.0,
+                           .no_resume = c->no_resume,
+                           .report = c->quiet ? (ct_train_reporter){0} : report,
+                           .stop = &cli_stop_requested};
+    if (move_aside(c, &job) != 0) {
+        free(text);
+        return EXIT_RUNTIME;
+    }
+    ct_train_result r;
+    ct_status st = ct_run_local_cluster(&lc, &job, &r, &err);
+    free(text);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return ct_exit_code(st, cli_stop_signal, 0);
+    }
+    char extra[64];
+    snprintf(extra, sizeof extra, "ps=%d workers=%d", lc.n_ps, lc.n_workers);
+    print_done(&r, extra);
+    return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+    /* from the start: a signal during loading stops the run cleanly instead of killing it */
+    cli_catch_signals();
+    cli c = {0};
+    int rc = cli_parse_flags(argc, argv, &c, train_usage);
+    if (rc) {
+        return rc < 0 ? 0 : rc;
+    }
+    ct_log_set(CT_LOG_WARN, log_line, NULL); /* the library's warnings (a log file that failed) */
+    if (c.replicas > 1) {
+        return run_replicas(&c);
+    }
+    if (c.ps > 0 || c.workers > 0) {
+        return run_local_cluster(&c);
+    }
+    ct_job job;
+    ct_err err = {0};
+    char *text = NULL;
+    if (ct_job_load_text(c.job_path, c.sets, c.n_sets, &job, &text, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        return EXIT_BAD_INPUT;
+    }
+    ct_trainer *t = NULL;
+    ct_dataset *train = NULL, *eval = NULL;
+    rc = EXIT_BAD_INPUT;
+    if (ct_trainer_create(&job, &t, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        goto done;
+    }
+    if (!(train = load_split(&job, &job.train_data, "data.train")) ||
+        (job.has_eval_data && !(eval = load_split(&job, &job.eval_data, "data.eval")))) {
+        goto done;
+    }
+    int64_t outputs = ct_model_output_size(ct_trainer_model(t));
+    if (train->n_classes > outputs || (eval && eval->n_classes > outputs)) {
+        fprintf(stderr,
+                "ctrain: %s: the data has %d classes but the model outputs %lld scores "
+                "(set the last dense layer's units to at least %d)\n",
+                job.path,
+                eval && eval->n_classes > train->n_classes ? eval->n_classes : train->n_classes,
+                (long long)outputs, train->n_classes);
+        goto done;
+    }
+    if (!c.quiet) {
+        const ct_params *p = ct_trainer_params(t);
+        int64_t count = 0;
+        for (int i = 0; i < p->n; i++) {
+            count += p->items[i].trainable ? p->items[i].size : 0;
+        }
+        printf("job %s: %lld training and %lld test examples, %lld parameters, %d epochs of "
+               "batch %d\n",
+               job.path, (long long)train->n, eval ? (long long)eval->n : 0LL, (long long)count,
+               job.epochs, job.batch_size);
+        fflush(stdout);
+    }
+    if ((rc = setup_checkpoints(&c, &job, text, t)) != 0) {
+        goto done;
+    }
+    if (ct_trainer_set_logging(t, job.run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s (set run_dir to a writable directory)\n", err.msg);
+        rc = EXIT_BAD_INPUT;
+        goto done;
+    }
+    cli_catch_signals();
+    progress_state ps = {.tty = isatty(STDOUT_FILENO), .quiet = c.quiet};
+    ct_train_result r;
+    ct_status st =
+        ct_trainer_fit(t, train, eval, print_progress, &ps, &cli_stop_requested, &r, &err);
+    if (st != CT_OK) {
+        fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
+        rc = ct_exit_code(st, cli_stop_signal, 0);
+        goto done;
+    }
+    print_done(&r, NULL);
+    rc = 0;
+done:
+    ct_dataset_destroy(train);
+    ct_dataset_destroy(eval);
+    ct_trainer_destroy(t);
+    free(text);
+    return rc;
+}
