@@ -50,6 +50,10 @@ typedef struct ct_ps_chief_options {
 ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_train_result *ret,
                           ct_err *err);
 
+/* Prints the options, strategy keys and exit codes that ctrain-chief and ctrain-worker share
+ * (each prints its own first lines). */
+void ct_role_print_options(FILE *f);
+
 /* Raised by SIGINT/SIGTERM once ct_role_catch_signals ran; the signal in ct_role_stop_signal. */
 extern volatile int ct_role_stop_requested;
 extern volatile int ct_role_stop_signal;
