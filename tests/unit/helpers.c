@@ -1,6 +1,6 @@
 /* Fixtures the unit suites share (see helpers.h): scratch directories under $TMPDIR with a
- * recursive cleanup, whole-file reads and writes, the CPU backend with a graph, and the small
- * dense-network job. */
+ * recursive cleanup, whole-file reads and writes, TFRecord framing checked record by record,
+ * the CPU backend with a graph, and the small dense-network job. */
 #define _GNU_SOURCE /* program_invocation_short_name */
 #include "helpers.h"
 
@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "ctrain/crc32c.h"
 
 char test_scratch[PATH_MAX];
 
@@ -103,6 +105,43 @@ void test_limit_file_size(long bytes) {
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit lim = {(rlim_t)bytes, (rlim_t)bytes};
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0, "setrlimit: %s", strerror(errno));
+}
+
+uint64_t test_get_le(const unsigned char *p, int bytes) {
+    uint64_t v = 0;
+    for (int k = bytes - 1; k >= 0; k--) {
+        v = v << 8 | p[k];
+    }
+    return v;
+}
+
+void test_read_records(const char *path, test_records *out) {
+    out->bytes = test_read_file(path, &out->size);
+    out->n = 0;
+    size_t off = 0;
+    while (off < out->size) {
+        int k = out->n;
+        size_t left = out->size - off;
+        cr_assert_geq(left, 12, "%s: record %d at byte %zu: header cut short (%zu bytes left)",
+                      path, k, off, left);
+        const unsigned char *p = out->bytes + off;
+        uint64_t len = test_get_le(p, 8);
+        uint32_t crc = (uint32_t)test_get_le(p + 8, 4);
+        uint32_t want = ct_crc32c_mask(ct_crc32c(0, p, 8));
+        cr_assert_eq(crc, want, "%s: record %d at byte %zu: length CRC %08x, want %08x", path, k,
+                     off, crc, want);
+        cr_assert(left >= 16 && len <= left - 16,
+                  "%s: record %d at byte %zu: %llu data bytes and a CRC, %zu bytes left", path, k,
+                  off, (unsigned long long)len, left - 12);
+        crc = (uint32_t)test_get_le(p + 12 + len, 4);
+        want = ct_crc32c_mask(ct_crc32c(0, p + 12, (size_t)len));
+        cr_assert_eq(crc, want, "%s: record %d at byte %zu: data CRC %08x, want %08x", path, k, off,
+                     crc, want);
+        cr_assert_lt(k, TEST_RECORDS_MAX, "%s: more than %d records", path, TEST_RECORDS_MAX);
+        out->rec[k] = (test_record){p + 12, (size_t)len};
+        out->n++;
+        off += 12 + len + 4;
+    }
 }
 
 ct_backend *test_cpu_backend(void) {

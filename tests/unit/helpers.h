@@ -1,11 +1,13 @@
 /* Fixtures the unit suites share: a scratch directory per test, whole-file reads and writes, the
- * CPU backend with a graph on it, and the small dense-network job the training tests start from.
+ * records of an event file, the CPU backend with a graph on it, and the small dense-network job
+ * the training tests start from.
  * Each helper asserts (Criterion) on failure, so a test body never checks their results. */
 #ifndef CTRAIN_TEST_HELPERS_H
 #define CTRAIN_TEST_HELPERS_H
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctrain/graph.h"
 #include "ctrain/job.h"
@@ -46,6 +48,33 @@ void test_write_file(const char *path, const void *bytes, size_t len);
  * `bytes` at most (RLIMIT_FSIZE), and a write past that fails with EFBIG instead of raising
  * SIGXFSZ. */
 void test_limit_file_size(long bytes);
+
+/* ---- event files ---- */
+
+/* The unsigned little-endian integer in the `bytes` bytes (1 to 8) at p. */
+uint64_t test_get_le(const unsigned char *p, int bytes);
+
+/* One record of a TFRecord file: its data, inside the file's bytes. */
+typedef struct test_record {
+    const unsigned char *data;
+    size_t len;
+} test_record;
+
+#define TEST_RECORDS_MAX 32
+
+/* A whole TFRecord file (a TensorBoard event file) and its records, in order. */
+typedef struct test_records {
+    unsigned char *bytes; /* the file (test_read_file); the caller frees it */
+    size_t size;
+    int n;
+    test_record rec[TEST_RECORDS_MAX];
+} test_records;
+
+/* Reads path and splits it into records, each framed as a little-endian uint64 length, the
+ * masked CRC-32C of those 8 bytes, the data, and the masked CRC-32C of the data. Asserts on a
+ * frame cut short, a CRC that does not match, or more than TEST_RECORDS_MAX records, naming the
+ * file, the record's index and its byte offset. */
+void test_read_records(const char *path, test_records *out);
 
 /* ---- backend and graph ---- */
 

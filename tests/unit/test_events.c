@@ -1,9 +1,9 @@
-/* TensorBoard event files: the TFRecord framing of every record with both of its CRC-32Cs (the
- * CRC-32C test vectors are in test_checkpoint.c), and the Event protos read back with a small
- * wire-format decoder written here (independent of protobuf-c, whose generated header the tests
- * cannot include): file_version, scalars, histogram statistics and buckets, text, the graph.
- * Errors: unwritable run directories and a full disk name the path; a writer stops after a
- * failed write. */
+/* TensorBoard event files: the TFRecord framing of every record with both of its CRC-32Cs
+ * (test_read_records in helpers.c; the CRC-32C test vectors are in test_checkpoint.c), and the
+ * Event protos read back with a small wire-format decoder written here (independent of protobuf-c,
+ * whose generated header the tests cannot include): file_version, scalars, histogram statistics and
+ * buckets, text, the graph. Errors: unwritable run directories and a full disk name the path; a
+ * writer stops after a failed write. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <limits.h>
@@ -15,56 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctrain/crc32c.h"
 #include "ctrain/events.h"
 #include "ctrain/graph.h"
 #include "helpers.h"
 
 TestSuite(events, .init = test_scratch_make, .fini = test_scratch_remove, .timeout = 120);
 
-/* ---- reading records back ---- */
-
-static uint64_t get_le(const unsigned char *p, int bytes) {
-    uint64_t v = 0;
-    for (int k = bytes - 1; k >= 0; k--) {
-        v = v << 8 | p[k];
-    }
-    return v;
-}
-
-typedef struct record {
-    const unsigned char *data;
-    size_t len;
-} record;
-
-typedef struct event_file {
-    unsigned char *bytes;
-    size_t size;
-    int n;
-    record rec[32];
-} event_file;
-
-/* Reads the whole file and splits it into records, checking both CRCs of each. */
-static void read_events(const char *path, event_file *ef) {
-    ef->bytes = test_read_file(path, &ef->size);
-    ef->n = 0;
-    size_t off = 0;
-    while (off < ef->size) {
-        cr_assert_leq(off + 12, ef->size, "truncated header at %zu", off);
-        const unsigned char *p = ef->bytes + off;
-        uint64_t len = get_le(p, 8);
-        cr_assert_eq(get_le(p + 8, 4), ct_crc32c_mask(ct_crc32c(0, p, 8)),
-                     "length crc of record %d", ef->n);
-        cr_assert_leq(off + 12 + len + 4, ef->size, "truncated record %d", ef->n);
-        cr_assert_eq(get_le(p + 12 + len, 4), ct_crc32c_mask(ct_crc32c(0, p + 12, len)),
-                     "data crc of record %d", ef->n);
-        cr_assert_lt(ef->n, 32);
-        ef->rec[ef->n].data = p + 12;
-        ef->rec[ef->n].len = (size_t)len;
-        ef->n++;
-        off += 12 + len + 4;
-    }
-}
+/* ---- reading records back (the TFRecord framing: test_read_records) ---- */
 
 /* One protobuf field: wire type 0 (varint), 1 (fixed64), 2 (bytes) or 5 (fixed32). */
 typedef struct field {
@@ -100,7 +57,7 @@ static int find_field(const unsigned char *msg, size_t len, uint32_t num, int nt
             break;
         case 1:
             cr_assert_leq(p + 8, end);
-            f.v = get_le(p, 8);
+            f.v = test_get_le(p, 8);
             p += 8;
             break;
         case 2:
@@ -111,7 +68,7 @@ static int find_field(const unsigned char *msg, size_t len, uint32_t num, int nt
             break;
         case 5:
             cr_assert_leq(p + 4, end);
-            f.v = get_le(p, 4);
+            f.v = test_get_le(p, 4);
             p += 4;
             break;
         default:
@@ -149,13 +106,13 @@ static int str_eq(field f, const char *s) {
 }
 
 /* Event.step (0 when absent, as proto3 leaves it out). */
-static int64_t event_step(record r) {
+static int64_t event_step(test_record r) {
     field f;
     return find_field(r.data, r.len, 2, 0, &f) ? (int64_t)f.v : 0;
 }
 
 /* The only Summary.Value of an Event. */
-static field event_value(record r) {
+static field event_value(test_record r) {
     field summary = must_find(r.data, r.len, 5, 0);
     field value = must_find(summary.data, summary.len, 1, 0);
     field other;
@@ -194,7 +151,7 @@ static void read_packed_doubles(field f, double *out, int *n) {
     *n = (int)(f.len / 8);
     cr_assert_leq(*n, 2000);
     for (int k = 0; k < *n; k++) {
-        out[k] = as_double(get_le(f.data + 8 * k, 8));
+        out[k] = as_double(test_get_le(f.data + 8 * k, 8));
     }
 }
 
@@ -239,8 +196,8 @@ Test(events, file_name_and_first_record) {
     snprintf(want, sizeof want, "%s.%ld.0", host, (long)getpid());
     cr_expect_str_eq(rest, want);
     /* the first record is on disk before any flush */
-    event_file ef;
-    read_events(path, &ef);
+    test_records ef;
+    test_read_records(path, &ef);
     cr_assert_eq(ef.n, 1);
     field wt = must_find(ef.rec[0].data, ef.rec[0].len, 1, 0);
     cr_expect_eq(wt.wt, 1u);
@@ -276,8 +233,8 @@ Test(events, scalars_histogram_text_round_trip) {
     snprintf(path, sizeof path, "%s", ct_events_path(w));
     ct_events_destroy(w);
 
-    event_file ef;
-    read_events(path, &ef);
+    test_records ef;
+    test_read_records(path, &ef);
     cr_assert_eq(ef.n, 6);
     /* scalars: tag, step, float simple_value */
     field v = event_value(ef.rec[1]);
@@ -382,8 +339,8 @@ Test(events, graph) {
     ct_events_destroy(w);
     test_graph_close(&tg);
 
-    event_file ef;
-    read_events(path, &ef);
+    test_records ef;
+    test_read_records(path, &ef);
     cr_assert_eq(ef.n, 2);
     field gd = must_find(ef.rec[1].data, ef.rec[1].len, 4, 0);
     const char *names[] = {"x", "dense/kernel", "matmul_2", "relu_3", "x_4", "a_b_c/_d_"};

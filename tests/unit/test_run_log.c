@@ -6,33 +6,18 @@
  * back to its last whole line. */
 #include <criterion/criterion.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ctrain/backend.h"
-#include "ctrain/crc32c.h"
 #include "ctrain/graph.h"
+#include "helpers.h"
 #include "io/run_log.h"
 
-static char tmp_dir[64];
-
-static void make_tmp(void) {
-    strcpy(tmp_dir, "/tmp/ct_test_run_log_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-}
-
-static void remove_tmp(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    cr_expect_eq(system(cmd), 0);
-}
-
-TestSuite(run_log, .init = make_tmp, .fini = remove_tmp, .timeout = 120);
+TestSuite(run_log, .init = test_scratch_make, .fini = test_scratch_remove, .timeout = 120);
 
 /* ---- what ct_log reports ---- */
 
@@ -53,19 +38,6 @@ static void capture(ct_log_level level, const char *msg, void *user) {
 
 /* ---- reading files back ---- */
 
-static unsigned char *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *bytes = malloc(*size + 1);
-    cr_assert_eq(fread(bytes, 1, *size, f), *size);
-    bytes[*size] = '\0';
-    fclose(f);
-    return bytes;
-}
-
 /* The one file in dir whose name starts with events.out.tfevents. */
 static void event_file(const char *dir, char *path, size_t cap) {
     char cmd[PATH_MAX];
@@ -77,38 +49,6 @@ static void event_file(const char *dir, char *path, size_t cap) {
     char more[PATH_MAX];
     cr_expect_null(fgets(more, sizeof more, p), "one event file in %s", dir);
     pclose(p);
-}
-
-static uint64_t get_le(const unsigned char *p, int bytes) {
-    uint64_t v = 0;
-    for (int k = bytes - 1; k >= 0; k--) {
-        v = v << 8 | p[k];
-    }
-    return v;
-}
-
-typedef struct record {
-    const unsigned char *data;
-    size_t len;
-} record;
-
-/* Splits a TFRecord file into its records, checking the length and data CRCs of each. */
-static int split_records(const unsigned char *bytes, size_t size, record *rec, int cap) {
-    int n = 0;
-    size_t off = 0;
-    while (off < size) {
-        cr_assert_leq(off + 12, size, "truncated header at %zu", off);
-        const unsigned char *p = bytes + off;
-        uint64_t len = get_le(p, 8);
-        cr_assert_eq(get_le(p + 8, 4), ct_crc32c_mask(ct_crc32c(0, p, 8)), "length crc #%d", n);
-        cr_assert_leq(off + 12 + len + 4, size, "truncated record %d", n);
-        cr_assert_eq(get_le(p + 12 + len, 4), ct_crc32c_mask(ct_crc32c(0, p + 12, len)),
-                     "data crc #%d", n);
-        cr_assert_lt(n, cap);
-        rec[n++] = (record){p + 12, (size_t)len};
-        off += 12 + len + 4;
-    }
-    return n;
 }
 
 static uint64_t varint(const unsigned char **p, const unsigned char *end) {
@@ -145,7 +85,7 @@ static field find(const unsigned char *msg, size_t len, uint32_t num) {
         case 5: {
             int bytes = (key & 7) == 1 ? 8 : 4;
             cr_assert_leq(p + bytes, end);
-            f.v = get_le(p, bytes);
+            f.v = test_get_le(p, bytes);
             p += bytes;
             break;
         }
@@ -172,7 +112,7 @@ typedef struct summary {
     field value;
 } summary;
 
-static summary read_summary(record r, uint32_t value_field) {
+static summary read_summary(test_record r, uint32_t value_field) {
     summary s = {.step = (int64_t)find(r.data, r.len, 2).v};
     field sum = find(r.data, r.len, 5);
     cr_assert(sum.found, "an event with a summary");
@@ -202,18 +142,11 @@ static float as_float(uint64_t bits) {
     return x;
 }
 
-static void expect_scalar(record r, int64_t step, const char *tag, double value) {
+static void expect_scalar(test_record r, int64_t step, const char *tag, double value) {
     summary s = read_summary(r, 2); /* Summary.Value.simple_value */
     cr_expect_eq(s.step, step, "%s", tag);
     cr_expect_str_eq(s.tag, tag);
     cr_expect_eq(as_float(s.value.v), (float)value, "%s: %g", tag, (double)as_float(s.value.v));
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
 }
 
 /* ---- tests ---- */
@@ -222,22 +155,18 @@ Test(run_log, round_trip) {
     ct_err err = {0};
     ct__run_log *log = NULL;
     char run[256], path[PATH_MAX];
-    snprintf(run, sizeof run, "%s/runs/a", tmp_dir); /* parents are made */
+    test_path(test_scratch, "runs/a", run, sizeof run); /* parents are made */
     cr_assert_eq(ct__run_log_create(run, 1, "seed: 7\n", 3, &log, &err), CT_OK, "%s", err.msg);
     cr_expect(ct__run_log_tensorboard(log));
     ct__run_scalar at10[] = {{"loss", 0.5}, {"accuracy", 0.25}, {"ps/staleness_mean", 1.5}};
     ct__run_log_scalars(log, CT__RUN_LOG_TRAIN, 10, at10, 3);
     float values[] = {1.0f, 2.0f, 2.0f, -4.0f};
     ct__run_log_histogram(log, "weights/w", 10, values, 4);
-    ct_backend *be = NULL;
-    ct_graph *g = NULL;
-    cr_assert_eq(ct_backend_cpu_create(1, &be, NULL), CT_OK);
-    cr_assert_eq(ct_graph_create(be, 0, &g, NULL), CT_OK);
-    ct_shape xs = {.rank = 1, .dims = {3}};
-    ct_relu(g, ct_placeholder(g, CT_F32, &xs, "input"));
-    ct__run_log_graph(log, g);
-    ct_graph_destroy(g);
-    ct_backend_destroy(be);
+    test_graph tg = test_graph_open(0);
+    ct_shape xs = S(3);
+    ct_relu(tg.g, ct_placeholder(tg.g, CT_F32, &xs, "input"));
+    ct__run_log_graph(log, tg.g);
+    test_graph_close(&tg);
     ct__run_log_flush(log);
     ct__run_log_metrics(log, "{\"step\": %d, \"loss\": %.9g}", 10, 0.5);
     ct__run_scalar test[] = {{"loss", 0.75}, {"accuracy", 0.875}};
@@ -248,43 +177,42 @@ Test(run_log, round_trip) {
     ct__run_log_destroy(log);
 
     /* train/: file_version, the job text at step 3, three scalars, the histogram, the graph */
-    snprintf(path, sizeof path, "%s/train", run);
+    test_path(run, "train", path, sizeof path);
     event_file(path, path, sizeof path);
-    size_t size;
-    unsigned char *bytes = read_all(path, &size);
-    record rec[16];
-    int n = split_records(bytes, size, rec, 16);
-    cr_assert_eq(n, 7);
-    field version = find(rec[0].data, rec[0].len, 3);
+    test_records ev;
+    test_read_records(path, &ev);
+    cr_assert_eq(ev.n, 7);
+    field version = find(ev.rec[0].data, ev.rec[0].len, 3);
     cr_expect(version.found && version.len == 13 && !memcmp(version.data, "brain.Event:2", 13));
-    summary job = read_summary(rec[1], 8); /* Summary.Value.tensor */
+    summary job = read_summary(ev.rec[1], 8); /* Summary.Value.tensor */
     cr_expect_eq(job.step, 3);
     cr_expect_str_eq(job.tag, "job");
     cr_expect(contains(job.value, "seed: 7\n"), "the job text");
-    expect_scalar(rec[2], 10, "loss", 0.5);
-    expect_scalar(rec[3], 10, "accuracy", 0.25);
-    expect_scalar(rec[4], 10, "ps/staleness_mean", 1.5);
-    summary h = read_summary(rec[5], 5); /* Summary.Value.histo */
+    expect_scalar(ev.rec[2], 10, "loss", 0.5);
+    expect_scalar(ev.rec[3], 10, "accuracy", 0.25);
+    expect_scalar(ev.rec[4], 10, "ps/staleness_mean", 1.5);
+    summary h = read_summary(ev.rec[5], 5); /* Summary.Value.histo */
     cr_expect_eq(h.step, 10);
     cr_expect_str_eq(h.tag, "weights/w");
     field num = find(h.value.data, h.value.len, 3);
     double count;
     memcpy(&count, &num.v, sizeof count);
     cr_expect_eq(count, 4.0);
-    cr_expect(find(rec[6].data, rec[6].len, 4).found, "Event.graph_def");
-    free(bytes);
+    cr_expect(find(ev.rec[6].data, ev.rec[6].len, 4).found, "Event.graph_def");
+    free(ev.bytes);
 
     /* validation/: file_version and the two test scalars */
-    snprintf(path, sizeof path, "%s/validation", run);
+    test_path(run, "validation", path, sizeof path);
     event_file(path, path, sizeof path);
-    bytes = read_all(path, &size);
-    cr_assert_eq(split_records(bytes, size, rec, 16), 3);
-    expect_scalar(rec[1], 20, "loss", 0.75);
-    expect_scalar(rec[2], 20, "accuracy", 0.875);
-    free(bytes);
+    test_read_records(path, &ev);
+    cr_assert_eq(ev.n, 3);
+    expect_scalar(ev.rec[1], 20, "loss", 0.75);
+    expect_scalar(ev.rec[2], 20, "accuracy", 0.875);
+    free(ev.bytes);
 
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    bytes = read_all(path, &size);
+    size_t size;
+    test_path(run, "metrics.jsonl", path, sizeof path);
+    unsigned char *bytes = test_read_file(path, &size);
     cr_expect_str_eq((char *)bytes, "{\"step\": 10, \"loss\": 0.5}\n"
                                     "{\"step\": 20, \"end_of_epoch\": true}\n");
     free(bytes);
@@ -294,9 +222,10 @@ Test(run_log, without_tensorboard_and_appending_on_reopen) {
     ct_err err = {0};
     ct__run_log *log = NULL;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", tmp_dir);
-    write_file(path, "{\"step\": 1}\n"); /* a resumed run's earlier lines */
-    cr_assert_eq(ct__run_log_create(tmp_dir, 0, "job", 0, &log, &err), CT_OK, "%s", err.msg);
+    test_path(test_scratch, "metrics.jsonl", path, sizeof path);
+    const char *earlier = "{\"step\": 1}\n"; /* a resumed run's earlier lines */
+    test_write_file(path, earlier, strlen(earlier));
+    cr_assert_eq(ct__run_log_create(test_scratch, 0, "job", 0, &log, &err), CT_OK, "%s", err.msg);
     cr_expect_not(ct__run_log_tensorboard(log));
     ct__run_scalar s[] = {{"loss", 1.0}};
     ct__run_log_scalars(log, CT__RUN_LOG_TRAIN, 2, s, 1); /* nowhere to go: a no-op */
@@ -305,10 +234,10 @@ Test(run_log, without_tensorboard_and_appending_on_reopen) {
     ct__run_log_metrics(log, "{\"step\": %d}", 2);
     ct__run_log_destroy(log);
     size_t size;
-    char *text = (char *)read_all(path, &size);
+    char *text = (char *)test_read_file(path, &size);
     cr_expect_str_eq(text, "{\"step\": 1}\n{\"step\": 2}\n");
     free(text);
-    snprintf(path, sizeof path, "%s/train", tmp_dir);
+    test_path(test_scratch, "train", path, sizeof path);
     struct stat sb;
     cr_expect_neq(stat(path, &sb), 0, "no train/ without tensorboard");
     /* NULL is a log that writes nothing */
@@ -322,9 +251,9 @@ Test(run_log, without_tensorboard_and_appending_on_reopen) {
 Test(run_log, a_run_dir_that_cannot_be_made_is_eio_naming_it) {
     ct_err err = {0};
     char file[PATH_MAX], run[PATH_MAX + 8];
-    snprintf(file, sizeof file, "%s/plain", tmp_dir);
-    write_file(file, "");
-    snprintf(run, sizeof run, "%s/run", file);
+    test_path(test_scratch, "plain", file, sizeof file);
+    test_write_file(file, "", 0);
+    test_path(file, "run", run, sizeof run);
     ct__run_log *log = NULL;
     cr_expect_eq(ct__run_log_create(run, 1, NULL, 0, &log, &err), CT_EIO);
     cr_expect_null(log);
@@ -337,11 +266,11 @@ Test(run_log, a_full_disk_is_reported_once_and_logging_stops) {
     captured c = {0};
     ct_log_set(CT_LOG_WARN, capture, &c);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", tmp_dir);
+    test_path(test_scratch, "metrics.jsonl", path, sizeof path);
     cr_assert_eq(symlink("/dev/full", path), 0);
     ct_err err = {0};
     ct__run_log *log = NULL;
-    cr_assert_eq(ct__run_log_create(tmp_dir, 1, NULL, 0, &log, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct__run_log_create(test_scratch, 1, NULL, 0, &log, &err), CT_OK, "%s", err.msg);
     ct__run_log_metrics(log, "{\"step\": %d}", 1);
     cr_expect_eq(c.errors, 1);
     cr_expect_not_null(strstr(c.last_error, path), "%s", c.last_error);
@@ -366,11 +295,9 @@ Test(run_log, an_event_file_that_cannot_grow_stops_the_log) {
     ct_log_set(CT_LOG_WARN, capture, &c);
     ct_err err = {0};
     ct__run_log *log = NULL;
-    cr_assert_eq(ct__run_log_create(tmp_dir, 1, NULL, 0, &log, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct__run_log_create(test_scratch, 1, NULL, 0, &log, &err), CT_OK, "%s", err.msg);
     ct__run_log_metrics(log, "{\"step\": %d}", 1);
-    signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG instead of killing us */
-    struct rlimit lim = {4096, 4096};
-    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    test_limit_file_size(4096); /* write() then fails with EFBIG instead of killing us */
     ct__run_scalar s[] = {{"loss", 1.0}};
     for (int step = 0; step < 1000; step++) { /* some 40 KB of records */
         ct__run_log_scalars(log, CT__RUN_LOG_TRAIN, step, s, 1);
@@ -378,15 +305,15 @@ Test(run_log, an_event_file_that_cannot_grow_stops_the_log) {
     ct__run_log_flush(log);
     cr_expect_eq(c.errors, 1);
     char train[PATH_MAX];
-    snprintf(train, sizeof train, "%s/train/events.out.tfevents.", tmp_dir);
+    test_path(test_scratch, "train/events.out.tfevents.", train, sizeof train);
     cr_expect_not_null(strstr(c.last_error, train), "%s", c.last_error);
     ct__run_log_metrics(log, "{\"step\": %d}", 2);
     cr_expect_eq(ct__run_log_status(log, NULL), CT_EIO);
     ct__run_log_destroy(log);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", tmp_dir);
+    test_path(test_scratch, "metrics.jsonl", path, sizeof path);
     size_t size;
-    char *text = (char *)read_all(path, &size);
+    char *text = (char *)test_read_file(path, &size);
     cr_expect_str_eq(text, "{\"step\": 1}\n");
     free(text);
     cr_expect_eq(c.errors, 1);
@@ -400,19 +327,17 @@ Test(run_log, a_line_cut_short_is_removed) {
     ct_log_set(CT_LOG_WARN, capture, &c);
     ct_err err = {0};
     ct__run_log *log = NULL;
-    cr_assert_eq(ct__run_log_create(tmp_dir, 0, NULL, 0, &log, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct__run_log_create(test_scratch, 0, NULL, 0, &log, &err), CT_OK, "%s", err.msg);
     const char *line = "{\"step\": 1, \"loss\": 0.5}";
     ct__run_log_metrics(log, "%s", line);
-    signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim = {strlen(line) + 1 + 10, strlen(line) + 1 + 10}; /* 10 bytes more */
-    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    test_limit_file_size((long)strlen(line) + 1 + 10); /* 10 bytes more */
     ct__run_log_metrics(log, "%s", line);
     cr_expect_eq(c.errors, 1);
     ct__run_log_destroy(log);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", tmp_dir);
+    test_path(test_scratch, "metrics.jsonl", path, sizeof path);
     size_t size;
-    char *text = (char *)read_all(path, &size);
+    char *text = (char *)test_read_file(path, &size);
     cr_expect_eq(size, strlen(line) + 1);
     cr_expect_eq(strncmp(text, line, strlen(line)), 0, "%s", text);
     free(text);
