@@ -15,7 +15,10 @@ full) ;;
 --sanitize)
     export CTRAIN_BUILD_DIR=build-asan
     export CTRAIN_MESON_ARGS="-Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false"
-    export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    # allocator_may_return_null: an allocation too large to satisfy returns NULL, as malloc does
+    # on a real system, instead of aborting, so the out-of-memory paths are tested too
+    export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
+    export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     ;;
 *)
     echo "usage: scripts/test.sh [--sanitize]" >&2
