@@ -167,9 +167,9 @@ static void count_errors(ct_log_level level, const char *msg, void *user) {
 /* metrics.jsonl on /dev/full: every logged step would fail to write; fit reports it once through
  * ct_log, naming the file, and trains to the end. */
 Test(train, fit_goes_on_when_its_logs_cannot_be_written) {
-    char dir[] = "/tmp/ct_test_train_XXXXXX", path[PATH_MAX], cmd[64];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    char dir[PATH_MAX], path[PATH_MAX];
+    test_tmpdir_create("train", dir, sizeof dir);
+    test_path(dir, "metrics.jsonl", path, sizeof path);
     cr_assert_eq(symlink("/dev/full", path), 0);
     log_errors errors = {0};
     ct_log_set(CT_LOG_WARN, count_errors, &errors);
@@ -192,6 +192,5 @@ Test(train, fit_goes_on_when_its_logs_cannot_be_written) {
     ct_trainer_destroy(t);
     ct_dataset_destroy(ds);
     ct_log_set(CT_LOG_WARN, NULL, NULL);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    test_tmpdir_remove(dir);
 }
