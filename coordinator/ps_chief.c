@@ -49,18 +49,6 @@ static const char *role_name(int role) {
                                               : "role";
 }
 
-void ct__chief_say(chief *c, const char *fmt, ...) {
-    if (!c->o->report.notice) {
-        return;
-    }
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    c->o->report.notice(line, c->o->report.user);
-}
-
 ct_status ct__chief_fail(chief *c, ct_status code, ct_err *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

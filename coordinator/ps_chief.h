@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "chief_role.h"
+#include "ctrain/report.h"
 #include "io/run_log.h"
 #include "strategy/ps_link.h"
 
@@ -110,7 +111,7 @@ static inline task task_of(const chief *c, int64_t id) {
 
 /* A notice for a person ("worker 1 lost ..."), to o->report.notice (none when it is NULL); the
  * role prints it, as "chief: " and the line. */
-void ct__chief_say(chief *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define ct__chief_say(c, ...) ct_report_notice(&(c)->o->report, __VA_ARGS__)
 /* Fails the job: the state becomes FAILED (the roles learn it from their next view), the
  * message is kept for them; returns code with the message in err. */
 ct_status ct__chief_fail(chief *c, ct_status code, ct_err *err, const char *fmt, ...)

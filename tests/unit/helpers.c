@@ -179,3 +179,24 @@ ct_job test_dense_job(const char *name, int inputs, int hidden, ct_activation ac
     job.n_layers = 3;
     return job;
 }
+
+uint64_t test_varint(const unsigned char **p, const unsigned char *end) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        cr_assert_lt(*p, end, "varint runs past the message");
+        unsigned char b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            return v;
+        }
+    }
+    cr_assert_fail("varint longer than 10 bytes");
+    return 0;
+}
+
+float test_as_float(uint64_t bits) {
+    uint32_t b = (uint32_t)bits;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}

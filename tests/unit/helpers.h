@@ -103,4 +103,11 @@ void test_graph_close(test_graph *t);
 ct_job test_dense_job(const char *name, int inputs, int hidden, ct_activation activation,
                       float dropout, int classes);
 
+/* ---- protobuf wire format (reading our event records back) ---- */
+
+/* The varint at *p (advanced past it); fails the test when it runs past end or over 10 bytes. */
+uint64_t test_varint(const unsigned char **p, const unsigned char *end);
+/* The float whose bits are the low 32 of a fixed32 field. */
+float test_as_float(uint64_t bits);
+
 #endif

@@ -31,29 +31,15 @@ typedef struct field {
     size_t len;
 } field;
 
-static uint64_t varint(const unsigned char **p, const unsigned char *end) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        cr_assert_lt(*p, end, "varint runs past the message");
-        unsigned char b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            return v;
-        }
-    }
-    cr_assert_fail("varint longer than 10 bytes");
-    return 0;
-}
-
 /* The nth (0-based) occurrence of field `num` in msg; returns 0 when there is none. */
 static int find_field(const unsigned char *msg, size_t len, uint32_t num, int nth, field *out) {
     const unsigned char *p = msg, *end = msg + len;
     while (p < end) {
-        uint64_t key = varint(&p, end);
+        uint64_t key = test_varint(&p, end);
         field f = {(uint32_t)(key >> 3), (uint32_t)(key & 7), 0, NULL, 0};
         switch (f.wt) {
         case 0:
-            f.v = varint(&p, end);
+            f.v = test_varint(&p, end);
             break;
         case 1:
             cr_assert_leq(p + 8, end);
@@ -61,7 +47,7 @@ static int find_field(const unsigned char *msg, size_t len, uint32_t num, int nt
             p += 8;
             break;
         case 2:
-            f.len = (size_t)varint(&p, end);
+            f.len = (size_t)test_varint(&p, end);
             cr_assert_leq(p + f.len, end);
             f.data = p;
             p += f.len;
@@ -92,13 +78,6 @@ static double as_double(uint64_t bits) {
     double d;
     memcpy(&d, &bits, sizeof d);
     return d;
-}
-
-static float as_float(uint64_t bits) {
-    uint32_t b = (uint32_t)bits;
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
 }
 
 static int str_eq(field f, const char *s) {
@@ -242,11 +221,11 @@ Test(events, scalars_histogram_text_round_trip) {
     cr_expect(str_eq(must_find(v.data, v.len, 1, 0), "loss"));
     field sv = must_find(v.data, v.len, 2, 0);
     cr_expect_eq(sv.wt, 5u);
-    cr_expect_eq(as_float(sv.v), 0.25f);
+    cr_expect_eq(test_as_float(sv.v), 0.25f);
     v = event_value(ef.rec[2]);
     cr_expect_eq(event_step(ef.rec[2]), 1LL << 40);
     cr_expect(str_eq(must_find(v.data, v.len, 1, 0), "train/lr"));
-    cr_expect_eq(as_float(must_find(v.data, v.len, 2, 0).v), 0.1f);
+    cr_expect_eq(test_as_float(must_find(v.data, v.len, 2, 0).v), 0.1f);
 
     /* histogram: statistics over the finite values only */
     static histo h;

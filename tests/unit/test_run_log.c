@@ -51,19 +51,6 @@ static void event_file(const char *dir, char *path, size_t cap) {
     pclose(p);
 }
 
-static uint64_t varint(const unsigned char **p, const unsigned char *end) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        unsigned char b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            return v;
-        }
-    }
-    cr_assert_fail("bad varint");
-    return 0;
-}
-
 /* The first field `num` of a protobuf message: its bytes (wire type 2) or its value. */
 typedef struct field {
     int found;
@@ -75,11 +62,11 @@ typedef struct field {
 static field find(const unsigned char *msg, size_t len, uint32_t num) {
     const unsigned char *p = msg, *end = msg + len;
     while (p < end) {
-        uint64_t key = varint(&p, end);
+        uint64_t key = test_varint(&p, end);
         field f = {1, 0, NULL, 0};
         switch (key & 7) {
         case 0:
-            f.v = varint(&p, end);
+            f.v = test_varint(&p, end);
             break;
         case 1:
         case 5: {
@@ -90,7 +77,7 @@ static field find(const unsigned char *msg, size_t len, uint32_t num) {
             break;
         }
         case 2:
-            f.len = (size_t)varint(&p, end);
+            f.len = (size_t)test_varint(&p, end);
             cr_assert_leq(p + f.len, end);
             f.data = p;
             p += f.len;
@@ -135,18 +122,12 @@ static int contains(field f, const char *text) {
     return 0;
 }
 
-static float as_float(uint64_t bits) {
-    uint32_t b = (uint32_t)bits;
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
 static void expect_scalar(test_record r, int64_t step, const char *tag, double value) {
     summary s = read_summary(r, 2); /* Summary.Value.simple_value */
     cr_expect_eq(s.step, step, "%s", tag);
     cr_expect_str_eq(s.tag, tag);
-    cr_expect_eq(as_float(s.value.v), (float)value, "%s: %g", tag, (double)as_float(s.value.v));
+    cr_expect_eq(test_as_float(s.value.v), (float)value, "%s: %g", tag,
+                 (double)test_as_float(s.value.v));
 }
 
 /* ---- tests ---- */

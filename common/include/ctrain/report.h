@@ -21,4 +21,9 @@ CT_API int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *
  * newline). Returns the length snprintf would have written. Thread-safe. */
 CT_API int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const char *extra);
 
+/* Formats a notice (printf-style, no newline) and hands it to r->notice; nothing when r or
+ * r->notice is NULL. The drivers' one way to say something to a person. */
+CT_API void ct_report_notice(const ct_train_reporter *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -12,6 +12,7 @@
 #include "ctrain/data.h"
 #include "ctrain/mirrored.h"
 #include "ctrain/optim.h"
+#include "ctrain/report.h"
 #include "mirrored_reducer.h"
 
 typedef struct run {
@@ -25,19 +26,8 @@ typedef struct run {
 } run;
 
 /* A notice for a person, from the chief only. */
-static void notice(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void notice(const run *r, const char *fmt, ...) {
-    if (r->rank != 0 || !r->o->report.notice) {
-        return;
-    }
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    r->o->report.notice(line, r->o->report.user);
-}
+/* Notices come from the chief only. */
+#define notice(r, ...) ((r)->rank == 0 ? ct_report_notice(&(r)->o->report, __VA_ARGS__) : (void)0)
 
 static void warn_line(const char *msg, void *user) {
     (void)user;

@@ -1,6 +1,7 @@
 /* The epoch and done lines (see report.h). */
 #include "ctrain/report.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p) {
@@ -22,4 +23,16 @@ int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const c
                     "samples_per_s=%.1f%s%s",
                     r->epochs, (long long)r->steps, r->test_loss, r->test_accuracy, r->seconds,
                     r->samples_per_s, extra && *extra ? " " : "", extra ? extra : "");
+}
+
+void ct_report_notice(const ct_train_reporter *r, const char *fmt, ...) {
+    if (!r || !r->notice) {
+        return;
+    }
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    r->notice(line, r->user);
 }
