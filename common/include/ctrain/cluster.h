@@ -26,7 +26,7 @@ CT_API ct_status ct_cluster_spec_read(int flag_rank, int flag_world_size, int fl
  * Which task this process is (chief, worker 2, ps 0, ...) and the addresses of every task, in
  * TensorFlow's TF_CONFIG layout:
  *   {"cluster": {"chief": ["host:port"], "worker": ["host:port", ...], "ps": [...],
- *                "evaluator": [...]},
+ *                "evaluator": [...], "dispatcher": ["host:port"], "data_worker": [...]},
  *    "task": {"type": "worker", "index": 0}}
  * Sources, in order: flags (--task TYPE:INDEX, --chief ADDRESS), a cluster file (--cluster
  * FILE: YAML or JSON, the same layout, "task" optional), and the TF_CONFIG environment variable
@@ -39,6 +39,8 @@ typedef enum ct_task_type {
     CT_TASK_WORKER,
     CT_TASK_PS,
     CT_TASK_EVALUATOR,
+    CT_TASK_DISPATCHER,  /* the data service's dispatcher (at most one) */
+    CT_TASK_DATA_WORKER, /* a data worker */
     CT_TASK_TYPES
 } ct_task_type;
 
@@ -60,9 +62,9 @@ typedef struct ct_cluster_flags {
     const char *cluster_file; /* --cluster FILE */
 } ct_cluster_flags;
 
-/* "chief", "worker", "ps", "evaluator"; NULL for other values. */
+/* "chief", "worker", "ps", "evaluator", "dispatcher", "data_worker"; NULL for other values. */
 CT_API const char *ct_task_type_name(int type);
-/* Returns the ct_task_type named "chief", "worker", "ps" or "evaluator"; -1 for other names
+/* Returns the ct_task_type of one of the names above; -1 for other names
  * (including TF1's "master") and NULL. */
 CT_API int ct_task_type_parse(const char *name);
 
@@ -74,7 +76,7 @@ CT_API int ct_task_type_parse(const char *name);
  * source at all gets task_type = -1 and empty lists (CT_OK). Addresses are stored without a
  * "tcp://" prefix; "[v6addr]:port" is accepted. For the task and for each type's list the first
  * source in the order above that gives it is used. Top-level keys other than cluster, task,
- * environment and rpc_layer, task types other than the four ("master": rename it to "chief")
+ * environment and rpc_layer, task types other than the six ("master": rename it to "chief")
  * and task keys other than type, index and trial are errors. flags: borrowed, NULL for none.
  * Returns CT_OK and an owned cluster in *ret (free with ct_cluster_finish); CT_EINVAL (a bad
  * or disagreeing source), CT_EIO (the cluster file cannot be read) or CT_ENOMEM, with *ret not

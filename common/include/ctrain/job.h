@@ -270,6 +270,31 @@ typedef enum ct_allreduce_engine {
     CT_ALLREDUCE_SHARED, /* shared memory (one node) */
 } ct_allreduce_engine;
 
+/* data.service.mode: how the data service shares an epoch among its data workers. */
+typedef enum ct_ds_mode {
+    CT_DS_DISTRIBUTED_EPOCH, /* the dispatcher leases splits; every batch exactly once */
+    CT_DS_PARALLEL_EPOCHS,   /* every data worker produces the whole dataset */
+} ct_ds_mode;
+
+/* data.service: read the input from a dispatcher and its data workers (docs/data-service.md). */
+typedef struct ct_data_service_spec {
+    int enabled;                      /* data.service is present */
+    char dispatcher[CT_JOB_PATH_MAX]; /* data.service.dispatcher: HOST:PORT; "" = from the
+                                         cluster spec (a `dispatcher` task) or the launcher */
+    ct_ds_mode mode;                  /* data.service.mode: distributed_epoch (default) */
+    int deterministic;                /* data.service.deterministic: default true */
+    int64_t split_steps;              /* data.service.split_steps: batches per split; 8 */
+    int window;                       /* data.service.window: splits leased ahead per consumer; 4 */
+    float heartbeat_s;                /* data.service.heartbeat: seconds between heartbeats; 0.5 */
+    int lost_after;                   /* data.service.lost_after: missed heartbeats before a data
+                                         worker is lost and its leases re-queued; 4 */
+    float timeout_s;                  /* data.service.timeout: seconds a consumer waits for the
+                                         next batch or a silent dispatcher; 60 */
+    char work_dir[CT_JOB_PATH_MAX];   /* data.service.work_dir: the dispatcher's journal;
+                                         default "<run_dir>/data_service" */
+    int line;                         /* of data.service, for messages */
+} ct_data_service_spec;
+
 /* "local", "mirrored", "parameter_server"; "?" for other values. */
 CT_API const char *ct_strategy_name(ct_strategy_type type);
 
@@ -287,6 +312,7 @@ typedef struct ct_job {
     ct_data_spec train_data; /* data.train */
     ct_data_spec eval_data;  /* data.eval */
     int has_eval_data;
+    ct_data_service_spec data_service; /* data.service */
     int epochs;                /* train.epochs: default 1 */
     int batch_size;            /* train.batch_size: default 32 */
     int eval_batch_size;       /* train.eval_batch_size: default 1000 */

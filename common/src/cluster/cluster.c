@@ -126,7 +126,8 @@ ct_status ct_cluster_spec_read(int flag_rank, int flag_world_size, int flag_loca
 #define KEY_CAP 96                       /* "cluster.evaluator[1023]" and unknown keys */
 #define WHERE_CAP 320                    /* "FILE:LINE: KEY" */
 
-static const char *const task_type_names[CT_TASK_TYPES] = {"chief", "worker", "ps", "evaluator"};
+static const char *const task_type_names[CT_TASK_TYPES] = {
+    "chief", "worker", "ps", "evaluator", "dispatcher", "data_worker"};
 static const char *const expected_types = "chief, worker, ps, evaluator";
 static const char *const master_hint = "'master' is TensorFlow 1's name for the chief: rename it "
                                        "to 'chief'";
@@ -297,6 +298,11 @@ static void read_list(reader *r, view *v, int type, const ct__yaml_pair *pair) {
     if (list->n > CT_CLUSTER_MAX_TASKS) {
         fail_at(r, v, list->line, key, "lists %zu addresses; at most %d are supported", list->n,
                 CT_CLUSTER_MAX_TASKS);
+        return;
+    }
+    if (type == CT_TASK_DISPATCHER && list->n > 1) {
+        fail_at(r, v, list->line, key, "lists %zu addresses; a job has at most one dispatcher",
+                list->n);
         return;
     }
     if (type == CT_TASK_CHIEF && list->n > 1) {

@@ -84,7 +84,7 @@ static const char *const optimizer_keys[] = {
     "rho",  "weight_decay",  "decay",    "clip_norm", "schedule", NULL};
 static const char *const schedule_keys[] = {"type",        "warmup_steps", "step_size", "gamma",
                                             "decay_steps", "min_lr",       NULL};
-static const char *const data_keys[] = {"train", "eval", NULL};
+static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {
     "epochs",    "batch_size", "eval_batch_size", "shuffle",     "threads", "prefetch",
@@ -492,6 +492,9 @@ static void read_data(ct__job_reader *r, const ct__job_section *top, ct_job *job
         job->has_eval_data = 1;
         read_split(r, &s, "eval", &job->eval_data);
     }
+    if (ct__job_sec_get(&s, "service", path)) {
+        ct__job_read_service(r, &s, &job->data_service);
+    }
 }
 
 static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
@@ -684,6 +687,12 @@ void ct_job_defaults(ct_job *job) {
     job->ps.register_timeout = 120.0f;
     job->ps.chief_timeout = 120.0f;
     job->ps.pull_ahead = 1;
+    job->data_service.deterministic = 1;
+    job->data_service.split_steps = 8;
+    job->data_service.window = 4;
+    job->data_service.heartbeat_s = 0.5f;
+    job->data_service.lost_after = 4;
+    job->data_service.timeout_s = 60.0f;
     job->checkpoint.keep_last = 5;
     job->checkpoint.resume = 1;
     job->logs.tensorboard = 1;

@@ -25,11 +25,18 @@ static const char *const kind_names[] = {
     "SNAPSHOT_REQUEST",
     "SNAPSHOT",
     "ERROR",
+    [20] = "DS_LEASE",
+    "DS_REVOKE",
+    "DS_CONSUMER",
+    "DS_INFO",
+    "DS_ACK",
+    "DS_HELLO",
+    "DS_BATCH",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
 const char *ct__kind_name(int kind) {
-    return kind >= 0 && kind < N_KINDS ? kind_names[kind] : "unknown";
+    return kind >= 0 && kind < N_KINDS && kind_names[kind] ? kind_names[kind] : "unknown";
 }
 
 void ct__env_destroy(ct__env *env) {
