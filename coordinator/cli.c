@@ -57,15 +57,17 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
             }
             c->replicas = (int)n;
             i++;
-        } else if (!strcmp(a, "--ps") || !strcmp(a, "--workers")) {
+        } else if (!strcmp(a, "--ps") || !strcmp(a, "--workers") || !strcmp(a, "--data-workers")) {
             char *end = NULL;
-            int max = !strcmp(a, "--ps") ? 64 : 1024;
+            int max = !strcmp(a, "--ps") ? 64 : !strcmp(a, "--workers") ? 1024 : 256;
             long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
             if (!end || *end || n < 1 || n > max) {
                 fprintf(stderr, "ctrain: %s needs a count from 1 to %d\n", a, max);
                 return EXIT_BAD_INPUT;
             }
-            *(!strcmp(a, "--ps") ? &c->ps : &c->workers) = (int)n;
+            *(!strcmp(a, "--ps")        ? &c->ps
+              : !strcmp(a, "--workers") ? &c->workers
+                                        : &c->data_workers) = (int)n;
             i++;
         } else if (!strcmp(a, "--straggler")) {
             char *end = NULL;

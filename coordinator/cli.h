@@ -16,7 +16,8 @@ typedef struct cli {
     int quiet;
     int no_resume;
     int replicas;
-    int ps, workers; /* --ps M --workers N: a local parameter-server cluster */
+    int ps, workers;  /* --ps M --workers N: a local parameter-server cluster */
+    int data_workers; /* --data-workers N: a local data service */
     double straggler;
     const char *init_from;
     char threads_set[64];

@@ -2,12 +2,14 @@
  * ranks under mpirun (--replicas), or as a local parameter-server cluster (--ps/--workers). It
  * prints the progress bar or the epoch lines and the done line, and maps the status to the exit
  * code (0, 1 runtime failure, 2 bad input, 130 SIGINT, 143 SIGTERM). */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "ctrain/npz.h"
 #include "ctrain/pipeline.h"
 #include "ctrain/report.h"
+#include "ds_launch.h"
 #include "ps_launch.h"
 
 static void train_usage(FILE *f) {
@@ -44,6 +47,9 @@ static void train_usage(FILE *f) {
         "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
         "                    restarted if they die (strategy.mode: sync or async)\n"
         "  --straggler F     benchmarks: worker 0 runs F times slower (with --ps/--workers)\n"
+        "  --data-workers N  read the input from a data service on this machine: a\n"
+        "                    ctrain-dispatcher and N ctrain-data-worker processes run the\n"
+        "                    pipeline (data.service; combines with --replicas, --ps/--workers)\n"
         "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
         "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
         "  -h, --help        show this help\n"
@@ -241,8 +247,26 @@ static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, 
     return 0;
 }
 
-/* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags). */
-static int run_replicas(const cli *c) {
+/* Runs mpirun and waits for it (a data service of this process outlives the ranks). */
+static int run_and_wait(const char *const *argv) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (pid < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 127)) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags);
+ * `wait` runs it as a child instead. */
+static int run_replicas(const cli *c, int wait) {
     ct_err err = {0};
     if (ct_mirrored_check_build(&err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
@@ -288,7 +312,14 @@ static int run_replicas(const cli *c) {
     }
     argv[n] = NULL;
     fflush(stdout);
-    execvp("mpirun", (char *const *)argv);
+    if (wait) {
+        int rc = run_and_wait(argv);
+        if (rc >= 0) {
+            return rc;
+        }
+    } else {
+        execvp("mpirun", (char *const *)argv);
+    }
     fprintf(stderr,
             "ctrain: --replicas %d needs Open MPI's mpirun on PATH (Debian: apt install "
             "openmpi-bin)\n",
@@ -352,21 +383,8 @@ static int run_local_cluster(cli *c) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) {
-    /* from the start: a signal during loading stops the run cleanly instead of killing it */
-    cli_catch_signals();
-    cli c = {0};
-    int rc = cli_parse_flags(argc, argv, &c, train_usage);
-    if (rc) {
-        return rc < 0 ? 0 : rc;
-    }
-    ct_log_set(CT_LOG_WARN, log_line, NULL); /* the library's warnings (a log file that failed) */
-    if (c.replicas > 1) {
-        return run_replicas(&c);
-    }
-    if (c.ps > 0 || c.workers > 0) {
-        return run_local_cluster(&c);
-    }
+/* Trains in this process. */
+static int train_here(cli c) {
     ct_job job;
     ct_err err = {0};
     char *text = NULL;
@@ -376,7 +394,7 @@ int cmd_train(int argc, char **argv) {
     }
     ct_trainer *t = NULL;
     ct_loader *train = NULL, *eval = NULL;
-    rc = EXIT_BAD_INPUT;
+    int rc = EXIT_BAD_INPUT;
     if (ct_trainer_create(&job, &t, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         goto done;
@@ -423,5 +441,29 @@ done:
     ct_loader_destroy(eval);
     ct_trainer_destroy(t);
     free(text);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    /* from the start: a signal during loading stops the run cleanly instead of killing it */
+    cli_catch_signals();
+    cli c = {0};
+    int rc = cli_parse_flags(argc, argv, &c, train_usage);
+    if (rc) {
+        return rc < 0 ? 0 : rc;
+    }
+    ct_log_set(CT_LOG_WARN, log_line, NULL); /* the library's warnings (a log file that failed) */
+    ds_pool pool = {0};
+    if (c.data_workers > 0 && (rc = ds_pool_start(&c, &pool)) != 0) {
+        return rc;
+    }
+    if (c.replicas > 1) {
+        rc = run_replicas(&c, c.data_workers > 0);
+    } else if (c.ps > 0 || c.workers > 0) {
+        rc = run_local_cluster(&c);
+    } else {
+        rc = train_here(c);
+    }
+    ds_pool_stop(&pool);
     return rc;
 }
