@@ -72,6 +72,9 @@ static void print_epoch(const ct_train_progress *p, void *user) {
     char line[512];
     ct_format_epoch_line(line, sizeof line, p);
     printf("%s\n", line);
+    if (ct_format_input_line(line, sizeof line, p) > 0) {
+        printf("%s\n", line);
+    }
     fflush(stdout);
 }
 

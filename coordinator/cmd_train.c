@@ -96,6 +96,9 @@ static void print_progress(const ct_train_progress *p, void *user) {
     char line[512];
     ct_format_epoch_line(line, sizeof line, p);
     printf("%s%s\n", s->tty ? "\r\033[K" : "", line);
+    if (ct_format_input_line(line, sizeof line, p) > 0) {
+        printf("%s\n", line);
+    }
     fflush(stdout);
 }
 

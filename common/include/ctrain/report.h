@@ -16,6 +16,15 @@
  * measure it). Returns the length snprintf would have written. Thread-safe. */
 CT_API int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p);
 
+/* The data service's input-bound verdict of an epoch: "input: W% of step time waiting; data
+ * workers N, each producing R elements/s; consumers need C elements/s: input-bound, K data
+ * workers would remove the wait" (or ": not input-bound"). Writes "" and returns 0 when
+ * p->data_workers is 0 (no data service). Thread-safe. */
+CT_API int ct_format_input_line(char *buf, size_t cap, const ct_train_progress *p);
+
+/* Input-bound: more than this fraction of the step time goes to waiting for input. */
+#define CT_INPUT_BOUND_FRACTION 0.05
+
 /* Writes "done: epochs=E steps=S test_loss=L test_accuracy=A seconds=T samples_per_s=R" and,
  * when extra is not NULL or empty, " " and extra ("replicas=2", "ps=1 workers=2") into buf (no
  * newline). Returns the length snprintf would have written. Thread-safe. */

@@ -17,6 +17,28 @@ int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p) {
     return n;
 }
 
+int ct_format_input_line(char *buf, size_t cap, const ct_train_progress *p) {
+    if (p->data_workers <= 0) {
+        if (cap > 0) {
+            buf[0] = '\0';
+        }
+        return 0;
+    }
+    int bound = p->input_wait_fraction > CT_INPUT_BOUND_FRACTION;
+    char verdict[96];
+    if (bound) {
+        snprintf(verdict, sizeof verdict, "input-bound, %d data workers would remove the wait",
+                 p->workers_needed);
+    } else {
+        snprintf(verdict, sizeof verdict, "not input-bound");
+    }
+    return snprintf(buf, cap,
+                    "input: %.1f%% of step time waiting; data workers %d, each producing %.0f "
+                    "elements/s; consumers need %.0f elements/s: %s",
+                    100.0 * (p->input_wait_fraction > 0 ? p->input_wait_fraction : 0.0),
+                    p->data_workers, p->worker_elements_per_s, p->needed_elements_per_s, verdict);
+}
+
 int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const char *extra) {
     return snprintf(buf, cap,
                     "done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "

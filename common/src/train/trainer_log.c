@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "core/clock.h"
+#include "ctrain/report.h"
 #include "train/trainer_internal.h"
 
 ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err) {
@@ -86,6 +87,23 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
         ct__run_scalar scalars[] = {{"loss", p->test_loss}, {"accuracy", p->test_accuracy}};
         ct__run_log_scalars(t->log, CT__RUN_LOG_VALIDATION, t->step, scalars, 2);
         ct__run_log_flush(t->log);
+    }
+    if (p->data_workers > 0) { /* the data service's verdict (ct_format_input_line) */
+        ct__run_scalar input[] = {{"input/wait_fraction", p->input_wait_fraction},
+                                  {"input/data_workers", p->data_workers},
+                                  {"input/worker_elements_per_s", p->worker_elements_per_s},
+                                  {"input/needed_elements_per_s", p->needed_elements_per_s},
+                                  {"input/workers_needed", p->workers_needed}};
+        ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, input, 5);
+        ct__run_log_flush(t->log);
+        ct__run_log_metrics(t->log,
+                            "{\"step\": %lld, \"epoch\": %d, \"input\": {\"wait_fraction\": %.6g, "
+                            "\"data_workers\": %d, \"worker_elements_per_s\": %.6g, "
+                            "\"needed_elements_per_s\": %.6g, \"workers_needed\": %d, "
+                            "\"input_bound\": %s}}",
+                            (long long)t->step, p->epoch, p->input_wait_fraction, p->data_workers,
+                            p->worker_elements_per_s, p->needed_elements_per_s, p->workers_needed,
+                            p->input_wait_fraction > CT_INPUT_BOUND_FRACTION ? "true" : "false");
     }
     ct__run_log_metrics(t->log,
                         "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
