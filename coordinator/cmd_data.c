@@ -15,6 +15,7 @@
 #include "ctrain/job.h"
 #include "ctrain/pipeline.h"
 #include "ctrain/tfrecord.h"
+#include "ctrain/train.h"
 
 #define MAX_STAGES 64
 
@@ -22,6 +23,7 @@ typedef struct data_flags {
     cli c;
     int eval;        /* --split eval */
     long long count; /* inspect --take, bench --steps */
+    int trainer;     /* bench --trainer: the training step on synthetic input too */
 } data_flags;
 
 static void data_usage(FILE *f) {
@@ -65,6 +67,9 @@ static void bench_usage(FILE *f) {
                "options:\n"
                "  --split train|eval  which pipeline (default: train)\n"
                "  --steps N           outputs (batches) to run (default 100)\n"
+               "  --trainer           also time the training step alone on synthetic input\n"
+               "                      (the job's model and batch size, no pipeline) and say\n"
+               "                      which of the two limits training (input-bound or not)\n"
                "  --set KEY=VALUE     override a job field (repeatable)\n"
                "  -h, --help          show this help\n"
                "exit codes: 0 success, 1 runtime failure, 2 bad input\n");
@@ -104,6 +109,8 @@ static int parse_data_flags(int argc, char **argv, const char *count_flag, void 
         if (needs && i + 1 >= argc) {
             fprintf(stderr, "ctrain: %s needs a value (see --help)\n", a);
             rc = EXIT_BAD_INPUT;
+        } else if (!strcmp(a, "--trainer")) {
+            f->trainer = 1;
         } else if (!strcmp(a, "--split")) {
             const char *v = argv[++i];
             f->eval = !strcmp(v, "eval");
@@ -308,6 +315,52 @@ static void print_stats(const ct_iterator *it) {
     }
 }
 
+/* The training step alone on a synthetic batch (zeros, label 0) of the job's batch size: its
+ * examples per second, after two warm-up steps. */
+static ct_status bench_trainer(const ct_job *job, long long steps, double *ret_eps, ct_err *err) {
+    ct_trainer *t = NULL;
+    ct_status st = ct_trainer_create(job, &t, err);
+    int64_t example = 1;
+    for (int i = 0; i < job->input_rank; i++) {
+        example *= job->input_shape[i];
+    }
+    int64_t b = job->batch_size;
+    float *x = calloc((size_t)(b * example), sizeof *x);
+    int32_t *y = calloc((size_t)b, sizeof *y);
+    if (st == CT_OK && (!x || !y)) {
+        st = ct_err_set(err, CT_ENOMEM, "out of memory");
+    }
+    double start = 0.0;
+    for (long long i = 0; st == CT_OK && i < steps + 2; i++) {
+        start = i == 2 ? now_s() : start;
+        float loss, acc;
+        st = ct_trainer_step(t, x, y, b, &loss, &acc, err);
+    }
+    double seconds = now_s() - start;
+    *ret_eps = seconds > 0 ? (double)(steps * b) / seconds : 0.0;
+    free(x);
+    free(y);
+    ct_trainer_destroy(t);
+    return st;
+}
+
+/* --trainer: the step alone, and which side limits training. */
+static int bench_verdict(const data_flags *f, const ct_job *job, double pipeline_eps) {
+    double trainer_eps = 0.0;
+    ct_err err = {0};
+    if (bench_trainer(job, f->count, &trainer_eps, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: trainer: %s\n", err.msg);
+        return EXIT_RUNTIME;
+    }
+    printf("trainer on synthetic input: %.1f elements/s (batch %d, %lld steps)\n", trainer_eps,
+           job->batch_size, f->count);
+    printf("verdict: %s (the pipeline gives %.0f elements/s, the step takes %.0f)\n",
+           pipeline_eps < trainer_eps ? "input-bound: the pipeline is slower than the step"
+                                      : "not input-bound: the step is the limit",
+           pipeline_eps, trainer_eps);
+    return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
     data_flags f = {.count = 100};
     ct_job job;
@@ -334,6 +387,9 @@ static int cmd_bench(int argc, char **argv) {
                seconds > 0 ? (double)outputs / seconds : 0.0,
                seconds > 0 ? (double)source / seconds : 0.0, (long long)source);
         print_stats(it);
+        /* the pipeline's batches are the trainer's elements: examples per second */
+        double eps = seconds > 0 ? (double)outputs * job.batch_size / seconds : 0.0;
+        rc = f.trainer ? bench_verdict(&f, &job, eps) : 0;
     }
     ct_iterator_destroy(it);
     ct_dataset_destroy(ds);
