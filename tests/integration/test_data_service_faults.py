@@ -1,0 +1,367 @@
+"""The data service under failures, with real processes on loopback: ctrain-dispatcher,
+ctrain-data-worker and consumers (tests/tools/ds_consume, ctrain train) over ZeroMQ. An
+id-carrying dataset (a CSV of ids 0..N-1) checks that every id of every epoch reaches the
+consumer exactly once, in the order an in-process run gives, while data workers are killed with
+SIGKILL (20 times in one epoch), stopped with SIGSTOP and resumed, and the dispatcher is killed
+and restarted from its journal; garbage and foreign messages are dropped; a consumer without
+the job's CURVE key is refused; a mirrored job stopped and resumed with data workers ends with
+the checkpoint of an uninterrupted run; 1 and 4 data workers train bit for bit alike; training
+through the service with a data worker killed reaches the MLP's accuracy bar."""
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+from ckpt_compare import final_ckpt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
+CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
+DISPATCHER = os.path.join(BUILD, "coordinator", "ctrain-dispatcher")
+DATA_WORKER = os.path.join(BUILD, "worker", "ctrain-data-worker")
+CONSUME = os.path.join(BUILD, "tests", "ds_consume")
+MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1",
+           ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "").replace("detect_leaks=1",
+                                                                   "detect_leaks=0"))
+N_IDS = 6000
+BATCH = 32
+STEPS = (N_IDS + BATCH - 1) // BATCH
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ids_job(tmp_path, address, extra=""):
+    """An id-carrying job: features are the ids 0..N_IDS-1 of a CSV file, shuffled."""
+    csv = tmp_path / "ids.csv"
+    if not csv.exists():
+        csv.write_text("id,label\n" + "".join(f"{i},{i % 10}\n" for i in range(N_IDS)))
+    job = tmp_path / "ids.yaml"
+    job.write_text(f"""seed: 7
+model:
+  input_shape: [1]
+  layers:
+    - dense: {{units: 10}}
+optimizer: {{type: sgd, learning_rate: 0.01}}
+data:
+  train:
+    pipeline:
+      - csv: {{files: {csv}, columns: [{{name: id, dtype: f32}}, {{name: label, dtype: i32}}]}}
+      - shuffle: 1000
+      - batch: {BATCH}
+  service: {{dispatcher: "{address}", heartbeat: 0.2, lost_after: 3, split_steps: 4,
+            window: 4, timeout: 60, work_dir: {tmp_path / "journal"}}}
+train: {{epochs: 2, batch_size: {BATCH}}}
+run_dir: {tmp_path / "run"}
+{extra}""")
+    return str(job)
+
+
+def read_batches(path):
+    """{(epoch, step): [ids]} and the lines in order."""
+    lines = open(path).read().splitlines()
+    out = {}
+    for line in lines:
+        f = line.split()
+        key = (int(f[0]), int(f[1]))
+        assert key not in out, f"batch {key} delivered twice"
+        out[key] = [float(x) for x in f[3:]]
+    return out, lines
+
+
+def assert_exactly_once(path, epochs=2):
+    batches, _ = read_batches(path)
+    for e in range(epochs):
+        ids = sorted(i for (ep, _), v in batches.items() if ep == e for i in v)
+        assert ids == [float(i) for i in range(N_IDS)], \
+            f"epoch {e}: {len(ids)} ids, {len(set(ids))} distinct, expected {N_IDS} once each"
+
+
+class Service:
+    """A dispatcher and data workers started by hand, logs in files."""
+
+    def __init__(self, tmp_path, extra_job="", keys=None):
+        self.dir = tmp_path
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.job = ids_job(tmp_path, self.address, extra_job)
+        self.sets = ["--set", f"strategy.keys={keys}"] if keys else []
+        self.procs = {}
+        self.n_started = 0
+
+    def log(self, name):
+        path = self.dir / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    def start(self, name, argv):
+        f = open(self.dir / f"{name}.log", "a")
+        self.procs[name] = subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=f,
+                                            stderr=subprocess.STDOUT, text=True)
+        return self.procs[name]
+
+    def wait_for(self, name, pattern, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.log(name))
+            if m:
+                return m
+            p = self.procs.get(name)
+            if p is not None and p.poll() is not None and not re.search(pattern, self.log(name)):
+                raise AssertionError(f"{name} exited {p.returncode}:\n{self.log(name)}")
+            time.sleep(0.05)
+        raise AssertionError(f"{name}: no /{pattern}/ within {timeout} s:\n{self.log(name)}")
+
+    def dispatcher(self, name="dispatcher"):
+        self.start(name, [DISPATCHER, "--job", self.job, *self.sets, "--bind", self.address])
+        self.wait_for(name, r"listening on tcp://")
+
+    def worker(self, index=None):
+        index = self.n_started if index is None else index
+        self.n_started += 1
+        name = f"worker{index}"
+        self.start(name, [DATA_WORKER, "--job", self.job, *self.sets, "--index", str(index),
+                          "--dispatcher", self.address])
+        return name
+
+    def consumer(self, out, *extra, name="consumer"):
+        return self.start(name, [CONSUME, self.job, *self.sets, "--out", str(out), "--epochs",
+                                 "2", *extra])
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def service(tmp_path):
+    made = []
+
+    def make(*args, **kwargs):
+        s = Service(tmp_path, *args, **kwargs)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.stop()
+
+
+def in_process(tmp_path, job):
+    """The batches of the same job without the data service."""
+    out = tmp_path / "in_process.txt"
+    text = open(job).read()
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(re.sub(r"\n  service: \{[^}]*\}", "", text))
+    r = subprocess.run([CONSUME, str(plain), "--out", str(out), "--epochs", "2"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_killed_data_workers_lose_and_repeat_nothing(tmp_path, service):
+    s = service()
+    s.dispatcher()
+    live = [s.worker() for _ in range(3)]
+    out = tmp_path / "batches.txt"
+    consumer = s.consumer(out, "--sleep-ms", "8")
+    rng = random.Random(16)
+    kills = 0
+    while consumer.poll() is None and kills < 40:
+        time.sleep(rng.uniform(0.05, 0.35))
+        victim = live.pop(rng.randrange(len(live)))
+        s.procs[victim].kill()  # SIGKILL, at a random moment of the epoch
+        s.procs[victim].wait()
+        kills += 1
+        live.append(s.worker())
+    assert consumer.wait(timeout=300) == 0, s.log("consumer")
+    assert kills >= 20, f"the epochs ended after {kills} kills; slow the consumer down"
+    assert_exactly_once(out)
+    # which data worker produced a batch does not change it: the in-process run's batches
+    assert read_batches(out)[1] == read_batches(in_process(tmp_path, s.job))[1]
+    assert re.search(r"data worker \d+.*lost", s.log("dispatcher")), s.log("dispatcher")
+
+
+def test_dispatcher_restarts_from_its_journal(tmp_path, service):
+    s = service()
+    s.dispatcher()
+    for _ in range(2):
+        s.worker()
+    out = tmp_path / "batches.txt"
+    consumer = s.consumer(out, "--sleep-ms", "10")
+    for restart in range(3):
+        time.sleep(1.0 + restart * 0.5)
+        if consumer.poll() is not None:
+            break
+        s.procs["dispatcher"].kill()
+        s.procs["dispatcher"].wait()
+        s.dispatcher(name=f"dispatcher{restart + 1}")
+    assert consumer.wait(timeout=300) == 0, s.log("consumer")
+    assert restart >= 1, "the consumer finished before the dispatcher could be restarted"
+    assert_exactly_once(out)
+    assert read_batches(out)[1] == read_batches(in_process(tmp_path, s.job))[1]
+
+
+def test_stopped_data_worker_is_lost_and_rejoins_without_duplicates(tmp_path, service):
+    s = service()
+    s.dispatcher()
+    w0, w1 = s.worker(), s.worker()
+    out = tmp_path / "batches.txt"
+    consumer = s.consumer(out, "--sleep-ms", "8")
+    time.sleep(1.0)
+    stopped = time.time()
+    os.kill(s.procs[w0].pid, signal.SIGSTOP)
+    s.wait_for("dispatcher", r"data worker 0\b.*lost", timeout=20)
+    lost_after = time.time() - stopped
+    os.kill(s.procs[w0].pid, signal.SIGCONT)
+    assert consumer.wait(timeout=300) == 0, s.log("consumer")
+    assert_exactly_once(out)
+    # declared lost within a few heartbeats (lost_after 3 x heartbeat 0.2 s), not a minute
+    assert lost_after < 10, lost_after
+    assert s.procs[w0].poll() is None or s.procs[w0].returncode == 0, s.log(w0)
+
+
+def test_garbage_and_foreign_messages_are_dropped(tmp_path, service):
+    zmq = pytest.importorskip("zmq")
+    s = service()
+    s.dispatcher()
+    w = s.worker()
+    m = s.wait_for(w, r"listening on tcp://(\S+)")
+    out = tmp_path / "batches.txt"
+    consumer = s.consumer(out, "--sleep-ms", "2")
+    ctx = zmq.Context()
+    for endpoint in (f"tcp://{s.address}", f"tcp://{m.group(1)}"):
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        sock.send(b"\x00garbage\xff" * 10)                  # not an envelope
+        sock.send_multipart([b"\x08\x01\x18\x1a", b"xyz"])  # a DS_BATCH with a frame too many
+        sock.send(os.urandom(2 << 20))                      # oversized
+        sock.send(b"")                                      # empty
+        time.sleep(0.2)
+        sock.close()
+    ctx.term()
+    # a data worker of another job (another seed: another job id) is not let in
+    other = tmp_path / "other"
+    other.mkdir()
+    foreign = ids_job(other, s.address).replace("seed: 7", "seed: 8")
+    stranger = s.start("stranger", [DATA_WORKER, "--job", foreign, "--index", "9",
+                                    "--dispatcher", s.address])
+    assert consumer.wait(timeout=300) == 0, s.log("consumer")
+    assert_exactly_once(out)
+    assert re.search(r"dropped", s.log("dispatcher")), s.log("dispatcher")
+    assert re.search(r"dropped", s.log(w)), s.log(w)
+    stranger.kill()
+    assert "data worker 9" not in re.sub(r".*(refus|dropped|job id).*\n", "",
+                                         s.log("dispatcher")), s.log("dispatcher")
+
+
+def test_consumer_without_the_key_is_refused(tmp_path, service):
+    keys, other = tmp_path / "keys", tmp_path / "other_keys"
+    for d in (keys, other):
+        assert subprocess.run([CTRAIN, "keygen", str(d)], capture_output=True).returncode == 0
+    s = service(keys=str(keys))
+    s.dispatcher()
+    s.worker()
+    good = tmp_path / "good.txt"
+    assert s.consumer(good).wait(timeout=300) == 0, s.log("consumer")
+    assert_exactly_once(good)
+    r = subprocess.run([CONSUME, s.job, "--set", f"strategy.keys={other}", "--set",
+                        "data.service.timeout=3", "--out", str(tmp_path / "bad.txt")],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "dispatcher" in r.stderr, r.stderr
+    assert re.search(r"refused a connection", s.log("dispatcher")), s.log("dispatcher")
+
+
+def mlp_args(run_dir, *extra):
+    return [MLP, "--quiet", "--set", "data.train.limit=6000", "--set", "data.eval.limit=1000",
+            "--set", f"run_dir={run_dir}", "--set", "train.threads=1", *extra]
+
+
+def test_one_and_four_data_workers_train_bit_for_bit_alike(tmp_path):
+    runs = {}
+    for n in (0, 1, 4):
+        run = tmp_path / f"w{n}"
+        extra = ["--data-workers", str(n)] if n else []
+        r = subprocess.run([CTRAIN, "train", *mlp_args(run, "--set", "train.epochs=2"), *extra],
+                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        runs[n] = final_ckpt(run)
+    for n in (1, 4):
+        d = subprocess.run([CTRAIN, "ckpt", "diff", runs[0], runs[n]], capture_output=True,
+                           text=True)
+        assert d.returncode == 0, f"{n} data workers: {d.stdout}"
+
+
+def test_mirrored_job_with_data_workers_resumes_exactly(tmp_path):
+    args = mlp_args(tmp_path / "straight", "--set", "train.epochs=2", "--replicas", "2",
+                    "--data-workers", "2")
+    assert subprocess.run([CTRAIN, "train", *args], cwd=ROOT, env=ENV, capture_output=True,
+                          timeout=600).returncode == 0
+    straight = final_ckpt(tmp_path / "straight")
+    resumed = 0
+    delay = 2.0
+    for attempt in range(8):
+        run = tmp_path / f"run{attempt}"
+        args = mlp_args(run, "--set", "train.epochs=2", "--set", "checkpoint.every_steps=20",
+                        "--replicas", "2", "--data-workers", "2")
+        p = subprocess.Popen([CTRAIN, "train", *args], cwd=ROOT, env=ENV, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+        if p.returncode == 0:
+            delay *= 0.6
+            continue
+        if not (run / "checkpoints").exists():
+            delay *= 1.5
+            continue
+        for stop_at in (1.0, None):  # a second stop at another step, then to the end
+            p = subprocess.Popen([CTRAIN, "train", *args], cwd=ROOT, env=ENV, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if stop_at:
+                time.sleep(delay + stop_at)
+                p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        d = subprocess.run([CTRAIN, "ckpt", "diff", straight, final_ckpt(run)],
+                           capture_output=True, text=True)
+        assert d.returncode == 0, d.stdout
+        resumed += 1
+        break
+    assert resumed, "SIGTERM never arrived mid-run in 8 tries"
+
+
+def test_training_with_a_killed_data_worker_reaches_the_bar(tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.Popen([CTRAIN, "train", MLP, "--set", f"run_dir={run}", "--data-workers",
+                          "3"], cwd=ROOT, env=ENV, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    time.sleep(6.0)
+    workers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "ctrain-data-worker"],
+                             capture_output=True, text=True).stdout.split()
+    assert workers, "no data worker to kill"
+    os.kill(int(workers[0]), signal.SIGKILL)
+    out, err = p.communicate(timeout=900)
+    assert p.returncode == 0, err
+    acc = float(re.search(r"test_accuracy=([\d.]+)", out).group(1))
+    assert acc >= 0.865, out
+    assert re.search(r"input: [\d.]+% of step time waiting; data workers \d+", out), out
