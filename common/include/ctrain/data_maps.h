@@ -84,4 +84,10 @@ CT_API ct_status ct_dataset_map_random_flip(ct_dataset *in, int component,
 CT_API ct_status ct_dataset_map_one_hot(ct_dataset *in, int component, int64_t depth,
                                         const ct_map_options *opt, ct_dataset **ret, ct_err *err);
 
+/* delay: every element passes through unchanged after `micros` microseconds, slept (cpu 0) or
+ * spent spinning on the CPU (cpu 1): tf.data's ArtificialDataset, to benchmark input-bound
+ * training. CT_EINVAL for micros outside [0, 60 s]. */
+CT_API ct_status ct_dataset_map_delay(ct_dataset *in, int64_t micros, int cpu,
+                                      const ct_map_options *opt, ct_dataset **ret, ct_err *err);
+
 #endif

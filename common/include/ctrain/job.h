@@ -142,6 +142,7 @@ typedef enum ct_map_kind {
     CT_MAP_RANDOM_CROP,
     CT_MAP_RANDOM_FLIP,
     CT_MAP_ONE_HOT,
+    CT_MAP_DELAY, /* benchmarks: a fixed time per element, slept or spent on the CPU */
 } ct_map_kind;
 
 /* decode: what the bytes component holds. */
@@ -201,6 +202,8 @@ typedef struct ct_map_stage_spec {
     int64_t height, width; /* random_crop: the output size; 0 = the input's */
     int64_t padding;       /* random_crop: zeros added on every side first; default 0 */
     int64_t depth;         /* one_hot: classes */
+    int64_t micros;        /* delay: microseconds per element */
+    int cpu;               /* delay: spin on the CPU (true) or sleep (false, the default) */
     int parallel;          /* 0 (in the caller, the default), N threads, CT_AUTOTUNE */
 } ct_map_stage_spec;
 
@@ -313,11 +316,11 @@ typedef struct ct_job {
     ct_data_spec eval_data;  /* data.eval */
     int has_eval_data;
     ct_data_service_spec data_service; /* data.service */
-    int epochs;                /* train.epochs: default 1 */
-    int batch_size;            /* train.batch_size: default 32 */
-    int eval_batch_size;       /* train.eval_batch_size: default 1000 */
-    int shuffle;               /* train.shuffle: default true */
-    int threads;               /* train.threads: default 0 = all cores */
+    int epochs;                        /* train.epochs: default 1 */
+    int batch_size;                    /* train.batch_size: default 32 */
+    int eval_batch_size;               /* train.eval_batch_size: default 1000 */
+    int shuffle;                       /* train.shuffle: default true */
+    int threads;                       /* train.threads: default 0 = all cores */
     int prefetch;              /* train.prefetch: batches prepared ahead; default 16 (deep enough
                                   that the producer is woken once per 8 batches: a wake-up costs
                                   the step ~15 us on a VM) */
