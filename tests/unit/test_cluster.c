@@ -111,6 +111,24 @@ Test(cluster, tf_config_all_four_types) {
     ct_cluster_finish(&c); /* twice is harmless */
 }
 
+Test(cluster, data_service_task_types) {
+    ct_cluster c = read_ok(NULL, NULL, NULL,
+                           "{\"cluster\": {\"chief\": [\"c0:1\"], \"dispatcher\": [\"d0:7460\"], "
+                           "\"data_worker\": [\"dw0:0\", \"dw1:0\", \"dw2:0\"]}, "
+                           "\"task\": {\"type\": \"data_worker\", \"index\": 2}}");
+    cr_expect_eq(c.n[CT_TASK_DISPATCHER], 1);
+    cr_expect_eq(c.n[CT_TASK_DATA_WORKER], 3);
+    cr_expect_str_eq(c.addr[CT_TASK_DISPATCHER][0], "d0:7460");
+    cr_expect_eq(c.task_type, CT_TASK_DATA_WORKER);
+    cr_expect_eq(c.task_index, 2);
+    ct_cluster_finish(&c);
+    EXPECT_TF_ERROR("{\"cluster\": {\"dispatcher\": [\"d0:1\", \"d1:1\"]}}",
+                    "TF_CONFIG: cluster.dispatcher", "at most one dispatcher");
+    EXPECT_TF_ERROR("{\"cluster\": {\"data_worker\": [\"w:1\"]}, \"task\": {\"type\": "
+                    "\"data_worker\", \"index\": 1}}",
+                    "data_worker:1 is outside the 1 data_worker tasks");
+}
+
 Test(cluster, task_from_tf_config) {
     ct_cluster c = read_ok(NULL, NULL, NULL,
                            "{\"cluster\": {\"ps\": [\"p0:1\", \"p1:1\"]}, "

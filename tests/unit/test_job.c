@@ -229,6 +229,56 @@ Test(job, parameter_server_keys) {
     cr_expect_eq(job.mirrored.allreduce, 1);
 }
 
+Test(job, data_service_keys) {
+    ct_job job;
+    ct_err err = {0};
+    const char *text = MINIMAL_JOB "  service:\n"
+                                   "    dispatcher: node01:7460\n"
+                                   "    mode: parallel_epochs\n"
+                                   "    deterministic: false\n"
+                                   "    split_steps: 16\n"
+                                   "    window: 2\n"
+                                   "    heartbeat: 0.25\n"
+                                   "    lost_after: 6\n"
+                                   "    timeout: 30\n"
+                                   "    work_dir: /tmp/ds\n";
+    cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
+                 err.msg);
+    const ct_data_service_spec *ds = &job.data_service;
+    cr_expect_eq(ds->enabled, 1);
+    cr_expect_str_eq(ds->dispatcher, "node01:7460");
+    cr_expect_eq(ds->mode, CT_DS_PARALLEL_EPOCHS);
+    cr_expect_eq(ds->deterministic, 0);
+    cr_expect_eq(ds->split_steps, 16);
+    cr_expect_eq(ds->window, 2);
+    cr_expect_float_eq(ds->heartbeat_s, 0.25f, 1e-6);
+    cr_expect_eq(ds->lost_after, 6);
+    cr_expect_float_eq(ds->timeout_s, 30.0f, 1e-6);
+    cr_expect_str_eq(ds->work_dir, "/tmp/ds");
+    cr_expect_eq(ds->line, 12);
+    /* the defaults, and a job without data.service */
+    const char *bare = MINIMAL_JOB "  service: {}\n";
+    cr_assert_eq(ct_job_parse(bare, strlen(bare), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
+                 err.msg);
+    cr_expect_eq(job.data_service.enabled, 1);
+    cr_expect_eq(job.data_service.mode, CT_DS_DISTRIBUTED_EPOCH);
+    cr_expect_eq(job.data_service.deterministic, 1);
+    cr_expect_eq(job.data_service.split_steps, 8);
+    cr_expect_eq(job.data_service.window, 4);
+    cr_expect_float_eq(job.data_service.heartbeat_s, 0.5f, 1e-6);
+    cr_expect_eq(job.data_service.lost_after, 4);
+    cr_expect_str_eq(job.data_service.dispatcher, "");
+    cr_assert_eq(ct_job_parse(MINIMAL_JOB, strlen(MINIMAL_JOB), "job.yaml", NULL, 0, &job, &err),
+                 CT_OK, "%s", err.msg);
+    cr_expect_eq(job.data_service.enabled, 0);
+    /* --set reaches it like any key */
+    const char *sets[] = {"data.service.dispatcher=127.0.0.1:5"};
+    cr_assert_eq(ct_job_parse(MINIMAL_JOB, strlen(MINIMAL_JOB), "job.yaml", sets, 1, &job, &err),
+                 CT_OK, "%s", err.msg);
+    cr_expect_eq(job.data_service.enabled, 1);
+    cr_expect_str_eq(job.data_service.dispatcher, "127.0.0.1:5");
+}
+
 Test(job, defaults) {
     ct_job job;
     ct_job_defaults(&job);
@@ -536,6 +586,15 @@ Test(job, section_errors) {
                  "job.yaml:12: strategy.heartbeat_timeout: must be a positive number");
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: ring}\n",
                  "job.yaml:12: strategy.type: unknown strategy 'ring'");
+    EXPECT_ERROR(MINIMAL_JOB "  service: {mode: static}\n",
+                 "job.yaml:12: data.service.mode: unknown data service mode 'static' (expected "
+                 "one of: distributed_epoch, parallel_epochs)");
+    EXPECT_ERROR(MINIMAL_JOB "  service: {split_steps: 0}\n",
+                 "job.yaml:12: data.service.split_steps: must be a positive integer");
+    EXPECT_ERROR(MINIMAL_JOB "  service: {heartbeat: -1}\n",
+                 "job.yaml:12: data.service.heartbeat: must be a positive number");
+    EXPECT_ERROR(MINIMAL_JOB "  service: {dispatchr: a:1}\n",
+                 "job.yaml:12: data.service.dispatchr: unknown key");
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: mirrored, allreduce: tree}\n",
                  "job.yaml:12: strategy.allreduce: unknown all-reduce engine 'tree' (expected one "
                  "of: auto, ring, shared)");
