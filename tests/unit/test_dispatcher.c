@@ -1,0 +1,2 @@
+#include <criterion/criterion.h>
+Test(dispatcher, placeholder) {}
