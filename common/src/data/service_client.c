@@ -196,9 +196,9 @@ static void on_batch(ct__ds_client *c, ct__msg *m) {
     for (size_t d = 0; b && d < b->n_x_dims; d++) {
         per *= b->x_dims[d];
     }
-    if (b == NULL || m->n_frames != 3 || b->size < 0 || b->n_x_dims > CT_MAX_DIMS - 1 ||
-        zmq_msg_size(&m->frames[1]) != sizeof(float) * (size_t)(b->size * per) ||
-        zmq_msg_size(&m->frames[2]) != sizeof(int32_t) * (size_t)b->size) {
+    if (b == NULL || m->n_frames != 2 || b->size < 0 || b->n_x_dims > CT_MAX_DIMS - 1 ||
+        zmq_msg_size(&m->frames[0]) != sizeof(float) * (size_t)(b->size * per) ||
+        zmq_msg_size(&m->frames[1]) != sizeof(int32_t) * (size_t)b->size) {
         ct_log(CT_LOG_WARN, "data service: %s: dropped a malformed DS_BATCH", c->name);
         return;
     }
@@ -232,8 +232,8 @@ static void on_batch(ct__ds_client *c, ct__msg *m) {
     ct_shape ys = {.rank = 1, .dims = {b->size}};
     if (ct_element_alloc(&s->batch, 0, CT_F32, &xs, 0) == CT_OK &&
         ct_element_alloc(&s->batch, 1, CT_I32, &ys, 0) == CT_OK) {
-        memcpy(s->batch.v[0].data, zmq_msg_data(&m->frames[1]), zmq_msg_size(&m->frames[1]));
-        memcpy(s->batch.v[1].data, zmq_msg_data(&m->frames[2]), zmq_msg_size(&m->frames[2]));
+        memcpy(s->batch.v[0].data, zmq_msg_data(&m->frames[0]), zmq_msg_size(&m->frames[0]));
+        memcpy(s->batch.v[1].data, zmq_msg_data(&m->frames[1]), zmq_msg_size(&m->frames[1]));
         s->incarnation = b->incarnation;
         s->epoch = b->epoch;
         s->step = b->step;
@@ -315,8 +315,11 @@ static int io_requests(ct__ds_client *c) {
     if (seek) {
         send_consumer(c, se, ss);
     }
-    if (ack || closing) {
-        send_ack(c, ai, ae, as, closing);
+    if (ack) {
+        send_ack(c, ai, ae, as, 0);
+    }
+    if (closing) { /* the last step handed out finished too */
+        send_ack(c, ai, ae, as, 1);
     }
     if (closing || stop) {
         return 1;
@@ -650,7 +653,8 @@ void ct__ds_client_destroy(ct__ds_client *c) {
     }
     if (c->started) {
         pthread_mutex_lock(&c->mu);
-        c->closing = 1; /* the I/O thread sends DS_ACK closed and ends */
+        c->closing = 1; /* the I/O thread sends DS_ACK, DS_ACK closed, and ends */
+        c->want_ack = c->handed;
         c->ack_incarnation = c->incarnation;
         c->ack_epoch = c->next_epoch;
         c->ack_step = c->next_step;
