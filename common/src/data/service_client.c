@@ -513,7 +513,7 @@ static int find_slot(const ct__ds_client *c, int64_t epoch, int64_t step) {
 
 /* Waits for the batch (epoch, step) of the current incarnation (under mu); its slot index. */
 static ct_status wait_batch(ct__ds_client *c, int64_t epoch, int64_t step, int *ret, ct_err *err) {
-    double start = ct__now(), asked = start;
+    double start = ct__now(), asked = start, every = c->reseek_s;
     int k = -1;
     while (c->fatal == CT_OK && (!c->have_info || (k = find_slot(c, epoch, step)) < 0)) {
         double now = ct__now();
@@ -525,11 +525,12 @@ static ct_status wait_batch(ct__ds_client *c, int64_t epoch, int64_t step, int *
                               "data workers (%s) for %.0f s (data.service.timeout)",
                               c->name, (long long)step, (long long)epoch, who, now - start);
         }
-        if (now - asked > c->reseek_s) { /* lost on the way, or a lease forgotten */
+        if (now - asked > every) { /* lost on the way, or a lease forgotten */
             c->want_seek = 1;
             c->seek_epoch = epoch;
             c->seek_step = step;
             asked = now;
+            every *= 2; /* a slow first batch is not restarted over and over */
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
