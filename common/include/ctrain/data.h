@@ -141,6 +141,22 @@ CT_API int64_t ct_loader_global_batch(const ct_loader *l, int64_t index, int64_t
 /* The current epoch's per-stage statistics (ct_iterator_stats); *ret_n = 0 before an epoch. */
 CT_API ct_status ct_loader_stats(const ct_loader *l, ct_stage_stats *stats, int max, int *ret_n);
 
+/* A loader that reads from the data service (data.service; docs/data-service.md): the pool of
+ * data workers it knows, their throughput (as the dispatcher reports it), the seconds this
+ * consumer waited for batches, the examples it received and the batches it dropped (another
+ * incarnation's, or a step it already had). */
+typedef struct ct_service_stats {
+    int workers;
+    double pool_elements_per_s;
+    double wait_s;
+    int64_t elements;
+    int64_t duplicates;
+} ct_service_stats;
+
+/* Fills *ret and returns 1 when `l` reads from the data service; returns 0 (and zeroes *ret)
+ * otherwise. */
+CT_API int ct_loader_service_stats(const ct_loader *l, ct_service_stats *ret);
+
 /* Stops the prefetch thread and frees everything; accepts NULL. */
 CT_API void ct_loader_destroy(ct_loader *l);
 

@@ -1,12 +1,41 @@
 /* A job's input as the trainer's loader: the pipeline built from data.train or data.eval (either
  * form) for this rank's shard, batches of (f32 features, integer labels). Every role takes its
  * input through here: the standalone trainer, each mirrored rank, each parameter-server worker
- * and the chief's and evaluator's evaluation. */
+ * and the chief's and evaluator's evaluation. With data.service the batches come from the data
+ * workers instead (service_client.c), the same batches as in process (docs/data-service.md). */
 #include "ctrain/data.h"
 #include "ctrain/pipeline.h"
+#include "data/service.h"
+
+/* The consumer's loader: the service source, no prefetch above it (asking for a step
+ * acknowledges the one before), the dispatcher's step count and global sizes. */
+static ct_status service_loader(const ct_job *job, int eval, int shard_index, int shard_count,
+                                ct_loader **ret, ct_err *err) {
+    ct__ds_client *c = NULL;
+    ct_status st = ct__ds_client_create(job, eval, shard_index, shard_count, &c, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    ct__ds_stream_info info;
+    ct__ds_client_info(c, &info);
+    ct_dataset *ds = NULL;
+    if ((st = ct__dataset_service(c, job, &ds, err)) != CT_OK) {
+        return st; /* c freed */
+    }
+    st = ct_loader_create_pipeline(ds, info.steps_per_epoch, ret, err);
+    if (st == CT_OK) {
+        ct_loader_set_global(*ret, info.examples, info.global_batch);
+        ct__ds_client_attach(c, *ret);
+    }
+    ct_dataset_destroy(ds);
+    return st;
+}
 
 ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int shard_count,
                              ct_loader **ret, ct_err *err) {
+    if (job->data_service.enabled) {
+        return service_loader(job, eval, shard_index, shard_count, ret, err);
+    }
     ct_pipeline_context ctx;
     ct_pipeline_context_init(&ctx, job, eval);
     ctx.num_shards = shard_count > 1 ? shard_count : 1;

@@ -5,6 +5,7 @@
 #define CTRAIN_DATA_SERVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctrain/cluster.h"
 #include "ctrain/job.h"
@@ -17,5 +18,43 @@
  * CT_EINVAL, saying how to name one, when none does. */
 ct_status ct__ds_dispatcher_address(const ct_job *job, const ct_cluster_flags *flags, char *buf,
                                     size_t cap, ct_err *err);
+
+/* ---- the consumer (service_client.c, src_service.c) ---- */
+
+typedef struct ct__ds_client ct__ds_client;
+typedef struct ct_dataset ct_dataset;
+typedef struct ct_element ct_element;
+typedef struct ct_loader ct_loader;
+typedef struct ct_service_stats ct_service_stats;
+
+/* What the dispatcher said about a consumer's stream (DS_INFO). */
+typedef struct ct__ds_stream_info {
+    int64_t steps_per_epoch, examples, global_batch;
+    int mode;
+} ct__ds_stream_info;
+
+/* Joins the data service as the consumer of the stream (eval, shard, shards) of `job`: starts
+ * the I/O thread (a DEALER to the dispatcher, one to each data worker), sends DS_CONSUMER at
+ * (epoch 0, step 0) and waits (up to data.service.timeout) for the DS_INFO. */
+ct_status ct__ds_client_create(const ct_job *job, int eval, int shard, int shards,
+                               ct__ds_client **ret, ct_err *err);
+void ct__ds_client_info(const ct__ds_client *c, ct__ds_stream_info *ret);
+/* The batch at (epoch, step) into *ret (x f32 [size, input dims...], y i32 [size]; empty on
+ * entry). Acknowledges the step handed out before when this is the next one, else moves the
+ * consumer there (DS_CONSUMER). Waits up to data.service.timeout (CT_ETIMEDOUT naming the data
+ * workers), re-seeking every lost_after * heartbeat seconds of waiting. */
+ct_status ct__ds_client_batch(ct__ds_client *c, int64_t epoch, int64_t step, ct_element *ret,
+                              ct_err *err);
+/* The numbers of ct_loader_service_stats. */
+void ct__ds_client_stats(ct__ds_client *c, ct_service_stats *ret);
+/* Sends DS_ACK closed, stops the I/O thread, frees everything; accepts NULL. */
+void ct__ds_client_destroy(ct__ds_client *c);
+/* Remembers that loader `l` reads from `c` (ct_loader_service_stats); forgotten when c is
+ * destroyed. */
+void ct__ds_client_attach(ct__ds_client *c, const ct_loader *l);
+
+/* The source of a consumer's batches: kind "service", elements (f32 [-1, input dims...],
+ * i32 [-1]), steps_per_epoch batches per epoch. Takes ownership of c (also on failure). */
+ct_status ct__dataset_service(ct__ds_client *c, const ct_job *job, ct_dataset **ret, ct_err *err);
 
 #endif

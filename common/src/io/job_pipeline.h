@@ -28,8 +28,7 @@ const ct__yaml_node *ct__job_stage_open(ct__job_reader *r, const ct__yaml_node *
                                         char *main_path);
 
 /* Reads data.service (a key of section `data`) into ds (enabled = 1). Sticky. */
-void ct__job_read_service(ct__job_reader *r, const ct__job_section *data,
-                          ct_data_service_spec *ds);
+void ct__job_read_service(ct__job_reader *r, const ct__job_section *data, ct_data_service_spec *ds);
 
 /* The dtype names of job files: f32, i32, i64, u8, bytes (CT_VALUE_BYTES). */
 extern const ct__job_name ct__job_dtype_names[];

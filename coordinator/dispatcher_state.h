@@ -1,0 +1,197 @@
+/* The data-service dispatcher's state (internal; docs/data-service.md): data workers,
+ * consumers, per-stream counts, leases, the lease and incarnation counters and the generation.
+ *
+ * Every durable change is a record (ct__ds_rec): the state machine builds it, appends it to the
+ * journal (fsynced) when there is one, applies it (ct__ds_apply, also used by the replay), and
+ * only then says what goes on the wire, through the `emit` callback (DS_LEASE, DS_REVOKE).
+ * Volatile facts (which live worker holds a lease, who was heard when) are not journaled: a
+ * restart re-queues every unretired lease. No sockets here: dispatcher.c owns them, and the
+ * unit tests drive this file alone. Not thread-safe: one loop owns a state. */
+#ifndef CTRAIN_DISPATCHER_STATE_H
+#define CTRAIN_DISPATCHER_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/status.h"
+
+#define CT_DS_MAX_WORKERS 256
+#define CT_DS_MAX_CONSUMERS 1024
+#define CT_DS_MAX_STREAMS 64
+#define CT_DS_NAME_MAX 64
+#define CT_DS_PEER_MAX 256
+#define CT_DS_ENDPOINT_MAX 256
+#define CT_DS_COMPACT_RECORDS 256 /* the journal is folded into `state` at this many records */
+
+/* Record types. */
+enum {
+    CT_DS_REC_HEAD = 1, /* generation, counters, journal sequence, finished */
+    CT_DS_REC_STREAM,   /* counts of the stream (eval, shards) */
+    CT_DS_REC_CONSUMER, /* a consumer joined or moved: position and incarnation */
+    CT_DS_REC_LEASE,    /* a lease was created */
+    CT_DS_REC_ACK,      /* a consumer used every batch before (epoch, step) */
+    CT_DS_REC_CLOSE,    /* a consumer closed or was dropped: forget it and its leases */
+};
+
+/* One journal record; the fields a type does not use are zero. */
+typedef struct ct__ds_rec {
+    int type;
+    char name[CT_DS_NAME_MAX]; /* consumer */
+    int eval;
+    uint32_t shard, shards;
+    int64_t epoch, step, n_steps; /* position, lease (step = first_step), ack */
+    uint64_t id;                  /* lease id */
+    uint64_t incarnation;
+    uint32_t salt;
+    int64_t steps_per_epoch, examples, global_batch;                      /* stream */
+    uint64_t generation, lease_counter, incarnation_counter, journal_seq; /* head */
+    int finished;                                                         /* head */
+} ct__ds_rec;
+
+typedef struct ct__ds_worker {
+    int used, live;
+    int index; /* task index */
+    int pid;
+    char host[64];
+    char endpoint[CT_DS_ENDPOINT_MAX];
+    unsigned char peer[CT_DS_PEER_MAX];
+    size_t peer_len;
+    double last_heard;
+    int n_leases;
+    double elements_per_s; /* from its last DsWorkerStats */
+    uint32_t queued;
+} ct__ds_worker;
+
+typedef struct ct__ds_consumer {
+    int used;
+    char name[CT_DS_NAME_MAX];
+    int eval;
+    uint32_t shard, shards;
+    int64_t epoch, step;           /* position: the next batch it uses */
+    int64_t next_epoch, next_step; /* where the next lease starts */
+    uint64_t incarnation;
+    double last_heard;
+    unsigned char peer[CT_DS_PEER_MAX];
+    size_t peer_len;
+    int n_leases; /* unretired */
+} ct__ds_consumer;
+
+typedef struct ct__ds_stream {
+    int eval;
+    uint32_t shards;
+    int64_t steps_per_epoch, examples, global_batch;
+} ct__ds_stream;
+
+typedef struct ct__ds_lease {
+    uint64_t id;
+    int consumer; /* slot in consumers */
+    uint64_t incarnation;
+    int64_t epoch, first_step, n_steps;
+    int holder; /* slot in workers; -1: queued */
+    int requeued;
+    uint32_t salt;
+} ct__ds_lease;
+
+typedef struct ct__ds_journal ct__ds_journal;
+
+/* What goes on the wire: kind is CTRAIN__PS__KIND__DS_LEASE or DS_REVOKE, to worker slot w. */
+typedef void (*ct__ds_emit_fn)(void *user, int kind, int worker, const ct__ds_lease *lease);
+
+typedef struct ct__ds_config {
+    int parallel_epochs; /* mode parallel_epochs: a lease's salt is its holder's index + 1 */
+    int64_t split_steps;
+    int window;
+    int epochs;        /* train.epochs */
+    int64_t max_steps; /* train.max_steps (0: off) */
+    double lost_s;     /* a data worker silent this long is lost */
+    double consumer_lost_s;
+} ct__ds_config;
+
+typedef struct ct__ds_state {
+    ct__ds_config cfg;
+    uint64_t generation, lease_counter, incarnation_counter, journal_seq;
+    int finished; /* a training consumer acked the job's last step */
+    ct__ds_worker workers[CT_DS_MAX_WORKERS];
+    int n_workers; /* slots in use so far */
+    ct__ds_consumer consumers[CT_DS_MAX_CONSUMERS];
+    int n_consumers;
+    ct__ds_stream streams[CT_DS_MAX_STREAMS];
+    int n_streams;
+    ct__ds_lease *leases; /* unretired */
+    int n_leases, cap_leases;
+    ct__ds_journal *journal; /* NULL: no journal (tests) */
+    ct__ds_emit_fn emit;     /* NULL: nothing is sent */
+    void *emit_user;
+} ct__ds_state;
+
+/* Initializes an empty state (no journal; generation 0). */
+void ct__ds_state_init(ct__ds_state *s, const ct__ds_config *cfg);
+/* Frees the leases (not the journal). Accepts a zeroed state. */
+void ct__ds_state_finish(ct__ds_state *s);
+
+/* Applies one record to the state (live and in the replay). CT_ENOMEM, or CT_EPROTO for a
+ * record that does not fit the state (too many consumers or streams). */
+ct_status ct__ds_apply(ct__ds_state *s, const ct__ds_rec *r, ct_err *err);
+/* Appends r to the journal (if any; fsynced), then applies it. */
+ct_status ct__ds_commit(ct__ds_state *s, const ct__ds_rec *r, ct_err *err);
+
+/* Lookups: slot or -1. */
+int ct__ds_find_worker(const ct__ds_state *s, int index);
+int ct__ds_find_worker_peer(const ct__ds_state *s, const void *peer, size_t peer_len);
+int ct__ds_find_consumer(const ct__ds_state *s, const char *name);
+const ct__ds_stream *ct__ds_find_stream(const ct__ds_state *s, int eval, uint32_t shards);
+
+/* Adds the counts of a stream (journaled). */
+ct_status ct__ds_add_stream(ct__ds_state *s, int eval, uint32_t shards, int64_t steps_per_epoch,
+                            int64_t examples, int64_t global_batch, ct_err *err);
+
+/* A data worker registered (a new member, or the same process again): returns its slot, or -1
+ * (err says why: too many workers). The leases of a replaced member are re-queued. */
+int ct__ds_worker_register(ct__ds_state *s, int index, const void *peer, size_t peer_len,
+                           const char *endpoint, int pid, const char *host, double now,
+                           ct_err *err);
+
+/* A consumer joins or moves to (epoch, step): revokes its unretired leases, gives it a fresh
+ * incarnation (in *ret_incarnation) and restarts its leasing there. The stream must be known
+ * (ct__ds_add_stream). CT_EINVAL with a message for a position outside the stream. */
+ct_status ct__ds_consumer_seek(ct__ds_state *s, const char *name, int eval, uint32_t shard,
+                               uint32_t shards, int64_t epoch, int64_t step, double now,
+                               uint64_t *ret_incarnation, ct_err *err);
+/* An ack of `name`: retires the leases ending at or before (epoch, step) when the incarnation
+ * is the current one; `closed` forgets the consumer and revokes its leases. An unknown name is
+ * ignored (CT_OK). */
+ct_status ct__ds_consumer_ack(ct__ds_state *s, const char *name, uint64_t incarnation,
+                              int64_t epoch, int64_t step, int closed, double now, ct_err *err);
+
+/* Liveness: data workers silent for cfg.lost_s are lost (their leases re-queued), consumers
+ * silent for cfg.consumer_lost_s dropped. Logs a line for each. */
+ct_status ct__ds_check_liveness(ct__ds_state *s, double now, ct_err *err);
+
+/* Creates the leases every consumer's window allows and hands queued leases (re-queued first)
+ * to the live worker with the fewest leases. */
+ct_status ct__ds_pump(ct__ds_state *s, ct_err *err);
+
+/* Revokes (to their holders) and re-queues every lease held by worker slot w; marks it lost.
+ * Returns the number of leases. */
+int ct__ds_worker_lost(ct__ds_state *s, int w);
+
+/* Steps in the job for a training stream of steps_per_epoch steps (epochs, max_steps). */
+int64_t ct__ds_job_steps(const ct__ds_state *s, int64_t steps_per_epoch);
+
+/* The DONE rule: finished, and no consumer left. */
+int ct__ds_done(const ct__ds_state *s);
+
+/* ---- the journal (dispatcher_journal.c) ---- */
+
+/* Opens `dir` (created when missing), restores s from dir/state and dir/journal (a torn last
+ * record is dropped with a log line), bumps the generation, re-queues every lease, and attaches
+ * the journal to s. *ret_replayed: journal records replayed (NULL allowed). CT_EIO names the
+ * file. */
+ct_status ct__ds_journal_open(ct__ds_state *s, const char *dir, int *ret_replayed, ct_err *err);
+/* Appends one record and fsyncs; folds the journal into dir/state every
+ * CT_DS_COMPACT_RECORDS records. */
+ct_status ct__ds_journal_append(ct__ds_state *s, const ct__ds_rec *r, ct_err *err);
+/* Closes the journal and detaches it; accepts a state without one. */
+void ct__ds_journal_close(ct__ds_state *s);
+
+#endif
