@@ -207,13 +207,16 @@ def test_dispatcher_restarts_from_its_journal(tmp_path, service):
         s.worker()
     out = tmp_path / "batches.txt"
     consumer = s.consumer(out, "--sleep-ms", "10")
+    current = "dispatcher"
     for restart in range(3):
         time.sleep(1.0 + restart * 0.5)
         if consumer.poll() is not None:
             break
-        s.procs["dispatcher"].kill()
-        s.procs["dispatcher"].wait()
-        s.dispatcher(name=f"dispatcher{restart + 1}")
+        s.procs[current].kill()  # SIGKILL mid-epoch, then the same address again
+        s.procs[current].wait()
+        current = f"dispatcher{restart + 1}"
+        s.dispatcher(name=current)
+        assert re.search(r"\d+ leases re-queued", s.log(current)), s.log(current)
     assert consumer.wait(timeout=300) == 0, s.log("consumer")
     assert restart >= 1, "the consumer finished before the dispatcher could be restarted"
     assert_exactly_once(out)
@@ -262,7 +265,11 @@ def test_garbage_and_foreign_messages_are_dropped(tmp_path, service):
     # a data worker of another job (another seed: another job id) is not let in
     other = tmp_path / "other"
     other.mkdir()
-    foreign = ids_job(other, s.address).replace("seed: 7", "seed: 8")
+    foreign = ids_job(other, s.address)
+    with open(foreign) as f:
+        text = f.read().replace("seed: 7", "seed: 8")
+    with open(foreign, "w") as f:
+        f.write(text)
     stranger = s.start("stranger", [DATA_WORKER, "--job", foreign, "--index", "9",
                                     "--dispatcher", s.address])
     assert consumer.wait(timeout=300) == 0, s.log("consumer")
@@ -278,17 +285,23 @@ def test_consumer_without_the_key_is_refused(tmp_path, service):
     keys, other = tmp_path / "keys", tmp_path / "other_keys"
     for d in (keys, other):
         assert subprocess.run([CTRAIN, "keygen", str(d)], capture_output=True).returncode == 0
+    # the stranger knows the servers' public key (it is public) but has its own client key
+    for name in ("server.pub", "server.key"):
+        os.chmod(other / name, 0o600)
+        (other / name).write_bytes((keys / name).read_bytes())
     s = service(keys=str(keys))
     s.dispatcher()
     s.worker()
-    good = tmp_path / "good.txt"
-    assert s.consumer(good).wait(timeout=300) == 0, s.log("consumer")
-    assert_exactly_once(good)
+    # first a consumer with another key: it never gets in, and says whom it waited for
     r = subprocess.run([CONSUME, s.job, "--set", f"strategy.keys={other}", "--set",
                         "data.service.timeout=3", "--out", str(tmp_path / "bad.txt")],
                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "dispatcher" in r.stderr, r.stderr
     assert re.search(r"refused a connection", s.log("dispatcher")), s.log("dispatcher")
+    # the job's own consumer reads every id once (the job ends with it)
+    good = tmp_path / "good.txt"
+    assert s.consumer(good).wait(timeout=300) == 0, s.log("consumer")
+    assert_exactly_once(good)
 
 
 def mlp_args(run_dir, *extra):
