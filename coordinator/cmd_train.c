@@ -250,7 +250,8 @@ static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, 
     return 0;
 }
 
-/* Runs mpirun and waits for it (a data service of this process outlives the ranks). */
+/* Runs mpirun and waits for it (a data service of this process outlives the ranks); a SIGINT or
+ * SIGTERM of this process is passed on to mpirun, which passes it to the ranks. */
 static int run_and_wait(const char *const *argv) {
     fflush(stdout);
     pid_t pid = fork();
@@ -258,8 +259,14 @@ static int run_and_wait(const char *const *argv) {
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
-    int status = 0;
-    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    int status = 0, forwarded = 0;
+    while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+        if (cli_stop_requested && !forwarded) {
+            kill(pid, cli_stop_signal ? cli_stop_signal : SIGTERM);
+            forwarded = 1;
+        }
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
     }
     if (pid < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 127)) {
         return -1;

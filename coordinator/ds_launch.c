@@ -122,6 +122,8 @@ static int start_dispatcher(const cli *c, ds_pool *pool) {
     }
     const char *argv[DS_MAX_ARGS];
     int n = common_args(c, argv, bin);
+    argv[n++] = "--set"; /* a job without data.service gets one */
+    argv[n++] = "data.service.dispatcher=127.0.0.1:0";
     argv[n++] = "--bind";
     argv[n++] = "127.0.0.1:0";
     argv[n] = NULL;

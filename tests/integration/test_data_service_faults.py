@@ -304,8 +304,8 @@ def test_consumer_without_the_key_is_refused(tmp_path, service):
     assert_exactly_once(good)
 
 
-def mlp_args(run_dir, *extra):
-    return [MLP, "--quiet", "--set", "data.train.limit=6000", "--set", "data.eval.limit=1000",
+def mlp_args(run_dir, *extra, limit=6000):
+    return [MLP, "--quiet", "--set", f"data.train.limit={limit}", "--set", "data.eval.limit=1000",
             "--set", f"run_dir={run_dir}", "--set", "train.threads=1", *extra]
 
 
@@ -325,17 +325,17 @@ def test_one_and_four_data_workers_train_bit_for_bit_alike(tmp_path):
 
 
 def test_mirrored_job_with_data_workers_resumes_exactly(tmp_path):
-    args = mlp_args(tmp_path / "straight", "--set", "train.epochs=2", "--replicas", "2",
-                    "--data-workers", "2")
+    args = mlp_args(tmp_path / "straight", "--set", "train.epochs=3", "--replicas", "2",
+                    "--data-workers", "2", limit=30000)
     assert subprocess.run([CTRAIN, "train", *args], cwd=ROOT, env=ENV, capture_output=True,
                           timeout=600).returncode == 0
     straight = final_ckpt(tmp_path / "straight")
     resumed = 0
-    delay = 2.0
+    delay = 3.0
     for attempt in range(8):
         run = tmp_path / f"run{attempt}"
-        args = mlp_args(run, "--set", "train.epochs=2", "--set", "checkpoint.every_steps=20",
-                        "--replicas", "2", "--data-workers", "2")
+        args = mlp_args(run, "--set", "train.epochs=3", "--set", "checkpoint.every_steps=50",
+                        "--replicas", "2", "--data-workers", "2", limit=30000)
         p = subprocess.Popen([CTRAIN, "train", *args], cwd=ROOT, env=ENV, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(delay)
@@ -368,10 +368,15 @@ def test_training_with_a_killed_data_worker_reaches_the_bar(tmp_path):
     p = subprocess.Popen([CTRAIN, "train", MLP, "--set", f"run_dir={run}", "--data-workers",
                           "3"], cwd=ROOT, env=ENV, text=True, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    time.sleep(6.0)
-    workers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "ctrain-data-worker"],
-                             capture_output=True, text=True).stdout.split()
+    workers = []
+    for _ in range(600):  # the data workers are the launcher's children
+        workers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "ctrain-data-worker"],
+                                 capture_output=True, text=True).stdout.split()
+        if workers or p.poll() is not None:
+            break
+        time.sleep(0.05)
     assert workers, "no data worker to kill"
+    time.sleep(1.5)  # training has started
     os.kill(int(workers[0]), signal.SIGKILL)
     out, err = p.communicate(timeout=900)
     assert p.returncode == 0, err
