@@ -48,8 +48,9 @@ typedef struct dw_state {
     uint64_t tick;
     uint64_t produced, elements; /* batches and examples sent */
     double busy_s;
-    uint64_t window_elements; /* examples since window_start, for the rate */
-    double window_start, rate;
+    uint64_t window_elements;         /* examples since window_start, for the rate */
+    double window_start, window_busy; /* busy seconds since window_start */
+    double rate; /* examples per busy second: what this worker gives when it never idles */
 } dw_state;
 
 void dw_state_init(dw_state *s, const ct_job *job, uint64_t job_id, int index);

@@ -248,6 +248,7 @@ ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
     s->elements += (uint64_t)b.size;
     s->window_elements += (uint64_t)b.size;
     s->busy_s += ct__now() - t0;
+    s->window_busy += ct__now() - t0;
     if (++l->next >= l->first_step + l->n_steps) {
         lease_remove(s, k); /* all sent; the dispatcher retires it on the consumer's ack */
     }
@@ -256,9 +257,11 @@ ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
 
 void dw_stats(dw_state *s, Ctrain__Ps__DsWorkerStats *ret) {
     double now = ct__now();
-    if (now - s->window_start > 0.05) {
-        s->rate = (double)s->window_elements / (now - s->window_start);
+    if (now - s->window_start > 0.05 && s->window_busy > 0.0) {
+        /* per busy second: an idle worker (no lease) does not look slow */
+        s->rate = (double)s->window_elements / s->window_busy;
         s->window_elements = 0;
+        s->window_busy = 0.0;
         s->window_start = now;
     }
     ctrain__ps__ds_worker_stats__init(ret);

@@ -208,6 +208,28 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
     return st;
 }
 
+/* The data service's side of the epoch (ct_format_input_line): the pool's capacity per data
+ * worker, and what every consumer would take if it never waited: the epoch's examples (across
+ * the ranks) per second of the epoch spent computing. */
+static void input_verdict(const fit_run *f, ct_train_progress *p) {
+    ct_service_stats s;
+    if (!ct_loader_service_stats(f->loader, &s) || s.workers <= 0) {
+        return;
+    }
+    int64_t examples = ct_loader_examples(f->loader);
+    if (examples < 0) {
+        examples = f->steps * ct_loader_global_batch(f->loader, 0, f->t->job.batch_size);
+    }
+    double compute = p->epoch_seconds * (1.0 - p->input_wait_fraction);
+    p->data_workers = s.workers;
+    p->worker_elements_per_s = s.pool_elements_per_s / s.workers;
+    p->needed_elements_per_s = compute > 0 ? (double)examples / compute : 0.0;
+    double need = p->worker_elements_per_s > 0
+                      ? ceil(p->needed_elements_per_s / p->worker_elements_per_s)
+                      : s.workers;
+    p->workers_needed = need > s.workers ? (int)need : s.workers;
+}
+
 /* The end of an epoch that ran epoch_seconds: evaluation, the result so far, the progress
  * callback and the epoch's log. */
 static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_train_result *r,
@@ -218,6 +240,7 @@ static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_tr
     p->epoch_seconds = epoch_seconds;
     p->input_wait_fraction =
         (ct_loader_wait_seconds(f->loader) - e->wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
+    input_verdict(f, p);
     p->test_loss = p->test_accuracy = NAN;
     ct_status st = CT_OK;
     if (f->eval && (st = ct_trainer_evaluate_loader(t, f->eval, &p->test_loss, &p->test_accuracy,
