@@ -18,7 +18,8 @@ CT_API int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *
 
 /* The data service's input-bound verdict of an epoch: "input: W% of step time waiting; data
  * workers N, each producing R elements/s; consumers need C elements/s: input-bound, K data
- * workers would remove the wait" (or ": not input-bound"). Writes "" and returns 0 when
+ * workers would remove the wait", ": input-bound by delivery, not by data workers ..." when the
+ * pool could keep up, or ": not input-bound". Writes "" and returns 0 when
  * p->data_workers is 0 (no data service). Thread-safe. */
 CT_API int ct_format_input_line(char *buf, size_t cap, const ct_train_progress *p);
 

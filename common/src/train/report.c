@@ -25,10 +25,14 @@ int ct_format_input_line(char *buf, size_t cap, const ct_train_progress *p) {
         return 0;
     }
     int bound = p->input_wait_fraction > CT_INPUT_BOUND_FRACTION;
-    char verdict[96];
-    if (bound) {
+    char verdict[160];
+    if (bound && p->workers_needed > p->data_workers) {
         snprintf(verdict, sizeof verdict, "input-bound, %d data workers would remove the wait",
                  p->workers_needed);
+    } else if (bound) { /* the pool could keep up: batches arrive late, not too few */
+        snprintf(verdict, sizeof verdict,
+                 "input-bound by delivery, not by data workers (a deeper data.service.window "
+                 "or larger batches would help)");
     } else {
         snprintf(verdict, sizeof verdict, "not input-bound");
     }
