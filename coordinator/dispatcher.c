@@ -348,6 +348,7 @@ static ct_status start(disp *d, const ct_job *job, const ct_dispatcher_options *
                          .lost_s = d->heartbeat_s * (ds->lost_after > 0 ? ds->lost_after : 4)};
     cfg.consumer_lost_s = 4 * cfg.lost_s;
     ct__ds_state_init(&d->st, &cfg);
+    d->st.fingerprint = ct__ds_job_fingerprint(job);
     d->st.emit = emit;
     d->st.emit_user = d;
     char work_dir[PATH_MAX];
@@ -362,6 +363,10 @@ static ct_status start(disp *d, const ct_job *job, const ct_dispatcher_options *
     ct_status st = ct__ds_journal_open(&d->st, work_dir, &replayed, err);
     if (st != CT_OK) {
         return st;
+    }
+    if (d->st.fresh_reason) {
+        ct_log(CT_LOG_WARN, "dispatcher: journal %s set aside: %s; starting with no consumers",
+               work_dir, d->st.fresh_reason);
     }
     ct_log(CT_LOG_INFO,
            "dispatcher: generation %llu; journal %s: %d consumers, %d leases re-queued (%d "

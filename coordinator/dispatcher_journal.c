@@ -83,6 +83,7 @@ static size_t encode(const ct__ds_rec *r, unsigned char *out) {
     }
     put(&b, r->salt, 4);
     put(&b, (uint64_t)r->finished, 1);
+    put(&b, r->fingerprint, 8);
     return b.n;
 }
 
@@ -113,6 +114,7 @@ static int decode(const unsigned char *p, size_t n, ct__ds_rec *r) {
     }
     r->salt = (uint32_t)get(&b, 4);
     r->finished = (int)get(&b, 1);
+    r->fingerprint = get(&b, 8);
     return b.bad || b.n != n ? -1 : 0;
 }
 
@@ -252,7 +254,8 @@ static ct__ds_rec head_of(const ct__ds_state *s, uint64_t generation, uint64_t s
                         .lease_counter = s->lease_counter,
                         .incarnation_counter = s->incarnation_counter,
                         .journal_seq = seq,
-                        .finished = s->finished};
+                        .finished = s->finished,
+                        .fingerprint = s->fingerprint};
 }
 
 /* The whole state as records: the head, the streams, each consumer followed by its leases. */
@@ -418,6 +421,40 @@ static ct_status replay(ct__ds_state *s, const char *path, int *ret_n, size_t *r
     return st;
 }
 
+/* A journal of a job that finished, or of another job (its input or schedule changed: the
+ * stored counts and positions would be wrong), is set aside: the state starts empty (the
+ * counters and the generation go on, so ids stay unique), and `state` and the journal start
+ * over. s->fresh_reason says why. */
+static ct_status set_aside_if_stale(ct__ds_state *s, const char *state_path, int *replayed,
+                                    size_t *good, ct_err *err) {
+    const char *why = s->finished                               ? "its job had finished"
+                      : s->loaded_fingerprint != s->fingerprint ? "it is another job's (the input "
+                                                                  "or the schedule changed)"
+                                                                : NULL;
+    if (!why) {
+        return CT_OK;
+    }
+    ct__ds_state fresh;
+    ct__ds_state_init(&fresh, &s->cfg);
+    fresh.generation = s->generation;
+    fresh.lease_counter = s->lease_counter;
+    fresh.incarnation_counter = s->incarnation_counter;
+    fresh.journal_seq = s->journal_seq;
+    fresh.fingerprint = fresh.loaded_fingerprint = s->fingerprint;
+    fresh.journal = s->journal;
+    fresh.emit = s->emit;
+    fresh.emit_user = s->emit_user;
+    fresh.fresh_reason = why;
+    ct__ds_state_finish(s);
+    *s = fresh;
+    *replayed = 0;
+    *good = 0;
+    if (unlink(state_path) != 0 && errno != ENOENT) {
+        return ct_err_set(err, CT_EIO, "%s: cannot remove: %s", state_path, strerror(errno));
+    }
+    return CT_OK;
+}
+
 ct_status ct__ds_journal_open(ct__ds_state *s, const char *dir, int *ret_replayed, ct_err *err) {
     ct__ds_journal *j = calloc(1, sizeof *j);
     if (!j) {
@@ -437,6 +474,9 @@ ct_status ct__ds_journal_open(ct__ds_state *s, const char *dir, int *ret_replaye
     }
     if (st == CT_OK) {
         st = replay(s, jpath, &replayed, &good, err);
+    }
+    if (st == CT_OK && (replayed > 0 || s->n_consumers > 0 || s->n_streams > 0)) {
+        st = set_aside_if_stale(s, path, &replayed, &good, err);
     }
     if (st == CT_OK) {
         j->fd = open(jpath, O_WRONLY | O_CREAT | O_APPEND, 0644);

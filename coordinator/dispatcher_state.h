@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctrain/job.h"
 #include "ctrain/status.h"
 
 #define CT_DS_MAX_WORKERS 256
@@ -46,6 +47,7 @@ typedef struct ct__ds_rec {
     int64_t steps_per_epoch, examples, global_batch;                      /* stream */
     uint64_t generation, lease_counter, incarnation_counter, journal_seq; /* head */
     int finished;                                                         /* head */
+    uint64_t fingerprint; /* head: the job's (ct__ds_state.fingerprint) */
 } ct__ds_rec;
 
 typedef struct ct__ds_worker {
@@ -110,7 +112,10 @@ typedef struct ct__ds_config {
 typedef struct ct__ds_state {
     ct__ds_config cfg;
     uint64_t generation, lease_counter, incarnation_counter, journal_seq;
-    int finished; /* a training consumer acked the job's last step */
+    int finished;                /* a training consumer acked the job's last step */
+    uint64_t fingerprint;        /* of the job's input and schedule; set before the journal opens */
+    uint64_t loaded_fingerprint; /* the journal's */
+    const char *fresh_reason;    /* set when the journal was set aside: why */
     ct__ds_worker workers[CT_DS_MAX_WORKERS];
     int n_workers; /* slots in use so far */
     ct__ds_consumer consumers[CT_DS_MAX_CONSUMERS];
@@ -123,6 +128,10 @@ typedef struct ct__ds_state {
     ct__ds_emit_fn emit;     /* NULL: nothing is sent */
     void *emit_user;
 } ct__ds_state;
+
+/* What a journal must agree on to be resumed (ct__ds_state.fingerprint): the job id and
+ * everything that decides the streams' batches and how far the job goes. */
+uint64_t ct__ds_job_fingerprint(const ct_job *job);
 
 /* Initializes an empty state (no journal; generation 0). */
 void ct__ds_state_init(ct__ds_state *s, const ct__ds_config *cfg);

@@ -226,11 +226,17 @@ Test(dispatcher, a_silent_consumer_is_dropped) {
 
 /* ---- the journal ---- */
 
-static void open_journal(ct__ds_state *s, outbox *o, const char *dir, int *replayed) {
+static void open_journal_of(ct__ds_state *s, outbox *o, const char *dir, int *replayed,
+                            uint64_t fingerprint) {
     setup(s, o, 0);
+    s->fingerprint = fingerprint;
     s->n_streams = 0; /* the journal brings them */
     ct_err err = {0};
     cr_assert_eq(ct__ds_journal_open(s, dir, replayed, &err), CT_OK, "%s", err.msg);
+}
+
+static void open_journal(ct__ds_state *s, outbox *o, const char *dir, int *replayed) {
+    open_journal_of(s, o, dir, replayed, 0);
 }
 
 Test(dispatcher, a_restart_restores_positions_leases_and_counters) {
@@ -339,6 +345,52 @@ static int replayed_after(int changes) {
     return replayed;
 }
 
+Test(dispatcher, a_journal_of_another_or_finished_job_is_set_aside) {
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/ds", test_scratch);
+    ct__ds_state s;
+    outbox o;
+    open_journal_of(&s, &o, dir, NULL, 111);
+    cr_assert_eq(ct__ds_add_stream(&s, 0, 1, 20, 640, 32, NULL), CT_OK);
+    seek(&s, "trainer", 0, 1, 3);
+    uint64_t leases = s.lease_counter;
+    ct__ds_journal_close(&s);
+    ct__ds_state_finish(&s);
+    /* the same job: resumed */
+    open_journal_of(&s, &o, dir, NULL, 111);
+    cr_expect_null(s.fresh_reason);
+    cr_expect_eq(s.n_streams, 1);
+    cr_expect_geq(ct__ds_find_consumer(&s, "trainer"), 0);
+    ct__ds_journal_close(&s);
+    ct__ds_state_finish(&s);
+    /* another job (its input changed): the stored counts would lie, so nothing is kept but the
+     * counters */
+    open_journal_of(&s, &o, dir, NULL, 222);
+    cr_assert_not_null(s.fresh_reason);
+    cr_expect(strstr(s.fresh_reason, "another job") != NULL, "%s", s.fresh_reason);
+    cr_expect_eq(s.n_streams, 0);
+    cr_expect_lt(ct__ds_find_consumer(&s, "trainer"), 0);
+    cr_expect_geq(s.lease_counter, leases, "lease ids stay unique");
+    s.finished = 1; /* the job ends */
+    ct__ds_rec head = {.type = CT_DS_REC_HEAD,
+                       .generation = s.generation,
+                       .lease_counter = s.lease_counter,
+                       .incarnation_counter = s.incarnation_counter,
+                       .journal_seq = s.journal_seq,
+                       .finished = 1,
+                       .fingerprint = 222};
+    cr_assert_eq(ct__ds_commit(&s, &head, NULL), CT_OK);
+    ct__ds_journal_close(&s);
+    ct__ds_state_finish(&s);
+    /* a finished job's journal: a new run of it starts over */
+    open_journal_of(&s, &o, dir, NULL, 222);
+    cr_assert_not_null(s.fresh_reason);
+    cr_expect(strstr(s.fresh_reason, "finished") != NULL, "%s", s.fresh_reason);
+    cr_expect_eq(s.finished, 0);
+    ct__ds_journal_close(&s);
+    ct__ds_state_finish(&s);
+}
+
 Test(dispatcher, compaction_keeps_the_restart_flat) {
     int few = replayed_after(10), many = replayed_after(5000);
     cr_expect_eq(few, 13, "head, stream, consumer, 10 acks");
@@ -415,7 +467,7 @@ static void start_server(server *srv, pthread_t *thread) {
     /* the stream's counts are in the journal already: no loader needed */
     ct__ds_state s;
     outbox o;
-    open_journal(&s, &o, dir, NULL);
+    open_journal_of(&s, &o, dir, NULL, ct__ds_job_fingerprint(job));
     ct__ds_add_stream(&s, 0, 1, 20, 640, 32, NULL);
     ct__ds_journal_close(&s);
     ct__ds_state_finish(&s);
