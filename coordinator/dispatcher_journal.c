@@ -114,7 +114,7 @@ static int decode(const unsigned char *p, size_t n, ct__ds_rec *r) {
     }
     r->salt = (uint32_t)get(&b, 4);
     r->finished = (int)get(&b, 1);
-    r->fingerprint = get(&b, 8);
+    r->fingerprint = b.n + 8 <= n ? get(&b, 8) : 0; /* records before it: 0, another job */
     return b.bad || b.n != n ? -1 : 0;
 }
 
