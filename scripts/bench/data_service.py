@@ -162,15 +162,15 @@ def goodput(tmp, rounds):
     print("|---|---|---|---|")
     for size in sizes:
         batch = max(1, size // example)
-        total = max(64 << 20, 8 * size)
+        total = max(128 << 20, 16 * size)
         steps = max(8, total // (batch * example))
         job = os.path.join(tmp, f"goodput{size}.yaml")
         with open(job, "w") as f:
             f.write(f"""model: {{input_shape: [28, 28, 1], layers: [{{flatten: {{}}}}, {{dense: {{units: 10}}}}]}}
 data:
   train: {{format: idx, images: {FASHION}/train-images-idx3-ubyte.gz, labels: {FASHION}/train-labels-idx1-ubyte.gz}}
-  service: {{split_steps: 4, window: 8}}
-train: {{batch_size: {batch}, shuffle: false}}
+  service: {{split_steps: 32, window: 16}}
+train: {{batch_size: {batch}, shuffle: false, epochs: 1000}}
 run_dir: {tmp}/run-goodput
 """)
         pool = Pool(tmp, job, 1, "goodput")
