@@ -156,7 +156,8 @@ static ct_status pipe_get(dw_state *s, const dw_lease *l, ct_loader **ret, ct_er
     }
     memcpy(copy, s->job, sizeof *copy);
     copy->data_service.enabled = 0; /* else the pipeline would read from the service */
-    if (l->salt != 0) {             /* parallel_epochs: this worker's own order */
+    copy->prefetch = 0; /* a lease jumps to another split: batches read ahead would be lost */
+    if (l->salt != 0) { /* parallel_epochs: this worker's own order */
         copy->seed = ct__mix64(s->job->seed, 0x73616c7400000000ULL | l->salt);
     }
     ct_status st =

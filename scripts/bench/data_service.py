@@ -87,15 +87,18 @@ def scaling(tmp, rounds):
     counts = [0, 1, 2, 4] if QUICK else [0, 1, 2, 4, 8]
     cores = os.cpu_count() or 1
     service = ("  service: {split_steps: 2, window: 16, heartbeat: 0.5}")
-    for kind, stage, steps in (("sleep", "{micros: 2000}", 60), ("cpu", "{micros: 1000, cpu: true}", 60)):
-        job = ids_job(tmp, f"scale_{kind}", 20000,
+    for kind, stage, steps in (("sleep", "{micros: 2000}", 40),
+                               ("cpu", "{micros: 1000, cpu: true}", 40)):
+        job = ids_job(tmp, f"scale_{kind}", 40000,
                       f"      - map: {{delay: {stage}}}\n      - batch: 32", service)
-        plain = ids_job(tmp, f"scale_{kind}_plain", 20000,
+        plain = ids_job(tmp, f"scale_{kind}_plain", 40000,
                         f"      - map: {{delay: {stage}}}\n      - batch: 32")
         rates = {n: [] for n in counts}
         for _ in range(rounds):
             for n in counts:
-                args = ["--set", f"train.max_steps={steps if n else steps // 4}"]
+                # about 2.5 s of steady state at every count (the first lease's latency is not
+                # the measure)
+                args = ["--set", f"train.max_steps={steps * max(1, n)}"]
                 args += ["--data-workers", str(n)] if n else []
                 done, _ = train(job if n else plain, *args)
                 rates[n].append(done["samples_per_s"])
@@ -162,6 +165,10 @@ def goodput(tmp, rounds):
     print("|---|---|---|---|")
     for size in sizes:
         batch = max(1, size // example)
+        # about 256 MiB leased ahead (window x split_steps batches): deep for small batches,
+        # bounded for large ones
+        ahead = max(16, (256 << 20) // (batch * example))
+        split = max(2, min(32, ahead // 8))
         total = max(128 << 20, 16 * size)
         steps = max(8, total // (batch * example))
         job = os.path.join(tmp, f"goodput{size}.yaml")
@@ -169,7 +176,7 @@ def goodput(tmp, rounds):
             f.write(f"""model: {{input_shape: [28, 28, 1], layers: [{{flatten: {{}}}}, {{dense: {{units: 10}}}}]}}
 data:
   train: {{format: idx, images: {FASHION}/train-images-idx3-ubyte.gz, labels: {FASHION}/train-labels-idx1-ubyte.gz}}
-  service: {{split_steps: 32, window: 16}}
+  service: {{split_steps: {split}, window: 8}}
 train: {{batch_size: {batch}, shuffle: false, epochs: 1000}}
 run_dir: {tmp}/run-goodput
 """)
@@ -208,6 +215,7 @@ data:
       - map: {{delay: {{micros: 300, cpu: true}}, parallel: autotune}}
       - batch: 64
 """, text + "\n", count=1)
+    text = re.sub(r"\nrun_dir: .*", "", text)
     with open(job, "w") as f:
         f.write(text + f"\nrun_dir: {tmp}/run-cnn\n")
     rows = {"in process": [], "2 data workers": []}
@@ -230,13 +238,13 @@ def restart(tmp, rounds):
     job = ids_job(tmp, "restart", n, "      - batch: 32", "  service: {split_steps: 8, window: 8}")
     steps = (n + 31) // 32
     print(f"\ndispatcher restart (SIGKILL, then started again) during an epoch of {n} elements "
-          f"({steps} batches), best of {rounds}:")
+          f"({steps} batches), median of {rounds}:")
     print("| progress | batches done | restart to listening |")
     print("|---|---|---|")
     times = {}
     for _ in range(rounds):
         pool = Pool(tmp, job, 1, "restart")
-        out = os.path.join(tmp, "restart_batches.txt")
+        out = os.path.join(tmp, f"restart_batches{len(times.get(0.1, []))}.txt")
         consumer = subprocess.Popen([CONSUME, job, "--out", out, "--set",
                                      f"data.service.dispatcher={pool.address}"],
                                     stdout=pool.log, stderr=pool.log)
@@ -256,8 +264,9 @@ def restart(tmp, rounds):
             consumer.kill()
             pool.stop()
     for frac, v in times.items():
-        t, done = min(v)
-        print(f"| {frac:.0%} | {done} | {t * 1e3:.1f} ms |")
+        t = statistics.median(x[0] for x in v)
+        done = statistics.median(x[1] for x in v)
+        print(f"| {frac:.0%} | {done:.0f} | {t * 1e3:.1f} ms |")
 
 
 def main():

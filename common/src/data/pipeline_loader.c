@@ -47,9 +47,10 @@ ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int s
         ct_err_prefix(err, st, "%s: %s", job->path, eval ? "data.eval" : "data.train");
     }
     /* As tf.data's inject_prefetch: a pipeline form that does not end in a prefetch gets an
-     * autotuned one, so the next batch is prepared while the step runs (the order is the same) */
+     * autotuned one, so the next batch is prepared while the step runs (the order is the same);
+     * train.prefetch: 0 turns it off (a data worker, whose leases jump from split to split) */
     ct_dataset *top = NULL;
-    if (st == CT_OK && spec->n_stages > 0 &&
+    if (st == CT_OK && spec->n_stages > 0 && job->prefetch > 0 &&
         spec->stages[spec->n_stages - 1].kind != CT_STAGE_PREFETCH &&
         ct_dataset_prefetch(ds, CT_AUTOTUNE, &top, NULL) == CT_OK) {
         ct_dataset_destroy(ds);
