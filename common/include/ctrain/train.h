@@ -33,11 +33,11 @@ typedef struct ct_train_progress {
     double test_loss, test_accuracy; /* NaN when there is no eval data */
     double input_wait_fraction;      /* fraction of the epoch spent waiting for input */
     /* the data service (data.service), at the end of an epoch; data_workers 0 without it */
-    int data_workers;                /* live data workers */
-    double worker_elements_per_s;    /* what one data worker produces while busy (the mean) */
-    double needed_elements_per_s;    /* what the consumers (every rank) would take if they never
-                                        waited: examples per second of compute */
-    int workers_needed;              /* data workers that would remove the wait */
+    int data_workers;             /* live data workers */
+    double worker_elements_per_s; /* what one data worker produces while busy (the mean) */
+    double needed_elements_per_s; /* what the consumers (every rank) would take if they never
+                                     waited: examples per second of compute */
+    int workers_needed;           /* data workers that would remove the wait */
 } ct_train_progress;
 
 typedef void (*ct_progress_fn)(const ct_train_progress *p, void *user);
