@@ -74,8 +74,9 @@ run_dir: {tmp}/run-{name}
     return path
 
 
-def train(job, *args, timeout=900):
-    r = subprocess.run([CTRAIN, "train", job, "--quiet", "--no-resume", *args], cwd=ROOT,
+def train(job, *args, timeout=900, quiet=True):
+    r = subprocess.run([CTRAIN, "train", job, *(["--quiet"] if quiet else []), "--no-resume",
+                        *args], cwd=ROOT,
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         sys.exit(f"ctrain train {job} {' '.join(args)} failed:\n{r.stderr}")
@@ -210,10 +211,12 @@ data:
     pipeline:
       - idx: {{images: {FASHION}/train-images-idx3-ubyte.gz, labels: {FASHION}/train-labels-idx1-ubyte.gz}}
       - global_shuffle: {{}}
+      - map: {{scale: 0.00392156862745098}}
       - map: {{random_crop: {{padding: 2}}, parallel: autotune}}
       - map: {{random_flip: {{}}, parallel: autotune}}
       - map: {{delay: {{micros: 300, cpu: true}}, parallel: autotune}}
       - batch: 64
+  eval: {{format: idx, images: {FASHION}/t10k-images-idx3-ubyte.gz, labels: {FASHION}/t10k-labels-idx1-ubyte.gz}}
 """, text + "\n", count=1)
     text = re.sub(r"\nrun_dir: .*", "", text)
     with open(job, "w") as f:
@@ -222,7 +225,7 @@ data:
     for _ in range(rounds):
         for name, extra in (("in process", []), ("2 data workers", ["--data-workers", "2"])):
             done, out = train(job, "--set", "train.max_steps=40", "--set", "train.epochs=1",
-                              "--set", "data.eval.limit=64", *extra)
+                              "--set", "data.eval.limit=64", *extra, quiet=False)
             wait = re.findall(r"input_wait=([\d.]+)%", out)
             rows[name].append((done["samples_per_s"], float(wait[-1]) if wait else float("nan")))
     print(f"\nCNN with CPU-heavy augmentation (crop, flip, 300 us CPU per image), median of {rounds}:")

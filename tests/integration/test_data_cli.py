@@ -81,6 +81,17 @@ def test_bench_reports_rates_and_stages():
         assert re.search(rf"^{re.escape(stage)}\s+\d+\s+[\d.]+", r.stdout, re.M), r.stdout
 
 
+def test_bench_times_the_trainer_alone_and_gives_a_verdict():
+    r = ctrain("data", "bench", "examples/fashion_mnist_mlp.yaml", "--steps", "30", "--trainer")
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"^trainer on synthetic input: ([\d.]+) elements/s \(batch 32, 30 steps\)$",
+                  r.stdout, re.M)
+    assert m and float(m.group(1)) > 0, r.stdout
+    assert re.search(r"^verdict: (input-bound: the pipeline is slower than the step|not "
+                     r"input-bound: the step is the limit) \(the pipeline gives \d+ elements/s, "
+                     r"the step takes \d+\)$", r.stdout, re.M), r.stdout
+
+
 def test_convert_then_read_back_with_a_pipeline(tmp_path):
     prefix = tmp_path / "t10k"
     r = ctrain("data", "convert", "--images", TEST_IMAGES, "--labels", TEST_LABELS, "--out",

@@ -7,6 +7,7 @@ and restarted from its journal; garbage and foreign messages are dropped; a cons
 the job's CURVE key is refused; a mirrored job stopped and resumed with data workers ends with
 the checkpoint of an uninterrupted run; 1 and 4 data workers train bit for bit alike; training
 through the service with a data worker killed reaches the MLP's accuracy bar."""
+import json
 import os
 import random
 import re
@@ -40,8 +41,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ids_job(tmp_path, address, extra=""):
-    """An id-carrying job: features are the ids 0..N_IDS-1 of a CSV file, shuffled."""
+def ids_job(tmp_path, address, extra="", stages=""):
+    """An id-carrying job: features are the ids 0..N_IDS-1 of a CSV file, shuffled; the same file
+    (unshuffled) is its eval set."""
     csv = tmp_path / "ids.csv"
     if not csv.exists():
         csv.write_text("id,label\n" + "".join(f"{i},{i % 10}\n" for i in range(N_IDS)))
@@ -56,8 +58,12 @@ data:
   train:
     pipeline:
       - csv: {{files: {csv}, columns: [{{name: id, dtype: f32}}, {{name: label, dtype: i32}}]}}
-      - shuffle: 1000
+{stages}      - shuffle: 1000
       - batch: {BATCH}
+  eval:
+    pipeline:
+      - csv: {{files: {csv}, columns: [{{name: id, dtype: f32}}, {{name: label, dtype: i32}}]}}
+      - batch: 500
   service: {{dispatcher: "{address}", heartbeat: 0.2, lost_after: 3, split_steps: 4,
             window: 4, timeout: 60, work_dir: {tmp_path / "journal"}}}
 train: {{epochs: 2, batch_size: {BATCH}}}
@@ -383,3 +389,94 @@ def test_training_with_a_killed_data_worker_reaches_the_bar(tmp_path):
     acc = float(re.search(r"done: .*test_accuracy=([\d.]+)", out).group(1))
     assert acc >= 0.865, out
     assert re.search(r"input: [\d.]+% of step time waiting; data workers \d+", out), out
+
+
+def test_the_evaluator_and_a_trainer_read_from_the_service(tmp_path, service):
+    s = service()
+    s.dispatcher()
+    s.worker()
+    s.worker()
+    ev = s.start("evaluator", [os.path.join(BUILD, "worker", "ctrain-evaluator"), "--job", s.job,
+                               "--timeout", "120", "--poll", "0.2"])
+    train = s.start("trainer", [CTRAIN, "train", s.job, "--quiet", "--set",
+                                "checkpoint.every_steps=100"])
+    assert train.wait(timeout=300) == 0, s.log("trainer")
+    assert ev.wait(timeout=300) == 0, s.log("evaluator")
+    service_lines = [json.loads(l) for l in s.log("evaluator").splitlines() if l.startswith("{")]
+    assert service_lines, s.log("evaluator")
+    # the same evaluation in process, of the same final checkpoint
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(re.sub(r"\n  service: \{[^}]*\}", "", open(s.job).read()))
+    r = subprocess.run([os.path.join(BUILD, "worker", "ctrain-evaluator"), "--job", str(plain),
+                        "--run-dir", str(tmp_path / "plain_eval"), "--timeout", "5"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    plain_lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    assert plain_lines and plain_lines[-1] == service_lines[-1], (plain_lines, service_lines)
+    assert re.search(r"consumer 'evaluator", s.log("dispatcher")), s.log("dispatcher")
+
+
+def test_a_slow_map_gets_the_input_bound_verdict(tmp_path):
+    job = ids_job(tmp_path, "127.0.0.1:1", stages="      - map: {delay: {micros: 3000}}\n")
+    r = subprocess.run([CTRAIN, "train", job, "--data-workers", "1", "--set", "train.max_steps=40",
+                        "--set", "train.epochs=1"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"^input: ([\d.]+)% of step time waiting; data workers 1, each producing "
+                  r"([\d.]+) elements/s; consumers need ([\d.]+) elements/s: input-bound, (\d+) "
+                  r"data workers would remove the wait$", r.stdout, re.M)
+    assert m, r.stdout
+    assert float(m.group(1)) > 50 and int(m.group(4)) > 1, r.stdout
+    records = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
+    verdicts = [x["input"] for x in records if "input" in x]
+    assert verdicts and verdicts[-1]["input_bound"] is True and \
+        verdicts[-1]["data_workers"] == 1, verdicts
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "run" / "train"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    for tag in ("input/wait_fraction", "input/worker_elements_per_s",
+                "input/needed_elements_per_s", "input/workers_needed"):
+        assert tag in tags, tags
+    assert acc.Scalars("input/wait_fraction")[-1].value > 0.5
+
+
+def test_a_consumer_of_another_job_is_refused(tmp_path, service):
+    s = service()
+    s.dispatcher()
+    s.worker()
+    other = tmp_path / "other"
+    other.mkdir()
+    foreign = ids_job(other, s.address)
+    with open(foreign) as f:
+        text = f.read().replace("seed: 7", "seed: 8")  # another job id
+    with open(foreign, "w") as f:
+        f.write(text)
+    r = subprocess.run([CONSUME, foreign, "--set", "data.service.timeout=3", "--out",
+                        str(tmp_path / "foreign.txt")], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "dispatcher" in r.stderr, r.stderr
+    assert re.search(r"dropped a bad message .*job id", s.log("dispatcher")), s.log("dispatcher")
+    out = tmp_path / "batches.txt"
+    assert s.consumer(out).wait(timeout=300) == 0, s.log("consumer")
+    assert_exactly_once(out)
+
+
+def test_slurm_script_starts_the_three_steps(tmp_path):
+    script = os.path.join(ROOT, "scripts", "slurm", "data_service.sbatch")
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    env = {k: v for k, v in ENV.items() if not k.startswith(("SLURM_", "OMPI_COMM", "PMIX"))}
+    r = subprocess.run(["bash", script, "--print-command", "--set", "train.epochs=1"], cwd=ROOT,
+                       env={**env, "SLURM_NTASKS": "7", "CTRAIN_DATA_WORKERS": "4",
+                            "CTRAIN_DISPATCHER_HOST": "node01"},
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    dispatcher, workers, trainers = r.stdout.splitlines()
+    assert "ctrain-dispatcher" in dispatcher and "--bind *:7460" in dispatcher
+    assert "--ntasks=4" in workers and "ctrain-data-worker" in workers
+    assert "--ntasks=2" in trainers and "strategy.type=mirrored" in trainers
+    for line in (dispatcher, workers, trainers):
+        assert "data.service.dispatcher=node01:7460" in line and "train.epochs=1" in line
+    r = subprocess.run(["bash", script, "--print-command"], cwd=ROOT,
+                       env={**env, "SLURM_NTASKS": "3", "CTRAIN_DATA_WORKERS": "2"},
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no trainer" in r.stderr, r.stderr
