@@ -13,6 +13,7 @@
 #include "ctrain/net.h"
 #include "ctrain/pipeline.h"
 #include "ctrain/ps.h"
+#include "data/service.h"
 #include "dispatcher.h"
 #include "dispatcher_state.h"
 #include "strategy/ps_link.h"
@@ -338,7 +339,7 @@ static ct_status start(disp *d, const ct_job *job, const ct_dispatcher_options *
     d->job = job;
     d->counting_job = *job;
     d->counting_job.data_service.enabled = 0;
-    d->job_id = ct_ps_job_id(job);
+    d->job_id = ct__ds_job_id(job);
     d->heartbeat_s = ds->heartbeat_s > 0 ? ds->heartbeat_s : 0.5;
     ct__ds_config cfg = {.parallel_epochs = ds->mode == CT_DS_PARALLEL_EPOCHS,
                          .split_steps = ds->split_steps > 0 ? ds->split_steps : 8,

@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctrain/ps.h"
-#include "data/ds_impl.h"
+#include "data/service.h"
 #include "dispatcher_state.h"
 #include "ps.pb-c.h"
 
@@ -551,15 +550,8 @@ int ct__ds_done(const ct__ds_state *s) {
     return 1;
 }
 
-/* What a journal must agree on to be resumed: the job id and everything that decides the
- * streams' batches and how far the job goes (the job is zeroed before it is read, so its
- * structs hash without stray padding bytes). */
+/* What a journal must agree on to be resumed: the data service's job id covers the streams'
+ * batches and how far the job goes. */
 uint64_t ct__ds_job_fingerprint(const ct_job *job) {
-    uint64_t h = ct_ps_job_id(job);
-    h = ct__hash_bytes(h, &job->train_data, sizeof job->train_data);
-    h = ct__hash_bytes(h, &job->eval_data, sizeof job->eval_data);
-    const int64_t v[] = {
-        job->has_eval_data, job->batch_size, job->eval_batch_size,   job->shuffle,
-        job->epochs,        job->max_steps,  job->data_service.mode, job->data_service.split_steps};
-    return ct__hash_bytes(h, v, sizeof v);
+    return ct__ds_job_id(job);
 }

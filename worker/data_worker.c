@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctrain/ps.h"
+#include "data/service.h"
 #include "data_worker_impl.h"
 #include "strategy/ps_link.h"
 
@@ -207,7 +208,7 @@ ct_status ct_data_worker_run(const ct_job *job, const ct_data_worker_options *o,
     dw_link k = {0};
     k.keys = o->keys;
     k.index = o->index;
-    k.job_id = ct_ps_job_id(job);
+    k.job_id = ct__ds_job_id(job);
     k.heartbeat_s = job->data_service.heartbeat_s > 0 ? job->data_service.heartbeat_s : 0.5;
     k.timeout_s = job->data_service.timeout_s > 0 ? job->data_service.timeout_s : 60.0;
     k.last_heard = ct__now();

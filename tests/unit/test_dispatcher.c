@@ -10,6 +10,7 @@
 #include "ctrain/job.h"
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
+#include "data/service.h"
 #include "dispatcher.h"
 #include "dispatcher_state.h"
 #include "helpers.h"
@@ -487,7 +488,7 @@ Test(dispatcher, serves_workers_and_consumers_over_sockets_and_drops_garbage) {
     static server srv;
     pthread_t thread;
     start_server(&srv, &thread);
-    uint64_t job_id = ct_ps_job_id(&srv.job);
+    uint64_t job_id = ct__ds_job_id(&srv.job);
     void *worker = dealer(srv.endpoint, "data_worker", 0);
     void *consumer = dealer(srv.endpoint, "consumer", 0);
     void *stranger = dealer(srv.endpoint, "stranger", 0);

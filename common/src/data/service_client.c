@@ -434,7 +434,7 @@ static ct_status client_init(ct__ds_client *c, const ct_job *job, int eval, int 
     name_consumer(c);
     c->input_rank = job->input_rank;
     memcpy(c->input_shape, job->input_shape, sizeof c->input_shape);
-    c->job_id = ct_ps_job_id(job);
+    c->job_id = ct__ds_job_id(job);
     c->heartbeat_s = job->data_service.heartbeat_s > 0 ? job->data_service.heartbeat_s : 0.5;
     c->timeout_s = job->data_service.timeout_s > 0 ? job->data_service.timeout_s : 60.0;
     c->reseek_s =
