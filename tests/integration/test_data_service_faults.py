@@ -408,7 +408,8 @@ def test_the_evaluator_and_a_trainer_read_from_the_service(tmp_path, service):
     plain = tmp_path / "plain.yaml"
     plain.write_text(re.sub(r"\n  service: \{[^}]*\}", "", open(s.job).read()))
     r = subprocess.run([os.path.join(BUILD, "worker", "ctrain-evaluator"), "--job", str(plain),
-                        "--run-dir", str(tmp_path / "plain_eval"), "--timeout", "5"], cwd=ROOT,
+                        "--run-dir", str(tmp_path / "plain_eval"), "--checkpoint-dir",
+                        str(tmp_path / "run" / "checkpoints"), "--timeout", "5"], cwd=ROOT,
                        env=ENV, capture_output=True, text=True, timeout=120)
     plain_lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     assert plain_lines and plain_lines[-1] == service_lines[-1], (plain_lines, service_lines)
