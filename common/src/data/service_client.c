@@ -202,6 +202,20 @@ static void on_batch(ct__ds_client *c, ct__msg *m) {
         ct_log(CT_LOG_WARN, "data service: %s: dropped a malformed DS_BATCH", c->name);
         return;
     }
+    /* the copy is made before the lock: the trainer's thread takes batches meanwhile */
+    ct_element batch = {0};
+    ct_shape xs = {.rank = 1 + (int)b->n_x_dims, .dims = {b->size}};
+    for (size_t d = 0; d < b->n_x_dims; d++) {
+        xs.dims[1 + d] = b->x_dims[d];
+    }
+    ct_shape ys = {.rank = 1, .dims = {b->size}};
+    if (ct_element_alloc(&batch, 0, CT_F32, &xs, 0) != CT_OK ||
+        ct_element_alloc(&batch, 1, CT_I32, &ys, 0) != CT_OK) {
+        ct_element_clear(&batch); /* out of memory: the re-seek will ask again */
+        return;
+    }
+    memcpy(batch.v[0].data, zmq_msg_data(&m->frames[0]), zmq_msg_size(&m->frames[0]));
+    memcpy(batch.v[1].data, zmq_msg_data(&m->frames[1]), zmq_msg_size(&m->frames[1]));
     pthread_mutex_lock(&c->mu);
     int dup = b->incarnation < c->incarnation ||
               (b->incarnation == c->incarnation && used_already(c, b->epoch, b->step));
@@ -221,28 +235,18 @@ static void on_batch(ct__ds_client *c, ct__msg *m) {
     if (dup) {
         c->duplicates++;
         pthread_mutex_unlock(&c->mu);
+        ct_element_clear(&batch);
         return;
     }
     slot *s = &c->slots[c->n_slots];
     memset(s, 0, sizeof *s);
-    ct_shape xs = {.rank = 1 + (int)b->n_x_dims, .dims = {b->size}};
-    for (size_t d = 0; d < b->n_x_dims; d++) {
-        xs.dims[1 + d] = b->x_dims[d];
-    }
-    ct_shape ys = {.rank = 1, .dims = {b->size}};
-    if (ct_element_alloc(&s->batch, 0, CT_F32, &xs, 0) == CT_OK &&
-        ct_element_alloc(&s->batch, 1, CT_I32, &ys, 0) == CT_OK) {
-        memcpy(s->batch.v[0].data, zmq_msg_data(&m->frames[0]), zmq_msg_size(&m->frames[0]));
-        memcpy(s->batch.v[1].data, zmq_msg_data(&m->frames[1]), zmq_msg_size(&m->frames[1]));
-        s->incarnation = b->incarnation;
-        s->epoch = b->epoch;
-        s->step = b->step;
-        c->n_slots++;
-        c->elements += b->size;
-        pthread_cond_broadcast(&c->cv);
-    } else {
-        ct_element_clear(&s->batch);
-    }
+    s->batch = batch;
+    s->incarnation = b->incarnation;
+    s->epoch = b->epoch;
+    s->step = b->step;
+    c->n_slots++;
+    c->elements += b->size;
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
