@@ -140,6 +140,28 @@ static void on_register(disp *d) {
     send_view(d, CTRAIN__PS__KIND__REGISTERED, 0);
 }
 
+/* Every 10 heartbeats, one line per data worker: its capacity, leases, batches still to
+ * produce and where its pipeline's time goes (the service's per-worker report). */
+static void report_worker(disp *d, ct__ds_worker *k, const Ctrain__Ps__DsWorkerStats *w,
+                          double now) {
+    if (k->last_report == 0.0 || now - k->last_report < 10 * d->heartbeat_s) {
+        k->last_report = k->last_report == 0.0 ? now : k->last_report; /* the first after 10 */
+        return;
+    }
+    k->last_report = now;
+    size_t len = 0;
+    k->stages[0] = '\0';
+    for (size_t i = 0; i < w->n_stages && i < w->n_stage_busy_s && len < sizeof k->stages; i++) {
+        int n = snprintf(k->stages + len, sizeof k->stages - len, "%s%s %.2f s", i ? ", " : "",
+                         w->stages[i], w->stage_busy_s[i]);
+        len += n > 0 ? (size_t)n : 0;
+    }
+    ct_log(CT_LOG_INFO,
+           "dispatcher: data worker %d: %.0f elements/s, %u leases, %u batches to produce; "
+           "stages (busy since its last seek): %s",
+           k->index, w->elements_per_s, w->leases, w->queued, k->stages[0] ? k->stages : "-");
+}
+
 static void on_heartbeat(disp *d) {
     const ct__env *env = d->msg.env;
     double now = ct__now();
@@ -155,6 +177,7 @@ static void on_heartbeat(disp *d) {
         if (env->stats && env->stats->ds_worker) {
             k->elements_per_s = env->stats->ds_worker->elements_per_s;
             k->queued = env->stats->ds_worker->queued;
+            report_worker(d, k, env->stats->ds_worker, now);
         }
         send_view(d, CTRAIN__PS__KIND__VIEW, 0);
         return;

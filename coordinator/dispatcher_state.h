@@ -62,6 +62,8 @@ typedef struct ct__ds_worker {
     int n_leases;
     double elements_per_s; /* from its last DsWorkerStats */
     uint32_t queued;
+    char stages[320];   /* its pipeline's stages and busy seconds, for the log */
+    double last_report; /* when the dispatcher last logged its figures */
 } ct__ds_worker;
 
 typedef struct ct__ds_consumer {

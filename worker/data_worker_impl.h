@@ -11,7 +11,8 @@
 #include "net/wire.h"
 
 #define DW_NAME_MAX 128
-#define DW_PIPES 8 /* pipelines kept: one per (eval, shard, shards, salt) in use */
+#define DW_PIPES 8   /* pipelines kept: one per (eval, shard, shards, salt) in use */
+#define DW_STAGES 16 /* stages reported in a heartbeat */
 
 typedef struct dw_lease {
     uint64_t lease;
@@ -51,6 +52,10 @@ typedef struct dw_state {
     uint64_t window_elements;         /* examples since window_start, for the rate */
     double window_start, window_busy; /* busy seconds since window_start */
     double rate; /* examples per busy second: what this worker gives when it never idles */
+    /* the heartbeat's stage statistics (the arrays a DsWorkerStats points into) */
+    char stage_names[DW_STAGES][64];
+    char *stage_ptrs[DW_STAGES];
+    double stage_busy[DW_STAGES], stage_wait[DW_STAGES];
 } dw_state;
 
 void dw_state_init(dw_state *s, const ct_job *job, uint64_t job_id, int index);

@@ -256,6 +256,31 @@ ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
     return CT_OK;
 }
 
+/* The stages of the pipeline used last, into ret (pointing at s's arrays). */
+static void stage_stats(dw_state *s, Ctrain__Ps__DsWorkerStats *ret) {
+    const dw_pipe *last = NULL;
+    for (int i = 0; i < DW_PIPES; i++) {
+        if (s->pipes[i].loader && (!last || s->pipes[i].used > last->used)) {
+            last = &s->pipes[i];
+        }
+    }
+    ct_stage_stats stats[DW_STAGES];
+    int n = 0;
+    if (!last || ct_loader_stats(last->loader, stats, DW_STAGES, &n) != CT_OK) {
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(s->stage_names[i], sizeof s->stage_names[i], "%.63s", stats[i].name);
+        s->stage_ptrs[i] = s->stage_names[i];
+        s->stage_busy[i] = stats[i].busy_s;
+        s->stage_wait[i] = stats[i].wait_s;
+    }
+    ret->n_stages = ret->n_stage_busy_s = ret->n_stage_wait_s = (size_t)n;
+    ret->stages = s->stage_ptrs;
+    ret->stage_busy_s = s->stage_busy;
+    ret->stage_wait_s = s->stage_wait;
+}
+
 void dw_stats(dw_state *s, Ctrain__Ps__DsWorkerStats *ret) {
     double now = ct__now();
     if (now - s->window_start > 0.05 && s->window_busy > 0.0) {
@@ -271,5 +296,10 @@ void dw_stats(dw_state *s, Ctrain__Ps__DsWorkerStats *ret) {
     ret->busy_s = s->busy_s;
     ret->elements_per_s = s->rate;
     ret->leases = (uint32_t)s->n_leases;
-    ret->queued = 0;
+    int64_t queued = 0;
+    for (int i = 0; i < s->n_leases; i++) {
+        queued += s->leases[i].first_step + s->leases[i].n_steps - s->leases[i].next;
+    }
+    ret->queued = (uint32_t)(queued > 0 ? queued : 0);
+    stage_stats(s, ret);
 }

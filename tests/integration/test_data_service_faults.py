@@ -427,6 +427,10 @@ def test_a_slow_map_gets_the_input_bound_verdict(tmp_path):
                   r"data workers would remove the wait$", r.stdout, re.M)
     assert m, r.stdout
     assert float(m.group(1)) > 50 and int(m.group(4)) > 1, r.stdout
+    # the dispatcher's per-worker report: capacity, leases, batches to produce, stage times
+    assert re.search(r"data worker 0: \d+ elements/s, \d+ leases, \d+ batches to produce; "
+                     r"stages \(busy since its last seek\): csv\(1 file\) [\d.]+ s, "
+                     r"map\(delay\) [\d.]+ s", r.stderr), r.stderr
     records = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
     verdicts = [x["input"] for x in records if "input" in x]
     assert verdicts and verdicts[-1]["input_bound"] is True and \
