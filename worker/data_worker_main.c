@@ -41,7 +41,8 @@ static void usage(FILE *f) {
         "  --set KEY=VALUE        override a job field (repeatable; the same as the trainers')\n"
         "  --dispatcher HOST:PORT the dispatcher (default: data.service.dispatcher,\n"
         "                         $CTRAIN_DISPATCHER or the cluster spec's dispatcher task)\n"
-        "  --index N              this data worker's index (default 0)\n"
+        "  --index N              this data worker's index (default: --task, the cluster\n"
+        "                         spec, else the rank under srun or mpirun, else 0)\n"
         "  --task data_worker:N   the same, in the cluster spec's form\n"
         "  --cluster FILE         a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
         "  --bind HOST:PORT       where consumers connect (default *:0: any free port)\n"
@@ -108,7 +109,8 @@ static int parse(int argc, char **argv, flags *f) {
     return 0;
 }
 
-/* The index from --index, else --task / the cluster spec (data_worker:N), else 0. */
+/* The index from --index, else --task / the cluster spec (data_worker:N), else the launcher's
+ * rank (srun, mpirun: every task of the step is a data worker), else 0. */
 static ct_status resolve_index(flags *f, ct_err *err) {
     ct_cluster_flags cf = {.task = f->task, .chief = NULL, .cluster_file = f->cluster};
     ct_cluster c;
@@ -119,8 +121,12 @@ static ct_status resolve_index(flags *f, ct_err *err) {
     if (c.task_type >= 0 && c.task_type != CT_TASK_DATA_WORKER) {
         st = ct_err_set(err, CT_EINVAL, "%s names this process a %s task, not a data_worker",
                         c.source, ct_task_type_name(c.task_type));
+    } else if (f->index < 0 && c.task_index >= 0) {
+        f->index = c.task_index;
     } else if (f->index < 0) {
-        f->index = c.task_index >= 0 ? c.task_index : 0;
+        ct_cluster_spec spec;
+        st = ct_cluster_spec_read(-1, -1, -1, NULL, NULL, &spec, err);
+        f->index = st == CT_OK ? spec.rank : 0;
     }
     ct_cluster_finish(&c);
     return st;

@@ -466,6 +466,22 @@ def test_a_consumer_of_another_job_is_refused(tmp_path, service):
     assert_exactly_once(out)
 
 
+def test_a_data_worker_takes_its_index_from_the_launcher(tmp_path, service):
+    s = service()
+    s.dispatcher()
+    clean = {k: v for k, v in ENV.items() if not k.startswith(("SLURM_", "OMPI_COMM", "PMIX"))}
+    for env in ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"},
+                {"SLURM_PROCID": "2", "SLURM_NTASKS": "4"}):
+        p = subprocess.Popen([DATA_WORKER, "--job", s.job, "--dispatcher", s.address],
+                             cwd=ROOT, env={**clean, **env}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        line = p.stdout.readline()
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+        rank = env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID"))
+        assert line.startswith(f"ctrain-data-worker {rank}: listening on tcp://"), line
+
+
 def test_slurm_script_starts_the_three_steps(tmp_path):
     script = os.path.join(ROOT, "scripts", "slurm", "data_service.sbatch")
     assert subprocess.run(["bash", "-n", script]).returncode == 0
