@@ -501,3 +501,30 @@ def test_slurm_script_starts_the_three_steps(tmp_path):
                        env={**env, "SLURM_NTASKS": "3", "CTRAIN_DATA_WORKERS": "2"},
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no trainer" in r.stderr, r.stderr
+
+
+def test_parallel_epochs_every_worker_walks_the_whole_dataset(tmp_path, service):
+    s = service()
+    with open(s.job) as f:
+        text = f.read().replace("  service: {", "  service: {mode: parallel_epochs, ")
+    with open(s.job, "w") as f:
+        f.write(text)
+    s.dispatcher()
+    s.worker()
+    s.worker()
+    s.wait_for("dispatcher", r"data worker 0 .*registered")
+    s.wait_for("dispatcher", r"data worker 1 .*registered")
+    out = tmp_path / "batches.txt"
+    assert s.consumer(out).wait(timeout=300) == 0, s.log("consumer")
+    batches, _ = read_batches(out)
+    # every step of both epochs arrives once, full of valid ids, as the job's count says
+    assert sorted(batches) == [(e, i) for e in range(2) for i in range(STEPS)]
+    ids = [i for v in batches.values() for i in v]
+    assert all(0 <= i < N_IDS and i == int(i) for i in ids)
+    assert len(ids) == 2 * N_IDS
+    # each data worker walks the dataset in its own order (its seed is salted), so an epoch is
+    # not the in-process permutation, and some id comes twice: no visitation guarantee
+    assert read_batches(out)[1] != read_batches(in_process(tmp_path, s.job))[1]
+    per_epoch = [sorted(i for (e, _), v in batches.items() if e == ep for i in v)
+                 for ep in range(2)]
+    assert any(len(set(p)) < N_IDS for p in per_epoch)
