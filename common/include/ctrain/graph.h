@@ -156,6 +156,8 @@ typedef struct ct_graph_options {
     int plan_memory;   /* 1: liveness-based buffer reuse in one arena (and in-place updates) */
     int threads;       /* executor threads (0: the backend's); 1 runs nodes in order */
     int64_t split_min; /* least work split across threads (elements, GEMM flops / 64); 0: 16384 */
+    int adapt;         /* 1 (default): a run uses the calling thread alone when runs measure
+                        * faster that way (a pool thread's core is taken by another process) */
 } ct_graph_options;
 
 /* What compilation did and what the plan costs. */
@@ -180,6 +182,9 @@ typedef struct ct_graph_stats {
      * in cache from step to step; another thread takes it only after idling 50 us */
     int64_t pinned_parts; /* parts of split nodes run */
     int64_t stolen_parts; /* of those, run by another thread */
+    /* adaptive thread use (options.adapt): runs on the whole pool, and on the calling thread
+     * alone because that measured faster; probes that changed the mode */
+    int64_t parallel_runs, solo_runs, mode_switches;
 } ct_graph_stats;
 
 /* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse,
@@ -199,6 +204,11 @@ CT_API ct_graph_options ct_graph_default_options(void);
 CT_API ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep, int *keep,
                                   ct_graph **ret, ct_err *err);
 CT_API const ct_graph_stats *ct_graph_get_stats(const ct_graph *g);
+/* The executor threads of compiled graph g (thread 0 runs the caller's share) and how long each
+ * has waited for a core so far (runnable but not running: the host gave its core to another
+ * process), from the kernel's schedstat: fills seconds[0..min(threads, cap)), -1 for a thread
+ * not started yet or a kernel that does not say, and returns the number of threads. */
+CT_API int ct_graph_thread_waits(const ct_graph *g, double *seconds, int cap);
 
 /* An APPLY_OPTIMIZER node: the update of ctx->params by ctx->optimizer after every earlier node
  * has run (its output: the sum of squared gradients, NaN/Inf when one is not finite). */

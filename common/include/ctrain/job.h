@@ -329,6 +329,8 @@ typedef struct ct_job {
     unsigned graph_passes;     /* train.graph_passes: "all" (default), "none" or a comma list of
                                   const_fold, cse, dce, simplify, fuse, fuse_update */
     int plan_memory;           /* train.plan_memory: reuse buffers by liveness; default true */
+    int adapt_threads;         /* train.adapt_threads: a step runs on one thread when that
+                                  measures faster (a core taken by another process); true */
     ct_strategy_type strategy; /* strategy.type: local (default), mirrored, parameter_server */
     struct {
         int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */

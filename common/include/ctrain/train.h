@@ -18,6 +18,8 @@
 typedef struct ct_trainer ct_trainer;
 
 /* Progress after each step (for progress bars) and at the end of each epoch. */
+#define CT_PROGRESS_THREADS 16 /* executor threads a progress report describes */
+
 typedef struct ct_train_progress {
     int epoch; /* 0-based */
     int epochs;
@@ -38,6 +40,11 @@ typedef struct ct_train_progress {
     double needed_elements_per_s; /* what the consumers (every rank) would take if they never
                                      waited: examples per second of compute */
     int workers_needed;           /* data workers that would remove the wait */
+    /* graph mode's executor over the epoch, at the end of an epoch; threads 0 on one thread */
+    int threads;          /* executor threads */
+    double solo_fraction; /* steps run on the calling thread alone: faster, a core was taken */
+    double core_wait[CT_PROGRESS_THREADS]; /* per thread, the share of the epoch it waited for a
+                                              core the host gave to another process; -1: unknown */
 } ct_train_progress;
 
 typedef void (*ct_progress_fn)(const ct_train_progress *p, void *user);

@@ -581,7 +581,7 @@ const char *ct_graph_passes_str(unsigned passes, char *buf, size_t cap) {
 }
 
 ct_graph_options ct_graph_default_options(void) {
-    return (ct_graph_options){.passes = CT_PASS_ALL, .plan_memory = 1};
+    return (ct_graph_options){.passes = CT_PASS_ALL, .plan_memory = 1, .adapt = 1};
 }
 
 ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep, int *keep,

@@ -20,6 +20,24 @@
 /* How a split matmul divides its work: rows or columns of the output, or k (partial products). */
 enum { CT__MM_ROWS, CT__MM_COLS, CT__MM_INNER };
 
+/* How a run uses the pool (exec_adapt.c): every thread, or the calling thread alone. */
+enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
+#define CT__ADAPT_WINDOW 8 /* runs per measured window */
+
+/* exec_adapt.c's state: run times per window, each mode's last median, when to probe. */
+typedef struct ct__exec_adapt {
+    int mode;     /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
+    int chosen;   /* the mode in use between probes */
+    int warmup;   /* 1 during the first window (not counted) */
+    int filled;   /* run times in `times` */
+    int gap;      /* windows between probes, doubled after each lost probe */
+    int probe_in; /* windows of the chosen mode left before the next probe */
+    double times[CT__ADAPT_WINDOW];
+    double median[2]; /* per mode, its last window's median run time; 0: not measured */
+    int64_t runs[2];  /* runs per mode */
+    int64_t switches; /* probes that took over */
+} ct__exec_adapt;
+
 /* A task queue's positions, on their own cache line. */
 typedef struct ct__task_queue {
     atomic_int head, tail;
@@ -76,6 +94,11 @@ struct ct_exec {
     char *ran_on;      /* per node and part: the thread that ran it in the last run */
     atomic_int stolen; /* parts run by another thread than their own, this run */
     atomic_int done, generation, stop, running, active;
+    atomic_int wake_gen; /* bumped for runs the workers join (not for solo runs) */
+    atomic_int wake_run; /* the generation of the last run the workers were woken for */
+    int adaptive;        /* 1: choose parallel or solo runs by measurement (exec_adapt.c) */
+    ct__exec_adapt adapt;
+    atomic_int *tids; /* per thread: its kernel thread id (run-queue waits), 0 until known */
     pthread_t *workers;
     struct worker_arg {
         ct_exec *e;
@@ -205,6 +228,10 @@ float ct__exec_update_range(const ct_kctx *ctx, int64_t begin, int64_t end);
 float ct__exec_update_rest(const ct_exec *e, const ct_kctx *ctx, int part, int parts);
 /* exec_update.c: APPLY_OPTIMIZER's output under fusion, the sum of every part's sum of squares. */
 void ct__exec_sum_updates(ct_exec *e);
+/* exec_adapt.c: the state before the first run (parallel, a warm-up window first). */
+void ct__exec_adapt_init(ct__exec_adapt *a);
+/* exec_adapt.c: a run in mode a->mode took `seconds`; sets a->mode for the next run. */
+void ct__exec_adapt_record(ct__exec_adapt *a, double seconds);
 /* exec_pool.c: stops and joins the worker threads (none started: nothing). */
 void ct__exec_stop_pool(ct_exec *e);
 

@@ -5,10 +5,16 @@
  *
  * Pinned parts: part p of a split node runs on thread p (own queue per thread; unsplit nodes
  * and deferred updates in a shared queue), so the rows a part touches stay in one core's cache
- * from step to step. A thread idle for STEAL_SECONDS takes other threads' parts too. */
+ * from step to step. A thread idle for STEAL_SECONDS takes other threads' parts too.
+ *
+ * Solo runs: when runs measure faster on the calling thread alone (exec_adapt.c: a pool thread's
+ * core is taken by another process), the caller runs every part itself and the workers sleep;
+ * the parts and their order of addition are the same, so are the bits. */
+#define _GNU_SOURCE /* gettid */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "graph/exec_impl.h"
@@ -170,7 +176,7 @@ static int follow_links(ct_exec *e, int self, int node, int part) {
 /* Runs tasks until every node of the current run is done. A part of a row pipeline that the
  * last part made ready runs next on the same thread, without the queue: its rows are still in
  * this core's cache, and the pipeline goes before side branches. */
-static void work(ct_exec *e, int self) {
+static void work(ct_exec *e, int self, int solo) {
     int spins = 0, next = -1, next_part = 0;
     double idle_since = 0.0;
     while (atomic_load(&e->done) < e->n_run && atomic_load(&e->running)) {
@@ -179,7 +185,8 @@ static void work(ct_exec *e, int self) {
             node = next;
             part = next_part;
             next = -1;
-        } else if (!pop(e, self, idle_since > 0.0 && ct__now_s() - idle_since > STEAL_SECONDS,
+        } else if (!pop(e, self,
+                        solo || (idle_since > 0.0 && ct__now_s() - idle_since > STEAL_SECONDS),
                         &node, &part)) {
             if (idle_since == 0.0) {
                 idle_since = ct__now_s();
@@ -212,32 +219,34 @@ static void *worker_main(void *arg) {
     _mm_setcsr(e->mxcsr); /* the caller's FTZ/DAZ */
 #endif
     e->be->vt->set_threads(e->be, 1);
+    atomic_store(&e->tids[self], (int)gettid());
     int seen = 0;
     for (;;) {
         /* Steps follow each other within microseconds: spin a while before sleeping, so the
-         * next run does not pay a futex wake-up (tens of microseconds) per worker. */
+         * next run does not pay a futex wake-up (tens of microseconds) per worker. Solo runs do
+         * not wake the workers (wake_gen stays). */
         double until = ct__now_s() + SPIN_SECONDS;
-        while (atomic_load(&e->generation) == seen && !atomic_load(&e->stop) &&
-               ct__now_s() < until) {
+        while (atomic_load(&e->wake_gen) == seen && !atomic_load(&e->stop) && ct__now_s() < until) {
             for (int k = 0; k < 64; k++) {
                 cpu_relax();
             }
         }
         pthread_mutex_lock(&e->lock);
-        while (!atomic_load(&e->stop) && atomic_load(&e->generation) == seen) {
+        while (!atomic_load(&e->stop) && atomic_load(&e->wake_gen) == seen) {
             pthread_cond_wait(&e->wake, &e->lock);
         }
         pthread_mutex_unlock(&e->lock);
         if (atomic_load(&e->stop)) {
             return NULL;
         }
-        seen = atomic_load(&e->generation);
+        seen = atomic_load(&e->wake_gen);
+        int run = atomic_load(&e->wake_run);
         /* A worker that wakes late must not touch the next run's queue: it counts itself
          * active first, then works only if the run it woke for is still the current one. The
          * caller waits for active == 0 before it returns (and before it resets the queue). */
         atomic_fetch_add(&e->active, 1);
-        if (atomic_load(&e->running) && atomic_load(&e->generation) == seen) {
-            work(e, self);
+        if (atomic_load(&e->running) && atomic_load(&e->generation) == run) {
+            work(e, self, 0);
         }
         atomic_fetch_sub(&e->active, 1);
     }
@@ -266,9 +275,9 @@ static void run_in_order(ct_graph *g, ct_exec *e) {
     }
 }
 
-/* Resets the counters and queues, queues the parts with no predecessors and wakes the workers
- * for a new run (generation). */
-static void start_run(ct_graph *g, ct_exec *e) {
+/* Resets the counters and queues, queues the parts with no predecessors and, unless the run is
+ * solo, wakes the workers for it (generation: the run; wake_gen: the runs they join). */
+static void start_run(ct_graph *g, ct_exec *e, int solo) {
     for (int i = 0; i < e->n; i++) {
         for (int p = 0; p < e->parts[i]; p++) {
             atomic_store(&e->pending[(size_t)i * CT__MAX_PARTS + p], e->n_pred[i]);
@@ -290,7 +299,11 @@ static void start_run(ct_graph *g, ct_exec *e) {
         }
     }
     atomic_store(&e->running, 1);
-    pthread_cond_broadcast(&e->wake);
+    if (!solo) {
+        atomic_store(&e->wake_run, atomic_load(&e->generation));
+        atomic_fetch_add(&e->wake_gen, 1);
+        pthread_cond_broadcast(&e->wake);
+    }
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -303,16 +316,27 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
         run_in_order(g, e);
         return ct_graph_status(g, err);
     }
-    start_run(g, e);
+    static _Thread_local int caller_tid;
+    caller_tid = caller_tid ? caller_tid : (int)gettid();
+    atomic_store(&e->tids[0], caller_tid);
+    const int solo = e->adaptive && e->adapt.mode == CT__RUN_SOLO;
+    const double start = ct__now_s();
+    start_run(g, e, solo);
     e->be->vt->set_threads(e->be, 1);
-    work(e, 0);
+    work(e, 0, solo);
     atomic_store(&e->running, 0);
     while (atomic_load(&e->active) > 0) {
         sched_yield(); /* workers finish the part they hold; none starts another */
     }
     ct_graph_stats *stats = ct__graph_stats(g);
-    stats->pinned_parts += e->pinned;
-    stats->stolen_parts += atomic_load(&e->stolen);
+    if (e->adaptive) {
+        ct__exec_adapt_record(&e->adapt, ct__now_s() - start);
+        stats->mode_switches = e->adapt.switches;
+    }
+    stats->solo_runs += solo;
+    stats->parallel_runs += !solo;
+    stats->pinned_parts += solo ? 0 : e->pinned;
+    stats->stolen_parts += solo ? 0 : atomic_load(&e->stolen);
     e->be->vt->set_threads(e->be, e->be->threads);
     return ct_graph_status(g, err);
 }
@@ -338,8 +362,11 @@ ct_status ct__exec_start_pool(ct_exec *e, const ct__exec_build *b, ct_err *err) 
     e->workers = calloc((size_t)e->threads, sizeof *e->workers);
     e->worker_args = calloc((size_t)e->threads, sizeof *e->worker_args);
     e->ran_on = calloc(nn * CT__MAX_PARTS, 1);
+    e->tids = calloc((size_t)e->threads, sizeof *e->tids);
+    e->adaptive = b->opts->adapt;
+    ct__exec_adapt_init(&e->adapt);
     if (!e->pending || !e->parts_left || !e->queue || !e->queue_ready || !e->queues ||
-        !e->workers || !e->worker_args || !e->ran_on) {
+        !e->workers || !e->worker_args || !e->ran_on || !e->tids) {
         free(e->workers);
         free(e->worker_args);
         e->workers = NULL;

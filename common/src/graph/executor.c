@@ -166,6 +166,7 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->queue_ready);
     free(e->queues);
     free(e->ran_on);
+    free((void *)e->tids);
     free(e);
 }
 

@@ -87,8 +87,8 @@ static const char *const schedule_keys[] = {"type",        "warmup_steps", "step
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {
-    "epochs",    "batch_size", "eval_batch_size", "shuffle",     "threads", "prefetch",
-    "max_steps", "eager",      "graph_passes",    "plan_memory", NULL};
+    "epochs",    "batch_size", "eval_batch_size", "shuffle",     "threads",       "prefetch",
+    "max_steps", "eager",      "graph_passes",    "plan_memory", "adapt_threads", NULL};
 static const char *const strategy_keys[] = {"type",
                                             "bucket_bytes",
                                             "stall_timeout",
@@ -511,6 +511,7 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_i64(&s, "max_steps", 0, &job->max_steps);
     ct__job_sec_bool(&s, "eager", &job->eager);
     ct__job_sec_bool(&s, "plan_memory", &job->plan_memory);
+    ct__job_sec_bool(&s, "adapt_threads", &job->adapt_threads);
     char key[CT__JOB_KEY_CAP], passes[128] = "";
     const ct__yaml_node *v = ct__job_sec_get(&s, "graph_passes", key);
     ct__job_sec_string(&s, "graph_passes", passes, sizeof passes);
@@ -680,6 +681,7 @@ void ct_job_defaults(ct_job *job) {
     job->prefetch = 16; /* see ctrain/job.h */
     job->graph_passes = CT_PASS_ALL;
     job->plan_memory = 1;
+    job->adapt_threads = 1;
     job->mirrored.bucket_bytes = 1 << 20;
     job->mirrored.stall_timeout = 60.0f;
     job->ps.staleness_max = 4;

@@ -21,7 +21,9 @@ typedef struct fit_run {
 /* One epoch: the progress record it reports, and the sums behind its running means. */
 typedef struct epoch_run {
     ct_train_progress p;
-    double start, wait0; /* when it started, and the loader's input wait then */
+    double start, wait0;     /* when it started, and the loader's input wait then */
+    ct__thread_use threads0; /* the executor's threads then (or after the first step) */
+    double threads0_time;
     double loss_sum, acc_sum;
     int64_t seen;
 } epoch_run;
@@ -162,6 +164,10 @@ static ct_status after_step(fit_run *f, epoch_run *e, const ct_batch *b, float l
         (st = ct_trainer_save(t, NULL, err)) != CT_OK) {
         return st;
     }
+    if (!e->threads0.taken) { /* the graph is built by the epoch's first step */
+        ct__thread_use_take(t, &e->threads0);
+        e->threads0_time = ct__now_s();
+    }
     e->loss_sum += (double)loss * (double)b->size;
     e->acc_sum += (double)acc * (double)b->size;
     e->seen += b->size;
@@ -241,6 +247,9 @@ static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_tr
     p->input_wait_fraction =
         (ct_loader_wait_seconds(f->loader) - e->wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
     input_verdict(f, p);
+    ct__thread_use threads;
+    ct__thread_use_take(t, &threads);
+    ct__thread_use_report(&e->threads0, &threads, ct__now_s() - e->threads0_time, p);
     p->test_loss = p->test_accuracy = NAN;
     ct_status st = CT_OK;
     if (f->eval && (st = ct_trainer_evaluate_loader(t, f->eval, &p->test_loss, &p->test_accuracy,
@@ -284,6 +293,8 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
         epoch_run e = {.p = {.epoch = epoch, .epochs = t->job.epochs, .steps = f.steps}};
         e.start = ct__now_s();
         e.wait0 = ct_loader_wait_seconds(f.loader);
+        ct__thread_use_take(t, &e.threads0);
+        e.threads0_time = e.start;
         t->epoch = epoch;
         st = train_epoch(&f, &e, err);
         double epoch_seconds = ct__now_s() - e.start;

@@ -14,6 +14,17 @@ int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p) {
         n += snprintf(buf + n, cap - (size_t)n, " input_wait=%.1f%%",
                       100.0 * p->input_wait_fraction);
     }
+    if (p->threads > 1 && n >= 0 && (size_t)n < cap) {
+        n += snprintf(buf + n, cap - (size_t)n,
+                      " threads=%d solo_steps=%.0f%% core_wait=", p->threads,
+                      100.0 * p->solo_fraction);
+        for (int k = 0; k < p->threads && k < CT_PROGRESS_THREADS && n >= 0 && (size_t)n < cap;
+             k++) {
+            n += p->core_wait[k] < 0 ? snprintf(buf + n, cap - (size_t)n, "%s?", k ? "," : "")
+                                     : snprintf(buf + n, cap - (size_t)n, "%s%.0f%%", k ? "," : "",
+                                                100.0 * p->core_wait[k]);
+        }
+    }
     return n;
 }
 

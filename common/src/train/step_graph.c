@@ -46,6 +46,7 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     o.passes = t->job.graph_passes;
     o.plan_memory = t->job.plan_memory;
     o.threads = t->reducer ? 1 : 0; /* the reducer's hooks and MPI stay on this thread */
+    o.adapt = t->job.adapt_threads;
     /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
     int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
     int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;

@@ -73,6 +73,22 @@ ct_status ct__trainer_graph(ct_trainer *t, int64_t batch, int kind, step_graph *
 /* Destroys every cached graph (the trainer's destroy; a change of strategy). */
 void ct__trainer_drop_graphs(ct_trainer *t);
 
+/* ---- thread_use.c ---- */
+
+/* A snapshot of the training graph's executor: runs per mode and each thread's wait for a core
+ * so far (taken 0: no such graph yet). */
+typedef struct ct__thread_use {
+    int taken, threads;
+    int64_t parallel, solo;
+    double wait[CT_PROGRESS_THREADS];
+} ct__thread_use;
+
+void ct__thread_use_take(const ct_trainer *t, ct__thread_use *u);
+/* Sets p's threads, solo_fraction and core_wait for the `seconds` between two snapshots (nothing
+ * when either was not taken or the step runs on one thread). */
+void ct__thread_use_report(const ct__thread_use *start, const ct__thread_use *end, double seconds,
+                           ct_train_progress *p);
+
 /* ---- trainer_log.c ---- */
 
 /* The training-step graph into the run log's train/ run, once per trainer (not in eager mode).

@@ -1,0 +1,116 @@
+/* Graph mode's adaptive thread use: whether the next run uses the whole pool or the calling
+ * thread alone (solo), from the run times measured in each way.
+ *
+ * Why: a split node's part p waits for thread p. On a quiet machine that pays (each core keeps
+ * its rows in cache), but when the host takes a core away from one of the pool's threads (another
+ * process on that core, a data worker or parameter server beside the trainer), a part that thread
+ * holds waits for a whole time slice of the scheduler, every step: two threads then ran the MLP
+ * at 0.4x one thread. No finer split or stealing helps with a part that is already running on a
+ * descheduled thread, so the executor measures both ways and takes the faster one.
+ *
+ * How: runs are timed in windows of CT__ADAPT_WINDOW, each window in one mode; a window's
+ * median (robust to the odd slow step) is that mode's time. The first window is a warm-up and
+ * counts for nothing. The mode in use (parallel at first) is probed against the other one
+ * window at a time: right after the warm-up, then after gaps that double each time the probe
+ * loses (up to CT__ADAPT_MAX_GAP windows, so a probe costs under 1% of the runs on a quiet
+ * machine), and at once when the mode in use gets CT__ADAPT_CHANGED times slower than its last
+ * window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes over. Both modes
+ * compute the same bits: parts are added in part order whichever thread runs them. */
+#include <stdio.h>
+
+#include "graph/exec_impl.h"
+
+#define CT__ADAPT_MIN_GAP 2   /* windows in a mode before the first probe of the other */
+#define CT__ADAPT_MAX_GAP 128 /* at most this many windows between probes */
+#define CT__ADAPT_MARGIN 0.97 /* a probe wins when its median is below this share */
+#define CT__ADAPT_CHANGED 1.3 /* a mode this much slower than its last window: probe now */
+
+void ct__exec_adapt_init(ct__exec_adapt *a) {
+    *a = (ct__exec_adapt){.mode = CT__RUN_PARALLEL, .chosen = CT__RUN_PARALLEL, .warmup = 1};
+}
+
+/* The median of n run times (n <= CT__ADAPT_WINDOW), sorted in place. */
+static double median(double *t, int n) {
+    for (int i = 1; i < n; i++) {
+        double v = t[i];
+        int j = i - 1;
+        for (; j >= 0 && t[j] > v; j--) {
+            t[j + 1] = t[j];
+        }
+        t[j + 1] = v;
+    }
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* A window of the mode in use (not a probe) ended at median m. */
+static void chosen_window(ct__exec_adapt *a, double m) {
+    const int other = !a->chosen;
+    double last = a->median[a->chosen];
+    a->median[a->chosen] = m;
+    if (a->median[other] <= 0.0 || (last > 0.0 && m > CT__ADAPT_CHANGED * last)) {
+        a->gap = CT__ADAPT_MIN_GAP;
+        a->probe_in = 0;
+    } else if (a->probe_in > 0) {
+        a->probe_in--;
+    }
+    a->mode = a->probe_in == 0 ? other : a->chosen;
+}
+
+/* A probe window of the other mode ended at median m: it takes over when faster. */
+static void probe_window(ct__exec_adapt *a, double m) {
+    a->median[a->mode] = m;
+    if (m < CT__ADAPT_MARGIN * a->median[a->chosen]) {
+        a->chosen = a->mode;
+        a->switches++;
+        a->gap = CT__ADAPT_MIN_GAP;
+    } else {
+        a->gap = a->gap * 2 > CT__ADAPT_MAX_GAP ? CT__ADAPT_MAX_GAP : a->gap * 2;
+    }
+    a->probe_in = a->gap;
+    a->mode = a->chosen;
+}
+
+void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
+    a->runs[a->mode]++;
+    a->times[a->filled++] = seconds;
+    if (a->filled < CT__ADAPT_WINDOW) {
+        return;
+    }
+    double m = median(a->times, a->filled);
+    a->filled = 0;
+    if (a->warmup) {
+        a->warmup = 0;
+        a->gap = CT__ADAPT_MIN_GAP;
+        a->probe_in = a->gap;
+        return;
+    }
+    if (a->mode == a->chosen) {
+        chosen_window(a, m);
+    } else {
+        probe_window(a, m);
+    }
+}
+
+/* Seconds thread `tid` of this process has waited on a run queue (runnable, not running), from
+ * /proc's schedstat; -1 when the kernel does not say. */
+static double run_queue_wait(int tid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long on_cpu = 0, waited = 0;
+    int got = f ? fscanf(f, "%llu %llu", &on_cpu, &waited) : 0;
+    if (f) {
+        fclose(f);
+    }
+    return got == 2 ? 1e-9 * (double)waited : -1.0;
+}
+
+int ct_graph_thread_waits(const ct_graph *g, double *seconds, int cap) {
+    const ct_exec *e = ct__graph_exec(g);
+    const int threads = e ? e->threads : 1;
+    for (int t = 0; t < threads && t < cap; t++) {
+        int tid = e && e->tids ? atomic_load(&e->tids[t]) : 0;
+        seconds[t] = tid > 0 ? run_queue_wait(tid) : -1.0;
+    }
+    return threads;
+}
