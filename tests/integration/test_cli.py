@@ -196,6 +196,11 @@ def test_mlp_convergence(tmp_path):
     assert d["epochs"] == 5 and d["steps"] == 5 * 1875
     assert d["test_accuracy"] >= 0.865, r.stdout
     assert len(re.findall(r"^epoch \d/5: .*test_accuracy=", r.stdout, re.M)) == 5
+    if (os.cpu_count() or 1) > 1:  # the executor's threads: steps run solo, waits for a core
+        use = re.findall(r"^epoch \d/5: .* threads=(\d+) solo_steps=(\d+)% core_wait=([\d%?,]+)$",
+                         r.stdout, re.M)
+        assert len(use) == 5 and all(int(t) >= 2 and int(s) <= 100 and len(w.split(",")) == int(t)
+                                     for t, s, w in use), r.stdout
     # a second run finds the finished run's checkpoint: nothing to train, the same test figures
     again = ctrain("train", "examples/fashion_mnist_mlp.yaml", "--set", f"run_dir={tmp_path}")
     assert again.returncode == 0 and "already finished at step 9375" in again.stderr

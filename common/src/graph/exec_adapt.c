@@ -13,9 +13,10 @@
  * counts for nothing. The mode in use (parallel at first) is probed against the other one
  * window at a time: right after the warm-up, then after gaps that double each time the probe
  * loses (up to CT__ADAPT_MAX_GAP windows, so a probe costs under 1% of the runs on a quiet
- * machine), and at once when the mode in use gets CT__ADAPT_CHANGED times slower than its last
- * window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes over. Both modes
- * compute the same bits: parts are added in part order whichever thread runs them. */
+ * machine; a probe stops as soon as more than half of its window was slower, since its median
+ * then cannot win), and at once when the mode in use gets CT__ADAPT_CHANGED times slower than its
+ * last window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes over. Both
+ * modes compute the same bits: parts are added in part order whichever thread runs them. */
 #include <stdio.h>
 
 #include "graph/exec_impl.h"
@@ -56,9 +57,11 @@ static void chosen_window(ct__exec_adapt *a, double m) {
     a->mode = a->probe_in == 0 ? other : a->chosen;
 }
 
-/* A probe window of the other mode ended at median m: it takes over when faster. */
+/* A probe window of the other mode ended at median m (or lost early): it takes over when
+ * faster. */
 static void probe_window(ct__exec_adapt *a, double m) {
     a->median[a->mode] = m;
+    a->filled = a->slow = 0;
     if (m < CT__ADAPT_MARGIN * a->median[a->chosen]) {
         a->chosen = a->mode;
         a->switches++;
@@ -73,6 +76,12 @@ static void probe_window(ct__exec_adapt *a, double m) {
 void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->runs[a->mode]++;
     a->times[a->filled++] = seconds;
+    const int probing = !a->warmup && a->mode != a->chosen;
+    a->slow += probing && seconds >= CT__ADAPT_MARGIN * a->median[a->chosen];
+    if (a->slow > CT__ADAPT_WINDOW / 2) { /* its median cannot win: stop paying for it */
+        probe_window(a, seconds);
+        return;
+    }
     if (a->filled < CT__ADAPT_WINDOW) {
         return;
     }

@@ -30,6 +30,7 @@ typedef struct ct__exec_adapt {
     int chosen;   /* the mode in use between probes */
     int warmup;   /* 1 during the first window (not counted) */
     int filled;   /* run times in `times` */
+    int slow;     /* runs of the probe in progress not faster than the chosen mode's median */
     int gap;      /* windows between probes, doubled after each lost probe */
     int probe_in; /* windows of the chosen mode left before the next probe */
     double times[CT__ADAPT_WINDOW];
