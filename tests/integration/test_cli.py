@@ -196,6 +196,8 @@ def test_mlp_convergence(tmp_path):
     assert d["epochs"] == 5 and d["steps"] == 5 * 1875
     assert d["test_accuracy"] >= 0.865, r.stdout
     assert len(re.findall(r"^epoch \d/5: .*test_accuracy=", r.stdout, re.M)) == 5
+    compiles = re.findall(r"^epoch (\d)/5: .* graph_compile=([\d.]+)ms", r.stdout, re.M)
+    assert [e for e, _ in compiles] == ["1"], r.stdout  # the step graph is built once
     if (os.cpu_count() or 1) > 1:  # the executor's threads: steps run solo, waits for a core
         use = re.findall(r"^epoch \d/5: .* threads=(\d+) solo_steps=(\d+)% core_wait=([\d%?,]+)$",
                          r.stdout, re.M)

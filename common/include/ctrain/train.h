@@ -40,6 +40,7 @@ typedef struct ct_train_progress {
     double needed_elements_per_s; /* what the consumers (every rank) would take if they never
                                      waited: examples per second of compute */
     int workers_needed;           /* data workers that would remove the wait */
+    double graph_seconds;         /* of epoch_seconds, spent tracing and compiling step graphs */
     /* graph mode's executor over the epoch, at the end of an epoch; threads 0 on one thread */
     int threads;          /* executor threads */
     double solo_fraction; /* steps run on the calling thread alone: faster, a core was taken */

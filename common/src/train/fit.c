@@ -24,6 +24,7 @@ typedef struct epoch_run {
     double start, wait0;     /* when it started, and the loader's input wait then */
     ct__thread_use threads0; /* the executor's threads then (or after the first step) */
     double threads0_time;
+    double graph0; /* the trainer's graph_seconds then */
     double loss_sum, acc_sum;
     int64_t seen;
 } epoch_run;
@@ -246,6 +247,7 @@ static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_tr
     p->epoch_seconds = epoch_seconds;
     p->input_wait_fraction =
         (ct_loader_wait_seconds(f->loader) - e->wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
+    p->graph_seconds = t->graph_seconds - e->graph0;
     input_verdict(f, p);
     ct__thread_use threads;
     ct__thread_use_take(t, &threads);
@@ -293,6 +295,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
         epoch_run e = {.p = {.epoch = epoch, .epochs = t->job.epochs, .steps = f.steps}};
         e.start = ct__now_s();
         e.wait0 = ct_loader_wait_seconds(f.loader);
+        e.graph0 = t->graph_seconds;
         ct__thread_use_take(t, &e.threads0);
         e.threads0_time = e.start;
         t->epoch = epoch;

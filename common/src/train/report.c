@@ -14,6 +14,9 @@ int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p) {
         n += snprintf(buf + n, cap - (size_t)n, " input_wait=%.1f%%",
                       100.0 * p->input_wait_fraction);
     }
+    if (p->graph_seconds > 0 && n >= 0 && (size_t)n < cap) {
+        n += snprintf(buf + n, cap - (size_t)n, " graph_compile=%.1fms", 1e3 * p->graph_seconds);
+    }
     if (p->threads > 1 && n >= 0 && (size_t)n < cap) {
         n += snprintf(buf + n, cap - (size_t)n,
                       " threads=%d solo_steps=%.0f%% core_wait=", p->threads,

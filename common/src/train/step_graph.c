@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "train/trainer_internal.h"
 
 /* The backward pass of a training graph: the gradient of the loss for every trainable variable,
@@ -125,7 +126,10 @@ ct_status ct__trainer_graph(ct_trainer *t, int64_t batch, int kind, step_graph *
     victim->batch = batch;
     victim->training = kind;
     victim->update = -1;
-    if ((st = ct__trainer_build_step(t, victim, NULL, NULL, err)) != CT_OK) {
+    double start = ct__now_s();
+    st = ct__trainer_build_step(t, victim, NULL, NULL, err);
+    t->graph_seconds += ct__now_s() - start;
+    if (st != CT_OK) {
         ct_graph_destroy(victim->g);
         victim->g = NULL;
         return st;

@@ -54,6 +54,7 @@ struct ct_trainer {
     /* logs (ct_trainer_set_logging); NULL: none. The last logged step's time, step and input
      * wait give the interval's throughput. */
     ct__run_log *log;
+    double graph_seconds; /* spent building and compiling step graphs, in total */
     double log_time, log_wait;
     int64_t log_step;
     int graph_logged;
