@@ -41,7 +41,9 @@ Sections:
           unset: 2 here) against train.threads=1; also TF's custom loop and torch eager at 2
           threads against 1. Ratios: default / 1 thread as a speedup (>1: the second thread
           helps).
-The last line of stdout is a JSON summary (also written to --json FILE)."""
+Every table says how many cores other processes on the host used during its rounds (busy CPU time
+from /proc/stat minus this run's own). The workers' stderr goes to build-peers-venv/logs/. The
+last line of stdout is a JSON summary (also written to --json FILE)."""
 import argparse
 import contextlib
 import json
@@ -283,7 +285,9 @@ class Peer:
     def _reply(self):
         line = self.proc.stdout.readline()
         if not line:
-            self.dead = f"{self.name} worker exited ({self.proc.wait()}), see {self.log_path}"
+            with open(self.log_path) as log:
+                last = (log.read().strip().splitlines() or ["no output"])[-1]
+            self.dead = f"{self.name} worker exit {self.proc.wait()}: {last[:80]}"
             raise BenchError(self.dead)
         reply = json.loads(line)
         if "error" in reply:
@@ -353,6 +357,44 @@ def busy_core():
         proc.wait()
 
 
+class CpuMeter:
+    """CPU time that processes outside this run used while a block ran, in cores: all busy time
+    (/proc/stat) minus this process's, its waited children's (ctrain's programs, `yes`) and the
+    peer workers' (/proc/PID/stat, with their waited children)."""
+
+    HZ = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, peers):
+        self.peers, self.others_cores = peers, None
+
+    @staticmethod
+    def busy_s():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return (sum(v) - v[3] - v[4]) / CpuMeter.HZ  # all but idle and iowait
+
+    def own_s(self):
+        t = os.times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for w in self.peers.workers.values():
+            try:
+                with open(f"/proc/{w.proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += sum(int(x) for x in fields[11:15]) / self.HZ  # utime..cstime
+            except OSError:
+                pass
+        return total
+
+    def __enter__(self):
+        self.start = (time.monotonic(), self.busy_s(), self.own_s())
+        return self
+
+    def __exit__(self, *exc):
+        wall, busy, own = (b - a for a, b in zip(self.start, (time.monotonic(), self.busy_s(),
+                                                                 self.own_s())))
+        self.others_cores = max(0.0, (busy - own) / wall) if wall > 0 else 0.0
+
+
 def pause():
     """Lets the last measurement's spinning threads go to sleep before the next one starts."""
     time.sleep(0.2)
@@ -369,23 +411,24 @@ def section_seed(ctx):
     scale = 10000 / calls
     peers = [("TF eager", "tf", "seed_eager"), ("TF tf.function", "tf", "seed_function"),
              ("torch eager", "torch", "seed_eager"), ("torch.compile", "torch", "seed_compile")]
-    for r in range(ctx.rounds):
+    for _ in ctx.rounds_of("seed"):
         times, error = attempt(lambda: ctrain_seed(calls, threads))
         for i, name in enumerate(("ctrain graph", "ctrain eager (1 thread)")):
             s[name].put(times and times[i] * scale, error)
         for name, fw, op in peers:
             pause()
             s[name].add(lambda: ctx.peers.call(fw, threads, op, calls=calls) * scale)
-        ctx.progress("seed", r)
     base = s["ctrain graph"].median()
     rows = [[n, fmt(x.median(), ".3f") if x.ok() else x.why(), fmt(x.best(), ".3f"),
              fmt(ratio(x.median(), base), ".2f", "x")] for n, x in s.items()]
-    notes = [f"eager / graph: ctrain {fmt(ratio(s['ctrain eager (1 thread)'].median(), base), '.2f', 'x')}, "
-             f"TF {fmt(ratio(s['TF eager'].median(), s['TF tf.function'].median()), '.2f', 'x')}, "
-             f"torch {fmt(ratio(s['torch eager'].median(), s['torch.compile'].median()), '.2f', 'x')}"
-             f" (the seed's TF: {SEED_TF[0]:.2f} / {SEED_TF[1]:.2f} s = "
-             f"{SEED_TF[0] / SEED_TF[1]:.2f}x)",
-             f"rounds of {calls} calls, scaled to 10000; ctrain eager runs on 1 thread by design"]
+    def eager_graph(eager, graph):
+        return fmt(ratio(s[eager].median(), s[graph].median()), ".2f", "x")
+    notes = [f"eager / graph: ctrain {eager_graph('ctrain eager (1 thread)', 'ctrain graph')}, "
+             f"TF {eager_graph('TF eager', 'TF tf.function')}, "
+             f"torch {eager_graph('torch eager', 'torch.compile')} (the seed's TF: "
+             f"{SEED_TF[0]:.2f} / {SEED_TF[1]:.2f} s = {SEED_TF[0] / SEED_TF[1]:.2f}x)",
+             f"rounds of {calls} calls, scaled to 10000; ctrain eager runs on 1 thread by design",
+             ctx.others_note("seed")]
     print_table(f"Seed experiment: forward of the seed MLP, batch 60, {threads} threads, "
                 f"seconds per 10000 calls, median and best of {ctx.rounds} interleaved rounds",
                 ["implementation", "median s", "best s", "impl / ctrain graph"], rows, notes)
@@ -404,17 +447,17 @@ def mlp_round(ctx, s, batch, threads, peers):
         s[name].put(rates and rates[i], error)
     for name, fw, op, extra in peers:
         pause()
-        s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch, **ctx.data, **extra))
+        s[name].add(lambda: ctx.peers.call(fw, threads or 2, op, batch=batch, **ctx.data,
+                                           **extra))
 
 
 def section_mlp(ctx):
     configs = [(b, t) for b in (32, 64) for t in (1, 2)]
     names = ["ctrain epoch 2", "ctrain epoch 1"] + [p[0] for p in MLP_PEERS]
     table = {c: {n: Series("samples/s", True) for n in names} for c in configs}
-    for r in range(ctx.rounds):
+    for _ in ctx.rounds_of("mlp"):
         for batch, threads in configs:
             mlp_round(ctx, table[(batch, threads)], batch, threads, MLP_PEERS)
-        ctx.progress("mlp", r)
     rows = []
     for (batch, threads), s in table.items():
         base = s["ctrain epoch 2"].median()
@@ -427,7 +470,8 @@ def section_mlp(ctx):
                 ["config", "implementation", "median", "best", "ctrain epoch 2 / impl"], rows,
                 ["ctrain trains 2 epochs per process; the ratios use its 2nd epoch (the 1st "
                  "includes the first-step setup)",
-                 "peers: a warm-up run traces/compiles each batch shape first (not timed)"])
+                 "peers: a warm-up run traces/compiles each batch shape first (not timed)",
+                 ctx.others_note("mlp")])
     return {f"batch{b}_{t}t": {n: x.summary() for n, x in s.items()}
             for (b, t), s in table.items()}
 
@@ -453,10 +497,9 @@ def section_cnn(ctx):
     names = ["ctrain"] + [p[0] for p in CNN_PEERS]
     s = {n: Series("s per step", False) for n in names}
     rate = Series("GFLOP/s", True)
-    for r in range(ctx.rounds):
+    for _ in ctx.rounds_of("cnn"):
         rate.add(lambda: gemm_rate()[0])
         cnn_round(ctx, s, threads, CNN_PEERS)
-        ctx.progress("cnn", r)
     flops = 3 * batch * forward_flops(load_job(CNN_JOB))
     floor = ratio(flops, 2 * rate.best() * 1e9) if rate.ok() else None
     base = s["ctrain"].median()
@@ -472,7 +515,8 @@ def section_cnn(ctx):
                  f"example x 3 x {batch}) / (2 threads x {fmt(rate.best(), '.1f')} GFLOP/s) = "
                  f"{fmt(floor and floor * 1e3, '.2f')} ms",
                  f"GEMM rate: ctrain's one-thread SGEMM 1024^3 ({ctx.gemm_name}, bench_gemm_rate), "
-                 f"best of the run's rounds (median {fmt(rate.median(), '.1f')} GFLOP/s)"])
+                 f"best of the run's rounds (median {fmt(rate.median(), '.1f')} GFLOP/s)",
+                 ctx.others_note("cnn")])
     return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
             **{n: x.summary() for n, x in s.items()}}
 
@@ -503,12 +547,11 @@ def section_loaded(ctx):
                 s[("mlp", n, loaded, threads)] = Series("samples/s", True)
             for n in cnn_names:
                 s[("cnn", n, loaded, threads)] = Series("s per step", False)
-    for r in range(ctx.rounds):
+    for _ in ctx.rounds_of("loaded"):
         for loaded in (False, True):
             with busy_core() if loaded else contextlib.nullcontext():
                 for threads in (None, 1):
                     loaded_round(ctx, s, loaded, threads)
-        ctx.progress("loaded", r)
     return loaded_table(ctx, s, mlp_names, cnn_names)
 
 
@@ -535,7 +578,7 @@ def loaded_table(ctx, s, mlp_names, cnn_names):
                 ["default: ctrain with train.threads unset (2 on this host); the peers at 2 "
                  "threads (their default here)",
                  "default/1t is a speedup (>1: the default beats one thread); CNN rounds: "
-                 f"{ctx.cnn_reps} reps of {ctx.cnn_iters} steps"])
+                 f"{ctx.cnn_reps} reps of {ctx.cnn_iters} steps", ctx.others_note("loaded")])
     return out
 
 
@@ -553,14 +596,27 @@ class Context:
         self.run_dir = run_dir
         self.peers = Peers(log_dir)
         self.gemm_name = "?"
+        self.others = {}
         self.start = time.time()
         train = load_job(MLP_JOB)["data"]["train"]
         self.data = {"images": train["images"], "labels": train["labels"],
                      "n": 6000 if args.quick else 60000}
 
-    def progress(self, section, r):
-        print(f"[{section}: round {r + 1}/{self.rounds} done, {time.time() - self.start:.0f} s]",
-              file=sys.stderr, flush=True)
+    def rounds_of(self, section):
+        """Yields once per round; measures the other processes' CPU during each."""
+        self.others[section] = []
+        for r in range(self.rounds):
+            with CpuMeter(self.peers) as meter:
+                yield r
+            self.others[section].append(round(meter.others_cores, 2))
+            print(f"[{section}: round {r + 1}/{self.rounds} done, {time.time() - self.start:.0f} s"
+                  f" into the run; other processes used {meter.others_cores:.2f} cores]",
+                  file=sys.stderr, flush=True)
+
+    def others_note(self, section):
+        cores = ", ".join(f"{c:.2f}" for c in self.others[section])
+        return (f"other processes on the host used {cores} cores (of "
+                f"{len(os.sched_getaffinity(0))}) during the rounds")
 
 
 def parse_args(argv):
@@ -599,13 +655,16 @@ def run(args):
         binary(name)
     summary = {"date": time.strftime("%Y-%m-%d %H:%M"), "ctrain": git_head(),
                "cpus": len(os.sched_getaffinity(0)), "quick": args.quick, "sections": {}}
+    log_dir = os.path.join(VENV, "logs")  # the workers' stderr, kept for after the run
+    os.makedirs(log_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ctrain-peers-") as tmp:
-        ctx = Context(args, tmp, os.path.join(tmp, "run"))
+        ctx = Context(args, log_dir, os.path.join(tmp, "run"))
         try:
             ctx.gemm_name = gemm_rate()[1]
             header(ctx, summary)
             for name in sections:
                 summary["sections"][name] = globals()[f"section_{name}"](ctx)
+                summary["sections"][name]["others_cores"] = ctx.others[name]
         finally:
             summary["versions"] = ctx.peers.versions()
             ctx.peers.close()
@@ -681,7 +740,7 @@ def peer_main(framework, threads):
 
 def one_line(e):
     text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}"[:140]
+    return f"{type(e).__name__}: {text}"[:100]
 
 
 def time_calls(fn, calls):
