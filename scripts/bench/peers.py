@@ -5,7 +5,8 @@ models, CPU, in the same run, in interleaved rounds.
   /usr/bin/python3 scripts/bench/peers.py --setup            make or update build-peers-venv/
   /usr/bin/python3 scripts/bench/peers.py [SECTION ...]      run (default: every section)
   /usr/bin/python3 scripts/bench/peers.py --quick            smoke run: every code path, short
-  options: --rounds N (default 3), --json FILE, --setup (then the sections named, if any)
+  options: --rounds N (default 3), --json FILE, --setup (then the sections named, if any),
+           --cap S (a peer's measurement stops after S seconds, default 15), --no-loaded-peers
   CTRAIN_BUILD_DIR=build-peers ...                           ctrain's build (default build/)
 
 The peers run in the virtual environment build-peers-venv/ (repo root, no system site packages;
@@ -41,6 +42,8 @@ Sections:
           unset: 2 here) against train.threads=1; also TF's custom loop and torch eager at 2
           threads against 1. Ratios: default / 1 thread as a speedup (>1: the second thread
           helps).
+A peer's measurement stops after --cap seconds (a contended host can slow PyTorch's 2-thread
+OpenMP loops 50-fold); its rate is then that of the part done, marked * with a footnote.
 Every table says how many cores other processes on the host used during its rounds (busy CPU time
 from /proc/stat minus this run's own). The workers' stderr goes to build-peers-venv/logs/. The
 last line of stdout is a JSON summary (also written to --json FILE)."""
@@ -64,6 +67,7 @@ BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
 SECTIONS = ("seed", "mlp", "cnn", "loaded")
+CAP_S = 15.0  # a peer's measurement stops after this long (a contended host can make one crawl)
 SEED_TF = (7.697, 4.414)  # the seed's own TensorFlow: eager and graph seconds for 10000 calls
 
 
@@ -94,13 +98,16 @@ class Series:
 
     def __init__(self, unit, higher_is_better):
         self.unit, self.higher = unit, higher_is_better
-        self.values, self.error = [], None
+        self.values, self.error, self.cuts = [], None, []
 
     def add(self, fn):
         """Records fn()'s value (a number or a list of numbers); a BenchError becomes the reason."""
         self.put(*attempt(fn))
 
     def put(self, value, error):
+        if isinstance(value, dict):  # a peer's measurement that the time cap stopped
+            self.cuts.append(value["cut"])
+            value = value["value"]
         if error is not None:
             self.error = self.error or error
         else:
@@ -124,7 +131,8 @@ class Series:
         if not self.values:
             return {"unit": self.unit, "error": self.why()}
         return {"unit": self.unit, "median": self.median(), "best": self.best(),
-                "n": len(self.values), **({"error": self.error} if self.error else {})}
+                "n": len(self.values), **({"error": self.error} if self.error else {}),
+                **({"cut": self.cuts} if self.cuts else {})}
 
 
 def attempt(fn):
@@ -133,6 +141,25 @@ def attempt(fn):
         return fn(), None
     except BenchError as e:
         return None, str(e)
+
+
+def cell(x, scale=1.0, spec=".3f"):
+    """A table cell for a series' median: the number (* when a time cap cut a round short), or
+    n/a with the reason."""
+    if not x.ok():
+        return x.why()
+    return fmt(x.median() * scale, spec) + ("*" if x.cuts else "")
+
+
+def cut_notes(named):
+    """Footnotes for the series that a time cap cut short."""
+    return [f"* {name}: stopped at the {CAP_S:g} s cap ({'; '.join(x.cuts)}): the rate of "
+            f"the part done" for name, x in named.items() if x.cuts]
+
+
+def scaled(value, k):
+    """A peer's reply (a number, or a dict marking a cut measurement) times k."""
+    return {**value, "value": value["value"] * k} if isinstance(value, dict) else value * k
 
 
 def ratio(a, b):
@@ -277,7 +304,7 @@ class Peer:
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [VENV_PY, os.path.abspath(__file__), "--peer", framework, "--threads",
-                 str(threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                 str(threads), "--cap", str(CAP_S)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 text=True, env=env, cwd=ROOT)
         self.dead = None
         self.info = self._reply()
@@ -417,9 +444,9 @@ def section_seed(ctx):
             s[name].put(times and times[i] * scale, error)
         for name, fw, op in peers:
             pause()
-            s[name].add(lambda: ctx.peers.call(fw, threads, op, calls=calls) * scale)
+            s[name].add(lambda: scaled(ctx.peers.call(fw, threads, op, calls=calls), scale))
     base = s["ctrain graph"].median()
-    rows = [[n, fmt(x.median(), ".3f") if x.ok() else x.why(), fmt(x.best(), ".3f"),
+    rows = [[n, cell(x), fmt(x.best(), ".3f"),
              fmt(ratio(x.median(), base), ".2f", "x")] for n, x in s.items()]
     def eager_graph(eager, graph):
         return fmt(ratio(s[eager].median(), s[graph].median()), ".2f", "x")
@@ -428,7 +455,7 @@ def section_seed(ctx):
              f"torch {eager_graph('torch eager', 'torch.compile')} (the seed's TF: "
              f"{SEED_TF[0]:.2f} / {SEED_TF[1]:.2f} s = {SEED_TF[0] / SEED_TF[1]:.2f}x)",
              f"rounds of {calls} calls, scaled to 10000; ctrain eager runs on 1 thread by design",
-             ctx.others_note("seed")]
+             ctx.others_note("seed")] + cut_notes(s)
     print_table(f"Seed experiment: forward of the seed MLP, batch 60, {threads} threads, "
                 f"seconds per 10000 calls, median and best of {ctx.rounds} interleaved rounds",
                 ["implementation", "median s", "best s", "impl / ctrain graph"], rows, notes)
@@ -463,7 +490,7 @@ def section_mlp(ctx):
         base = s["ctrain epoch 2"].median()
         for n, x in s.items():
             rows.append([f"batch {batch}, {threads} thread{'s' if threads > 1 else ''}", n,
-                         fmt(x.median(), ",.0f") if x.ok() else x.why(), fmt(x.best(), ",.0f"),
+                         cell(x, 1, ",.0f"), fmt(x.best(), ",.0f"),
                          fmt(ratio(base, x.median()), ".2f", "x")])
     print_table(f"MLP training epoch ({ctx.data['n']} examples), samples/s, median and best of "
                 f"{ctx.rounds} interleaved rounds",
@@ -471,7 +498,9 @@ def section_mlp(ctx):
                 ["ctrain trains 2 epochs per process; the ratios use its 2nd epoch (the 1st "
                  "includes the first-step setup)",
                  "peers: a warm-up run traces/compiles each batch shape first (not timed)",
-                 ctx.others_note("mlp")])
+                 ctx.others_note("mlp")]
+                + sum((cut_notes({f"batch {b}, {t}t, {n}": x for n, x in s.items()})
+                       for (b, t), s in table.items()), []))
     return {f"batch{b}_{t}t": {n: x.summary() for n, x in s.items()}
             for (b, t), s in table.items()}
 
@@ -503,7 +532,7 @@ def section_cnn(ctx):
     flops = 3 * batch * forward_flops(load_job(CNN_JOB))
     floor = ratio(flops, 2 * rate.best() * 1e9) if rate.ok() else None
     base = s["ctrain"].median()
-    rows = [[n, fmt(x.median() and x.median() * 1e3, ".2f") if x.ok() else x.why(),
+    rows = [[n, cell(x, 1e3, ".2f"),
              fmt(x.best() and x.best() * 1e3, ".2f"), fmt(ratio(x.median(), floor), ".2f"),
              fmt(ratio(x.best(), floor), ".2f"), fmt(ratio(x.median(), base), ".2f", "x")]
             for n, x in s.items()]
@@ -516,7 +545,7 @@ def section_cnn(ctx):
                  f"{fmt(floor and floor * 1e3, '.2f')} ms",
                  f"GEMM rate: ctrain's one-thread SGEMM 1024^3 ({ctx.gemm_name}, bench_gemm_rate), "
                  f"best of the run's rounds (median {fmt(rate.median(), '.1f')} GFLOP/s)",
-                 ctx.others_note("cnn")])
+                 ctx.others_note("cnn")] + cut_notes(s))
     return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
             **{n: x.summary() for n, x in s.items()}}
 
@@ -564,9 +593,7 @@ def loaded_table(ctx, s, mlp_names, cnn_names):
                 d, one = s[(kind, n, loaded, None)], s[(kind, n, loaded, 1)]
                 speedup = (ratio(d.median(), one.median()) if kind == "mlp"
                            else ratio(one.median(), d.median()))
-                row += [fmt(d.median() and d.median() * scale, spec) if d.ok() else d.why(),
-                        fmt(one.median() and one.median() * scale, spec) if one.ok() else one.why(),
-                        fmt(speedup, ".2f", "x")]
+                row += [cell(d, scale, spec), cell(one, scale, spec), fmt(speedup, ".2f", "x")]
                 out[f"{kind} {n} {'loaded' if loaded else 'quiet'}"] = {
                     "default": d.summary(), "1_thread": one.summary(), "speedup": speedup}
             rows.append(row)
@@ -578,7 +605,9 @@ def loaded_table(ctx, s, mlp_names, cnn_names):
                 ["default: ctrain with train.threads unset (2 on this host); the peers at 2 "
                  "threads (their default here)",
                  "default/1t is a speedup (>1: the default beats one thread); CNN rounds: "
-                 f"{ctx.cnn_reps} reps of {ctx.cnn_iters} steps", ctx.others_note("loaded")])
+                 f"{ctx.cnn_reps} reps of {ctx.cnn_iters} steps", ctx.others_note("loaded")]
+                + cut_notes({f"{k[0]} {k[1]} {'loaded' if k[2] else 'quiet'} "
+                             f"{k[3] and '1t' or 'default'}": x for k, x in s.items()}))
     return out
 
 
@@ -631,6 +660,8 @@ def parse_args(argv):
     p.add_argument("--no-loaded-peers", action="store_true",
                    help="loaded section: ctrain only")
     p.add_argument("--json", metavar="FILE", help="also write the JSON summary to FILE")
+    p.add_argument("--cap", type=float, default=CAP_S, metavar="S",
+                   help=f"a peer's measurement stops after S seconds (default {CAP_S:g})")
     p.add_argument("--peer", choices=("tf", "torch"), help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -691,7 +722,9 @@ def header(ctx, summary):
 
 
 def main(argv):
+    global CAP_S
     args = parse_args(argv)
+    CAP_S = args.cap
     if args.peer:
         return peer_main(args.peer, args.threads)
     if args.setup:
@@ -743,28 +776,36 @@ def one_line(e):
     return f"{type(e).__name__}: {text}"[:100]
 
 
+def cut(value, done, total, what):
+    """A measurement's reply: the value, marked when the time cap stopped it at done < total."""
+    return value if done >= total else {"value": value, "cut": f"{done} of {total} {what}"}
+
+
 def time_calls(fn, calls):
-    """Seconds for `calls` calls of fn, after calls // 10 untimed ones."""
+    """Seconds for `calls` calls of fn, after calls // 10 untimed ones (extrapolated from the
+    calls done when CAP_S runs out first)."""
     for _ in range(calls // 10 + 1):
         fn()
     start = time.perf_counter()
-    for _ in range(calls):
+    done = 0
+    while done < calls and time.perf_counter() - start < CAP_S:
         fn()
-    return time.perf_counter() - start
+        done += 1
+    return cut((time.perf_counter() - start) * calls / done, done, calls, "calls")
 
 
 def time_steps(step, iters, reps):
     """Seconds per step of each of `reps` rounds of `iters` steps, after iters // 4 + 1 untimed
-    ones (as bench_train)."""
+    ones (as bench_train); no new round starts after CAP_S."""
     for _ in range(iters // 4 + 1):
         step()
-    out = []
-    for _ in range(reps):
+    out, begin = [], time.perf_counter()
+    while len(out) < reps and (not out or time.perf_counter() - begin < CAP_S):
         start = time.perf_counter()
         for _ in range(iters):
             step()
         out.append((time.perf_counter() - start) / iters)
-    return out
+    return cut(out, len(out), reps, "reps")
 
 
 def read_idx(images, labels, n):
@@ -779,6 +820,19 @@ def read_idx(images, labels, n):
     with gzip.open(labels) as f:
         y = np.frombuffer(f.read(), np.uint8, offset=8)[:n]
     return x.astype(np.float32) / 255.0, y.astype(np.int64)
+
+
+def StopAfter(keras, cap_s):
+    """A Keras callback that counts steps and stops fit() after cap_s seconds."""
+    class Stop(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.start, self.steps = time.perf_counter(), 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            if time.perf_counter() - self.start > cap_s:
+                self.model.stop_training = True
+    return Stop()
 
 
 class TfPeer:
@@ -876,9 +930,12 @@ class TfPeer:
             warm = 8 * batch + n % batch  # traces the full and the last partial batch
             model.fit(x[:warm], y[:warm], batch_size=batch, epochs=1, verbose=0, shuffle=True)
             self.cache[key] = model
+        cap = StopAfter(self.keras, CAP_S)
         start = time.perf_counter()
-        self.cache[key].fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=True)
-        return n / (time.perf_counter() - start)
+        self.cache[key].fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=True,
+                            callbacks=[cap])
+        done = min(n, cap.steps * batch)
+        return cut(done / (time.perf_counter() - start), done, n, "examples")
 
     def mlp_loop(self, images, labels, n, batch):
         tf = self.tf
@@ -894,10 +951,13 @@ class TfPeer:
                 step(xb, yb)
             self.cache[key] = (ds, step)
         ds, step = self.cache[key]
-        start = time.perf_counter()
+        start, done = time.perf_counter(), 0
         for xb, yb in ds:
             step(xb, yb)
-        return n / (time.perf_counter() - start)
+            done += int(xb.shape[0])
+            if time.perf_counter() - start > CAP_S:
+                break
+        return cut(done / (time.perf_counter() - start), done, n, "examples")
 
     def cnn_steps(self, batch, iters, reps):
         tf = self.tf
@@ -992,12 +1052,15 @@ class TorchPeer:
                 step(x[:size], y[:size])
             self.cache[key] = step
         step = self.cache[key]
-        start = time.perf_counter()
+        start, done = time.perf_counter(), 0
         perm = torch.randperm(n)
         xs, ys = x[perm], y[perm]
         for i in range(0, n, batch):
             step(xs[i:i + batch], ys[i:i + batch])
-        return n / (time.perf_counter() - start)
+            done = min(n, i + batch)
+            if time.perf_counter() - start > CAP_S:
+                break
+        return cut(done / (time.perf_counter() - start), done, n, "examples")
 
     def cnn_steps(self, batch, iters, reps, compiled):
         torch = self.torch
