@@ -844,10 +844,14 @@ class TfPeer:
         tf.config.threading.set_inter_op_parallelism_threads(1)
         import keras
         self.tf, self.keras, self.cache, self.data = tf, keras, {}, None
+        self.threads = threads
         keras.utils.set_random_seed(42)
 
     def versions(self):
-        return {"tensorflow": self.tf.__version__, "keras": self.keras.__version__}
+        th = self.tf.config.threading
+        return {"tensorflow": self.tf.__version__, "keras": self.keras.__version__,
+                f"tf_threads_{self.threads}t": [th.get_intra_op_parallelism_threads(),
+                                                th.get_inter_op_parallelism_threads()]}
 
     def _seed(self):
         if "seed" not in self.cache:
@@ -978,9 +982,12 @@ class TorchPeer:
         torch.set_num_interop_threads(1)
         torch.manual_seed(42)
         self.torch, self.cache, self.data = torch, {}, None
+        self.threads = threads
 
     def versions(self):
-        return {"torch": self.torch.__version__}
+        return {"torch": self.torch.__version__,
+                f"torch_threads_{self.threads}t": [self.torch.get_num_threads(),
+                                                   self.torch.get_num_interop_threads()]}
 
     def _mlp(self):
         nn = self.torch.nn
