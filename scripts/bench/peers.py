@@ -304,8 +304,8 @@ class Peer:
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [VENV_PY, os.path.abspath(__file__), "--peer", framework, "--threads",
-                 str(threads), "--cap", str(CAP_S)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                text=True, env=env, cwd=ROOT)
+                 str(threads), "--cap", str(CAP_S)], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
         self.dead = None
         self.info = self._reply()
 
@@ -454,7 +454,8 @@ def section_seed(ctx):
              f"TF {eager_graph('TF eager', 'TF tf.function')}, "
              f"torch {eager_graph('torch eager', 'torch.compile')} (the seed's TF: "
              f"{SEED_TF[0]:.2f} / {SEED_TF[1]:.2f} s = {SEED_TF[0] / SEED_TF[1]:.2f}x)",
-             f"rounds of {calls} calls, scaled to 10000; ctrain eager runs on 1 thread by design",
+             (f"rounds of {calls} calls, scaled to 10000; " if calls != 10000 else "")
+             + "ctrain eager runs on 1 thread by design",
              ctx.others_note("seed")] + cut_notes(s)
     print_table(f"Seed experiment: forward of the seed MLP, batch 60, {threads} threads, "
                 f"seconds per 10000 calls, median and best of {ctx.rounds} interleaved rounds",
@@ -556,19 +557,21 @@ LOADED_CNN_PEERS = [("TF tf.function step", "tf", "cnn_steps", {}),
                     ("torch eager", "torch", "cnn_steps", {"compiled": False})]
 
 
-def loaded_round(ctx, s, loaded, threads):
+def loaded_round(ctx, s, loaded, threads, mlp_peers, cnn_peers):
     """The MLP epoch and the CNN step for ctrain and the peers at one thread setting
-    (None: ctrain's default)."""
-    m = {n: s[("mlp", n, loaded, threads)] for n in ("ctrain epoch 2", "ctrain epoch 1")}
-    m.update({p[0]: s[("mlp", p[0], loaded, threads)] for p in LOADED_MLP_PEERS})
-    mlp_round(ctx, m, 64, threads, LOADED_MLP_PEERS if ctx.loaded_peers else [])
-    c = {n: s[("cnn", n, loaded, threads)] for n in ["ctrain"] + [p[0] for p in LOADED_CNN_PEERS]}
-    cnn_round(ctx, c, threads, LOADED_CNN_PEERS if ctx.loaded_peers else [])
+    (None: ctrain's default, the peers' 2)."""
+    m = {n: s[("mlp", n, loaded, threads)] for n in ["ctrain epoch 2", "ctrain epoch 1"]
+         + [p[0] for p in mlp_peers]}
+    mlp_round(ctx, m, 64, threads, mlp_peers)
+    c = {n: s[("cnn", n, loaded, threads)] for n in ["ctrain"] + [p[0] for p in cnn_peers]}
+    cnn_round(ctx, c, threads, cnn_peers)
 
 
 def section_loaded(ctx):
-    mlp_names = ["ctrain epoch 2", "ctrain epoch 1"] + [p[0] for p in LOADED_MLP_PEERS]
-    cnn_names = ["ctrain"] + [p[0] for p in LOADED_CNN_PEERS]
+    mlp_peers = LOADED_MLP_PEERS if ctx.loaded_peers else []
+    cnn_peers = LOADED_CNN_PEERS if ctx.loaded_peers else []
+    mlp_names = ["ctrain epoch 2", "ctrain epoch 1"] + [p[0] for p in mlp_peers]
+    cnn_names = ["ctrain"] + [p[0] for p in cnn_peers]
     s = {}
     for loaded in (False, True):
         for threads in (None, 1):
@@ -580,7 +583,7 @@ def section_loaded(ctx):
         for loaded in (False, True):
             with busy_core() if loaded else contextlib.nullcontext():
                 for threads in (None, 1):
-                    loaded_round(ctx, s, loaded, threads)
+                    loaded_round(ctx, s, loaded, threads, mlp_peers, cnn_peers)
     return loaded_table(ctx, s, mlp_names, cnn_names)
 
 
@@ -598,10 +601,10 @@ def loaded_table(ctx, s, mlp_names, cnn_names):
                     "default": d.summary(), "1_thread": one.summary(), "speedup": speedup}
             rows.append(row)
     cpu = max(os.sched_getaffinity(0))
-    print_table(f"Loaded: `yes > /dev/null` pinned to CPU {cpu} vs quiet, default threads vs 1 "
-                f"thread, medians of {ctx.rounds} interleaved rounds",
-                ["workload", "implementation", "quiet default", "quiet 1t", "default/1t",
-                 "loaded default", "loaded 1t", "default/1t"], rows,
+    print_table(f"Loaded: with and without `yes > /dev/null` pinned to CPU {cpu}, default threads "
+                f"vs 1 thread, medians of {ctx.rounds} interleaved rounds",
+                ["workload", "implementation", "no yes: default", "1t", "default/1t",
+                 "with yes: default", "1t", "default/1t"], rows,
                 ["default: ctrain with train.threads unset (2 on this host); the peers at 2 "
                  "threads (their default here)",
                  "default/1t is a speedup (>1: the default beats one thread); CNN rounds: "
