@@ -1,7 +1,11 @@
 /* Benchmark: time of one training step and of forward-only inference of a job's model in ctrain,
  * and the GEMM floors of the MLP (the same forward and weight-gradient GEMMs in the same BLAS, and
  * the forward GEMMs alone), measured in the same run. Prints one JSON object per measurement for
- * compare.py. bench_train JOB BATCH [--set k=v ...]   (threads: --set train.threads=1) */
+ * compare.py.
+ *   bench_train JOB BATCH [--iters N] [--reps N] [--set k=v ...]   (threads: --set train.threads=1)
+ * --iters: steps per round (default 200000 / BATCH, at least 20; 10 for convolutional models);
+ * --reps: rounds (default 7). train_step_rounds_s lists every round's seconds per step, so a
+ * driver can take the median as well as the best (peers.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +22,7 @@ static double now_s(void) {
 
 /* Seconds per call of fn(user): the fastest of `reps` rounds of `iters` calls, after a warm-up.
  * The minimum is the estimate least disturbed by other load on a shared machine. */
-static double best_time(void (*fn)(void *), void *user, int iters, int reps) {
+static double best_time(void (*fn)(void *), void *user, int iters, int reps, double *ret_rounds) {
     for (int w = 0; w < iters / 4 + 1; w++) {
         fn(user);
     }
@@ -30,6 +34,9 @@ static double best_time(void (*fn)(void *), void *user, int iters, int reps) {
         }
         double t = (now_s() - start) / iters;
         best = t < best ? t : best;
+        if (ret_rounds) {
+            ret_rounds[r] = t;
+        }
     }
     return best;
 }
@@ -91,15 +98,29 @@ static float *filled(int64_t n, float scale) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_train JOB BATCH [--set key=value ...]\n");
+        fprintf(stderr,
+                "usage: bench_train JOB BATCH [--iters N] [--reps N] [--set key=value ...]\n");
         return 2;
     }
     const char *job_path = argv[1];
     int64_t batch = atoll(argv[2]);
     const char *sets[32];
-    int n_sets = 0;
-    for (int i = 3; i + 1 < argc && n_sets < 32; i += 2) {
-        sets[n_sets++] = argv[i + 1];
+    int n_sets = 0, iters_flag = 0, reps = 7;
+    for (int i = 3; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--iters") == 0) {
+            iters_flag = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--reps") == 0) {
+            reps = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--set") == 0 && n_sets < 32) {
+            sets[n_sets++] = argv[i + 1];
+        } else {
+            fprintf(stderr, "bench: unknown flag %s (or more than 32 --set)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 1000 || iters_flag < 0) {
+        fprintf(stderr, "bench: --reps must be 1..1000 and --iters positive\n");
+        return 2;
     }
     ct_job job;
     ct_err err;
@@ -126,11 +147,19 @@ int main(int argc, char **argv) {
     if (job.layers[0].type == CT_LAYER_CONV2D) {
         iters = 10;
     }
-    double step_s = best_time(train_step, &c, iters, 7);
-    double predict_s = best_time(predict, &c, iters, 7);
-    printf("{\"impl\": \"ctrain\", \"job\": \"%s\", \"batch\": %lld, \"train_step_s\": %.9f, "
-           "\"predict_s\": %.9f",
-           job_path, (long long)batch, step_s, predict_s);
+    if (iters_flag > 0) {
+        iters = iters_flag;
+    }
+    double step_rounds[1000];
+    double step_s = best_time(train_step, &c, iters, reps, step_rounds);
+    double predict_s = best_time(predict, &c, iters, reps, NULL);
+    printf("{\"impl\": \"ctrain\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, "
+           "\"train_step_s\": %.9f, \"predict_s\": %.9f, \"train_step_rounds_s\": [",
+           job_path, (long long)batch, iters, step_s, predict_s);
+    for (int r = 0; r < reps; r++) {
+        printf("%s%.9f", r ? ", " : "", step_rounds[r]);
+    }
+    printf("]");
 
     /* GEMM floor for dense-only models (flatten/dropout/activations are not GEMMs). */
     gemm_ctx gc = {.batch = batch};
@@ -153,8 +182,8 @@ int main(int argc, char **argv) {
                 gc.dw[l] = filled(gc.dims[l] * gc.dims[l + 1], 0.0f);
             }
         }
-        double floor_s = best_time(gemm_floor, &gc, iters, 7);
-        double forward_floor_s = best_time(gemm_forward, &gc, iters, 7);
+        double floor_s = best_time(gemm_floor, &gc, iters, reps, NULL);
+        double forward_floor_s = best_time(gemm_forward, &gc, iters, reps, NULL);
         printf(", \"gemm_floor_s\": %.9f, \"forward_floor_s\": %.9f", floor_s, forward_floor_s);
     }
     printf(", \"gemm\": \"%s\"}\n", ct__gemm_library());
