@@ -57,10 +57,13 @@ static ct_status alloc_exec(ct_graph *g, const ct_graph_options *opts, ct__exec_
     e->inner_summed = calloc(nn, 1);
     e->row_len = calloc(nn, sizeof *e->row_len);
     e->view_row = calloc(nn, sizeof *e->view_row);
+    e->aux_row = calloc(nn, sizeof *e->aux_row);
+    e->aux_copy = calloc(nn, sizeof *e->aux_copy);
     e->row_partial = calloc(nn * CT__MAX_PARTS, sizeof *e->row_partial);
     if (!e->mm_split || !e->inner_off || !e->inner_sum || !e->inner_summed || !e->row_len ||
-        !e->view_row || !e->row_partial || !b->last || !b->readers_off || !b->freed_at ||
-        !b->offset || !b->inplace_of || !e->parts || !e->part_unit || !e->work) {
+        !e->view_row || !e->aux_row || !e->aux_copy || !e->row_partial || !b->last ||
+        !b->readers_off || !b->freed_at || !b->offset || !b->inplace_of || !e->parts ||
+        !e->part_unit || !e->work) {
         return out_of_memory(err);
     }
     return CT_OK;
@@ -151,6 +154,8 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->linked);
     free(e->row_len);
     free(e->view_row);
+    free(e->aux_row);
+    free(e->aux_copy);
     free(e->row_partial);
     free(e->upd_off);
     free(e->deferred);
