@@ -19,7 +19,8 @@
  * CHANNEL_PAD floats are padded with zeros in scratch copies (of the filter, of dy), so that
  * vector loads stay inside their buffers. Shape inference (common/src/graph/ops_nn.c) sizes
  * these aux buffers by the same rules. A 1x1 stride-1 convolution is one GEMM on x seen as
- * [N*H*W, C]. Threads: one (the GEMM's for 1x1 convolutions). */
+ * [N*H*W, C]. Threads: one (the GEMM's for 1x1 convolutions); graph mode's executor runs a node
+ * on several threads as views of its examples (exec_part.c). */
 #include <string.h>
 #if defined(__AVX512F__) || (defined(__AVX__) && defined(__FMA__))
 #include <immintrin.h>

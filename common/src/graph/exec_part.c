@@ -1,8 +1,9 @@
 /* Graph mode's parts: runs one part of a node (the whole node when it is not split) through the
  * backend's kernel table, then its share of a fused optimizer update. A part of a split node
- * is a view of rows, columns, k or elements of the node: a matmul part is one call of the
- * backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes and
- * data pointers describe the part. One indirect call per part; nothing per element. */
+ * is a view of rows, columns, k, elements or examples of the node: a matmul part is one call
+ * of the backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes
+ * and data pointers describe the part (a conv's or pool's batch tensors and aux from its first
+ * example). One indirect call per part; nothing per element. */
 #include "graph/exec_impl.h"
 
 void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end) {

@@ -1,13 +1,27 @@
 /* Graph mode's split plan: which nodes run as several parts on different threads, and how
  * (executor.c has the overview). Large GEMMs split by output rows, output columns or k;
  * elementwise ops, fused loops, dropout and softmax cross-entropy by element ranges or whole
- * example rows; the optimizer update by ranges (exec_update.c).
+ * example rows; convolutions, pools and their gradients by examples (the filter gradient over
+ * them as k); the optimizer update by ranges (exec_update.c).
  *
  * Row pipelines: a node split by example rows whose input is split into the same rows, and
- * reads only those rows of it (elementwise ops, x W, dropout, softmax cross-entropy and their
- * gradients), follows that split even when it is small, and its part p waits only for part p
- * of that input (a linked edge) instead of the whole node. The forward and backward chain of a
- * batch then runs as one pipeline per thread, each on its own rows, without a barrier per op.
+ * reads only those rows of it (elementwise ops, x W, dropout, softmax cross-entropy,
+ * convolutions, pools and their gradients), follows that split even when it is small, and its
+ * part p waits only for part p of that input (a linked edge) instead of the whole node. The
+ * forward and backward chain of a batch then runs as one pipeline per thread, each on its own
+ * rows, without a barrier per op: in the CNN, conv -> bias + relu -> conv -> bias + relu ->
+ * pool -> dropout -> ... and back down to the first layer's filter gradient.
+ *
+ * Convolutions: a part is the op's kernel on a view of examples [b0, b1) (exec_part.c), so
+ * forward values and input gradients are the same bits on any number of threads. The filter
+ * gradient, a sum over examples, splits over them as k: part p sums its examples into its own
+ * buffer right after its rows of dy, part 0 into the output, and the parts are added in part
+ * order once all are done (the same bits whichever thread ran which part, but not the bits of
+ * one sum over every example), before the weight's deferred update. Split by output channels
+ * or filter rows instead it would match one thread to the bit, but each part would wait for
+ * every example's dy (a barrier per layer) and read the other core's rows; partial sums of at
+ * most 147 KB (the 3x3x64x64 filter) cost nothing to add. A conv's padded grid is by example;
+ * the filter copy each call makes (padded or transposed) grows to one per part.
  *
  * Weight ownership: x W with few rows, a long k and a weight this graph updates splits over k
  * (the rows of W), as the weight gradient x^T dy and its fused update split; part p multiplies

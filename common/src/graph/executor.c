@@ -2,9 +2,10 @@
  * file builds one, phase by phase (ct__exec_create lists them), and destroys it. The design, one
  * concept per file, each file's head comment saying more:
  * - exec_split.c: which nodes split into parts that run on different threads (large GEMMs,
- *   elementwise ops, fused loops, dropout, softmax cross-entropy), row pipelines that run a
- *   batch's forward and backward chain on each thread's own rows without a barrier per op, and
- *   weight ownership (x W split over the rows of W, so each thread reads the rows it updated);
+ *   elementwise ops, fused loops, dropout, softmax cross-entropy, convolutions and pools by
+ *   examples, filter gradients over examples as k), row pipelines that run a batch's forward
+ *   and backward chain on each thread's own rows without a barrier per op, and weight
+ *   ownership (x W split over the rows of W, so each thread reads the rows it updated);
  * - exec_memory.c: every intermediate gets an offset in one arena, allocated once, and reuses
  *   blocks freed after their last reader (best fit, in place where it can): steady-state runs
  *   allocate nothing;
@@ -13,7 +14,8 @@
  * - exec_update.c: optimizer fusion, each parameter updated right after its gradient is written
  *   (inline, on the same thread and rows, or as a deferred task) instead of after backward;
  * - exec_part.c: one part of a node, through the backend's kernel table (its part kernels: the
- *   GEMM of a matmul part, the sum of a k split's partial products);
+ *   GEMM of a matmul part, the sum of a k split's partial products; an op's kernel on a view
+ *   of the node's rows, elements or examples);
  * - exec_pool.c: a run, on the calling thread alone, or on a pool whose threads each own their
  *   parts of every split node (pinned parts) and take others' parts only when idle.
  * exec_impl.h holds what they share. */
