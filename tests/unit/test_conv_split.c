@@ -1,9 +1,10 @@
 /* Graph mode's executor splitting convolutions, pools and their gradients by examples
  * (exec_split.c's plan_batch, exec_part.c's run_batch_part): a small conv net whose every
  * conv and pool node splits at 2, 3 and 4 threads, with odd batches, padded grids, filter
- * copies and overlapping pool windows, gives the 1-thread forward values and input gradient
- * to the bit and the filter gradients within rounding (they add the parts' sums in part order,
- * the same bits run after run); and the example CNN trains alike on 1, 2 and 4 threads. */
+ * copies with and without a grid and overlapping pool windows, gives the 1-thread forward values
+ * and input gradient to the bit and the filter gradients within rounding (they add the parts' sums
+ * in part order, the same bits run after run); and the example CNN trains alike on 1, 2 and 4
+ * threads. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ TestSuite(conv_split, .init = setup, .fini = teardown);
 
 /* ---- a small conv net, node by node ---- */
 
-enum { H = 9, W = 9, C = 3, OC1 = 24, OC2 = 16, MAX_B = 16 };
+enum { H = 9, W = 9, C = 3, OC1 = 24, OC2 = 20, MAX_B = 16 };
 enum { N_X = MAX_B * H * W * C, N_W1 = 3 * 3 * C * OC1, N_W2 = 2 * 2 * OC1 * OC2 };
 enum { N_P = MAX_B * 5 * 5 * OC1, N_Q = MAX_B * 4 * 4 * OC2 };
 
@@ -43,7 +44,8 @@ typedef struct net_out {
 
 /* x [B,9,9,3] -> conv 3x3 same (24 channels: not a multiple of 16, so each call pads a filter
  * copy; same padding: a padded grid) -> relu -> max pool 3x3 stride 2 same (overlapping
- * windows: the scatter gradient) -> conv 2x2 valid (16) -> avg pool 2x2 stride 1 same -> loss
+ * windows: the scatter gradient) -> conv 2x2 valid (20: a filter copy and no grid; its filter
+ * gradient pads dy by example) -> avg pool 2x2 stride 1 same -> loss
  * sum(q * k). Runs it `runs` times on `threads` threads (split_min 1: everything splits); out
  * holds the last run, and the filter gradients must be the same bits in every run. */
 static void run_net(int batch, int threads, int runs, net_out *out) {

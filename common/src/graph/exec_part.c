@@ -157,7 +157,7 @@ static void run_batch_part(const ct_exec *e, int i, int part, ct_node *const *in
     if (n->op == CT_OP_MAX_POOL_GRAD) {
         x[1].aux.data = aux_from(e, ins[1], r0); /* the forward's argmax */
     }
-    if (n->aux.shape.rank > 0 && e->aux_row[i] > 0) {
+    if (n->aux.shape.rank > 0 && (e->aux_row[i] > 0 || e->aux_copy[i] > 0)) {
         view.aux.data = aux_from(e, n, r0);
         if (n->aux.shape.rank == 1) { /* floats: the grids of r0.., then a filter per part */
             view.aux.shape.dims[0] =
