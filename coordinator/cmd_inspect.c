@@ -53,7 +53,8 @@ static void graph_usage(FILE *f) {
             "its inputs and shape, fused groups as fused{op,op,...}, then what each pass did,\n"
             "the memory plan (peak bytes of intermediates before and after planning), the\n"
             "executor's split nodes, row-pipeline links (and memory-reuse waits that hold\n"
-            "them back), matmuls split over k, and the fused optimizer updates.\n"
+            "them back), matmuls split over k, conv and pool nodes split by examples, and the\n"
+            "fused optimizer updates.\n"
             "\n"
             "options:\n"
             "  --batch N         batch size to trace (default: train.batch_size)\n"
@@ -147,9 +148,10 @@ int cmd_graph(int argc, char **argv) {
     printf("# executor: %d threads, %d nodes split across them, %d edges linked part to part "
            "(row pipelines), %d memory-reuse waits holding them back; matmuls split over k: "
            "%d x W (each thread reads the weight rows it updates), %d x^T dy (each thread "
-           "multiplies its pipeline's rows)\n",
+           "multiplies its pipeline's rows); %d conv and pool nodes split by examples (filter "
+           "gradients over k)\n",
            st->threads, st->split_nodes, st->linked_edges, st->pipeline_waits, st->inner_splits,
-           st->batch_splits);
+           st->batch_splits, st->conv_splits);
     if (st->fused_updates > 0) {
         printf("# optimizer: the update follows %d gradient writers (%d queued after sibling "
                "readers of the weight); %lld floats left to apply_optimizer\n",

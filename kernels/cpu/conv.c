@@ -19,7 +19,8 @@
  * CHANNEL_PAD floats are padded with zeros in scratch copies (of the filter, of dy), so that
  * vector loads stay inside their buffers. Shape inference (common/src/graph/ops_nn.c) sizes
  * these aux buffers by the same rules. A 1x1 stride-1 convolution is one GEMM on x seen as
- * [N*H*W, C]. Threads: one (the GEMM's for 1x1 convolutions). */
+ * [N*H*W, C]. Threads: one (the GEMM's for 1x1 convolutions); graph mode's executor runs a node
+ * on several threads as views of its examples (exec_part.c). */
 #include <string.h>
 #if defined(__AVX512F__) || (defined(__AVX__) && defined(__FMA__))
 #include <immintrin.h>
@@ -381,9 +382,17 @@ static void input_grad(const conv_geom *g, const float *dy, const float *wt, int
     }
 }
 
+/* The last `floats` floats of n's aux: the copy of the filter that every call makes (padded or
+ * transposed), after the padded grid of its examples. Found from the end of aux rather than
+ * after the grid, so that graph mode's executor can run examples [b0, b1) on a view whose aux
+ * starts at example b0's grid and ends at that part's own copy of the filter (exec_part.c). */
+static float *shared_scratch(const ct_node *n, int64_t floats) {
+    return CT__F32(&n->aux) + ct_tensor_numel(&n->aux) - floats;
+}
+
 /* (x [N,H,W,C], w [KH,KW,C,OC]) -> y [N,OH,OW,OC]; aux: the padded x grid when the windows
  * reach outside x (the filter gradient reads it), then w with padded rows when OC is not a
- * multiple of CHANNEL_PAD. */
+ * multiple of CHANNEL_PAD (at the end of aux). */
 void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
     conv_geom g = geometry(&in[0]->out.shape, &in[1]->out.shape, &n->out.shape, &n->attrs);
@@ -402,19 +411,20 @@ void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
         grid padded = input_grid(&g, aux);
         shift_copy(src, padded, g.batch, g.pad_top, g.pad_left);
         src = padded;
-        aux += g.batch * g.grid_h * g.grid_w * g.in_c;
     }
     int64_t w_ld = g.out_c;
     if (g.out_c % CHANNEL_PAD) {
         w_ld = padded_channels(g.out_c);
-        pad_columns(w, g.k_h * g.k_w * g.in_c, g.out_c, aux);
-        w = aux;
+        float *padded_w = shared_scratch(n, g.k_h * g.k_w * g.in_c * w_ld);
+        pad_columns(w, g.k_h * g.k_w * g.in_c, g.out_c, padded_w);
+        w = padded_w;
     }
     forward(&g, src, w, w_ld, y);
 }
 
 /* (dy, w, forward node) -> dx [N,H,W,C]; aux: the padded dx grid when the windows reach
- * outside x, then the filter transposed to [KH, KW, OC, C] with C padded to CHANNEL_PAD. */
+ * outside x, then the filter transposed to [KH, KW, OC, C] with C padded to CHANNEL_PAD (at the
+ * end of aux). */
 void ct__cpu_conv2d_grad_input(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
     conv_geom g = geometry(&n->out.shape, &in[1]->out.shape, &in[0]->out.shape, &n->attrs);
@@ -432,10 +442,10 @@ void ct__cpu_conv2d_grad_input(const ct_kctx *ctx, ct_node *n, ct_node *const *i
     grid dx_grid = {dx, g.in_h, g.in_w, g.in_c}, dst = dx_grid;
     if (needs_grid(&g)) {
         dst = input_grid(&g, aux);
-        aux += g.batch * g.grid_h * g.grid_w * g.in_c;
     }
-    transpose_filter(&g, w, aux);
-    input_grad(&g, dy, aux, padded_channels(g.in_c), dst);
+    float *wt = shared_scratch(n, g.k_h * g.k_w * g.out_c * padded_channels(g.in_c));
+    transpose_filter(&g, w, wt);
+    input_grad(&g, dy, wt, padded_channels(g.in_c), dst);
     if (dst.data != dx) {
         shift_copy(dst, dx_grid, g.batch, -g.pad_top, -g.pad_left);
     }

@@ -1,9 +1,11 @@
 /* CPU kernels of 2-D max and average pooling over NHWC tensors and their gradients. Windows are
  * clipped to the input (TensorFlow "SAME" padding never contributes a value: max ignores padded
  * cells, average divides by the number of valid cells). Every inner loop runs over the channels,
- * which are contiguous in NHWC, so it vectorizes. Max pooling saves in aux the flat input index
- * of each output's maximum; its gradient scatters dy through those indices, or, when windows
- * do not overlap, writes each window's cells directly. */
+ * which are contiguous in NHWC, so it vectorizes. Max pooling saves in aux the index of each
+ * output's maximum within its example's input (H*W*C floats); its gradient scatters dy through
+ * those indices, or, when windows do not overlap, writes each window's cells directly. Indices
+ * within the example let graph mode's executor run any range of examples on a view of the
+ * tensors (exec_part.c) with forward and gradient split alike or not. */
 #include <string.h>
 
 #include "graph/op_impl.h"
@@ -53,6 +55,11 @@ static int64_t cell(const pool_geom *g, int64_t n, int64_t ih, int64_t iw) {
     return ((n * g->in_h + ih) * g->in_w + iw) * g->channels;
 }
 
+/* Floats of one example's input. */
+static int64_t example_floats(const pool_geom *g) {
+    return g->in_h * g->in_w * g->channels;
+}
+
 /* Folds one input cell into the running maximum (first strictly greater value wins). */
 static void max_cell(float *restrict best, int32_t *restrict arg, const float *restrict src,
                      int32_t base, int64_t channels) {
@@ -71,20 +78,21 @@ void ct__cpu_max_pool(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     int32_t *arg = CT__I32(&n->aux);
     const int64_t C = g.channels;
     for (int64_t b = 0; b < g.batch; b++) {
+        const float *image = x + b * example_floats(&g);
         for (int64_t oh = 0; oh < g.out_h; oh++) {
             for (int64_t ow = 0; ow < g.out_w; ow++) {
                 window w = window_at(&g, oh, ow);
                 int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * C;
                 /* Windows always hold a valid cell: start from the first one. */
-                int64_t first = cell(&g, b, w.h0, w.w0);
+                int64_t first = cell(&g, 0, w.h0, w.w0);
                 for (int64_t c = 0; c < C; c++) {
-                    out[o + c] = x[first + c];
+                    out[o + c] = image[first + c];
                     arg[o + c] = (int32_t)(first + c);
                 }
                 for (int64_t ih = w.h0; ih < w.h1; ih++) {
                     for (int64_t iw = ih == w.h0 ? w.w0 + 1 : w.w0; iw < w.w1; iw++) {
-                        int64_t base = cell(&g, b, ih, iw);
-                        max_cell(out + o, arg + o, x + base, (int32_t)base, C);
+                        int64_t base = cell(&g, 0, ih, iw);
+                        max_cell(out + o, arg + o, image + base, (int32_t)base, C);
                     }
                 }
             }
@@ -103,8 +111,8 @@ static int windows_tile_input(const pool_geom *g) {
            g->pad_left == 0 && g->out_h * g->win_h == g->in_h && g->out_w * g->win_w == g->in_w;
 }
 
-/* (dy, forward node): dx = 0, then dx[argmax[i]] += dy[i]. With disjoint windows (the usual
- * 2x2 stride 2) each window writes its cells directly, dy at the argmax and 0 elsewhere, in
+/* (dy, forward node): dx = 0, then dx[example, argmax[i]] += dy[i]. With disjoint windows (the
+ * usual 2x2 stride 2) each window writes its cells directly, dy at the argmax and 0 elsewhere, in
  * one vectorized pass instead of zeroing dx and scattering into it. */
 void ct__cpu_max_pool_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
@@ -114,9 +122,12 @@ void ct__cpu_max_pool_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     float *restrict dx = CT__F32(&n->out);
     if (!windows_disjoint(&g)) {
         memset(dx, 0, ct_tensor_bytes(&n->out));
-        int64_t count = ct_tensor_numel(&in[0]->out);
-        for (int64_t i = 0; i < count; i++) {
-            dx[arg[i]] += dy[i];
+        int64_t per_example = g.out_h * g.out_w * g.channels;
+        for (int64_t b = 0; b < g.batch; b++) {
+            float *image = dx + b * example_floats(&g);
+            for (int64_t i = b * per_example; i < (b + 1) * per_example; i++) {
+                image[arg[i]] += dy[i];
+            }
         }
         return;
     }
@@ -131,9 +142,10 @@ void ct__cpu_max_pool_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
                 int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * C;
                 for (int64_t ih = w.h0; ih < w.h1; ih++) {
                     for (int64_t iw = w.w0; iw < w.w1; iw++) {
-                        int64_t base = cell(&g, b, ih, iw);
+                        int64_t base = cell(&g, 0, ih, iw);
+                        float *dst = dx + b * example_floats(&g) + base;
                         for (int64_t c = 0; c < C; c++) {
-                            dx[base + c] = arg[o + c] == (int32_t)(base + c) ? dy[o + c] : 0.0f;
+                            dst[c] = arg[o + c] == (int32_t)(base + c) ? dy[o + c] : 0.0f;
                         }
                     }
                 }

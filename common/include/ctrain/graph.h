@@ -175,6 +175,8 @@ typedef struct ct_graph_stats {
     int inner_splits;                        /* x W split over k, the rows of W it updates */
     int batch_splits;                        /* x^T dy split over k, a pipeline's example rows
                                               * (a small weight's gradient) */
+    int conv_splits;                         /* convolutions, pools and their gradients split
+                                              * by examples (filter gradients: over k) */
     int fused_updates;                       /* gradient writers that also run the update */
     int deferred_updates;                    /* of those, updates queued after sibling readers */
     int64_t update_rest;                     /* trainable floats left to APPLY_OPTIMIZER */

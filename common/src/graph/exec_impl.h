@@ -58,12 +58,16 @@ struct ct_exec {
     char *linked;       /* per successor entry: 1 when part p waits only for part p */
     int64_t *row_len;   /* per node split by example rows: work units per row; 0 otherwise */
     int64_t *view_row;  /* per elementwise node: row length of its part views (a bias row) */
+    int64_t *aux_row;   /* per conv or pool node: aux floats (or indices) per example */
+    int64_t *aux_copy;  /* per conv node: floats of the filter copy each part makes, one per
+                         * part after every example's grid */
     float *row_partial; /* per node and part: softmax cross-entropy's mean over its rows */
     int *parts;         /* per node: 1, or the number of parts it is split into */
     int64_t *part_unit; /* per node: rows or elements per part boundary alignment */
     int64_t *work;      /* per node: rows or columns (matmul) or elements to split */
-    char *mm_split;     /* per matmul: CT__MM_ROWS, CT__MM_COLS (of the output) or CT__MM_INNER */
-    float *inner;       /* partial products of CT__MM_INNER parts 1.. (part 0 writes the output) */
+    char *mm_split;     /* per matmul: CT__MM_ROWS, CT__MM_COLS (of the output) or CT__MM_INNER;
+                         * per conv filter gradient: CT__MM_INNER (split over examples) */
+    float *inner;       /* partial sums of CT__MM_INNER parts 1.. (part 0 writes the output) */
     int64_t *inner_off; /* per node: its partials' offset in inner, or -1 */
     int *inner_sum;     /* per node: the CT__MM_INNER node whose parts it adds up, row part by
                          * row part, before its own kernel (its only reader); -1: none */
@@ -158,6 +162,23 @@ static inline int ct__exec_storage_root(ct_graph *g, int i) {
         n = ct_graph_node(g, i);
     }
     return i;
+}
+
+/* 1 for the convolution and pooling ops: they split by examples (exec_split.c's plan_batch),
+ * each part a view of its examples (exec_part.c). */
+static inline int ct__exec_batch_op(ct_op op) {
+    switch (op) {
+    case CT_OP_CONV2D:
+    case CT_OP_CONV2D_GRAD_INPUT:
+    case CT_OP_CONV2D_GRAD_FILTER:
+    case CT_OP_MAX_POOL:
+    case CT_OP_MAX_POOL_GRAD:
+    case CT_OP_AVG_POOL:
+    case CT_OP_AVG_POOL_GRAD:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* 1 when node a is among node b's ancestors (anc: n x n bits, row b). */

@@ -1,8 +1,9 @@
 /* Graph mode's parts: runs one part of a node (the whole node when it is not split) through the
  * backend's kernel table, then its share of a fused optimizer update. A part of a split node
- * is a view of rows, columns, k or elements of the node: a matmul part is one call of the
- * backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes and
- * data pointers describe the part. One indirect call per part; nothing per element. */
+ * is a view of rows, columns, k, elements or examples of the node: a matmul part is one call
+ * of the backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes
+ * and data pointers describe the part (a conv's or pool's batch tensors and aux from its first
+ * example). One indirect call per part; nothing per element. */
 #include "graph/exec_impl.h"
 
 void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end) {
@@ -115,6 +116,60 @@ static void run_elementwise_part(const ct_exec *e, int i, ct_node *const *ins, c
     e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
 }
 
+/* t seen on examples [r0, r1) of its leading dim (of `batch`). */
+static void rows_view(ct_tensor *t, int64_t batch, int64_t r0, int64_t r1) {
+    int64_t per_row = ct_tensor_numel(t) / batch;
+    t->shape.dims[0] = r1 - r0;
+    t->data = (char *)t->data + (size_t)(r0 * per_row) * ct_dtype_size(t->dtype);
+}
+
+/* Node a's aux from example r0 on (aux_row floats or indices per example). */
+static void *aux_from(const ct_exec *e, const ct_node *a, int64_t r0) {
+    return (char *)a->aux.data + (size_t)(r0 * e->aux_row[a->id]) * ct_dtype_size(a->aux.dtype);
+}
+
+/* A conv or pool part: the op's kernel on a view of examples [r0, r1) of its batch tensors
+ * (output, dy or x, and the aux by example: a padded grid, argmax or padded dy). A
+ * convolution's own copy of the filter lies after every example's grid, one per part: the
+ * view's aux ends there (the kernel finds it at the end). A filter gradient's part 0 writes
+ * the output, the others their own partial sums (exec_split.c's plan_batch). */
+static void run_batch_part(const ct_exec *e, int i, int part, ct_node *const *ins,
+                           ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    const int64_t batch = e->work[i], r0 = v.begin, r1 = v.end;
+    ct_node view = *n, x[CT_MAX_INPUTS];
+    ct_node *vins[CT_MAX_INPUTS];
+    for (int k = 0; k < n->n_in; k++) {
+        x[k] = *ins[k];
+        vins[k] = &x[k];
+    }
+    rows_view(&x[0].out, batch, r0, r1); /* x, or dy of a gradient */
+    if (n->op == CT_OP_CONV2D_GRAD_FILTER) {
+        rows_view(&x[2].out, batch, r0, r1);
+        x[1].aux.data = aux_from(e, ins[1], r0); /* the forward's padded grid */
+        if (part > 0) {
+            view.out.data = e->inner + e->inner_off[i] + (part - 1) * ct_tensor_numel(&n->out);
+            view.flags &= ~CT_NODE_ACCUMULATE;
+        }
+    } else {
+        rows_view(&view.out, batch, r0, r1);
+    }
+    if (n->op == CT_OP_MAX_POOL_GRAD) {
+        x[1].aux.data = aux_from(e, ins[1], r0); /* the forward's argmax */
+    }
+    if (n->aux.shape.rank > 0 && (e->aux_row[i] > 0 || e->aux_copy[i] > 0)) {
+        view.aux.data = aux_from(e, n, r0);
+        if (n->aux.shape.rank == 1) { /* floats: the grids of r0.., then a filter per part */
+            view.aux.shape.dims[0] =
+                e->aux_copy[i] ? (batch - r0) * e->aux_row[i] + (part + 1) * e->aux_copy[i]
+                               : (r1 - r0) * e->aux_row[i];
+        } else {
+            view.aux.shape.dims[0] = r1 - r0;
+        }
+    }
+    e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
+}
+
 /* The kernel of part `part` of node i, or of the whole node. */
 static void run_part_kernel(ct_exec *e, int i, int part) {
     ct_graph *g = e->g;
@@ -137,6 +192,8 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
         run_dropout_part(e, i, ins, v);
     } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
         run_xent_part(e, i, part, ins, v);
+    } else if (ct__exec_batch_op(n->op)) {
+        run_batch_part(e, i, part, ins, v);
     } else {
         run_elementwise_part(e, i, ins, v);
     }
@@ -166,11 +223,11 @@ void ct__exec_run_part(ct_exec *e, int i, int part) {
         return;
     }
     int64_t b = 0, en = ct_tensor_numel(&n->out);
-    if (e->parts[i] > 1) {
+    if (e->parts[i] > 1) { /* rows (matmul), examples (conv, pool) or elements of the output */
         ct__part_view v = ct__exec_part_range(e, i, part);
-        int64_t cols = n->out.shape.dims[n->out.shape.rank - 1];
-        b = n->op == CT_OP_MATMUL ? v.begin * cols : v.begin;
-        en = n->op == CT_OP_MATMUL ? v.end * cols : v.end;
+        int64_t per_unit = en / e->work[i];
+        b = v.begin * per_unit;
+        en = v.end * per_unit;
     }
     e->g2_part[(size_t)i * CT__MAX_PARTS + part] =
         ct__exec_update_range(ctx, e->upd_off[i] + b, e->upd_off[i] + en);

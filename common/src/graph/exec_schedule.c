@@ -3,8 +3,9 @@
  *
  * Schedule: a node waits for its inputs and, because blocks are reused, for every reader of the
  * blocks it overwrites (write-after-read edges). With threads > 1 a pool runs ready nodes
- * concurrently (independent branches in parallel); large GEMMs, elementwise ops, fused loops
- * and the optimizer update are split into row or range parts that run on different threads.
+ * concurrently (independent branches in parallel); large GEMMs, elementwise ops, fused loops,
+ * convolutions, pools and the optimizer update are split into row, range or example parts that
+ * run on different threads.
  * With threads = 1 nodes run in order on the calling thread.
  *
  * A data edge between two parts of a row pipeline is linked (exec_split.c): part p of the reader

@@ -1,13 +1,27 @@
 /* Graph mode's split plan: which nodes run as several parts on different threads, and how
  * (executor.c has the overview). Large GEMMs split by output rows, output columns or k;
  * elementwise ops, fused loops, dropout and softmax cross-entropy by element ranges or whole
- * example rows; the optimizer update by ranges (exec_update.c).
+ * example rows; convolutions, pools and their gradients by examples (the filter gradient over
+ * them as k); the optimizer update by ranges (exec_update.c).
  *
  * Row pipelines: a node split by example rows whose input is split into the same rows, and
- * reads only those rows of it (elementwise ops, x W, dropout, softmax cross-entropy and their
- * gradients), follows that split even when it is small, and its part p waits only for part p
- * of that input (a linked edge) instead of the whole node. The forward and backward chain of a
- * batch then runs as one pipeline per thread, each on its own rows, without a barrier per op.
+ * reads only those rows of it (elementwise ops, x W, dropout, softmax cross-entropy,
+ * convolutions, pools and their gradients), follows that split even when it is small, and its
+ * part p waits only for part p of that input (a linked edge) instead of the whole node. The
+ * forward and backward chain of a batch then runs as one pipeline per thread, each on its own
+ * rows, without a barrier per op: in the CNN, conv -> bias + relu -> conv -> bias + relu ->
+ * pool -> dropout -> ... and back down to the first layer's filter gradient.
+ *
+ * Convolutions: a part is the op's kernel on a view of examples [b0, b1) (exec_part.c), so
+ * forward values and input gradients are the same bits on any number of threads. The filter
+ * gradient, a sum over examples, splits over them as k: part p sums its examples into its own
+ * buffer right after its rows of dy, part 0 into the output, and the parts are added in part
+ * order once all are done (the same bits whichever thread ran which part, but not the bits of
+ * one sum over every example), before the weight's deferred update. Split by output channels
+ * or filter rows instead it would match one thread to the bit, but each part would wait for
+ * every example's dy (a barrier per layer) and read the other core's rows; partial sums of at
+ * most 147 KB (the 3x3x64x64 filter) cost nothing to add. A conv's padded grid is by example;
+ * the filter copy each call makes (padded or transposed) grows to one per part.
  *
  * Weight ownership: x W with few rows, a long k and a weight this graph updates splits over k
  * (the rows of W), as the weight gradient x^T dy and its fused update split; part p multiplies
@@ -44,16 +58,25 @@ static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
         return k == 0 || k == 1;
     case CT_OP_SOFTMAX_XENT_GRAD:
         return k == 1 || k == 2;
+    case CT_OP_CONV2D:
+    case CT_OP_CONV2D_GRAD_INPUT: /* (dy, w, forward node): the forward node only gives attrs */
+    case CT_OP_MAX_POOL:
+    case CT_OP_AVG_POOL:
+    case CT_OP_AVG_POOL_GRAD: /* (dy, forward node): likewise */
+        return k == 0;
+    case CT_OP_CONV2D_GRAD_FILTER: /* (dy, forward node: its padded grid, x) */
+    case CT_OP_MAX_POOL_GRAD:      /* (dy, forward node: its argmax) */
+        return 1;
     default: /* elementwise and fused: the inputs of the output's shape */
         return ct_shape_equal(&x->out.shape, &n->out.shape);
     }
 }
 
 /* 1 when node a is split by example rows and part p holds rows p of its output (not a matmul
- * split over k, whose parts hold partial sums of all of it). */
+ * or filter gradient split over k, whose parts hold partial sums of all of it). */
 static int rows_split(ct_graph *g, const ct_exec *e, int a) {
-    return e->parts[a] > 1 && e->row_len[a] > 0 &&
-           !(ct_graph_node(g, a)->op == CT_OP_MATMUL && e->mm_split[a] == CT__MM_INNER);
+    (void)g;
+    return e->parts[a] > 1 && e->row_len[a] > 0 && e->mm_split[a] != CT__MM_INNER;
 }
 
 /* What a node's plan needs besides the executor's per-node fields. */
@@ -120,6 +143,47 @@ static void plan_dropout(ct_exec *e, int i, const ct_node *n, split_ctx *s) {
     e->work[i] = ct_tensor_numel(&n->out);
     e->row_len[i] = e->part_unit[i] = e->work[i] / s->batch_rows;
     s->cost = n->op == CT_OP_DROPOUT ? e->work[i] * 8 : 0; /* a Philox draw per element */
+}
+
+/* Convolutions, pools and their gradients: whole examples per part, each a view of the node on
+ * examples [b0, b1) (exec_part.c). The filter gradient, a sum over examples, splits over them
+ * as k (CT__MM_INNER): part p sums its own examples into its own buffer, part 0 into the
+ * output, and the parts are added in part order once all are done, before the weight's
+ * (deferred) update. Inside a row pipeline each part then runs on the thread that just made
+ * its rows of dy. Cost: multiply-adds / 64 as a matmul's; a pool's input elements. Returns 0
+ * when it cannot split (not NHWC). */
+static int plan_batch(ct_graph *g, ct_exec *e, int i, split_ctx *s) {
+    const ct_node *n = ct_graph_node(g, i);
+    const ct_node *dy = n->n_in > 0 ? ct_graph_node(g, n->in[0]) : n;
+    const ct_shape *rows = n->op == CT_OP_CONV2D_GRAD_FILTER ? &dy->out.shape : &n->out.shape;
+    if (rows->rank != 4 || n->out.dtype != CT_F32) {
+        return 0;
+    }
+    s->batch_rows = e->work[i] = rows->dims[0];
+    e->row_len[i] = e->part_unit[i] = 1;
+    switch (n->op) {
+    case CT_OP_CONV2D: /* multiply-adds: y's elements times KH * KW * C */
+    case CT_OP_CONV2D_GRAD_INPUT: {
+        const ct_shape *w = &ct_graph_node(g, n->in[1])->out.shape, *y = &dy->out.shape;
+        s->cost = ct_shape_numel(n->op == CT_OP_CONV2D ? &n->out.shape : y) * w->dims[0] *
+                  w->dims[1] * w->dims[2] / 64;
+        break;
+    }
+    case CT_OP_CONV2D_GRAD_FILTER: {
+        const ct_shape *w = &n->out.shape;
+        s->cost = ct_shape_numel(&dy->out.shape) * w->dims[0] * w->dims[1] * w->dims[2] / 64;
+        e->mm_split[i] = CT__MM_INNER;
+        break;
+    }
+    case CT_OP_MAX_POOL:
+    case CT_OP_AVG_POOL:
+        s->cost = ct_shape_numel(&dy->out.shape);
+        break;
+    default: /* pool gradients: dx */
+        s->cost = ct_shape_numel(&n->out.shape);
+        break;
+    }
+    return 1;
 }
 
 /* Softmax cross-entropy and its gradient: rows of the logits; splits only to follow its input
@@ -222,6 +286,10 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         if (!plan_xent(g, e, i, &s)) {
             return 1;
         }
+    } else if (ct__exec_batch_op(n->op)) {
+        if (!plan_batch(g, e, i, &s)) {
+            return 1;
+        }
     } else if (n->op == CT_OP_FUSED || ct__exec_in_place_ok(n, ct_graph_node(g, n->in[0])) ||
                n->op == CT_OP_ADD || n->op == CT_OP_SUB || n->op == CT_OP_MUL ||
                n->op == CT_OP_DIV) {
@@ -269,6 +337,35 @@ int ct__exec_linkable(ct_graph *g, const ct_exec *e, int a, int s) {
     return 1;
 }
 
+/* The aux views of conv or pool node i (aux_row, aux_copy), split or read by a split
+ * gradient: a max pool's argmax and a filter gradient's padded dy are by example; a
+ * convolution's or input gradient's padded grid too, followed by a copy of the filter that
+ * every call writes, which grows to one copy per part when the node splits, so that parts do
+ * not write the same floats. Returns 0 when that aux is already allocated (it cannot grow: the
+ * node stays whole). */
+static int plan_batch_aux(ct_graph *g, ct_exec *e, int i) {
+    ct_node *n = ct_graph_node(g, i);
+    const int64_t batch = e->work[i];
+    if (n->aux.shape.rank == 0 || batch <= 0) {
+        return 1;
+    }
+    if (n->op != CT_OP_CONV2D && n->op != CT_OP_CONV2D_GRAD_INPUT) {
+        e->aux_row[i] = ct_tensor_numel(&n->aux) / batch;
+        return 1;
+    }
+    ct__conv_aux_layout(n, &ct_graph_node(g, n->in[1])->out.shape, &e->aux_row[i], &e->aux_copy[i]);
+    if (e->aux_copy[i] == 0 || e->parts[i] < 2) {
+        return 1;
+    }
+    if (n->aux.data) {
+        return 0;
+    }
+    ct_shape grown = n->aux.shape;
+    grown.dims[0] += (e->parts[i] - 1) * e->aux_copy[i];
+    ct_tensor_set_shape(&n->aux, n->aux.dtype, &grown);
+    return 1;
+}
+
 /* The pipeline heads that add up a k split's partial products: a node split into element
  * ranges by example rows that is the only reader of a CT__MM_INNER node of its shape adds its
  * own rows of the sum before its kernel (inner_sum); the others are added when the node ends. */
@@ -296,19 +393,25 @@ ct_status ct__exec_plan_splits(ct_graph *g, ct_exec *e, ct__exec_build *b, ct_er
     stats->split_nodes = 0;
     stats->inner_splits = 0;
     stats->batch_splits = 0;
+    stats->conv_splits = 0;
     b->split_min = b->opts->split_min > 0 ? b->opts->split_min : 16384;
     for (int i = 0; i < n; i++) {
         e->trains |= ct_graph_node(g, i)->op == CT_OP_APPLY_OPTIMIZER;
     }
     int64_t inner_total = 0;
     for (int i = 0; i < n; i++) {
-        const ct_node *node = ct_graph_node(g, i);
+        ct_node *node = ct_graph_node(g, i);
         e->parts[i] = split_plan(g, e, i, e->threads, b->split_min);
+        if (ct__exec_batch_op(node->op) && !plan_batch_aux(g, e, i)) {
+            e->parts[i] = 1;
+        }
         stats->split_nodes += e->parts[i] > 1;
-        int inner = e->parts[i] > 1 && node->op == CT_OP_MATMUL && e->mm_split[i] == CT__MM_INNER;
+        stats->conv_splits += e->parts[i] > 1 && ct__exec_batch_op(node->op);
+        int inner = e->parts[i] > 1 && e->mm_split[i] == CT__MM_INNER;
+        int mm = node->op == CT_OP_MATMUL;
         e->inner_off[i] = inner ? inner_total : -1;
-        stats->inner_splits += inner && !node->attrs.i[0];
-        stats->batch_splits += inner && node->attrs.i[0];
+        stats->inner_splits += inner && mm && !node->attrs.i[0];
+        stats->batch_splits += inner && mm && node->attrs.i[0];
         inner_total += inner ? (e->parts[i] - 1) * ct_tensor_numel(&node->out) : 0;
         e->inner_sum[i] = -1;
     }

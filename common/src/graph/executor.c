@@ -2,9 +2,10 @@
  * file builds one, phase by phase (ct__exec_create lists them), and destroys it. The design, one
  * concept per file, each file's head comment saying more:
  * - exec_split.c: which nodes split into parts that run on different threads (large GEMMs,
- *   elementwise ops, fused loops, dropout, softmax cross-entropy), row pipelines that run a
- *   batch's forward and backward chain on each thread's own rows without a barrier per op, and
- *   weight ownership (x W split over the rows of W, so each thread reads the rows it updated);
+ *   elementwise ops, fused loops, dropout, softmax cross-entropy, convolutions and pools by
+ *   examples, filter gradients over examples as k), row pipelines that run a batch's forward
+ *   and backward chain on each thread's own rows without a barrier per op, and weight
+ *   ownership (x W split over the rows of W, so each thread reads the rows it updated);
  * - exec_memory.c: every intermediate gets an offset in one arena, allocated once, and reuses
  *   blocks freed after their last reader (best fit, in place where it can): steady-state runs
  *   allocate nothing;
@@ -13,7 +14,8 @@
  * - exec_update.c: optimizer fusion, each parameter updated right after its gradient is written
  *   (inline, on the same thread and rows, or as a deferred task) instead of after backward;
  * - exec_part.c: one part of a node, through the backend's kernel table (its part kernels: the
- *   GEMM of a matmul part, the sum of a k split's partial products);
+ *   GEMM of a matmul part, the sum of a k split's partial products; an op's kernel on a view
+ *   of the node's rows, elements or examples);
  * - exec_pool.c: a run, on the calling thread alone, or on a pool whose threads each own their
  *   parts of every split node (pinned parts) and take others' parts only when idle.
  * exec_impl.h holds what they share. */
@@ -57,10 +59,13 @@ static ct_status alloc_exec(ct_graph *g, const ct_graph_options *opts, ct__exec_
     e->inner_summed = calloc(nn, 1);
     e->row_len = calloc(nn, sizeof *e->row_len);
     e->view_row = calloc(nn, sizeof *e->view_row);
+    e->aux_row = calloc(nn, sizeof *e->aux_row);
+    e->aux_copy = calloc(nn, sizeof *e->aux_copy);
     e->row_partial = calloc(nn * CT__MAX_PARTS, sizeof *e->row_partial);
     if (!e->mm_split || !e->inner_off || !e->inner_sum || !e->inner_summed || !e->row_len ||
-        !e->view_row || !e->row_partial || !b->last || !b->readers_off || !b->freed_at ||
-        !b->offset || !b->inplace_of || !e->parts || !e->part_unit || !e->work) {
+        !e->view_row || !e->aux_row || !e->aux_copy || !e->row_partial || !b->last ||
+        !b->readers_off || !b->freed_at || !b->offset || !b->inplace_of || !e->parts ||
+        !e->part_unit || !e->work) {
         return out_of_memory(err);
     }
     return CT_OK;
@@ -151,6 +156,8 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->linked);
     free(e->row_len);
     free(e->view_row);
+    free(e->aux_row);
+    free(e->aux_copy);
     free(e->row_partial);
     free(e->upd_off);
     free(e->deferred);

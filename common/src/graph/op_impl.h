@@ -43,6 +43,13 @@ void ct__gemm_set_threads(int threads);
 /* "oneDNN" or "OpenBLAS". */
 const char *ct__gemm_library(void);
 
+/* The aux of a CONV2D or CONV2D_GRAD_INPUT node n (filter shape w) as shape inference sized
+ * it: a padded grid of *ret_per_example floats per example, then *ret_shared floats (a copy of
+ * the filter) that every call writes and the kernels find at the end of aux (both 0: none).
+ * Graph mode's executor runs examples [b0, b1) on views of it (exec_part.c). */
+void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t *ret_per_example,
+                         int64_t *ret_shared);
+
 /* Accumulating kernels write out = beta*out + result: beta is 1 with CT_NODE_ACCUMULATE. */
 static inline float ct__beta(const ct_node *n) {
     return (n->flags & CT_NODE_ACCUMULATE) ? 1.0f : 0.0f;

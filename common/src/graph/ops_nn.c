@@ -181,6 +181,22 @@ int ct__shape_conv2d_grad_input(ct_graph *g, ct_node *n, ct_node *const *in) {
     return 0;
 }
 
+void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t *ret_per_example,
+                         int64_t *ret_shared) {
+    int64_t shared = 0, batch = n->out.shape.dims[0], floats = ct_tensor_numel(&n->aux);
+    if (n->aux.shape.rank == 0 || conv_is_pointwise(w, &n->attrs)) {
+        *ret_per_example = *ret_shared = 0;
+        return;
+    }
+    if (n->op == CT_OP_CONV2D && w->dims[3] % CONV_CHANNEL_PAD) {
+        shared = w->dims[0] * w->dims[1] * w->dims[2] * conv_padded_channels(w->dims[3]);
+    } else if (n->op == CT_OP_CONV2D_GRAD_INPUT) {
+        shared = w->dims[0] * w->dims[1] * w->dims[3] * conv_padded_channels(w->dims[2]);
+    }
+    *ret_shared = shared;
+    *ret_per_example = batch > 0 ? (floats - shared) / batch : 0;
+}
+
 /* (dy, forward node, x) -> dw of w's shape; the kernel reads x, or the padded copy of x in the
  * forward node's aux. */
 int ct__shape_conv2d_grad_filter(ct_graph *g, ct_node *n, ct_node *const *in) {

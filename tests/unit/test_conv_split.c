@@ -1,0 +1,234 @@
+/* Graph mode's executor splitting convolutions, pools and their gradients by examples
+ * (exec_split.c's plan_batch, exec_part.c's run_batch_part): a small conv net whose every
+ * conv and pool node splits at 2, 3 and 4 threads, with odd batches, padded grids, filter
+ * copies with and without a grid and overlapping pool windows, gives the 1-thread forward values
+ * and input gradient to the bit and the filter gradients within rounding (they add the parts' sums
+ * in part order, the same bits run after run); and the example CNN trains alike on 1, 2 and 4
+ * threads. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/optim.h"
+#include "ctrain/rng.h"
+#include "ctrain/train.h"
+
+#define S(...)                                                                                     \
+    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
+
+static ct_backend *be;
+
+static void setup(void) {
+    cr_assert_eq(ct_backend_cpu_create(1, &be, NULL), CT_OK);
+}
+
+static void teardown(void) {
+    ct_backend_destroy(be);
+}
+
+TestSuite(conv_split, .init = setup, .fini = teardown);
+
+/* ---- a small conv net, node by node ---- */
+
+enum { H = 9, W = 9, C = 3, OC1 = 24, OC2 = 20, MAX_B = 16 };
+enum { N_X = MAX_B * H * W * C, N_W1 = 3 * 3 * C * OC1, N_W2 = 2 * 2 * OC1 * OC2 };
+enum { N_P = MAX_B * 5 * 5 * OC1, N_Q = MAX_B * 4 * 4 * OC2 };
+
+/* What one run gives: the loss, the max pool's output, dx and both filter gradients. */
+typedef struct net_out {
+    float loss, p[N_P], dx[N_X], dw1[N_W1], dw2[N_W2];
+    int conv_splits, linked_edges;
+} net_out;
+
+/* x [B,9,9,3] -> conv 3x3 same (24 channels: not a multiple of 16, so each call pads a filter
+ * copy; same padding: a padded grid) -> relu -> max pool 3x3 stride 2 same (overlapping
+ * windows: the scatter gradient) -> conv 2x2 valid (20: a filter copy and no grid; its filter
+ * gradient pads dy by example) -> avg pool 2x2 stride 1 same -> loss
+ * sum(q * k). Runs it `runs` times on `threads` threads (split_min 1: everything splits); out
+ * holds the last run, and the filter gradients must be the same bits in every run. */
+static void run_net(int batch, int threads, int runs, net_out *out) {
+    static float x[N_X], w1[N_W1], w2[N_W2], k[N_Q];
+    ct_rng_uniform(3, 1, 0, x, N_X);
+    ct_rng_uniform(3, 2, 0, w1, N_W1);
+    ct_rng_uniform(3, 3, 0, w2, N_W2);
+    ct_rng_uniform(3, 4, 0, k, N_Q);
+    ct_graph *g;
+    cr_assert_eq(ct_graph_create(be, 0, &g, NULL), CT_OK);
+    int xi = ct_placeholder(g, CT_F32, &S(batch, H, W, C), "x");
+    int w[2] = {ct_variable(g, &S(3, 3, C, OC1), w1, "w1"),
+                ct_variable(g, &S(2, 2, OC1, OC2), w2, "w2")};
+    int r = ct_relu(g, ct_conv2d(g, xi, w[0], 1, 1, 1));
+    int p = ct_max_pool(g, r, 3, 3, 2, 2, 1);
+    int q = ct_avg_pool(g, ct_conv2d(g, p, w[1], 1, 1, 0), 2, 2, 1, 1, 1);
+    int loss = ct_sum(g, ct_mul(g, q, ct_constant(g, CT_F32, &S(batch, 4, 4, OC2), k)), 0, 0);
+    int sources[3] = {xi, w[0], w[1]}, grads[3];
+    ct_err err = {0};
+    cr_assert_eq(ct_graph_gradients(g, loss, -1, 3, sources, grads, &err), CT_OK, "%s", err.msg);
+    int keep[6] = {xi, loss, p, grads[0], grads[1], grads[2]};
+    ct_graph_options o = ct_graph_default_options();
+    o.threads = threads;
+    o.split_min = 1;
+    ct_graph *cg = NULL;
+    cr_assert_eq(ct_graph_compile(g, &o, 6, keep, &cg, &err), CT_OK, "%s", err.msg);
+    out->conv_splits = ct_graph_get_stats(cg)->conv_splits;
+    out->linked_edges = ct_graph_get_stats(cg)->linked_edges;
+    ct_graph_bind(cg, keep[0], x);
+    const size_t n_p = (size_t)batch * 5 * 5 * OC1, n_x = (size_t)batch * H * W * C;
+    for (int run = 0; run < runs; run++) {
+        float dw1[N_W1], dw2[N_W2];
+        cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(ct_graph_read(cg, keep[4], dw1, sizeof dw1, &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(ct_graph_read(cg, keep[5], dw2, sizeof dw2, &err), CT_OK, "%s", err.msg);
+        cr_assert(run == 0 || (memcmp(dw1, out->dw1, sizeof dw1) == 0 &&
+                               memcmp(dw2, out->dw2, sizeof dw2) == 0),
+                  "batch %d, %d threads: run %d's filter gradients differ from run 0's", batch,
+                  threads, run);
+        memcpy(out->dw1, dw1, sizeof dw1);
+        memcpy(out->dw2, dw2, sizeof dw2);
+    }
+    cr_assert_eq(ct_graph_read(cg, keep[1], &out->loss, sizeof out->loss, &err), CT_OK);
+    cr_assert_eq(ct_graph_read(cg, keep[2], out->p, n_p * sizeof(float), &err), CT_OK, "%s",
+                 err.msg);
+    cr_assert_eq(ct_graph_read(cg, keep[3], out->dx, n_x * sizeof(float), &err), CT_OK, "%s",
+                 err.msg);
+    ct_graph_destroy(cg);
+    ct_graph_destroy(g);
+}
+
+/* |got - want| <= 1e-5 of want's largest magnitude, element by element. */
+static void expect_close(const float *got, const float *want, int n, const char *what, int batch,
+                         int threads) {
+    float scale = 0.0f;
+    for (int k = 0; k < n; k++) {
+        scale = fmaxf(scale, fabsf(want[k]));
+    }
+    int bad = 0;
+    for (int k = 0; k < n && bad < 5; k++) {
+        if (fabsf(got[k] - want[k]) > 1e-5f * scale) {
+            cr_log_error("batch %d, %d threads, %s[%d]: %.9g vs %.9g", batch, threads, what, k,
+                         got[k], want[k]);
+            bad++;
+        }
+    }
+    cr_expect_eq(bad, 0, "batch %d, %d threads: %s differs from 1 thread", batch, threads, what);
+}
+
+/* Forward values and dx come from the same kernels on each example whatever the split: the
+ * same bits. The filter gradients add the parts' sums (examples [b0, b1) each) in part order,
+ * a different rounding than one sum over every example. */
+Test(conv_split, small_net_matches_one_thread) {
+    static const int batches[] = {1, 2, 7, 16};
+    static net_out one, many;
+    for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+        const int batch = batches[b];
+        run_net(batch, 1, 1, &one);
+        cr_expect_eq(one.conv_splits, 0);
+        for (int threads = 2; threads <= 4; threads++) {
+            run_net(batch, threads, 3, &many);
+            /* conv, max pool, conv, avg pool and the six gradient nodes */
+            cr_expect_eq(many.conv_splits, batch > 1 ? 10 : 0, "batch %d, %d threads: %d split",
+                         batch, threads, many.conv_splits);
+            cr_expect(batch == 1 || many.linked_edges >= 9, "batch %d, %d threads: %d linked edges",
+                      batch, threads, many.linked_edges);
+            cr_expect_eq(memcmp(&many.loss, &one.loss, sizeof one.loss), 0,
+                         "batch %d, %d threads: loss %.9g vs %.9g", batch, threads, many.loss,
+                         one.loss);
+            cr_expect_eq(memcmp(many.p, one.p, (size_t)batch * 5 * 5 * OC1 * sizeof(float)), 0,
+                         "batch %d, %d threads: max pool output differs", batch, threads);
+            cr_expect_eq(memcmp(many.dx, one.dx, (size_t)batch * H * W * C * sizeof(float)), 0,
+                         "batch %d, %d threads: dx differs", batch, threads);
+            expect_close(many.dw1, one.dw1, N_W1, "dw1", batch, threads);
+            expect_close(many.dw2, one.dw2, N_W2, "dw2", batch, threads);
+        }
+    }
+}
+
+/* ---- the example CNN ---- */
+
+/* Trains examples/fashion_mnist_cnn.yaml for `steps` steps of `batch` seeded examples on
+ * `threads` threads: the losses into losses[], the parameters into a new array (*n floats), the
+ * training graph's stats into *stats. */
+static float *train_cnn(int batch, int threads, int steps, float *losses, int64_t *n,
+                        ct_graph_stats *stats) {
+    char set_threads[64];
+    snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
+    const char *sets[] = {set_threads};
+    ct_trainer *t;
+    ct_err err = {0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/fashion_mnist_cnn.yaml", CT_SOURCE_ROOT);
+    cr_assert_eq(ct_trainer_load(path, sets, 1, &t, &err), CT_OK, "%s", err.msg);
+    float *x = malloc((size_t)batch * 784 * sizeof *x);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    cr_assert(x && y);
+    for (int s = 0; s < steps; s++) {
+        ct_rng_uniform(11, (uint64_t)s, 0, x, (int64_t)batch * 784);
+        for (int i = 0; i < batch; i++) {
+            y[i] = (i * 7 + s) % 10;
+        }
+        float acc;
+        cr_assert_eq(ct_trainer_step(t, x, y, batch, &losses[s], &acc, &err), CT_OK, "%s", err.msg);
+    }
+    ct_graph *g;
+    cr_assert_eq(ct_trainer_step_graph(t, batch, 1, &g, &err), CT_OK, "%s", err.msg);
+    *stats = *ct_graph_get_stats(g);
+    const ct_params *p = ct_model_params(ct_trainer_model(t));
+    *n = p->total;
+    float *params = malloc((size_t)p->total * sizeof *params);
+    cr_assert(params);
+    memcpy(params, p->data, (size_t)p->total * sizeof *params);
+    free(x);
+    free(y);
+    ct_trainer_destroy(t);
+    return params;
+}
+
+/* The CNN's 4 convolutions, 2 pools, 3 input and 2 pool gradients and 4 filter gradients split at 2
+ * and 4 threads (batch 16, 7; batch 1 cannot split). Losses and weights after 4 Adam steps agree
+ * with 1 thread: within 1e-5 for the losses, 1e-4 (of 1 + |w|) for the weights. The filter
+ * gradients' sums, and the dense layers' k splits, round differently than one sum, and Adam
+ * divides each gradient by its running RMS, so the difference of a near-zero gradient moves
+ * its update by more than its own size. A second 2-thread run gives the same bits. */
+Test(conv_split, example_cnn_trains_alike_on_1_2_and_4_threads, .timeout = 300) {
+    enum { STEPS = 4 };
+    static const int batches[] = {16, 7, 1};
+    for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+        const int batch = batches[b];
+        float loss1[STEPS], loss[STEPS], again[STEPS];
+        int64_t n1, n, n_again;
+        ct_graph_stats st1, st, st_again;
+        float *w1 = train_cnn(batch, 1, STEPS, loss1, &n1, &st1);
+        cr_expect_eq(st1.conv_splits, 0);
+        for (int threads = 2; threads <= 4; threads += 2) {
+            float *w = train_cnn(batch, threads, STEPS, loss, &n, &st);
+            cr_assert_eq(n, n1);
+            cr_expect_eq(st.conv_splits, batch > 1 ? 15 : 0, "batch %d, %d threads: %d split",
+                         batch, threads, st.conv_splits);
+            for (int s = 0; s < STEPS; s++) {
+                cr_expect(fabsf(loss[s] - loss1[s]) <= 1e-5f * fabsf(loss1[s]),
+                          "batch %d, %d threads, step %d: loss %.9g vs %.9g", batch, threads, s,
+                          loss[s], loss1[s]);
+            }
+            int bad = 0;
+            for (int64_t k = 0; k < n && bad < 5; k++) {
+                if (!(fabsf(w[k] - w1[k]) <= 1e-4f * (1.0f + fabsf(w1[k])))) {
+                    cr_log_error("batch %d, %d threads, weight %lld: %.9g vs %.9g", batch, threads,
+                                 (long long)k, w[k], w1[k]);
+                    bad++;
+                }
+            }
+            cr_expect_eq(bad, 0, "batch %d, %d threads: weights differ", batch, threads);
+            if (threads == 2) {
+                float *w_again = train_cnn(batch, threads, STEPS, again, &n_again, &st_again);
+                cr_expect_eq(memcmp(w, w_again, (size_t)n * sizeof *w), 0,
+                             "batch %d: two 2-thread runs give different weights", batch);
+                cr_expect_eq(memcmp(loss, again, sizeof loss), 0);
+                free(w_again);
+            }
+            free(w);
+        }
+        free(w1);
+    }
+}
