@@ -196,9 +196,16 @@ static int move_aside(const cli *c, const ct_job *job) {
     if (!c->no_resume || access(dir, F_OK) != 0) {
         return 0;
     }
-    snprintf(old, sizeof old, "%s.previous-%ld", dir, (long)time(NULL));
+    /* a free name: two runs in the same second must not collide (rename would replace an
+     * empty directory, or fail on a full one) */
+    long now = (long)time(NULL);
+    snprintf(old, sizeof old, "%s.previous-%ld", dir, now);
+    for (int k = 1; k < 1000 && access(old, F_OK) == 0; k++) {
+        snprintf(old, sizeof old, "%s.previous-%ld.%d", dir, now, k);
+    }
     if (rename(dir, old) != 0) {
-        fprintf(stderr, "ctrain: --no-resume: cannot move %s aside\n", dir);
+        fprintf(stderr, "ctrain: --no-resume: cannot move %s aside to %s: %s\n", dir, old,
+                strerror(errno));
         return EXIT_RUNTIME;
     }
     if (!c->quiet) {

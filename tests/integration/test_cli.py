@@ -244,3 +244,23 @@ def test_the_parameter_server_binary_links_no_mpi():
     r = subprocess.run(["ldd", ps], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "libzmq" in r.stdout and "libmpi" not in r.stdout, r.stdout
+
+
+def test_no_resume_never_collides_with_an_earlier_move(tmp_path):
+    """--no-resume moves the old checkpoints to checkpoints.previous-<time>; a name already taken
+    (an earlier run in the same second) gets a suffix, and nothing is lost."""
+    args = ("train", "examples/fashion_mnist_mlp.yaml", "--set", f"run_dir={tmp_path}",
+            "--set", "data.train.limit=256", "--set", "data.eval.limit=256", "--set",
+            "train.epochs=1", "--quiet")
+    assert ctrain(*args).returncode == 0
+    import time
+    now = int(time.time())
+    for t in range(now, now + 30):  # taken names, each holding a file
+        os.makedirs(tmp_path / f"checkpoints.previous-{t}")
+        (tmp_path / f"checkpoints.previous-{t}" / "keep").write_text("x")
+    r = ctrain(*args, "--no-resume")
+    assert r.returncode == 0, r.stderr
+    moved = [p for p in os.listdir(tmp_path) if re.fullmatch(r"checkpoints\.previous-\d+\.1", p)]
+    assert len(moved) == 1 and os.listdir(tmp_path / moved[0]), os.listdir(tmp_path)
+    assert all((tmp_path / f"checkpoints.previous-{t}" / "keep").exists()
+               for t in range(now, now + 30))
