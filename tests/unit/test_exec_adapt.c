@@ -46,6 +46,20 @@ Test(exec_adapt, a_slowed_pool_goes_solo) {
     cr_expect_eq(a.switches, 1);
 }
 
+/* A pool slowed 20x (a part waits a time slice on a descheduled thread): after the first probes
+ * the time lost to probing it again stays within 5% of the run time. */
+Test(exec_adapt, probes_of_a_much_slower_pool_stay_cheap) {
+    ct__exec_adapt a;
+    ct__exec_adapt_init(&a);
+    drive(&a, 1000, 20.0, 1.0);
+    cr_assert_eq(a.chosen, CT__RUN_SOLO);
+    int64_t before = a.runs[CT__RUN_PARALLEL];
+    int64_t solo = drive(&a, 50000, 20.0, 1.0);
+    double spent = (double)solo + 20.0 * (double)(50000 - solo);
+    cr_expect_lt(spent, 1.05 * 50000.0, "%.0f run-times for 50000 solo runs' work (%lld probes)",
+                 spent, (long long)(a.runs[CT__RUN_PARALLEL] - before));
+}
+
 /* The machine changes: the pool slows down (a window later the executor probes and goes solo),
  * then the other process ends (a later probe brings the pool back). A probe that wins by less
  * than the margin does not switch. */

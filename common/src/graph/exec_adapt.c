@@ -12,17 +12,20 @@
  * median (robust to the odd slow step) is that mode's time. The first window is a warm-up and
  * counts for nothing. The mode in use (parallel at first) is probed against the other one
  * window at a time: right after the warm-up, then after gaps that double each time the probe
- * loses (up to CT__ADAPT_MAX_GAP windows, so a probe costs under 1% of the runs on a quiet
- * machine; a probe stops as soon as more than half of its window was slower, since its median
+ * loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost probe cost more than
+ * CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can be 10x the solo
+ * ones); a probe stops as soon as more than half of its window was slower, since its median
  * then cannot win), and at once when the mode in use gets CT__ADAPT_CHANGED times slower than its
  * last window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes over. Both
  * modes compute the same bits: parts are added in part order whichever thread runs them. */
+#include <math.h>
 #include <stdio.h>
 
 #include "graph/exec_impl.h"
 
 #define CT__ADAPT_MIN_GAP 2   /* windows in a mode before the first probe of the other */
-#define CT__ADAPT_MAX_GAP 128 /* at most this many windows between probes */
+#define CT__ADAPT_MAX_GAP 512 /* at most this many windows between probes */
+#define CT__ADAPT_BUDGET 0.05 /* lost probes cost at most this share of the time between them */
 #define CT__ADAPT_MARGIN 0.97 /* a probe wins when its median is below this share */
 #define CT__ADAPT_CHANGED 1.3 /* a mode this much slower than its last window: probe now */
 
@@ -66,9 +69,13 @@ static void probe_window(ct__exec_adapt *a, double m) {
         a->chosen = a->mode;
         a->switches++;
         a->gap = CT__ADAPT_MIN_GAP;
-    } else {
-        a->gap = a->gap * 2 > CT__ADAPT_MAX_GAP ? CT__ADAPT_MAX_GAP : a->gap * 2;
+    } else { /* double the gap, and more when the probe was costly (a slowed pool's runs can
+              * be 10x the solo ones: the time lost must stay within the budget) */
+        double base = CT__ADAPT_BUDGET * a->median[a->chosen] * CT__ADAPT_WINDOW;
+        double gap = fmax(2.0 * a->gap, base > 0.0 ? ceil(a->probe_cost / base) : 0.0);
+        a->gap = gap < CT__ADAPT_MAX_GAP ? (int)gap : CT__ADAPT_MAX_GAP;
     }
+    a->probe_cost = 0.0;
     a->probe_in = a->gap;
     a->mode = a->chosen;
 }
@@ -78,6 +85,7 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->times[a->filled++] = seconds;
     const int probing = !a->warmup && a->mode != a->chosen;
     a->slow += probing && seconds >= CT__ADAPT_MARGIN * a->median[a->chosen];
+    a->probe_cost += probing ? seconds - a->median[a->chosen] : 0.0;
     if (a->slow > CT__ADAPT_WINDOW / 2) { /* its median cannot win: stop paying for it */
         probe_window(a, seconds);
         return;

@@ -26,13 +26,14 @@ enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
 
 /* exec_adapt.c's state: run times per window, each mode's last median, when to probe. */
 typedef struct ct__exec_adapt {
-    int mode;     /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
-    int chosen;   /* the mode in use between probes */
-    int warmup;   /* 1 during the first window (not counted) */
-    int filled;   /* run times in `times` */
-    int slow;     /* runs of the probe in progress not faster than the chosen mode's median */
-    int gap;      /* windows between probes, doubled after each lost probe */
-    int probe_in; /* windows of the chosen mode left before the next probe */
+    int mode;          /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
+    int chosen;        /* the mode in use between probes */
+    int warmup;        /* 1 during the first window (not counted) */
+    int filled;        /* run times in `times` */
+    int slow;          /* runs of the probe in progress not faster than the chosen mode's median */
+    double probe_cost; /* seconds the probe in progress took beyond the chosen mode's median */
+    int gap;           /* windows between probes, doubled after each lost probe */
+    int probe_in;      /* windows of the chosen mode left before the next probe */
     double times[CT__ADAPT_WINDOW];
     double median[2]; /* per mode, its last window's median run time; 0: not measured */
     int64_t runs[2];  /* runs per mode */
