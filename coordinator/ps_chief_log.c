@@ -125,7 +125,7 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     if (!isnan(test_loss)) {
         ct__run_scalar scalars[] = {{"loss", test_loss}, {"accuracy", test_acc}};
         ct__run_log_scalars(c->log, CT__RUN_LOG_VALIDATION, c->step, scalars, 2);
-        ct__run_log_flush(c->log);
+        ct__run_log_sync(c->log);
     }
     ct__run_log_metrics(c->log,
                         "{\"step\": %lld, \"epoch\": %lld, \"end_of_epoch\": true, \"epoch_loss\": "

@@ -50,7 +50,7 @@ static ct_status evaluate_one(ct_trainer *t, ct_loader *eval, const char *path, 
         r->reached_final = m->total_steps > 0 && m->step >= m->total_steps;
         if (ev && (st = ct_events_scalar(ev, "loss", m->step, loss, err)) == CT_OK &&
             (st = ct_events_scalar(ev, "accuracy", m->step, acc, err)) == CT_OK) {
-            st = ct_events_flush(ev, err);
+            st = ct_events_sync(ev, err);
         }
         if (o->on_evaluation) {
             ct_evaluation e = {.step = m->step,

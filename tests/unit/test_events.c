@@ -296,6 +296,75 @@ Test(events, scalars_histogram_text_round_trip) {
     free(ef.bytes);
 }
 
+/* 20000 values over 40 orders of magnitude, both signs, zeros and values exactly on the default
+ * limits: every one is counted in the bucket (limit[i-1], limit[i]], checked against the
+ * definition. */
+Test(events, histogram_buckets_over_every_magnitude) {
+    enum { N = 20000 };
+    static float vals[N];
+    static double tf[2000];
+    int n_tf = tf_limits(tf);
+    uint64_t r = 12345;
+    for (int k = 0; k < N; k++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(r >> 11) / 9007199254740992.0;
+        double mag = pow(10.0, -15.0 + 40.0 * u);
+        vals[k] = (float)(k % 3 == 0 ? -mag : mag);
+        if (k % 50 == 0) {
+            vals[k] = (float)tf[(r >> 7) % (uint64_t)n_tf]; /* a limit itself (as a float) */
+        }
+        if (k % 97 == 0) {
+            vals[k] = 0.0f;
+        }
+    }
+    ct_err err = {0};
+    ct_events *w = NULL;
+    cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_events_histogram(w, "h", 1, vals, N, &err), CT_OK, "%s", err.msg);
+    const char *path = ct_events_path(w);
+    ct_events_destroy(w);
+    test_records ef;
+    test_read_records(path, &ef);
+    static histo h;
+    read_histo(event_value(ef.rec[1]), &h);
+    static double want[2000];
+    memset(want, 0, sizeof want);
+    for (int k = 0; k < N; k++) { /* the definition: the first output limit >= x */
+        double x = vals[k];
+        if (!isfinite(x)) {
+            continue;
+        }
+        int i = 0;
+        while (i < h.n - 1 && h.limit[i] < x) {
+            i++;
+        }
+        want[i] += 1.0;
+    }
+    for (int i = 0; i < h.n; i++) {
+        cr_expect_eq(h.count[i], want[i], "bucket %d (limit %g): %g, want %g", i, h.limit[i],
+                     h.count[i], want[i]);
+    }
+    free(ef.bytes);
+}
+
+/* flush makes a record readable; sync also puts it on the disk (an fsync), with the same checks */
+Test(events, flush_and_sync) {
+    ct_err err = {0};
+    ct_events *w = NULL;
+    cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
+    const char *path = ct_events_path(w);
+    test_records ef;
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(ct_events_scalar(w, "loss", k, 0.5, &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(k ? ct_events_sync(w, &err) : ct_events_flush(w, &err), CT_OK, "%s", err.msg);
+        test_read_records(path, &ef);
+        cr_expect_eq(ef.n, 2 + k, "after %s", k ? "sync" : "flush");
+        free(ef.bytes);
+    }
+    ct_events_destroy(w);
+    cr_expect_eq(ct_events_sync(NULL, &err), CT_EINVAL);
+}
+
 Test(events, graph) {
     ct_err err = {0};
     test_graph tg = test_graph_open(0);

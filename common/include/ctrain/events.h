@@ -54,8 +54,12 @@ CT_API ct_status ct_events_text(ct_events *w, const char *tag, int64_t step, con
  * "dtype" (a string, "f32"). g is only read. */
 CT_API ct_status ct_events_graph(ct_events *w, const struct ct_graph *g, ct_err *err);
 
-/* Writes the buffered records to the file and fsyncs it. Returns CT_EIO naming the file. */
+/* Writes the buffered records to the file (readers see them; a crash of the process loses
+ * nothing, a crash of the machine may). Returns CT_EIO naming the file. */
 CT_API ct_status ct_events_flush(ct_events *w, ct_err *err);
+/* ct_events_flush, then fsync: the records are on the disk. An fsync costs milliseconds on some
+ * disks: a trainer flushes every logging interval and syncs at the end of an epoch. */
+CT_API ct_status ct_events_sync(ct_events *w, ct_err *err);
 
 /* Flushes, closes and frees the writer; accepts NULL. Errors are dropped: call ct_events_flush
  * first to learn whether the last records reached the disk. */

@@ -160,20 +160,29 @@ void ct__run_log_graph(ct__run_log *log, const struct ct_graph *g) {
     }
 }
 
-void ct__run_log_flush(ct__run_log *log) {
+/* Flushes the runs written to since their last flush or sync (and syncs them all with sync). */
+static void flush_runs(ct__run_log *log, int sync) {
     ct_err err = {0};
-    if (log && log->train && log->train_dirty) {
-        log->train_dirty = 0;
-        if (ct_events_flush(log->train, &err) != CT_OK) {
+    ct_events *runs[2] = {log ? log->train : NULL, log ? log->validation : NULL};
+    int *dirty[2] = {log ? &log->train_dirty : NULL, log ? &log->validation_dirty : NULL};
+    for (int k = 0; k < 2; k++) {
+        if (!runs[k] || !(*dirty[k] || sync)) {
+            continue;
+        }
+        *dirty[k] = 0;
+        if ((sync ? ct_events_sync(runs[k], &err) : ct_events_flush(runs[k], &err)) != CT_OK) {
             fail(log, &err, 0);
+            return;
         }
     }
-    if (log && log->validation && log->validation_dirty) {
-        log->validation_dirty = 0;
-        if (ct_events_flush(log->validation, &err) != CT_OK) {
-            fail(log, &err, 0);
-        }
-    }
+}
+
+void ct__run_log_flush(ct__run_log *log) {
+    flush_runs(log, 0);
+}
+
+void ct__run_log_sync(ct__run_log *log) {
+    flush_runs(log, 1);
 }
 
 void ct__run_log_metrics(ct__run_log *log, const char *fmt, ...) {

@@ -73,9 +73,11 @@ void ct__run_log_histogram(ct__run_log *log, const char *tag, int64_t step, cons
 /* The graph g (only read) for TensorBoard's Graphs dashboard, in train/. */
 void ct__run_log_graph(ct__run_log *log, const struct ct_graph *g);
 
-/* Writes the event records buffered since the last flush to their files and fsyncs them (only
- * the event files written to since then: an idle validation run is not synced every step). */
+/* Writes the event records buffered since the last flush to their files (only the event files
+ * written to since then), without an fsync: every logging interval. */
 void ct__run_log_flush(ct__run_log *log);
+/* As ct__run_log_flush, then fsync every TensorBoard run (the end of an epoch). */
+void ct__run_log_sync(ct__run_log *log);
 
 /* Appends one line to metrics.jsonl: the printf-style `fmt` (a JSON object, without the newline)
  * and a newline, flushed to the file at once (a reader tailing it sees whole lines). */

@@ -111,4 +111,5 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                         "%.9g, \"epoch_seconds\": %.6g, \"input_wait_fraction\": %.6g}",
                         (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss,
                         p->test_accuracy, p->epoch_seconds, p->input_wait_fraction);
+    ct__run_log_sync(t->log); /* the epoch's events on the disk (every step: only flushed) */
 }
