@@ -321,7 +321,8 @@ Test(events, histogram_buckets_over_every_magnitude) {
     ct_events *w = NULL;
     cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_events_histogram(w, "h", 1, vals, N, &err), CT_OK, "%s", err.msg);
-    const char *path = ct_events_path(w);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", ct_events_path(w));
     ct_events_destroy(w);
     test_records ef;
     test_read_records(path, &ef);
