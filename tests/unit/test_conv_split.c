@@ -14,14 +14,12 @@
 #include "ctrain/optim.h"
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
-
-#define S(...)                                                                                     \
-    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
+#include "helpers.h"
 
 static ct_backend *be;
 
 static void setup(void) {
-    cr_assert_eq(ct_backend_cpu_create(1, &be, NULL), CT_OK);
+    be = test_cpu_backend();
 }
 
 static void teardown(void) {
