@@ -60,6 +60,22 @@ static inline vec fmadd(vec acc, float s, vec b) {
 #endif
 }
 
+/* max(y, 0), which is relu's y > 0 ? y : 0 for every y (NaN and -0 give +0: the vector max
+ * returns its second operand when they compare unordered or equal). */
+static inline vec relu_vec(vec y) {
+#if defined(__AVX512F__)
+    return _mm512_max_ps(y, _mm512_setzero_ps());
+#elif defined(__AVX__)
+    return _mm256_max_ps(y, _mm256_setzero_ps());
+#else
+    vec r;
+    for (int k = 0; k < VEC; k++) {
+        r[k] = y[k] > 0.0f ? y[k] : 0.0f;
+    }
+    return r;
+#endif
+}
+
 typedef struct conv_geom {
     int64_t batch, in_h, in_w, in_c;
     int64_t k_h, k_w, out_c;
@@ -168,6 +184,13 @@ static void transpose_filter(const conv_geom *g, const float *w, float *wt) {
     }
 }
 
+/* The forward's fused epilogue (graph mode makes it, common/src/graph/compile.c): y + bias
+ * [OC], then relu when set; no bias: none. */
+typedef struct epilogue_args {
+    const float *bias;
+    int relu;
+} epilogue_args;
+
 /* One microkernel call: acc[i][column] = sum over j1 < n.j1, j2 < n.j2, k < n.k of
  * a[i * a.row + j1 * a.j1 + j2 * a.j2 + k * a.k] * b[j1 * b.j1 + j2 * b.j2 + k * b.k + column],
  * stored into (or, with c.add, added to) c[i * c.row + column] for columns [0, c.cols). Rows of
@@ -185,6 +208,8 @@ typedef struct target {
     float *data;
     int64_t row, cols;
     int add;
+    const float *bias; /* the epilogue on a store (add == 0): + bias[column], then relu */
+    int relu;
 } target;
 
 typedef struct tile_args {
@@ -192,6 +217,29 @@ typedef struct tile_args {
     sum_counts n;
     target c;
 } tile_args;
+
+/* The forward's fused epilogue on a tile's accumulators, before they are stored: + bias of
+ * the tile's `cols` columns, then max(., 0) when relu. A partial last vector reads only the
+ * bias it has (the rest of the row is never stored). */
+static inline __attribute__((always_inline)) void
+epilogue(vec acc[][2], int R, int NV, const float *bias, int64_t cols, int relu) {
+    vec b[2];
+    if (cols == NV * VEC) {
+        b[0] = *(const vec *)bias;
+        b[1] = NV > 1 ? *(const vec *)(bias + VEC) : b[0];
+    } else {
+        float part[2 * VEC] = {0};
+        memcpy(part, bias, (size_t)cols * sizeof(float));
+        memcpy(b, part, sizeof b);
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < R; i++) {
+        for (int v = 0; v < NV; v++) {
+            vec y = acc[i][v] + b[v];
+            acc[i][v] = relu ? relu_vec(y) : y;
+        }
+    }
+}
 
 /* R rows by NV vectors, both compile-time constants after inlining, so the accumulators live
  * in registers. */
@@ -218,6 +266,9 @@ static inline __attribute__((always_inline)) void tile(const tile_args *t, int R
                 }
             }
         }
+    }
+    if (t->c.bias) {
+        epilogue(acc, R, NV, t->c.bias, t->c.cols, t->c.relu);
     }
     for (int i = 0; i < R; i++) {
         float *c = t->c.data + i * t->c.row, part[2 * VEC];
@@ -289,18 +340,20 @@ static int64_t column_block(int64_t col0, int64_t cols, int64_t *ret_width) {
 /* y[n, oh, ow, oc] = sum over (kh, kw, c) of src[n, oh*sh + kh, ow*sw + kw, c] *
  * w[kh, kw, c, oc]; w has rows of w_ld >= out_c floats. Tiles: a run of output pixels of one
  * row by up to 2 vectors of output channels. */
-static void forward(const conv_geom *g, grid src, const float *w, int64_t w_ld, float *y) {
+static void forward(const conv_geom *g, grid src, const float *w, int64_t w_ld,
+                    const epilogue_args *ep, float *y) {
     const int64_t C = g->in_c, OC = g->out_c, chunks = chunk_count(g->out_w);
     tile_args t = {.a = {.row = g->stride_w * C, .j1 = src.cols * C, .j2 = C, .k = 1},
                    .b = {.j1 = g->k_w * C * w_ld, .j2 = C * w_ld, .k = w_ld},
                    .n = {.j1 = g->k_h, .j2 = g->k_w, .k = C},
-                   .c = {.row = OC, .add = 0}};
+                   .c = {.row = OC, .add = 0, .relu = ep->relu}};
     for (int64_t n = 0; n < g->batch; n++) {
         for (int64_t oh = 0; oh < g->out_h; oh++) {
             float *out_row = y + (n * g->out_h + oh) * g->out_w * OC;
             for (int64_t oc0 = 0; oc0 < OC; oc0 += 2 * VEC) {
                 int64_t vecs = column_block(oc0, OC, &t.c.cols);
                 t.b.data = w + oc0;
+                t.c.bias = ep->bias ? ep->bias + oc0 : NULL;
                 for (int64_t ch = 0; ch < chunks; ch++) {
                     int64_t ow0 = g->out_w * ch / chunks, ow1 = g->out_w * (ch + 1) / chunks;
                     t.a.data = grid_at(src, n, oh * g->stride_h, ow0 * g->stride_w);
@@ -390,6 +443,20 @@ static float *shared_scratch(const ct_node *n, int64_t floats) {
     return CT__F32(&n->aux) + ct_tensor_numel(&n->aux) - floats;
 }
 
+/* The epilogue of a 1x1 convolution, after its GEMM: y [pixels, OC]. */
+static void pointwise_epilogue(const epilogue_args *ep, int64_t pixels, int64_t out_c, float *y) {
+    if (!ep->bias) {
+        return;
+    }
+    for (int64_t p = 0; p < pixels; p++) {
+        float *row = y + p * out_c;
+        for (int64_t c = 0; c < out_c; c++) {
+            float v = row[c] + ep->bias[c];
+            row[c] = ep->relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
+    }
+}
+
 /* (x [N,H,W,C], w [KH,KW,C,OC]) -> y [N,OH,OW,OC]; aux: the padded x grid when the windows
  * reach outside x (the filter gradient reads it), then w with padded rows when OC is not a
  * multiple of CHANNEL_PAD (at the end of aux). */
@@ -398,12 +465,14 @@ void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     conv_geom g = geometry(&in[0]->out.shape, &in[1]->out.shape, &n->out.shape, &n->attrs);
     const float *x = CT__F32(&in[0]->out), *w = CT__F32(&in[1]->out);
     float *y = CT__F32(&n->out), *aux = CT__F32(&n->aux);
+    epilogue_args ep = {n->n_in == 3 ? CT__F32(&in[2]->out) : NULL, (int)n->attrs.i[5]};
     if (g.batch * g.out_h * g.out_w == 0) {
         return;
     }
     if (is_pointwise(&g)) {
         ct__sgemm(0, 0, g.batch * g.out_h * g.out_w, g.out_c, g.in_c, 1.0f, x, g.in_c, w, g.out_c,
                   0.0f, y, g.out_c);
+        pointwise_epilogue(&ep, g.batch * g.out_h * g.out_w, g.out_c, y);
         return;
     }
     grid src = {(float *)x, g.in_h, g.in_w, g.in_c};
@@ -419,7 +488,7 @@ void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
         pad_columns(w, g.k_h * g.k_w * g.in_c, g.out_c, padded_w);
         w = padded_w;
     }
-    forward(&g, src, w, w_ld, y);
+    forward(&g, src, w, w_ld, &ep, y);
 }
 
 /* (dy, w, forward node) -> dx [N,H,W,C]; aux: the padded dx grid when the windows reach

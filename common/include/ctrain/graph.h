@@ -165,6 +165,7 @@ typedef struct ct_graph_stats {
     int nodes_in, nodes_out;
     int folded, merged, removed, simplified; /* nodes changed by each pass */
     int fused_groups, fused_ops;             /* FUSED nodes made, ops they replaced */
+    int conv_epilogues;                      /* bias adds (and relus) run in a conv's epilogue */
     int64_t bytes_unplanned;                 /* every intermediate in its own buffer */
     int64_t bytes_planned;                   /* the arena after liveness planning */
     int in_place;                            /* outputs written over a dying input */

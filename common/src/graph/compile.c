@@ -14,6 +14,7 @@ typedef struct pass {
     int *map;         /* src id -> dst id (-1: dropped) */
     const char *keep; /* src ids the caller reads */
     int *uses;        /* src id -> number of consumers (+1 when kept) */
+    int *epi;         /* src id -> the node where its conv epilogue is emitted, -1: none */
     ct_graph_stats *st;
 } pass;
 
@@ -263,13 +264,13 @@ static int64_t period_of(const ct_shape *s, const ct_shape *it) {
 }
 
 /* 1 when node i (in g) can run inside a fused loop over its own output shape. */
-static int fusable(ct_graph *g, int i) {
-    const ct_node *n = ct_graph_node(g, i);
-    if (!ewise_arity(n->op) || !ct__node_pure(n) || n->out.dtype != CT_F32) {
+static int fusable(const pass *p, int i) {
+    const ct_node *n = ct_graph_node(p->src, i);
+    if (!ewise_arity(n->op) || !ct__node_pure(n) || n->out.dtype != CT_F32 || p->epi[i] >= 0) {
         return 0;
     }
     for (int k = 0; k < n->n_in; k++) {
-        const ct_node *x = ct_graph_node(g, n->in[k]);
+        const ct_node *x = ct_graph_node(p->src, n->in[k]);
         if (x->out.dtype != CT_F32 || period_of(&x->out.shape, &n->out.shape) < 0) {
             return 0;
         }
@@ -294,7 +295,7 @@ static int absorb(pass *p, group *gr, int i, const ct_shape *it, char *taken) {
     for (int k = 0; k < n->n_in; k++) {
         int q = n->in[k];
         const ct_node *x = ct_graph_node(p->src, q);
-        if (!taken[q] && p->uses[q] == 1 && !p->keep[q] && fusable(p->src, q) &&
+        if (!taken[q] && p->uses[q] == 1 && !p->keep[q] && fusable(p, q) &&
             ct_shape_equal(&x->out.shape, it)) {
             int saved = gr->n_members;
             if (absorb(p, gr, q, it, taken) < 0) {
@@ -389,7 +390,7 @@ static ct_status plan_fusion(pass *p, int *root, group **ret_groups, int *ret_n,
     }
     int n_groups = 0;
     for (int i = n - 1; i >= 0; i--) {
-        if (taken[i] || !fusable(p->src, i)) {
+        if (taken[i] || !fusable(p, i)) {
             continue;
         }
         group *gr = &groups[n_groups];
@@ -442,6 +443,95 @@ static int emit_group(pass *p, const group *gr, int sum) {
     return ct__graph_add_fused(p->dst, in, &prog);
 }
 
+/* ---- convolution epilogues ---- */
+
+/* 1 when input k of node j only names a forward convolution for its attributes, shape and aux
+ * (a gradient's forward-node input), not for its output. */
+static int names_forward_conv(const ct_node *j, int k) {
+    return (j->op == CT_OP_CONV2D_GRAD_INPUT && k == 2) ||
+           (j->op == CT_OP_CONV2D_GRAD_FILTER && k == 1);
+}
+
+/* The only node that reads src node i's value, or -1 (none, several, or kept). */
+static int only_reader(const pass *p, int i) {
+    int reader = -1, n = ct_graph_size(p->src);
+    if (p->keep[i]) {
+        return -1;
+    }
+    for (int j = i + 1; j < n; j++) {
+        const ct_node *node = ct_graph_node(p->src, j);
+        for (int k = 0; k < node->n_in; k++) {
+            if (node->in[k] == i && !names_forward_conv(node, k)) {
+                if (reader >= 0) {
+                    return -1;
+                }
+                reader = j;
+            }
+        }
+    }
+    return reader;
+}
+
+static int plain_output(const ct_node *n) {
+    return !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE));
+}
+
+/* A conv2d (x, w) whose value only a bias add reads (y + b, b with OC elements), maybe through
+ * a relu that is the add's only reader, runs the add and the relu in the epilogue of its output
+ * tiles: the fused conv is emitted at the last of them, and p->epi of all three names it. The
+ * gradients read relu's output (RELU_GRAD), the conv's aux and attributes, never the sum before
+ * the relu, so the sum need not exist. Saves one pass over the conv's output per op (measured
+ * on the seed CNN: ~0.9 ms of a 19 ms step on 2 threads). */
+static void plan_epilogues(pass *p) {
+    int n = ct_graph_size(p->src);
+    for (int c = 0; c < n; c++) {
+        const ct_node *conv = ct_graph_node(p->src, c);
+        if (conv->op != CT_OP_CONV2D || conv->n_in != 2 || !plain_output(conv)) {
+            continue;
+        }
+        int a = only_reader(p, c);
+        const ct_node *add = a >= 0 ? ct_graph_node(p->src, a) : NULL;
+        if (!add || add->op != CT_OP_ADD || add->in[0] != c || add->in[1] == c ||
+            !plain_output(add) || !ct_shape_equal(&add->out.shape, &conv->out.shape)) {
+            continue;
+        }
+        const ct_node *bias = ct_graph_node(p->src, add->in[1]);
+        int64_t oc = conv->out.shape.dims[3];
+        if (bias->out.dtype != CT_F32 || ct_tensor_numel(&bias->out) != oc ||
+            period_of(&bias->out.shape, &conv->out.shape) != oc) {
+            continue;
+        }
+        int r = only_reader(p, a), root = a;
+        if (r >= 0 && ct_graph_node(p->src, r)->op == CT_OP_RELU &&
+            plain_output(ct_graph_node(p->src, r))) {
+            root = r;
+            p->epi[r] = root;
+        }
+        p->epi[c] = p->epi[a] = root;
+    }
+}
+
+/* Emits the conv with its epilogue for the group that ends at src node `root`. */
+static int emit_epilogue(pass *p, int root) {
+    int conv = -1, add = -1;
+    for (int j = 0; j <= root; j++) {
+        if (p->epi[j] == root) {
+            int op = ct_graph_node(p->src, j)->op;
+            conv = op == CT_OP_CONV2D ? j : conv;
+            add = op == CT_OP_ADD ? j : add;
+        }
+    }
+    CT_ASSERT(conv >= 0 && add >= 0);
+    const ct_node *cn = ct_graph_node(p->src, conv);
+    int in[3] = {p->map[cn->in[0]], p->map[cn->in[1]], p->map[ct_graph_node(p->src, add)->in[1]]};
+    ct_attrs at = cn->attrs;
+    at.i[5] = ct_graph_node(p->src, root)->op == CT_OP_RELU;
+    int id = ct_graph_add(p->dst, CT_OP_CONV2D, 3, in, &at);
+    p->map[conv] = p->map[add] = id;
+    p->st->conv_epilogues++;
+    return id;
+}
+
 /* ---- the driver ---- */
 
 enum { STEP_DCE, STEP_FOLD_CSE_SIMPLIFY, STEP_FUSE, STEP_COPY };
@@ -452,14 +542,18 @@ static ct_status run_pass(ct_graph *src, int step, unsigned passes, char *keep, 
     pass p = {.src = src, .keep = keep, .st = st};
     p.map = malloc((size_t)(n ? n : 1) * sizeof *p.map);
     p.uses = malloc((size_t)(n ? n : 1) * sizeof *p.uses);
+    p.epi = malloc((size_t)(n ? n : 1) * sizeof *p.epi);
     char *live = calloc((size_t)(n ? n : 1), 1);
     int *root = malloc((size_t)(n ? n : 1) * sizeof *root);
     group *groups = NULL;
     int n_groups = 0;
     ct_status s = CT_OK;
-    if (!p.map || !p.uses || !live || !root) {
+    if (!p.map || !p.uses || !p.epi || !live || !root) {
         s = ct_err_set(err, CT_ENOMEM, "graph: out of memory");
         goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        p.epi[i] = -1;
     }
     count_uses(src, keep, p.uses);
     if ((s = graph_like(src, &p.dst, err)) != CT_OK) {
@@ -468,8 +562,11 @@ static ct_status run_pass(ct_graph *src, int step, unsigned passes, char *keep, 
     if (step == STEP_DCE) {
         mark_live(&p, live);
     }
-    if (step == STEP_FUSE && (s = plan_fusion(&p, root, &groups, &n_groups, err)) != CT_OK) {
-        goto done;
+    if (step == STEP_FUSE) {
+        plan_epilogues(&p);
+        if ((s = plan_fusion(&p, root, &groups, &n_groups, err)) != CT_OK) {
+            goto done;
+        }
     }
     for (int i = 0; i < n && ct_graph_status(p.dst, NULL) == CT_OK; i++) {
         const ct_node *node = ct_graph_node(src, i);
@@ -478,6 +575,12 @@ static ct_status run_pass(ct_graph *src, int step, unsigned passes, char *keep, 
         if (step == STEP_DCE && !live[i]) {
             st->removed++;
             continue;
+        }
+        if (p.epi[i] >= 0) {
+            if (p.epi[i] == i) {
+                p.map[i] = emit_epilogue(&p, i);
+            }
+            continue; /* the conv and the add: mapped when their epilogue is emitted */
         }
         if (step == STEP_FUSE && root[i] >= 0) {
             if (root[i] != i) {
@@ -521,6 +624,7 @@ static ct_status run_pass(ct_graph *src, int step, unsigned passes, char *keep, 
 done:
     free(p.map);
     free(p.uses);
+    free(p.epi);
     free(live);
     free(root);
     free(groups);

@@ -15,6 +15,7 @@
 enum {
     CONV_PAD_TOP = 3,
     CONV_PAD_LEFT = 4,
+    CONV_RELU = 5, /* with a bias input: relu(conv + bias) (graph mode's epilogue fusion) */
     POOL_PAD_TOP = 5,
     POOL_PAD_LEFT = 6,
 };
@@ -145,6 +146,13 @@ int ct__shape_conv2d(ct_graph *g, ct_node *n, ct_node *const *in) {
     n->attrs.i[CONV_PAD_LEFT] = pad_left;
     ct_shape out = {.rank = 4, .dims = {x->dims[0], oh, ow, w->dims[3]}};
     ct_tensor_set_shape(&n->out, CT_F32, &out);
+    if (n->n_in == 3 &&
+        (in[2]->out.dtype != CT_F32 || ct_tensor_numel(&in[2]->out) != out.dims[3])) {
+        char sb[96];
+        return ct_graph_fail(g, CT_ESHAPE, "conv2d: bias %s must be f32 with %lld elements",
+                             ct_shape_str(&in[2]->out.shape, sb, sizeof sb),
+                             (long long)out.dims[3]);
+    }
     if (!conv_is_pointwise(w, &n->attrs)) {
         /* The padded input grid (which the filter gradient reads back), then the filter with
          * padded rows when OC needs it. */
@@ -157,6 +165,8 @@ int ct__shape_conv2d(ct_graph *g, ct_node *n, ct_node *const *in) {
 
 void ct__grad_conv2d(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
     ct_node n = *ct_graph_node(g, node);
+    /* The epilogue form (x, w, bias) exists only in compiled graphs, after autodiff. */
+    CT_ASSERT(n.n_in == 2);
     if (need[1]) {
         ret_dx[1] = ct__add3(g, CT_OP_CONV2D_GRAD_FILTER, dy, node, n.in[0], NULL);
     }
