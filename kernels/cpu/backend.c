@@ -80,6 +80,11 @@ static void cpu_set_threads(const ct_backend *be, int threads) {
     ct__gemm_set_threads(threads);
 }
 
+static void cpu_warm_up(const ct_backend *be) {
+    (void)be;
+    ct__gemm_warm_up();
+}
+
 static const ct_backend_vtable cpu_vtable = {
     .name = "CPU",
     .alloc = cpu_alloc,
@@ -91,6 +96,7 @@ static const ct_backend_vtable cpu_vtable = {
     .sgemm = cpu_sgemm,
     .add_parts = cpu_add_parts,
     .set_threads = cpu_set_threads,
+    .warm_up = cpu_warm_up,
 };
 
 ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err) {

@@ -199,7 +199,7 @@ def test_mlp_convergence(tmp_path):
     compiles = re.findall(r"^epoch (\d)/5: .* graph_compile=([\d.]+)ms", r.stdout, re.M)
     assert [e for e, _ in compiles] == ["1"], r.stdout  # the step graph is built once
     if (os.cpu_count() or 1) > 1:  # the executor's threads: steps run solo, waits for a core
-        use = re.findall(r"^epoch \d/5: .* threads=(\d+) solo_steps=(\d+)% core_wait=([\d%?,]+)$",
+        use = re.findall(r"^epoch \d/5: .* threads=(\d+) solo_steps=(\d+)% core_wait=([\d%,]+)$",
                          r.stdout, re.M)
         assert len(use) == 5 and all(int(t) >= 2 and int(s) <= 100 and len(w.split(",")) == int(t)
                                      for t, s, w in use), r.stdout

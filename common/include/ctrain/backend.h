@@ -62,6 +62,10 @@ typedef struct ct_backend_vtable {
      * may keep one setting for the whole process). be->threads at creation; the executor sets 1
      * on each of its threads while it runs, and be->threads again after. */
     void (*set_threads)(const ct_backend *be, int threads);
+    /* Does now what the backend's libraries set up on their first call (oneDNN's JIT kernels:
+     * ~20 ms), so that graph compilation, which the trainer measures and reports, pays it and
+     * not the first step. Once per process; thread-safe. NULL: nothing to do. */
+    void (*warm_up)(const ct_backend *be);
 } ct_backend_vtable;
 
 struct ct_backend {

@@ -726,6 +726,10 @@ ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep
         cur = s == CT_OK ? next : g;
     }
     ct_exec *exec = NULL;
+    const ct_backend *be = ct_graph_backend(g);
+    if (s == CT_OK && be->vt->warm_up) {
+        be->vt->warm_up(be);
+    }
     if (s == CT_OK) {
         st.nodes_out = ct_graph_size(cur);
         *ct__graph_stats(cur) = st;

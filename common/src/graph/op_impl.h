@@ -42,6 +42,9 @@ void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k
 void ct__gemm_set_threads(int threads);
 /* "oneDNN" or "OpenBLAS". */
 const char *ct__gemm_library(void);
+/* Makes the GEMM library do its one-time setup now (oneDNN generates its JIT kernels on its
+ * first call: ~20 ms); once per process, thread-safe. */
+void ct__gemm_warm_up(void);
 
 /* The aux of a CONV2D or CONV2D_GRAD_INPUT node n (filter shape w) as shape inference sized
  * it: a padded grid of *ret_per_example floats per example, then *ret_shared floats (a copy of

@@ -37,7 +37,8 @@ void ct__thread_use_report(const ct__thread_use *start, const ct__thread_use *en
     p->threads = end->threads;
     p->solo_fraction = (double)(end->solo - start->solo) / (double)runs;
     for (int k = 0; k < end->threads && k < CT_PROGRESS_THREADS; k++) {
-        int known = start->wait[k] >= 0 && end->wait[k] >= 0;
-        p->core_wait[k] = known ? (end->wait[k] - start->wait[k]) / seconds : -1.0;
+        /* a thread that had not started yet at `start` (its id unknown) had waited nothing */
+        double from = start->wait[k] >= 0 ? start->wait[k] : 0.0;
+        p->core_wait[k] = end->wait[k] >= 0 ? (end->wait[k] - from) / seconds : -1.0;
     }
 }
