@@ -138,8 +138,8 @@ int cmd_graph(int argc, char **argv) {
     printf("# nodes: %d traced, %d after passes (folded %d, merged %d, simplified %d, removed "
            "%d)\n",
            st->nodes_in, st->nodes_out, st->folded, st->merged, st->simplified, st->removed);
-    printf("# fusion: %d fused groups replacing %d ops; %d convolutions with bias (and relu) in "
-           "their epilogue\n",
+    printf("# fusion: %d fused groups replacing %d ops; %d conv epilogues (bias and relu after a "
+           "convolution, relu's gradient after an input gradient)\n",
            st->fused_groups, st->fused_ops, st->conv_epilogues);
     printf("# memory: intermediates %lld bytes unplanned, %lld bytes planned (%s; %.2fx less), "
            "%d in place\n",

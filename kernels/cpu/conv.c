@@ -138,10 +138,23 @@ static int needs_grid(const conv_geom *g) {
     return g->pad_top > 0 || g->pad_left > 0 || g->grid_h > g->in_h || g->grid_w > g->in_w;
 }
 
+/* dst[i] = mask[i] > 0 ? src[i] : 0 (relu's gradient) for i < n; a plain copy without a mask. */
+static void masked_copy(float *dst, const float *src, const float *mask, int64_t n) {
+    if (!mask) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        dst[i] = mask[i] > 0.0f ? src[i] : 0.0f;
+    }
+}
+
 /* dst = src shifted down by `top` rows and right by `left` columns (either may be negative):
  * dst[n, r, c] = src[n, r - top, c - left] where that cell exists, else 0. Both hold `images`
- * images of the same channel count. */
-static void shift_copy(grid src, grid dst, int64_t images, int64_t top, int64_t left) {
+ * images of the same channel count. With a mask (dst's layout), the copied cells are relu's
+ * gradient: dst = mask > 0 ? src : 0. */
+static void shift_copy(grid src, grid dst, int64_t images, int64_t top, int64_t left,
+                       const float *mask) {
     const size_t cell_bytes = (size_t)dst.channels * sizeof(float);
     const int64_t c0 = left > 0 ? left : 0;
     const int64_t c1 = left + src.cols < dst.cols ? left + src.cols : dst.cols;
@@ -154,8 +167,9 @@ static void shift_copy(grid src, grid dst, int64_t images, int64_t top, int64_t 
                 continue;
             }
             memset(row, 0, (size_t)c0 * cell_bytes);
-            memcpy(row + c0 * dst.channels, grid_at(src, n, src_r, c0 - left),
-                   (size_t)(c1 - c0) * cell_bytes);
+            const float *m = mask ? mask + (row - dst.data) + c0 * dst.channels : NULL;
+            masked_copy(row + c0 * dst.channels, grid_at(src, n, src_r, c0 - left), m,
+                        (c1 - c0) * dst.channels);
             memset(row + c1 * dst.channels, 0, (size_t)(dst.cols - c1) * cell_bytes);
         }
     }
@@ -400,7 +414,7 @@ static void filter_grad(const conv_geom *g, grid src, const float *dy, int64_t d
  * KW-1) would also multiply the padding's zeros, 16-40% more work on the CNN's 28x28 and 13x13
  * inputs, and a scatter tap by tap adds into dst three times as often; both were slower. */
 static void input_grad(const conv_geom *g, const float *dy, const float *wt, int64_t wt_ld,
-                       grid dst) {
+                       const float *mask, grid dst) {
     const int64_t C = g->in_c, OC = g->out_c, sh = g->stride_h, chunks = chunk_count(g->out_w);
     tile_args t = {.a = {.row = OC, .j1 = -g->out_w * OC, .k = 1},
                    .b = {.j1 = sh * g->k_w * OC * wt_ld, .k = wt_ld},
@@ -430,6 +444,10 @@ static void input_grad(const conv_geom *g, const float *dy, const float *wt, int
                         run_tile(&t, ow1 - ow0, vecs);
                     }
                 }
+            }
+            if (mask) { /* the row is complete and still in L1: relu's gradient on it */
+                float *r = grid_at(dst, n, row, 0);
+                masked_copy(r, r, mask + (r - dst.data), dst.cols * C);
             }
         }
     }
@@ -478,7 +496,7 @@ void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     grid src = {(float *)x, g.in_h, g.in_w, g.in_c};
     if (needs_grid(&g)) {
         grid padded = input_grid(&g, aux);
-        shift_copy(src, padded, g.batch, g.pad_top, g.pad_left);
+        shift_copy(src, padded, g.batch, g.pad_top, g.pad_left, NULL);
         src = padded;
     }
     int64_t w_ld = g.out_c;
@@ -491,9 +509,9 @@ void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     forward(&g, src, w, w_ld, &ep, y);
 }
 
-/* (dy, w, forward node) -> dx [N,H,W,C]; aux: the padded dx grid when the windows reach
- * outside x, then the filter transposed to [KH, KW, OC, C] with C padded to CHANNEL_PAD (at the
- * end of aux). */
+/* (dy, w, forward node[, y]) -> dx [N,H,W,C], or relu's gradient y > 0 ? dx : 0 with y; aux: the
+ * padded dx grid when the windows reach outside x, then the filter transposed to [KH, KW, OC, C]
+ * with C padded to CHANNEL_PAD (at the end of aux). */
 void ct__cpu_conv2d_grad_input(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
     conv_geom g = geometry(&n->out.shape, &in[1]->out.shape, &in[0]->out.shape, &n->attrs);
@@ -503,9 +521,14 @@ void ct__cpu_conv2d_grad_input(const ct_kctx *ctx, ct_node *n, ct_node *const *i
         memset(dx, 0, ct_tensor_bytes(&n->out));
         return;
     }
+    /* relu's gradient in the epilogue: dx = y > 0 ? dx : 0 (graph mode makes it) */
+    const float *mask = n->n_in == 4 ? CT__F32(&in[3]->out) : NULL;
     if (is_pointwise(&g)) {
         ct__sgemm(0, 1, g.batch * g.out_h * g.out_w, g.in_c, g.out_c, 1.0f, dy, g.out_c, w, g.out_c,
                   0.0f, dx, g.in_c);
+        if (mask) {
+            masked_copy(dx, dx, mask, ct_tensor_numel(&n->out));
+        }
         return;
     }
     grid dx_grid = {dx, g.in_h, g.in_w, g.in_c}, dst = dx_grid;
@@ -514,9 +537,9 @@ void ct__cpu_conv2d_grad_input(const ct_kctx *ctx, ct_node *n, ct_node *const *i
     }
     float *wt = shared_scratch(n, g.k_h * g.k_w * g.out_c * padded_channels(g.in_c));
     transpose_filter(&g, w, wt);
-    input_grad(&g, dy, wt, padded_channels(g.in_c), dst);
+    input_grad(&g, dy, wt, padded_channels(g.in_c), dst.data == dx ? mask : NULL, dst);
     if (dst.data != dx) {
-        shift_copy(dst, dx_grid, g.batch, -g.pad_top, -g.pad_left);
+        shift_copy(dst, dx_grid, g.batch, -g.pad_top, -g.pad_left, mask);
     }
 }
 

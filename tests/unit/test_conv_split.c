@@ -147,26 +147,39 @@ Test(conv_split, small_net_matches_one_thread) {
 
 enum { EB = 5, EH = 7, EW = 6, EC = 3, EOC = 24 };
 
-/* x [5,7,6,3] -> conv (kh x kw, 24 or `oc` channels, same padding) + b -> relu, or tanh
- * when !relu -> loss sum(y * k); returns y's elements and the gradients of x, w and b in out
- * (y first), and how many epilogues compilation made. */
-static int run_epilogue(int kh, int oc, int relu, unsigned passes, int threads, float *out) {
+/* x [5,7,6,3] -> conv (kh x kh, `oc` channels, same padding) + b -> relu -> conv (kh x kh, 16
+ * channels, same padding when same2: the input gradient crops a padded grid) + b2 -> relu, or tanh
+ * when !relu -> loss sum(y * k); returns y's elements and the gradients of x, w and b in out (y
+ * first), and how many epilogues compilation made: the two bias adds (and relus), and relu's
+ * gradient after the second conv's input gradient. */
+static int run_epilogue(int kh, int oc, int same2, int relu, unsigned passes, int threads,
+                        float *out) {
     enum { NX = EB * EH * EW * EC, NY = EB * EH * EW * EOC, NW = 3 * 3 * EC * EOC };
-    static float x[NX], w[NW], b[EOC], k[NY];
+    enum { OC2 = 16, NW2 = 3 * 3 * EOC * OC2, NB2 = OC2 };
+    static float x[NX], w[NW], b[EOC], k[NY], w2[NW2], b2[NB2];
     ct_rng_uniform(5, 1, 0, x, NX);
     ct_rng_uniform(5, 2, 0, w, NW);
     ct_rng_uniform(5, 3, 0, b, EOC);
     ct_rng_uniform(5, 4, 0, k, NY);
+    ct_rng_uniform(5, 5, 0, w2, NW2);
+    ct_rng_uniform(5, 6, 0, b2, NB2);
     for (int i = 0; i < NW; i++) {
         w[i] -= 0.5f; /* about half the sums below 0 */
+    }
+    for (int i = 0; i < NW2; i++) {
+        w2[i] -= 0.5f;
     }
     ct_graph *g;
     cr_assert_eq(ct_graph_create(be, 0, &g, NULL), CT_OK);
     int xi = ct_placeholder(g, CT_F32, &S(EB, EH, EW, EC), "x");
     int wi = ct_variable(g, &S(kh, kh, EC, oc), w, "w"), bi = ct_variable(g, &S(oc), b, "b");
-    int sum = ct_add(g, ct_conv2d(g, xi, wi, 1, 1, 1), bi);
+    int w2i = ct_variable(g, &S(kh, kh, oc, OC2), w2, "w2");
+    int b2i = ct_variable(g, &S(OC2), b2, "b2");
+    int y1 = ct_relu(g, ct_add(g, ct_conv2d(g, xi, wi, 1, 1, 1), bi));
+    int sum = ct_add(g, ct_conv2d(g, y1, w2i, 1, 1, same2), b2i);
     int y = relu ? ct_relu(g, sum) : ct_tanh(g, sum);
-    int loss = ct_sum(g, ct_mul(g, y, ct_constant(g, CT_F32, &S(EB, EH, EW, oc), k)), 0, 0);
+    const int64_t yh = same2 ? EH : EH - kh + 1, yw = same2 ? EW : EW - kh + 1;
+    int loss = ct_sum(g, ct_mul(g, y, ct_constant(g, CT_F32, &S(EB, yh, yw, OC2), k)), 0, 0);
     int sources[3] = {xi, wi, bi}, grads[3];
     ct_err err = {0};
     cr_assert_eq(ct_graph_gradients(g, loss, -1, 3, sources, grads, &err), CT_OK, "%s", err.msg);
@@ -180,7 +193,7 @@ static int run_epilogue(int kh, int oc, int relu, unsigned passes, int threads, 
     int epilogues = ct_graph_get_stats(cg)->conv_epilogues;
     ct_graph_bind(cg, keep[0], x);
     cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
-    const int64_t sizes[4] = {EB * EH * EW * oc, NX, kh * kh * EC * oc, oc};
+    const int64_t sizes[4] = {EB * yh * yw * OC2, NX, kh * kh * EC * oc, oc};
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(ct_graph_read(cg, keep[i + 1], out, (size_t)sizes[i] * sizeof *out, &err),
                      CT_OK, "%s", err.msg);
@@ -191,24 +204,24 @@ static int run_epilogue(int kh, int oc, int relu, unsigned passes, int threads, 
     return epilogues;
 }
 
-/* A 3x3 convolution with 24 channels (a partial SIMD vector), a 1x1 one (the GEMM path) and 16
- * channels, each with relu and with a tanh after the bias (then only the add moves into the
- * epilogue), on 1 and 2 threads: the epilogue computes the same sums as the separate bias add
- * and relu, so y and the gradients are the same bits as without fusion. */
+/* 3x3 convolutions with 24 channels (a partial SIMD vector), 1x1 ones (the GEMM path) and 16
+ * channels, the second with relu and with a tanh after the bias (then only the add moves into
+ * the epilogue), on 1 and 2 threads: the epilogues compute the same sums as the separate bias
+ * add, relu and relu gradient, so y and the gradients are the same bits as without fusion. */
 Test(conv_split, bias_and_relu_in_the_epilogue_give_the_same_bits) {
     enum { N = 2 * (EB * EH * EW * EOC) + 3 * 3 * EC * EOC + EOC + EB * EH * EW * EC };
     static float fused[N], plain[N];
-    const struct { int kh, oc; } convs[] = {{3, 24}, {1, 20}, {3, 16}};
+    const struct { int kh, oc, same2; } convs[] = {{3, 24, 0}, {1, 20, 0}, {3, 16, 1}};
     for (size_t c = 0; c < sizeof convs / sizeof convs[0]; c++) {
         for (int relu = 0; relu <= 1; relu++) {
             for (int threads = 1; threads <= 2; threads++) {
                 memset(fused, 0, sizeof fused);
                 memset(plain, 0, sizeof plain);
-                int made =
-                    run_epilogue(convs[c].kh, convs[c].oc, relu, CT_PASS_ALL, threads, fused);
-                int none = run_epilogue(convs[c].kh, convs[c].oc, relu,
+                int made = run_epilogue(convs[c].kh, convs[c].oc, convs[c].same2, relu, CT_PASS_ALL,
+                                        threads, fused);
+                int none = run_epilogue(convs[c].kh, convs[c].oc, convs[c].same2, relu,
                                         CT_PASS_ALL & ~(unsigned)CT_PASS_FUSE, threads, plain);
-                cr_expect_eq(made, 1, "%dx%d conv, %d channels: %d epilogues", convs[c].kh,
+                cr_expect_eq(made, 3, "%dx%d conv, %d channels: %d epilogues", convs[c].kh,
                              convs[c].kh, convs[c].oc, made);
                 cr_expect_eq(none, 0);
                 cr_expect_eq(memcmp(fused, plain, sizeof fused), 0,

@@ -165,22 +165,23 @@ typedef struct ct_graph_stats {
     int nodes_in, nodes_out;
     int folded, merged, removed, simplified; /* nodes changed by each pass */
     int fused_groups, fused_ops;             /* FUSED nodes made, ops they replaced */
-    int conv_epilogues;                      /* bias adds (and relus) run in a conv's epilogue */
-    int64_t bytes_unplanned;                 /* every intermediate in its own buffer */
-    int64_t bytes_planned;                   /* the arena after liveness planning */
-    int in_place;                            /* outputs written over a dying input */
-    int threads, split_nodes;                /* executor threads; nodes split across them */
-    int linked_edges;                        /* edges where part p waits only for part p */
-    int pipeline_waits;                      /* memory-reuse edges that make such a part wait
-                                              * for a whole split node or a side branch */
-    int inner_splits;                        /* x W split over k, the rows of W it updates */
-    int batch_splits;                        /* x^T dy split over k, a pipeline's example rows
-                                              * (a small weight's gradient) */
-    int conv_splits;                         /* convolutions, pools and their gradients split
-                                              * by examples (filter gradients: over k) */
-    int fused_updates;                       /* gradient writers that also run the update */
-    int deferred_updates;                    /* of those, updates queued after sibling readers */
-    int64_t update_rest;                     /* trainable floats left to APPLY_OPTIMIZER */
+    int conv_epilogues; /* convs running a bias add (and relu), or input gradients relu's gradient,
+                         * on their output tiles */
+    int64_t bytes_unplanned;  /* every intermediate in its own buffer */
+    int64_t bytes_planned;    /* the arena after liveness planning */
+    int in_place;             /* outputs written over a dying input */
+    int threads, split_nodes; /* executor threads; nodes split across them */
+    int linked_edges;         /* edges where part p waits only for part p */
+    int pipeline_waits;       /* memory-reuse edges that make such a part wait
+                               * for a whole split node or a side branch */
+    int inner_splits;         /* x W split over k, the rows of W it updates */
+    int batch_splits;         /* x^T dy split over k, a pipeline's example rows
+                               * (a small weight's gradient) */
+    int conv_splits;          /* convolutions, pools and their gradients split
+                               * by examples (filter gradients: over k) */
+    int fused_updates;        /* gradient writers that also run the update */
+    int deferred_updates;     /* of those, updates queued after sibling readers */
+    int64_t update_rest;      /* trainable floats left to APPLY_OPTIMIZER */
     /* runs so far (threads > 1): part p of a split node runs on thread p, where its rows stay
      * in cache from step to step; another thread takes it only after idling 50 us */
     int64_t pinned_parts; /* parts of split nodes run */

@@ -66,7 +66,8 @@
      * CT_NODE_ACCUMULATE (a weight gradient bound to a buffer). */                                \
     X(CONV2D, conv2d, 1) /* (x, w); i0,i1: stride; i2: same; aux: zero-padded x if needed */       \
     /* or (x, w, bias [OC]) with an epilogue, y + bias, relu'd when i5 (graph mode makes it) */    \
-    X(CONV2D_GRAD_INPUT, conv2d_grad_input, 0)   /* (dy, w, forward node); aux: w transposed */    \
+    X(CONV2D_GRAD_INPUT, conv2d_grad_input, 0) /* (dy, w, forward node); aux: w transposed */      \
+    /* or (dy, w, forward node, y): relu's gradient y > 0 ? dx : 0 (graph mode makes it) */        \
     X(CONV2D_GRAD_FILTER, conv2d_grad_filter, 0) /* (dy, forward node, x); accumulates */          \
     X(MAX_POOL, max_pool, 1) /* i0,i1: window; i2,i3: stride; i4: same; aux: i32 argmax */         \
     X(MAX_POOL_GRAD, max_pool_grad, 0) /* (dy, forward node) */                                    \

@@ -476,6 +476,27 @@ static int plain_output(const ct_node *n) {
     return !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE));
 }
 
+/* A conv2d_grad_input (dy, w, forward) whose value only relu's gradient reads (as its dy)
+ * computes that gradient as each row of dx is complete, still in L1: the relu's y becomes its
+ * fourth input. */
+static void plan_grad_epilogues(pass *p) {
+    int n = ct_graph_size(p->src);
+    for (int i = 0; i < n; i++) {
+        const ct_node *gi = ct_graph_node(p->src, i);
+        if (gi->op != CT_OP_CONV2D_GRAD_INPUT || gi->n_in != 3 || !plain_output(gi)) {
+            continue;
+        }
+        int r = only_reader(p, i);
+        const ct_node *rg = r >= 0 ? ct_graph_node(p->src, r) : NULL;
+        if (!rg || rg->op != CT_OP_RELU_GRAD || rg->in[0] != i || rg->in[1] == i ||
+            !plain_output(rg) ||
+            !ct_shape_equal(&ct_graph_node(p->src, rg->in[1])->out.shape, &gi->out.shape)) {
+            continue;
+        }
+        p->epi[i] = p->epi[r] = r;
+    }
+}
+
 /* A conv2d (x, w) whose value only a bias add reads (y + b, b with OC elements), maybe through
  * a relu that is the add's only reader, runs the add and the relu in the epilogue of its output
  * tiles: the fused conv is emitted at the last of them, and p->epi of all three names it. The
@@ -509,10 +530,24 @@ static void plan_epilogues(pass *p) {
         }
         p->epi[c] = p->epi[a] = root;
     }
+    plan_grad_epilogues(p);
+}
+
+/* Emits conv2d_grad_input (dy, w, forward, y) for relu_grad node `root`. */
+static int emit_grad_epilogue(pass *p, int root) {
+    const ct_node *rg = ct_graph_node(p->src, root), *gi = ct_graph_node(p->src, rg->in[0]);
+    int in[4] = {p->map[gi->in[0]], p->map[gi->in[1]], p->map[gi->in[2]], p->map[rg->in[1]]};
+    int id = ct_graph_add(p->dst, CT_OP_CONV2D_GRAD_INPUT, 4, in, &gi->attrs);
+    p->map[rg->in[0]] = id;
+    p->st->conv_epilogues++;
+    return id;
 }
 
 /* Emits the conv with its epilogue for the group that ends at src node `root`. */
 static int emit_epilogue(pass *p, int root) {
+    if (ct_graph_node(p->src, root)->op == CT_OP_RELU_GRAD) {
+        return emit_grad_epilogue(p, root);
+    }
     int conv = -1, add = -1;
     for (int j = 0; j <= root; j++) {
         if (p->epi[j] == root) {

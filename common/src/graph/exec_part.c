@@ -144,6 +144,9 @@ static void run_batch_part(const ct_exec *e, int i, int part, ct_node *const *in
         vins[k] = &x[k];
     }
     rows_view(&x[0].out, batch, r0, r1); /* x, or dy of a gradient */
+    if (n->op == CT_OP_CONV2D_GRAD_INPUT && n->n_in == 4) {
+        rows_view(&x[3].out, batch, r0, r1); /* relu's output, for its gradient */
+    }
     if (n->op == CT_OP_CONV2D_GRAD_FILTER) {
         rows_view(&x[2].out, batch, r0, r1);
         x[1].aux.data = aux_from(e, ins[1], r0); /* the forward's padded grid */

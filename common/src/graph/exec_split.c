@@ -58,8 +58,10 @@ static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
         return k == 0 || k == 1;
     case CT_OP_SOFTMAX_XENT_GRAD:
         return k == 1 || k == 2;
+    case CT_OP_CONV2D_GRAD_INPUT: /* (dy, w, forward node[, relu's y]): the forward node only
+                                   * gives attrs */
+        return k == 0 || k == 3;
     case CT_OP_CONV2D:
-    case CT_OP_CONV2D_GRAD_INPUT: /* (dy, w, forward node): the forward node only gives attrs */
     case CT_OP_MAX_POOL:
     case CT_OP_AVG_POOL:
     case CT_OP_AVG_POOL_GRAD: /* (dy, forward node): likewise */

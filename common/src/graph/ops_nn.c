@@ -183,6 +183,12 @@ int ct__shape_conv2d_grad_input(ct_graph *g, ct_node *n, ct_node *const *in) {
         return -1;
     }
     ct_shape x = ct__shape_of(g, fwd->in[0]), w = in[1]->out.shape;
+    if (n->n_in == 4 && (in[3]->out.dtype != CT_F32 || !ct_shape_equal(&in[3]->out.shape, &x))) {
+        char sy[96], sx[96];
+        return ct_graph_fail(g, CT_ESHAPE, "conv2d_grad_input: relu output %s must be f32 %s",
+                             ct_shape_str(&in[3]->out.shape, sy, sizeof sy),
+                             ct_shape_str(&x, sx, sizeof sx));
+    }
     ct_tensor_set_shape(&n->out, CT_F32, &x);
     if (!conv_is_pointwise(&w, &n->attrs)) {
         int64_t filter = w.dims[0] * w.dims[1] * w.dims[3] * conv_padded_channels(w.dims[2]);
