@@ -357,9 +357,11 @@ static int64_t column_block(int64_t col0, int64_t cols, int64_t *ret_width) {
 static void forward(const conv_geom *g, grid src, const float *w, int64_t w_ld,
                     const epilogue_args *ep, float *y) {
     const int64_t C = g->in_c, OC = g->out_c, chunks = chunk_count(g->out_w);
-    tile_args t = {.a = {.row = g->stride_w * C, .j1 = src.cols * C, .j2 = C, .k = 1},
-                   .b = {.j1 = g->k_w * C * w_ld, .j2 = C * w_ld, .k = w_ld},
-                   .n = {.j1 = g->k_h, .j2 = g->k_w, .k = C},
+    /* A window row's taps (kw, c) lie side by side in both the input row and the filter: one
+     * inner sum of KW * C terms (with 1 input channel, 3 terms rather than 3 sums of 1). */
+    tile_args t = {.a = {.row = g->stride_w * C, .j1 = src.cols * C, .j2 = 0, .k = 1},
+                   .b = {.j1 = g->k_w * C * w_ld, .j2 = 0, .k = w_ld},
+                   .n = {.j1 = g->k_h, .j2 = 1, .k = g->k_w * C},
                    .c = {.row = OC, .add = 0, .relu = ep->relu}};
     for (int64_t n = 0; n < g->batch; n++) {
         for (int64_t oh = 0; oh < g->out_h; oh++) {
