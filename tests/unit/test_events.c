@@ -296,8 +296,9 @@ Test(events, scalars_histogram_text_round_trip) {
     free(ef.bytes);
 }
 
-/* 20000 values over 40 orders of magnitude, both signs, zeros and values exactly on the default
- * limits: every one is counted in the bucket (limit[i-1], limit[i]], checked against the
+/* 20000 values over 40 orders of magnitude, both signs, zeros, subnormals, the largest floats
+ * and values exactly on the default limits (the writer looks buckets up by a float's top bits):
+ * every one is counted in the bucket (limit[i-1], limit[i]], checked against the
  * definition. */
 Test(events, histogram_buckets_over_every_magnitude) {
     enum { N = 20000 };
@@ -314,7 +315,10 @@ Test(events, histogram_buckets_over_every_magnitude) {
             vals[k] = (float)tf[(r >> 7) % (uint64_t)n_tf]; /* a limit itself (as a float) */
         }
         if (k % 97 == 0) {
-            vals[k] = 0.0f;
+            vals[k] = k % 2 ? -0.0f : 0.0f;
+        }
+        if (k % 89 == 0) { /* subnormal floats, and the largest ones */
+            vals[k] = k % 2 ? -1e-41f : k % 3 ? 1e-45f : (k % 5 ? 3.4e38f : -3.4e38f);
         }
     }
     ct_err err = {0};

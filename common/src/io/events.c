@@ -34,6 +34,9 @@ struct ct_events {
     double limits[MAX_LIMITS]; /* TensorFlow's default bucket limits, ascending */
     double counts[MAX_LIMITS]; /* per-call histogram scratch, parallel to limits */
     double out_limits[MAX_LIMITS], out_counts[MAX_LIMITS];
+    /* bucket_of by a float's top 16 bits (sign, exponent, 7 mantissa bits): the bucket of the
+     * lowest float with those bits; made on the first histogram, NULL before */
+    uint16_t *bucket_table;
     char path[PATH_MAX];
 };
 
@@ -244,6 +247,38 @@ static int bucket_of(const double *limits, int n, double x) {
     return lo;
 }
 
+/* The floats that share their top 16 bits span less than a factor 1 + 2^-7 (or, near 0, lie
+ * between 0 and 1e-12), so at most one limit (a factor 1.1 apart) falls among them: the bucket
+ * of a float is the table's entry for its top bits, or the next one past that entry's limit.
+ * 65536 entries cost 1-2 ms once; a value then takes a load and one comparison instead of an
+ * 11-step binary search with unpredictable branches (31 ns a value, 0.1 s per MLP epoch). */
+static uint16_t float_key(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return (uint16_t)(bits >> 16);
+}
+
+static int make_bucket_table(ct_events *w) {
+    w->bucket_table = malloc(65536 * sizeof *w->bucket_table);
+    if (!w->bucket_table) {
+        return -1;
+    }
+    for (uint32_t key = 0; key < 65536; key++) {
+        /* the lowest float with these top bits: the smallest magnitude for +, largest for - */
+        uint32_t bits = key << 16 | (key & 0x8000 ? 0xffffu : 0u);
+        float lowest;
+        memcpy(&lowest, &bits, sizeof lowest);
+        w->bucket_table[key] =
+            isfinite(lowest) ? (uint16_t)bucket_of(w->limits, w->n_limits, lowest) : 0;
+    }
+    return 0;
+}
+
+static int bucket_of_float(const ct_events *w, float x) {
+    int b = w->bucket_table[float_key(x)];
+    return b + ((double)x > w->limits[b]);
+}
+
 ct_status ct_events_histogram(ct_events *w, const char *tag, int64_t step, const float *values,
                               int64_t n, ct_err *err) {
     ct_status st = check_writer(w, "histogram", err);
@@ -256,6 +291,9 @@ ct_status ct_events_histogram(ct_events *w, const char *tag, int64_t step, const
     if (n < 0 || (n > 0 && !values)) {
         return ct_err_set(err, CT_EINVAL, "%s: histogram %s: %lld values at %p", w->path, tag,
                           (long long)n, (const void *)values);
+    }
+    if (!w->bucket_table && make_bucket_table(w) < 0) {
+        return ct_err_set(err, CT_ENOMEM, "%s: histogram %s: out of memory", w->path, tag);
     }
     Ctrain__Tb__HistogramProto h = CTRAIN__TB__HISTOGRAM_PROTO__INIT;
     memset(w->counts, 0, sizeof w->counts);
@@ -270,7 +308,7 @@ ct_status ct_events_histogram(ct_events *w, const char *tag, int64_t step, const
         h.num += 1.0;
         h.sum += x;
         h.sum_squares += x * x;
-        w->counts[bucket_of(w->limits, w->n_limits, x)] += 1.0;
+        w->counts[bucket_of_float(w, values[k])] += 1.0;
     }
     if (h.num > 0) {
         h.min = lo;
@@ -539,6 +577,7 @@ void ct_events_destroy(ct_events *w) {
         fclose(w->f);
     }
     free(w->buf);
+    free(w->bucket_table);
     free(w);
 }
 
