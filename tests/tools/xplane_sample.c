@@ -1,11 +1,12 @@
 /* Writes a known profile as an XSpace (prof/xplane_write.h) for
  * tests/integration/test_profile_xplane.py, which converts it with xprof's own converter.
- *   xplane_sample OUT_PATH
- * The profile: a worker's steps 150..169 of 10 ms each on its main thread: an input wait of 4 ms
- * (40% of the step), a matmul of 2.5 ms and a bias_add of 0.5 ms, a relu of 1 ms on an executor
- * thread, the optimizer's 1 ms, then 1 ms idle; an all-reduce bucket on the main thread overlaps
-XX's map stage runs 3 ms per step on the prefetch thread. Exit status
- * 0, or 1 with the error on stderr. */
+ *   xplane_sample OUT_PATH [INPUT_WAIT_US]
+ * The profile: a worker's steps 150..169 of 10 ms each. On the main thread, from the step's start:
+ * an input wait of INPUT_WAIT_US (1..4000, default 4000: 40% of the step), a matmul until 6.5 ms
+ * (2.5 ms after the default wait), a bias_add of 0.5 ms, then (after the relu's 1 ms on an executor
+ * thread) the optimizer's 1.8 ms, and an all-reduce bucket in the last 0.2 ms. The input
+ * pipeline's map stage runs 3 ms per step on the prefetch thread. Exit status 0, or 1 with the
+ * error on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,8 +27,9 @@ static void add(ct__prof_event *evs, int64_t *n, int64_t start, int64_t dur, int
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: xplane_sample OUT_PATH\n");
+    int64_t wait_us = argc == 3 ? strtoll(argv[2], NULL, 10) : 4000;
+    if (argc < 2 || argc > 3 || wait_us < 1 || wait_us > 4000) {
+        fprintf(stderr, "usage: xplane_sample OUT_PATH [INPUT_WAIT_US (1..4000)]\n");
         return 2;
     }
     static const ct__prof_thread threads[] = {{1000, "main"}, {1001, "exec-1"}, {1002, "prefetch"}};
@@ -38,13 +40,13 @@ int main(int argc, char **argv) {
             int64_t t = T0 + k * 10 * MS, step = FIRST_STEP + k;
             if (thread == MAIN) {
                 add(evs, &n, t, 10 * MS, step, "step", NULL, MAIN, CT__PROF_STEP);
-                add(evs, &n, t, 4 * MS, step, "input_wait", NULL, MAIN, CT__PROF_INPUT_WAIT);
-                add(evs, &n, t + 4 * MS, 2500 * US, step, "matmul", "dense1/matmul [32,784]", MAIN,
-                    CT__PROF_OP);
+                add(evs, &n, t, wait_us * US, step, "input_wait", NULL, MAIN, CT__PROF_INPUT_WAIT);
+                add(evs, &n, t + wait_us * US, 6500 * US - wait_us * US, step, "matmul",
+                    "dense1/matmul [32,784]", MAIN, CT__PROF_OP);
                 add(evs, &n, t + 6500 * US, 500 * US, step, "bias_add", "dense1/bias_add [32,128]",
                     MAIN, CT__PROF_OP);
-                add(evs, &n, t + 8 * MS, 1 * MS, step, "sgd", NULL, MAIN, CT__PROF_OPTIMIZER);
-                add(evs, &n, t + 9 * MS, 200 * US, step, "allreduce", NULL, MAIN,
+                add(evs, &n, t + 8 * MS, 1800 * US, step, "sgd", NULL, MAIN, CT__PROF_OPTIMIZER);
+                add(evs, &n, t + 9800 * US, 200 * US, step, "allreduce", NULL, MAIN,
                     CT__PROF_ALLREDUCE);
                 evs[n - 1].bytes = 401408;
             } else if (thread == EXEC) {
