@@ -275,7 +275,7 @@ static char *no_colons(arena *a, const char *s, size_t len) {
 }
 
 /* An op's stats: detail is "<node name>[ <shape>]" (prof_dump.h). Returns the count added to
- * st, or -1 when out of memory. */
+ * st; a stat is NULL (or has a NULL string) when out of memory. */
 static int op_stats(arena *a, const ct__prof_event *ev, const char *type, xstat **st) {
     const char *detail = ev->detail ? ev->detail : type;
     size_t node_len = strcspn(detail, " ");
@@ -292,12 +292,6 @@ static int op_stats(arena *a, const ct__prof_event *ev, const char *type, xstat 
     }
     if (ev->value[0] >= 0) {
         st[n++] = stat_int(a, STAT_PART, ev->value[0]);
-    }
-    for (int k = 0; k < n; k++) {
-        if (!st[k] ||
-            (st[k]->value_case == CTRAIN__XPLANE__XSTAT__VALUE_STR_VALUE && !st[k]->str_value)) {
-            return -1;
-        }
     }
     return n;
 }
@@ -318,13 +312,10 @@ static int event_stats(arena *a, const ct__prof_event *ev, const char *name, xst
         st[n++] = stat_int(a, STAT_STEP_NUM, ev->step);
         st[n++] = stat_str(a, STAT_STEP_NAME, name);
     } else if (kind == CT__PROF_OP) {
-        int k = op_stats(a, ev, name, st + n);
-        if (k < 0) {
-            return -1;
-        }
-        n += k;
+        n += op_stats(a, ev, name, st + n);
     } else if (kind == CT__PROF_OPTIMIZER) {
-        st[n++] = stat_str(a, STAT_TF_OP, arena_printf(a, "%s:optimizer", name));
+        char *clean = no_colons(a, name, strlen(name));
+        st[n++] = stat_str(a, STAT_TF_OP, clean ? arena_printf(a, "%s:optimizer", clean) : NULL);
     } else if (kind == CT__PROF_INPUT_WAIT) {
         st[n++] = stat_str(a, STAT_TF_OP, "IteratorGetNext:IteratorGetNext");
     } else if (kind == CT__PROF_ALLREDUCE && ev->value[0] >= 0) {
