@@ -7,7 +7,9 @@ thread), and xprof's own
 converter (the `xprof` package behind TensorBoard's Profile tab, pinned in scripts/setup.sh) turns
 it into the data of its tools: the trace viewer, the overview page, the input-pipeline analyzer and
 TensorFlow Stats (framework_op_stats). Our steps, op names and times and the input-wait share must
-come back. A second profile with a 0.1 ms input wait must not be called input-bound.
+come back. A second profile with a 0.1 ms input wait must not be called input-bound. A third holds
+a parameter server's plane beside the worker's: the trace viewer shows both roles, the analyses
+stay the worker's.
 
 The test skips, saying why, when xprof cannot be imported (scripts/setup.sh --tests installs it
 into build-venv/)."""
@@ -29,10 +31,10 @@ SAMPLE = os.path.join(BUILD, "tests", "xplane_sample")
 STEPS = range(150, 170)
 
 
-def write_profile(tmp_path_factory, wait_us):
+def write_profile(tmp_path_factory, wait_us, *extra):
     run_dir = tmp_path_factory.mktemp("run")
     path = run_dir / "plugins" / "profile" / "run1" / "samplehost.xplane.pb"
-    subprocess.run([SAMPLE, str(path), str(wait_us)], check=True, timeout=60)
+    subprocess.run([SAMPLE, str(path), str(wait_us), *extra], check=True, timeout=60)
     return str(path)
 
 
@@ -44,6 +46,11 @@ def input_bound(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compute_bound(tmp_path_factory):
     return write_profile(tmp_path_factory, 100)
+
+
+@pytest.fixture(scope="module")
+def with_ps(tmp_path_factory):
+    return write_profile(tmp_path_factory, 4000, "ps")
 
 
 def convert(path, tool):
@@ -105,6 +112,38 @@ def test_trace_viewer(input_bound):
     assert len(waits) == len(STEPS) and waits[0]["dur"] == pytest.approx(4000.0)
     assert len(named("map", threads["prefetch"])) == len(STEPS)
     assert named("allreduce", threads["main"])[0]["args"]["bytes"] in ("401408", 401408)
+
+
+def processes_and_threads(trace):
+    """{process name: (pid, {thread name: tid})} of a trace viewer's events."""
+    events = trace["traceEvents"]
+    procs = {e["args"]["name"]: e["pid"] for e in events if e.get("name") == "process_name"}
+    return {name: (pid, {e["args"]["name"]: e["tid"] for e in events
+                         if e.get("name") == "thread_name" and e["pid"] == pid})
+            for name, pid in procs.items()}
+
+
+def test_trace_viewer_of_two_roles(with_ps):
+    # trace_viewer@ is the trace viewer TensorBoard's Profile tab opens; it shows every host
+    # plane (the legacy trace_viewer only /host:CPU)
+    trace = convert(with_ps, "trace_viewer@")
+    procs = processes_and_threads(trace)
+    assert set(procs) == {"samplehost /host:CPU", "samplehost /host:CPU:ps:1"}, procs
+    worker_pid, worker_threads = procs["samplehost /host:CPU"]
+    ps_pid, ps_threads = procs["samplehost /host:CPU:ps:1"]
+    assert set(worker_threads) == {"main", "exec-1", "prefetch", "Steps"}
+    assert ps_threads == {"serve": 2000}
+    complete = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = [e["name"] for e in complete
+             if e["pid"] == worker_pid and e["tid"] == worker_threads["Steps"]]
+    assert sorted(steps) == [str(s) for s in STEPS]
+    for name in ("push", "pull"):
+        on_ps = [e for e in complete if e["name"] == name]
+        assert len(on_ps) == len(STEPS) and all(e["pid"] == ps_pid for e in on_ps), name
+        assert all(e["dur"] == pytest.approx(300.0) for e in on_ps)
+    # the analyses read /host:CPU only: the worker's
+    table, _ = step_rows(convert(with_ps, "overview_page"))
+    assert "40.0%" in table["p"]["input_conclusion"]
 
 
 def step_rows(tables):
