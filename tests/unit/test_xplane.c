@@ -45,7 +45,7 @@ static const ct__prof_event events[] = {
     {T0 + 5 * MS, 1 * MS, 150, -1, {0, -1}, "relu", "dense1/relu", 1, CT__PROF_OP},
     {T0 + 17 * MS, 1 * MS, 151, -1, {0, -1}, "relu", "dense1/relu", 1, CT__PROF_OP},
     /* thread 2: prefetch */
-    {T0 + 1 * MS, 3 * MS, -1, -1, {-1, -1}, "map", "parse", 2, CT__PROF_INPUT_STAGE},
+    {T0 + 1 * MS, 3 * MS, -1, -1, {2 * MS, -1}, "map", "parse", 2, CT__PROF_INPUT_STAGE},
 };
 
 static ct__prof_dump sample_dump(void) {
@@ -219,6 +219,7 @@ Test(xplane, layout) {
     cr_assert_str_eq(event_name(p, stage, 0), "Iterator::map");
     cr_assert_str_eq(event_name(p, stage, 1), "map");
     cr_assert_str_eq(EV_STR(p, stage, "detail"), "parse");
+    cr_assert_eq(EV_I64(p, stage, "self_ns"), 2 * MS);
     cr_assert_null(find_stat(p, stage->stats, stage->n_stats, "group_id"));
 
     /* every event's metadata is declared once */
@@ -239,7 +240,8 @@ Test(xplane, one_plane_per_dump) {
     ps.n_threads = 1;
     ps.events = &push;
     ps.n_events = 1;
-    const ct__prof_dump *dumps[] = {&worker, &ps};
+    /* the parameter server first: the worker, which recorded steps, is still /host:CPU */
+    const ct__prof_dump *dumps[] = {&ps, &worker};
     char path[PATH_MAX];
     test_path(test_scratch, "two.xplane.pb", path, sizeof path);
     ct_err err = {0};
@@ -249,8 +251,9 @@ Test(xplane, one_plane_per_dump) {
 
     xspace *s = read_space(path);
     cr_assert_eq(s->n_planes, 2);
-    cr_assert_str_eq(s->planes[0]->name, "/host:CPU");
-    const xplane *p = s->planes[1];
+    cr_assert_str_eq(s->planes[1]->name, "/host:CPU");
+    cr_assert_eq(s->planes[1]->id, 1);
+    const xplane *p = s->planes[0];
     cr_assert_str_eq(p->name, "/host:CPU:ps:0");
     cr_assert_str_eq(stat_text(p, p->stats, p->n_stats, "role"), "ps");
     cr_assert_eq(p->n_lines, 1, "no steps, no Steps line");

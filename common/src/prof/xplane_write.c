@@ -107,6 +107,7 @@ typedef enum stat_id {
     STAT_BYTES,
     STAT_DETAIL,
     STAT_HIDDEN_NS,
+    STAT_SELF_NS,
     STAT_SERVER,
     STAT_VERSION,
     STAT_STALENESS,
@@ -134,6 +135,7 @@ static const char *const stat_names[STAT_END] = {
     [STAT_BYTES] = "bytes",
     [STAT_DETAIL] = "detail",
     [STAT_HIDDEN_NS] = "hidden_behind_backward_ns",
+    [STAT_SELF_NS] = "self_ns",
     [STAT_SERVER] = "server",
     [STAT_VERSION] = "version",
     [STAT_STALENESS] = "staleness",
@@ -318,6 +320,8 @@ static int event_stats(arena *a, const ct__prof_event *ev, const char *name, xst
         st[n++] = stat_str(a, STAT_TF_OP, clean ? arena_printf(a, "%s:optimizer", clean) : NULL);
     } else if (kind == CT__PROF_INPUT_WAIT) {
         st[n++] = stat_str(a, STAT_TF_OP, "IteratorGetNext:IteratorGetNext");
+    } else if (kind == CT__PROF_INPUT_STAGE && ev->value[0] >= 0) {
+        st[n++] = stat_int(a, STAT_SELF_NS, ev->value[0]);
     } else if (kind == CT__PROF_ALLREDUCE && ev->value[0] >= 0) {
         st[n++] = stat_int(a, STAT_HIDDEN_NS, ev->value[0]);
     } else if (kind == CT__PROF_PS_PUSH || kind == CT__PROF_PS_PULL) {
@@ -568,9 +572,9 @@ static ct_status build_plane_stats(arena *a, const ct__prof_dump *d, xplane *pla
     return CT_OK;
 }
 
-/* Dump `index`'s plane, into *ret (arena memory). */
-static ct_status build_plane(arena *a, const ct__prof_dump *d, int index, const char *path,
-                             xplane **ret, ct_err *err) {
+/* Dump `index`'s plane, into *ret (arena memory); `primary`: the plane named "/host:CPU". */
+static ct_status build_plane(arena *a, const ct__prof_dump *d, int index, int primary,
+                             const char *path, xplane **ret, ct_err *err) {
     plane_build pb = {.a = a};
     ct_status st = CT_OK;
     size_t n_steps = 0;
@@ -587,7 +591,7 @@ static ct_status build_plane(arena *a, const ct__prof_dump *d, int index, const 
     ctrain__xplane__xplane__init(plane);
     plane->id = index;
     plane->name =
-        index == 0 ? (char *)"/host:CPU" : arena_printf(a, "/host:CPU:%s:%d", d->role, d->task);
+        primary ? (char *)"/host:CPU" : arena_printf(a, "/host:CPU:%s:%d", d->role, d->task);
     if (!plane->name) {
         st = CT_ENOMEM;
         goto fail;
@@ -635,6 +639,19 @@ static ct_status make_parent_dirs(const char *path, ct_err *err) {
     }
 }
 
+/* The dump whose plane the converters analyse: the first that recorded steps (a training role),
+ * else the first. */
+static int primary_dump(const ct__prof_dump *const *dumps, int n_dumps) {
+    for (int k = 0; k < n_dumps; k++) {
+        for (int64_t e = 0; e < dumps[k]->n_events; e++) {
+            if (dumps[k]->events[e].kind == CT__PROF_STEP) {
+                return k;
+            }
+        }
+    }
+    return 0;
+}
+
 ct_status ct__prof_write_xplane(const ct__prof_dump *const *dumps, int n_dumps, const char *path,
                                 ct_err *err) {
     if (n_dumps < 1) {
@@ -645,7 +662,8 @@ ct_status ct__prof_write_xplane(const ct__prof_dump *const *dumps, int n_dumps, 
     ct_status st = CT_OK;
     xspace space;
     ctrain__xplane__xspace__init(&space);
-    char *host = (char *)dumps[0]->host;
+    int primary = primary_dump(dumps, n_dumps);
+    char *host = (char *)dumps[primary]->host;
     space.n_hostnames = 1;
     space.hostnames = &host;
     space.planes = arena_alloc(&a, (size_t)n_dumps * sizeof *space.planes);
@@ -654,7 +672,8 @@ ct_status ct__prof_write_xplane(const ct__prof_dump *const *dumps, int n_dumps, 
         goto done;
     }
     for (int k = 0; k < n_dumps; k++) {
-        if ((st = build_plane(&a, dumps[k], k, path, &space.planes[k], err)) != CT_OK) {
+        if ((st = build_plane(&a, dumps[k], k, k == primary, path, &space.planes[k], err)) !=
+            CT_OK) {
             goto done;
         }
         space.n_planes++;
