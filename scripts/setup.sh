@@ -3,7 +3,7 @@
 #   scripts/setup.sh            what building and training need, then a release build in build/
 #   scripts/setup.sh --tests    also what the tests need: Criterion, PyTorch, numpy, pytest, pyzmq,
 #                               clang (the libFuzzer target), procps (pgrep), python3-venv; and the
-#                               virtual environment build-venv/ with pip's tensorboard and
+#                               virtual environment build-venv/ with pip's tensorboard, xprof and
 #                               safetensors, which sees Debian's torch and numpy
 # CTRAIN_BUILD_DIR builds elsewhere, CTRAIN_MESON_ARGS passes meson options, CTRAIN_VENV names the
 # virtual environment's folder. Each step's output goes to build-logs/; a step that fails prints
@@ -74,17 +74,20 @@ if ((${#missing[@]})); then
 fi
 
 if ((tests)); then
-    # TensorBoard's own event reader and the safetensors reader check what ctrain writes. They
-    # come from pip, into a virtual environment (Debian's python3 is externally managed, PEP 668)
+    # TensorBoard's own event reader, the converter of its Profile tab (xprof: a 32 MB wheel, with
+    # Google Cloud Storage and DuckDB clients it imports) and the safetensors reader check what
+    # ctrain writes. They come from pip, into a virtual environment (Debian's python3 is externally managed, PEP 668)
     # that also sees Debian's site packages: torch 1.13 and numpy 1.24. Debian's torch cannot use
     # NumPy 2, so pip may not bring one in; the versions are pinned so that CI gets the same set.
     check_venv() {
         "$venv/bin/python" - <<'EOF'
-import numpy, torch, pytest, zmq, tensorboard, safetensors
+import numpy, torch, pytest, zmq, tensorboard, safetensors, xprof.version
+import xprof.convert.raw_to_tool_data  # loads the converter's native library
 assert numpy.__version__.startswith("1.24.") and numpy.__file__.startswith("/usr/lib/python3/"), (
     f"numpy {numpy.__version__} from {numpy.__file__}: the venv must see Debian's numpy 1.24")
 print(f"numpy {numpy.__version__} and torch {torch.__version__} (Debian), "
-      f"tensorboard {tensorboard.__version__}, safetensors {safetensors.__version__}")
+      f"tensorboard {tensorboard.__version__}, xprof {xprof.version.__version__}, "
+      f"safetensors {safetensors.__version__}")
 EOF
     }
     if [[ ! -x "$venv/bin/python" ]] || ! check_venv >"$logs/venv-check.log" 2>&1; then
@@ -104,9 +107,48 @@ protobuf==7.36.2
 tensorboard-data-server==0.7.2
 typing_extensions==4.16.0
 Werkzeug==3.1.9
+xprof==2.24.2
+aiohappyeyeballs==2.7.1
+aiohttp==3.14.5
+aiosignal==1.4.0
+certifi==2026.10.19.post1
+cheroot==11.1.2
+decorator==5.3.1
+duckdb==2.0.1
+etils==1.15.0
+fire==0.7.1
+frozenlist==1.8.0
+fsspec==2026.9.0
+gcsfs==2026.10.1
+google-api-core==2.44.0
+google-auth==2.63.0
+google-auth-oauthlib==1.5.0
+google-cloud-core==2.8.0
+google-cloud-storage==3.17.1
+google-cloud-storage-control==1.17.0
+google-crc32c==1.9.0
+google-resumable-media==2.11.0
+googleapis-common-protos==1.76.0
+grpc-google-iam-v1==0.14.6
+grpcio-status==1.85.1
+gviz-api==1.10.0
+jaraco.functools==4.6.0
+ml-dtypes==0.5.4
+multidict==7.2.1
+opentelemetry-api==1.45.2
+propcache==0.5.4
+proto-plus==1.29.0
+pyasn1==0.6.5
+pyasn1-modules==0.4.2
+requests==2.34.2
+requests-oauthlib==2.0.0
+termcolor==3.3.0
+urllib3==2.8.0
+yarl==1.25.1
+zipp==4.1.2
 EOF
         step pip "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
-            -c "$venv/constraints.txt" tensorboard safetensors
+            -c "$venv/constraints.txt" tensorboard xprof safetensors
         step venv-check check_venv
     fi
     echo "setup: $venv: $(tail -n 1 "$logs/venv-check.log")"
