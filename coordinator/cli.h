@@ -21,6 +21,7 @@ typedef struct cli {
     double straggler;
     const char *init_from;
     char threads_set[64];
+    char profile_set[64]; /* --profile FIRST:LAST as its --set override */
 } cli;
 
 /* Raised by SIGINT/SIGTERM once cli_catch_signals ran; the signal in cli_stop_signal. */

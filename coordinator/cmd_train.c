@@ -38,6 +38,10 @@ static void train_usage(FILE *f) {
         "                    (= --set train.eager=true)\n"
         "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
         "  --quiet           print only the final summary line\n"
+        "  --profile A:B     record training steps A to B (1-based) on every role\n"
+        "                    (= --set train.profile.steps=[A,B]); writes RUN_DIR/trace.json.gz\n"
+        "                    for Perfetto or chrome://tracing; 'ctrain profile RUN_DIR'\n"
+        "                    prints the report\n"
         "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
         "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
         "                    ignored when the run resumes from its own checkpoint\n"
@@ -400,6 +404,28 @@ static int run_local_cluster(cli *c) {
     return 0;
 }
 
+/* The end of a profiled run in this process: its recording into RUN_DIR/profile, merged into
+ * RUN_DIR/trace.json.gz. A failure is a warning: the training itself succeeded. */
+static void write_profile(const ct_job *job, int quiet, int newline) {
+    long long events = 0, dropped = 0;
+    ct_err err = {0};
+    if (ct_profile_write(job->run_dir, &events, &dropped, &err) != CT_OK ||
+        ct_profile_merge(job->run_dir, &err) != CT_OK) {
+        fprintf(stderr, "%sctrain: warning: profile: %s\n", newline ? "\n" : "", err.msg);
+        return;
+    }
+    char lost[64] = "";
+    if (dropped > 0) {
+        snprintf(lost, sizeof lost, " (%lld dropped: buffers full)", dropped);
+    }
+    if (!quiet) {
+        printf("profile: steps %lld-%lld, %lld events%s -> %s/trace.json.gz ('ctrain profile %s' "
+               "for the report)\n",
+               (long long)job->profile_steps[0], (long long)job->profile_steps[1], events, lost,
+               job->run_dir, job->run_dir);
+    }
+}
+
 /* Trains in this process. */
 static int train_here(cli c) {
     ct_job job;
@@ -442,10 +468,17 @@ static int train_here(cli c) {
         goto done;
     }
     cli_catch_signals();
+    if (ct_profile_start(&job, "chief", 0, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        goto done;
+    }
     progress_state ps = {.tty = isatty(STDOUT_FILENO), .quiet = c.quiet};
     ct_train_result r;
     ct_status st =
         ct_trainer_fit_loaders(t, train, eval, print_progress, &ps, &cli_stop_requested, &r, &err);
+    if (ct_profile_started()) {
+        write_profile(&job, c.quiet, ps.tty && st != CT_OK);
+    }
     if (st != CT_OK) {
         fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
         rc = ct_exit_code(st, cli_stop_signal, 0);
@@ -457,6 +490,7 @@ done:
     ct_loader_destroy(train);
     ct_loader_destroy(eval);
     ct_trainer_destroy(t);
+    ct_profile_stop(); /* after the loaders' and graphs' threads are gone */
     free(text);
     return rc;
 }
