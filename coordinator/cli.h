@@ -39,5 +39,7 @@ int cmd_summary(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 /* ctrain data inspect|bench|convert (argv from the subcommand on; coordinator/cmd_data.c). */
 int cmd_data(int argc, char **argv);
+/* ctrain profile RUN_DIR (coordinator/cmd_profile.c). */
+int cmd_profile(int argc, char **argv);
 
 #endif
