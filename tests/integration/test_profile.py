@@ -169,3 +169,39 @@ def test_bad_input(tmp_path):
     assert "chief.0.ctprof" in r.stderr and "checksum" in r.stderr, r.stderr
     r = ctrain("profile", "--help")
     assert r.returncode == 0 and "usage: ctrain profile RUN_DIR" in r.stdout
+
+
+def has_mpi():
+    r = ctrain("version")
+    return r.returncode == 0 and "mpi: no" not in r.stdout
+
+
+def test_mirrored_ranks_merge_into_one_trace(tmp_path):
+    if not has_mpi():
+        import pytest
+        pytest.skip("this build has no MPI (ctrain version says 'mpi: no')")
+    job, run = csv_job(tmp_path, "mirrored", hidden=256, depth=2)
+    r = ctrain("train", job, "--replicas", "2", "--profile", "3:5")
+    assert r.returncode == 0, r.stderr
+    assert "profile: steps 3-5 of 2 ranks" in r.stdout, r.stdout
+    assert sorted(p.name for p in (run / "profile").iterdir()) == ["worker.0.ctprof",
+                                                                  "worker.1.ctprof"]
+    events, names = check_trace_format(load_trace(run))
+    assert re.fullmatch(r"worker 0 \(.+\)", names[1]) and re.fullmatch(r"worker 1 \(.+\)",
+                                                                        names[2]), names
+    for pid in (1, 2):
+        steps = sorted(e["args"]["step"] for e in events if e["pid"] == pid and e["cat"] == "step")
+        assert steps == [3, 4, 5], (pid, steps)
+        buckets = [e for e in events if e["pid"] == pid and e["cat"] == "allreduce"]
+        assert len(buckets) >= 3 and all(e["args"]["bytes"] > 0 for e in buckets), buckets
+        assert all(0 <= e["args"]["hidden_us"] <= e["dur"] + 1e-3 for e in buckets), buckets
+        # the buckets have a track of their own: they overlap backward without nesting in it
+        assert {names[(pid, e["tid"])] for e in buckets} == {"main allreduce"}
+    r = ctrain("profile", str(run))
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^profile of .*: 2 roles, steps 3-5", r.stdout, re.M), r.stdout
+    rows = re.findall(r"^  worker (\d) \(.*?\)\s+(\d+)", r.stdout, re.M)
+    assert sorted(rows) == [(w, s) for w in "01" for s in "345"], r.stdout
+    slowest = re.findall(r"^  step (\d+): worker ([01]) \(.*\), busy [\d.]+ ms \(mean of 2 roles",
+                         r.stdout, re.M)
+    assert [s for s, _ in slowest] == ["3", "4", "5"], r.stdout

@@ -15,6 +15,7 @@
 #define MAX_THREADS 256
 #define DEFAULT_EVENTS_PER_THREAD 65536
 #define INTERN_CHUNK 65536
+#define SIDE_TID ((int64_t)1 << 30) /* above any Linux thread id (pid_max <= 2^22) */
 
 atomic_int ct__prof_active;
 
@@ -49,8 +50,8 @@ static struct {
     intern_chunk *strings;
 } g = {.intern_lock = PTHREAD_MUTEX_INITIALIZER};
 
-static _Thread_local thread_buf *tl_buf;
-static _Thread_local unsigned tl_generation;
+static _Thread_local thread_buf *tl_buf, *tl_side;
+static _Thread_local unsigned tl_generation, tl_side_generation;
 static _Thread_local char tl_name[32];
 
 int64_t ct__prof_now_ns(void) {
@@ -155,11 +156,8 @@ const char *ct__prof_intern(const char *s) {
     return ret;
 }
 
-/* The calling thread's first event of the session: a slot and a buffer (NULL: none, its events
- * are counted as dropped). */
-static thread_buf *register_thread(void) {
-    tl_generation = g.generation;
-    tl_buf = NULL;
+/* A slot and a buffer (NULL: none, its events are counted as dropped). */
+static thread_buf *new_buffer(void) {
     int slot = atomic_fetch_add(&g.n_slots, 1);
     if (slot >= MAX_THREADS) {
         return NULL;
@@ -179,12 +177,30 @@ static thread_buf *register_thread(void) {
         }
     }
     g.slots[slot] = b; /* read by ct__prof_take after the slot count */
-    tl_buf = b;
     return b;
 }
 
-void ct__prof_record(const ct__prof_event *ev) {
-    thread_buf *b = tl_generation == g.generation ? tl_buf : register_thread();
+/* The calling thread's first event of the session. */
+static thread_buf *register_thread(void) {
+    tl_generation = g.generation;
+    tl_buf = new_buffer();
+    return tl_buf;
+}
+
+/* The calling thread's side track: its own buffer, tid and name "<thread> <track>". */
+static thread_buf *register_side(const char *track) {
+    tl_side_generation = g.generation;
+    tl_side = new_buffer();
+    if (tl_side) {
+        char name[32];
+        snprintf(name, sizeof name, "%.15s %.15s", tl_side->name, track);
+        memcpy(tl_side->name, name, sizeof name);
+        tl_side->tid |= SIDE_TID;
+    }
+    return tl_side;
+}
+
+static void append(thread_buf *b, const ct__prof_event *ev) {
     if (!b) {
         atomic_fetch_add_explicit(&g.dropped, 1, memory_order_relaxed);
         return;
@@ -196,6 +212,14 @@ void ct__prof_record(const ct__prof_event *ev) {
     }
     b->ev[n] = *ev;
     atomic_store_explicit(&b->n, n + 1, memory_order_release);
+}
+
+void ct__prof_record(const ct__prof_event *ev) {
+    append(tl_generation == g.generation ? tl_buf : register_thread(), ev);
+}
+
+void ct__prof_record_side(const ct__prof_event *ev, const char *track) {
+    append(tl_side_generation == g.generation ? tl_side : register_side(track), ev);
 }
 
 void ct__prof_end(int64_t t0, ct__prof_kind kind, const char *name, const char *detail,

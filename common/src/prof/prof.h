@@ -67,6 +67,12 @@ const char *ct__prof_intern(const char *s);
  * dump (string literals, or ct__prof_intern). Thread-safe (each thread writes its own buffer). */
 void ct__prof_record(const ct__prof_event *ev);
 
+/* As ct__prof_record, on the calling thread's side track: a track of its own in the trace (tid:
+ * the thread's | 2^30, named "<thread> <track>"), for events that overlap the thread's others
+ * without nesting in them (an all-reduce bucket that starts during backward and ends after).
+ * One side track per thread; `track` names it on its first event. */
+void ct__prof_record_side(const ct__prof_event *ev, const char *track);
+
 /* The start of a timed event: the clock when recording, 0 when not (the end then does nothing).
  */
 static inline int64_t ct__prof_begin(void) {

@@ -13,6 +13,7 @@
 #include "ctrain/mirrored.h"
 #include "ctrain/optim.h"
 #include "ctrain/pipeline.h"
+#include "ctrain/profile.h"
 #include "ctrain/report.h"
 #include "mirrored_reducer.h"
 
@@ -112,6 +113,31 @@ static ct_status train(run *r, ct_mirrored_result *ret, ct_err *err) {
     return st;
 }
 
+/* The profiler's end of a run that trained (every rank got CT_OK): each rank writes its
+ * recording as worker <rank>; once all have (an all-reduce of the outcome), the chief merges them
+ * into run_dir/trace.json.gz. A failure is a notice: the training succeeded. */
+static void write_profile(run *r) {
+    long long events = 0, dropped = 0;
+    ct_err perr = {0};
+    int ok = ct_profile_write(r->job.run_dir, &events, &dropped, &perr) == CT_OK, all = 0;
+    if (!ok) {
+        ct_log(CT_LOG_WARN, "warning: rank %d: profile: %s", r->rank, perr.msg);
+    }
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (r->rank != 0 || !all) {
+        return;
+    }
+    if (ct_profile_merge(r->job.run_dir, &perr) != CT_OK) {
+        notice(r, "profile: %s", perr.msg);
+    } else {
+        notice(r,
+               "profile: steps %lld-%lld of %d ranks -> %s/trace.json.gz ('ctrain profile %s' "
+               "for the report)",
+               (long long)r->job.profile_steps[0], (long long)r->job.profile_steps[1], r->size,
+               r->job.run_dir, r->job.run_dir);
+    }
+}
+
 ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
                             const ct_mirrored_options *opts, ct_mirrored_result *ret, ct_err *err) {
     run r = {.job = *job, .o = opts};
@@ -127,7 +153,10 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     if (r.job.threads == 0) {
         r.job.threads = 1; /* one core per rank: ranks are the parallelism */
     }
-    ct_status st = open_rank(&r, err);
+    ct_status st = ct_profile_start(&r.job, "worker", r.rank, err);
+    if (st == CT_OK) {
+        st = open_rank(&r, err);
+    }
     if (st == CT_OK && r.rank == 0) {
         st = open_run_dir(&r, err);
     }
@@ -153,9 +182,13 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
         return st;
     }
     if (r.m && all_ok) {
+        if (st == CT_OK && ct_profile_started()) {
+            write_profile(&r);
+        }
         ct__mirrored_end(r.m, st);
     }
     ct__mirrored_destroy(r.m);
     ct_trainer_destroy(r.t);
+    ct_profile_stop(); /* after the loaders' and the executor's threads are gone */
     return st;
 }

@@ -23,6 +23,7 @@
 #include "ctrain/crc32c.h"
 #include "ctrain/half.h"
 #include "mirrored_reducer.h"
+#include "prof/prof.h"
 
 /* ---- 16-bit gradient compression: half the bytes on the wire, sums done in f32 ---- */
 
@@ -215,6 +216,29 @@ static ct_status wait_bucket(ct__mirrored *m, int k, double start) {
     return CT_OK;
 }
 
+/* The profiler's events of this step's buckets, on the trainer thread's "allreduce" track:
+ * start to done, the bytes on the wire and, in value[0], the nanoseconds hidden behind backward
+ * (which ended at backward_end). The monotonic clock of the buckets' times is moved onto the
+ * profiler's. */
+static void record_buckets(const ct__mirrored *m, double backward_end, double end) {
+    const int64_t to_prof = ct__prof_now_ns() - (int64_t)(ct__now_s() * 1e9);
+    const int64_t width = m->compression && !m->shm ? 2 : 4;
+    for (int k = 0; k < m->nb; k++) {
+        const ct__bucket *b = &m->b[k];
+        double done = b->t_done > 0.0 ? b->t_done : end;
+        double hidden = (done < backward_end ? done : backward_end) -
+                        (b->t_start < backward_end ? b->t_start : backward_end);
+        ct__prof_event ev = {.start_ns = (int64_t)(b->t_start * 1e9) + to_prof,
+                             .dur_ns = (int64_t)((done - b->t_start) * 1e9),
+                             .step = ct__prof_current_step(),
+                             .bytes = (b->hi - b->lo) * width,
+                             .value = {(int64_t)(hidden * 1e9), -1},
+                             .name = "allreduce",
+                             .kind = CT__PROF_ALLREDUCE};
+        ct__prof_record_side(&ev, "allreduce");
+    }
+}
+
 static ct_status finish(void *user, ct_err *err) {
     ct__mirrored *m = user;
     if (m->stalled) {
@@ -242,6 +266,9 @@ static ct_status finish(void *user, ct_err *err) {
         double done = b->t_done > 0.0 ? b->t_done : end;
         m->comm_s += done - b->t_start;
         m->hidden_s += (done < start ? done : start) - (b->t_start < start ? b->t_start : start);
+    }
+    if (ct__prof_on()) {
+        record_buckets(m, start, end);
     }
     return CT_OK;
 }
