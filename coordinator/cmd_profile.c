@@ -25,8 +25,8 @@ static void profile_usage(FILE *f) {
             "  - the input-bound verdict: input-bound when the input wait is >= 20%% of the\n"
             "    recorded steps' time, partly input-bound from 5%%, with the pipeline stage that\n"
             "    limits the input (the most busy time per thread running it);\n"
-            "  - with several roles, the slowest one per step (the most busy time: compute,\n"
-            "    input wait and optimizer).\n"
+            "  - with several roles, the slowest one per step (the most time of its own: the\n"
+            "    step's time less its exposed communication, where the others wait for it).\n"
             "The merged timeline is RUN_DIR/trace.json.gz (open it in ui.perfetto.dev or\n"
             "chrome://tracing).\n"
             "\n"
@@ -108,13 +108,15 @@ static void print_verdict(const ct__prof_report *r) {
     }
 }
 
-/* With several roles: per step, the role with the most busy time (compute, input wait and
- * optimizer: what is left when waits for the others and idle time are taken out). */
+/* With several roles: per step, the role with the most time of its own: the step's time less
+ * its exposed communication (in a synchronous job the others wait for the straggler there;
+ * what a straggler does instead, computing, sleeping or waiting for a core, is its own). */
 static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps, int n_dumps) {
     if (n_dumps < 2) {
         return;
     }
-    printf("\nslowest role per step (most busy time: compute + input wait + optimizer):\n");
+    printf("\nslowest role per step (most time of its own: step time less exposed "
+           "communication):\n");
     for (int i = 0; i < r->n_steps; i++) {
         int64_t step = r->steps[i].step, best = -1, sum = 0, n = 0;
         int seen = 0, who = -1;
@@ -124,8 +126,7 @@ static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps, in
             if (s->step != step) {
                 continue;
             }
-            int64_t busy = s->part_ns[CT__PROF_PART_COMPUTE] + s->part_ns[CT__PROF_PART_INPUT] +
-                           s->part_ns[CT__PROF_PART_OPTIMIZER];
+            int64_t busy = s->total_ns - s->part_ns[CT__PROF_PART_COMM];
             sum += busy;
             n++;
             if (busy > best) {
@@ -137,7 +138,7 @@ static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps, in
             continue;
         }
         char label[128];
-        printf("  step %lld: %s, busy %.3f ms (mean of %lld roles %.3f ms)\n", (long long)step,
+        printf("  step %lld: %s, own time %.3f ms (mean of %lld roles %.3f ms)\n", (long long)step,
                role_label(dumps[who], label, sizeof label), ms(best), (long long)n, ms(sum / n));
     }
 }

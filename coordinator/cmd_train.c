@@ -354,6 +354,19 @@ static void log_line(ct_log_level level, const char *msg, void *user) {
     fprintf(stderr, "ctrain: %s\n", msg);
 }
 
+/* The local cluster's profile: the workers' files (they are all gone) into trace.json.gz. */
+static void merge_profile(const ct_job *job, int quiet) {
+    ct_err err = {0};
+    if (ct_profile_merge(job->run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: warning: profile: %s\n", err.msg);
+    } else if (!quiet) {
+        printf("profile: steps %lld-%lld -> %s/trace.json.gz ('ctrain profile %s' for the "
+               "report)\n",
+               (long long)job->profile_steps[0], (long long)job->profile_steps[1], job->run_dir,
+               job->run_dir);
+    }
+}
+
 /* --ps M --workers N: the chief here, M servers and N workers as child processes. */
 static int run_local_cluster(cli *c) {
     if (c->replicas > 1) {
@@ -391,9 +404,17 @@ static int run_local_cluster(cli *c) {
         free(text);
         return EXIT_RUNTIME;
     }
+    if (job.profile_steps[0] > 0 && ct_profile_clear(job.run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        free(text);
+        return EXIT_RUNTIME;
+    }
     ct_train_result r;
     ct_status st = ct_run_local_cluster(&lc, &job, &r, &err);
     free(text);
+    if (st == CT_OK && job.profile_steps[0] > 0) { /* every worker has written its file */
+        merge_profile(&job, c->quiet);
+    }
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return ct_exit_code(st, cli_stop_signal, 0);
@@ -468,7 +489,8 @@ static int train_here(cli c) {
         goto done;
     }
     cli_catch_signals();
-    if (ct_profile_start(&job, "chief", 0, &err) != CT_OK) {
+    if (ct_profile_start(&job, "chief", 0, &err) != CT_OK ||
+        (ct_profile_started() && ct_profile_clear(job.run_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         goto done;
     }

@@ -202,6 +202,37 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
     assert re.search(r"^profile of .*: 2 roles, steps 3-5", r.stdout, re.M), r.stdout
     rows = re.findall(r"^  worker (\d) \(.*?\)\s+(\d+)", r.stdout, re.M)
     assert sorted(rows) == [(w, s) for w in "01" for s in "345"], r.stdout
-    slowest = re.findall(r"^  step (\d+): worker ([01]) \(.*\), busy [\d.]+ ms \(mean of 2 roles",
+    slowest = re.findall(r"^  step (\d+): worker ([01]) \(.*\), own time [\d.]+ ms \(mean of 2 roles",
                          r.stdout, re.M)
     assert [s for s, _ in slowest] == ["3", "4", "5"], r.stdout
+
+
+def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):
+    """Two servers, two workers, worker 0 four times slower (--straggler): every worker's trace
+    has its pushes and pulls to both servers, and the report names worker 0 the slowest."""
+    job, run = csv_job(tmp_path, "ps", hidden=384, depth=3)
+    r = ctrain("train", job, "--ps", "2", "--workers", "2", "--straggler", "4",
+               "--profile", "3:6")
+    assert r.returncode == 0, r.stderr
+    assert "profile: steps 3-6 ->" in r.stdout, r.stdout
+    assert sorted(p.name for p in (run / "profile").iterdir()) == ["worker.0.ctprof",
+                                                                  "worker.1.ctprof"]
+    events, names = check_trace_format(load_trace(run))
+    assert {names[1].split(" (")[0], names[2].split(" (")[0]} == {"worker 0", "worker 1"}
+    for pid in (1, 2):
+        mine = [e for e in events if e["pid"] == pid]
+        assert sorted(e["args"]["step"] for e in mine if e["cat"] == "step") == [3, 4, 5, 6]
+        for kind in ("ps_push", "ps_pull"):
+            sent = [e for e in mine if e["cat"] == kind]
+            assert {e["args"]["server"] for e in sent} == {0, 1}, (kind, sent)
+            assert all(e["args"]["bytes"] > 0 for e in sent), sent
+            # each server gets its own shards: the same bytes every step, together the model
+            per_server = {s: {e["args"]["bytes"] for e in sent if e["args"]["server"] == s}
+                          for s in (0, 1)}
+            assert all(len(b) == 1 for b in per_server.values()), per_server
+        assert all(e["args"]["staleness"] == 0 for e in mine if e["cat"] == "ps_pull")
+    r = ctrain("profile", str(run))
+    assert r.returncode == 0, r.stderr
+    slowest = re.findall(r"^  step (\d+): worker ([01]) \(", r.stdout, re.M)
+    assert len(slowest) == 4, r.stdout
+    assert sum(w == "0" for _, w in slowest) >= 3, r.stdout

@@ -34,6 +34,10 @@ CT_API ct_status ct_profile_write(const char *run_dir, long long *ret_events,
  * (and the XSpace files). Returns CT_ENOENT (no profile files), CT_EPROTO (a corrupt one, named),
  * CT_EIO, CT_ENOMEM. */
 CT_API ct_status ct_profile_merge(const char *run_dir, ct_err *err);
+/* Removes the role files of an earlier run from <run_dir>/profile, so that the merge takes only
+ * this run's: the process that merges calls it before any role of the run writes. Returns CT_EIO
+ * (named) when one cannot be removed. */
+CT_API ct_status ct_profile_clear(const char *run_dir, ct_err *err);
 /* Disarms the recorder and frees its buffers: after the threads that recorded are stopped (the
  * trainer's loaders and graphs destroyed). Accepts a recorder never started. */
 CT_API void ct_profile_stop(void);

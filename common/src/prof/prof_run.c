@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctrain/profile.h"
 #include "prof/prof.h"
@@ -246,6 +247,26 @@ ct_status ct_profile_write(const char *run_dir, long long *ret_events, long long
 
 ct_status ct_profile_merge(const char *run_dir, ct_err *err) {
     return ct__prof_merge_run(run_dir, err);
+}
+
+ct_status ct_profile_clear(const char *run_dir, ct_err *err) {
+    char dir[4096], path[4400];
+    snprintf(dir, sizeof dir, "%s/profile", run_dir);
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        return CT_OK; /* nothing recorded here yet */
+    }
+    ct_status st = CT_OK;
+    for (struct dirent *de; (de = readdir(dh));) {
+        if (is_profile(de->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (unlink(path) != 0 && errno != ENOENT && st == CT_OK) {
+                st = ct_err_set(err, CT_EIO, "%s: cannot remove (%s)", path, strerror(errno));
+            }
+        }
+    }
+    closedir(dh);
+    return st;
 }
 
 void ct_profile_stop(void) {

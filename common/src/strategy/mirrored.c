@@ -70,6 +70,9 @@ static ct_status open_run_dir(run *r, ct_err *err) {
     if (st == CT_OK) {
         st = ct_trainer_set_logging(r->t, job->run_dir, err);
     }
+    if (st == CT_OK && ct_profile_started()) { /* before any rank writes this run's files */
+        st = ct_profile_clear(job->run_dir, err);
+    }
     return st;
 }
 
