@@ -90,7 +90,7 @@ static void print_ops(const ct__prof_report *r, int top) {
                100.0 * o->share);
     }
     if (r->n_ops == 0) {
-        printf("  (no graph ops recorded: eager mode records steps and the optimizer only)\n");
+        printf("  (no graph ops recorded)\n");
     }
 }
 
@@ -160,6 +160,10 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
         printf("no steps, ");
     }
     printf("%lld events, %lld dropped (full buffers)\n", (long long)events, (long long)r->dropped);
+    if (r->n_steps == 0) {
+        printf("no step of the window ran (the run ended before it, or stopped first)\n");
+        return;
+    }
     print_steps(r, dumps);
     print_ops(r, top);
     print_verdict(r);

@@ -438,6 +438,8 @@ static void write_profile(const ct_job *job, int quiet, int newline) {
     char lost[64] = "";
     if (dropped > 0) {
         snprintf(lost, sizeof lost, " (%lld dropped: buffers full)", dropped);
+    } else if (events == 0) {
+        snprintf(lost, sizeof lost, " (no step of the window ran)");
     }
     if (!quiet) {
         printf("profile: steps %lld-%lld, %lld events%s -> %s/trace.json.gz ('ctrain profile %s' "

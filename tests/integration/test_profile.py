@@ -139,6 +139,21 @@ def test_the_job_key_records_the_same_window(tmp_path):
     events, _ = check_trace_format(load_trace(run))
     assert sorted(e["args"]["step"] for e in events if e["cat"] == "step") == [6, 7]
     assert (run / "profile" / "chief.0.ctprof").is_file()
+    # eager mode records its ops as they run
+    r = ctrain("train", job, "--set", "train.profile.steps=[2, 3]", "--eager", "--quiet",
+               "--no-resume")
+    assert r.returncode == 0, r.stderr
+    events, _ = check_trace_format(load_trace(run))
+    assert sorted(e["args"]["step"] for e in events if e["cat"] == "step") == [2, 3]
+    assert any(e["cat"] == "op" and e["name"] == "matmul" for e in events)
+    # a window the run never reaches: an empty trace, and the report says so
+    r = ctrain("train", job, "--profile", "50:60", "--no-resume")
+    assert r.returncode == 0, r.stderr
+    assert "0 events (no step of the window ran)" in r.stdout, r.stdout
+    events, _ = check_trace_format(load_trace(run))
+    assert events == []
+    r = ctrain("profile", str(run))
+    assert r.returncode == 0 and "no step of the window ran" in r.stdout, r.stdout
     # without profiling there is nothing
     job, run = csv_job(tmp_path, "plain", hidden=16)
     r = ctrain("train", job, "--quiet")

@@ -211,6 +211,9 @@ static void append(thread_buf *b, const ct__prof_event *ev) {
         return;
     }
     b->ev[n] = *ev;
+    if (ev->dur_ns < 0) { /* CLOCK_REALTIME was stepped back mid-event */
+        b->ev[n].dur_ns = 0;
+    }
     atomic_store_explicit(&b->n, n + 1, memory_order_release);
 }
 
