@@ -160,6 +160,14 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
         printf("no steps, ");
     }
     printf("%lld events, %lld dropped (full buffers)\n", (long long)events, (long long)r->dropped);
+    for (int k = 0; k < n; k++) { /* the roles whose clocks were aligned to the chief's */
+        char label[128];
+        if (dumps[k]->clock_error_ns > 0) {
+            printf("clock of %s: %+.1f us to the chief's (within %.1f us)\n",
+                   role_label(dumps[k], label, sizeof label),
+                   (double)dumps[k]->clock_offset_ns / 1e3, (double)dumps[k]->clock_error_ns / 1e3);
+        }
+    }
     if (r->n_steps == 0) {
         printf("no step of the window ran (the run ended before it, or stopped first)\n");
         return;

@@ -212,9 +212,17 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
         assert all(0 <= e["args"]["hidden_us"] <= e["dur"] + 1e-3 for e in buckets), buckets
         # the buckets have a track of their own: they overlap backward without nesting in it
         assert {names[(pid, e["tid"])] for e in buckets} == {"main allreduce"}
+    # rank 1's clock was measured against rank 0's (NTP-style over MPI): on one machine the
+    # clocks are the same, so the offset lies within the error bound
+    clocks = load_trace(run)["otherData"]["clocks"]
+    assert clocks[0] == {"pid": 1, "offset_ns": 0, "error_ns": 0}, clocks
+    assert clocks[1]["pid"] == 2 and 0 < clocks[1]["error_ns"] < 50_000_000, clocks
+    assert abs(clocks[1]["offset_ns"]) <= clocks[1]["error_ns"] + 1, clocks
     r = ctrain("profile", str(run))
     assert r.returncode == 0, r.stderr
     assert re.search(r"^profile of .*: 2 roles, steps 3-5", r.stdout, re.M), r.stdout
+    assert re.search(r"^clock of worker 1 \(.*\): [-+][\d.]+ us to the chief's "
+                     r"\(within [\d.]+ us\)", r.stdout, re.M), r.stdout
     rows = re.findall(r"^  worker (\d) \(.*?\)\s+(\d+)", r.stdout, re.M)
     assert sorted(rows) == [(w, s) for w in "01" for s in "345"], r.stdout
     slowest = re.findall(r"^  step (\d+): worker ([01]) \(.*\), own time [\d.]+ ms \(mean of 2 roles",

@@ -119,6 +119,24 @@ Test(prof, full_buffer_drops_and_counts) {
     ct__prof_shutdown();
 }
 
+Test(prof, clock_offset_moves_events_onto_the_chiefs_clock) {
+    arm(1, 1, 0);
+    ct__prof_set_clock(-250, 40);
+    ct__prof_step(1);
+    put(CT__PROF_OP, "add", 1000, 10, 1);
+    ct__prof_dump *d = take();
+    cr_assert_eq(d->n_events, 1);
+    cr_assert_eq(d->events[0].start_ns, 750, "the role's clock plus its offset");
+    cr_assert_eq(d->clock_offset_ns, -250);
+    cr_assert_eq(d->clock_error_ns, 40);
+    ct__prof_dump_free(d);
+    arm(1, 1, 0); /* a new session starts on the chief's clock again */
+    d = take();
+    cr_assert_eq(d->clock_offset_ns, 0);
+    ct__prof_dump_free(d);
+    ct__prof_shutdown();
+}
+
 typedef struct thread_job {
     int index;
     int64_t base;

@@ -45,7 +45,8 @@ static struct {
     atomic_llong step;
     thread_buf *slots[MAX_THREADS];
     atomic_int n_slots;
-    atomic_llong dropped; /* events of threads without a buffer */
+    atomic_llong dropped;                    /* events of threads without a buffer */
+    int64_t clock_offset_ns, clock_error_ns; /* to the chief's clock (ct__prof_set_clock) */
     pthread_mutex_t intern_lock;
     intern_chunk *strings;
 } g = {.intern_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -106,8 +107,14 @@ ct_status ct__prof_init(const ct__prof_options *opts, ct_err *err) {
     }
     g.host[sizeof g.host - 1] = '\0';
     atomic_store(&g.step, -1);
+    g.clock_offset_ns = g.clock_error_ns = 0;
     g.armed = 1;
     return CT_OK;
+}
+
+void ct__prof_set_clock(int64_t offset_ns, int64_t error_ns) {
+    g.clock_offset_ns = offset_ns;
+    g.clock_error_ns = error_ns;
 }
 
 int ct__prof_armed(void) {
@@ -333,6 +340,7 @@ ct_status ct__prof_take(ct__prof_dump **ret, ct_err *err) {
         threads[t].name[sizeof threads[t].name - 1] = '\0';
         for (int64_t k = 0; k < counts[i]; k++) {
             events[at] = b->ev[k];
+            events[at].start_ns += g.clock_offset_ns; /* onto the chief's clock */
             events[at++].thread = t;
         }
         t++;
@@ -343,6 +351,8 @@ ct_status ct__prof_take(ct__prof_dump **ret, ct_err *err) {
     d->task = g.task;
     d->pid = (int64_t)getpid();
     d->dropped = dropped;
+    d->clock_offset_ns = g.clock_offset_ns;
+    d->clock_error_ns = g.clock_error_ns;
     *ret = d;
     return CT_OK;
 }

@@ -147,7 +147,7 @@ static void write_args(json_out *o, const ct__prof_event *e) {
 static void write_events(json_out *o, const ct__prof_dump *d, int pid, int64_t base) {
     for (int64_t i = 0; i < d->n_events; i++) {
         const ct__prof_event *e = &d->events[i];
-        int64_t start = e->start_ns + d->clock_offset_ns - base;
+        int64_t start = e->start_ns - base; /* already on the chief's clock */
         static const char head[] = ",\n{\"ph\":\"X\",\"name\":";
         out_write(o, head, sizeof head - 1);
         if (e->kind == CT__PROF_STEP) {
@@ -172,7 +172,7 @@ static int64_t earliest(const ct__prof_dump *const *dumps, int n) {
     int64_t base = INT64_MAX;
     for (int k = 0; k < n; k++) {
         for (int64_t i = 0; i < dumps[k]->n_events; i++) {
-            int64_t s = dumps[k]->events[i].start_ns + dumps[k]->clock_offset_ns;
+            int64_t s = dumps[k]->events[i].start_ns;
             base = s < base ? s : base;
         }
     }
@@ -193,8 +193,13 @@ static void write_document(json_out *o, const ct__prof_dump *const *dumps, int n
     }
     out_printf(o,
                "\n],\"otherData\":{\"generator\":\"ctrain\",\"base_unix_ns\":%lld,"
-               "\"dropped_events\":%lld}}\n",
+               "\"dropped_events\":%lld,\"clocks\":[",
                (long long)base, (long long)dropped);
+    for (int k = 0; k < n; k++) { /* each role's measured offset to the chief's clock */
+        out_printf(o, "%s{\"pid\":%d,\"offset_ns\":%lld,\"error_ns\":%lld}", k ? "," : "", k + 1,
+                   (long long)dumps[k]->clock_offset_ns, (long long)dumps[k]->clock_error_ns);
+    }
+    out_write(o, "]}}\n", 4);
 }
 
 ct_status ct__prof_write_trace_json(const ct__prof_dump *const *dumps, int n_dumps,

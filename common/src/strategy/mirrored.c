@@ -16,6 +16,7 @@
 #include "ctrain/profile.h"
 #include "ctrain/report.h"
 #include "mirrored_reducer.h"
+#include "prof/prof.h"
 
 typedef struct run {
     ct_job job; /* the caller's, with one thread per rank unless set */
@@ -116,6 +117,40 @@ static ct_status train(run *r, ct_mirrored_result *ret, ct_err *err) {
     return st;
 }
 
+/* The profiler's clock offset of every rank to the chief's (rank 0), NTP-style over MPI: each
+ * rank in turn sends its clock, rank 0 answers with its own, and the rank keeps the sample with
+ * the shortest round trip: offset = chief - (sent + received) / 2, within half that round trip.
+ * On a duplicate of the world communicator, so that no message meets the reducer's. */
+static void measure_clock(const run *r) {
+    enum { SAMPLES = 8, TAG = 19 };
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    int64_t best = INT64_MAX, offset = 0;
+    for (int k = 1; k < r->size; k++) {
+        for (int i = 0; i < SAMPLES && (r->rank == 0 || r->rank == k); i++) {
+            int64_t t[2];
+            if (r->rank == 0) {
+                MPI_Recv(&t[0], 1, MPI_INT64_T, k, TAG, comm, MPI_STATUS_IGNORE);
+                t[1] = ct__prof_now_ns();
+                MPI_Send(&t[1], 1, MPI_INT64_T, k, TAG, comm);
+                continue;
+            }
+            t[0] = ct__prof_now_ns();
+            MPI_Send(&t[0], 1, MPI_INT64_T, 0, TAG, comm);
+            MPI_Recv(&t[1], 1, MPI_INT64_T, 0, TAG, comm, MPI_STATUS_IGNORE);
+            int64_t back = ct__prof_now_ns();
+            if (back - t[0] < best) {
+                best = back - t[0];
+                offset = t[1] - (t[0] + back) / 2;
+            }
+        }
+    }
+    MPI_Comm_free(&comm);
+    if (r->rank > 0) {
+        ct__prof_set_clock(offset, best / 2);
+    }
+}
+
 /* The profiler's end of a run that trained (every rank got CT_OK): each rank writes its
  * recording as worker <rank>; once all have (an all-reduce of the outcome), the chief merges them
  * into run_dir/trace.json.gz. A failure is a notice: the training succeeded. */
@@ -172,6 +207,9 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     }
     if (st == CT_OK && (st = ct__mirrored_choose_engine(r.m, &r.job, err)) != CT_OK) {
         all_ok = 0; /* the windows are collective: a failure here ends every rank (MPI) */
+    }
+    if (st == CT_OK && ct_profile_started()) {
+        measure_clock(&r);
     }
     if (st == CT_OK) {
         st = train(&r, ret, err);
