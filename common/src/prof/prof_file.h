@@ -20,7 +20,8 @@ ct_status ct__prof_file_read(const char *path, ct__prof_dump **ret, ct_err *err)
  * when path ends in ".gz": one process per dump ("chief (host)", pid = its index + 1), one
  * thread per recorded thread (tid = its OS thread id), metadata ("M") events naming both,
  * complete ("X") events in microseconds since the earliest event (events are on the chief's
- * clock already: ct__prof_take applies the offset). Returns CT_EIO (named) or CT_ENOMEM. Thread-safe. */
+ * clock already: ct__prof_take applies the offset). Returns CT_EIO (named) or CT_ENOMEM.
+ * Thread-safe. */
 ct_status ct__prof_write_trace_json(const ct__prof_dump *const *dumps, int n_dumps,
                                     const char *path, ct_err *err);
 
