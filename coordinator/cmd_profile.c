@@ -26,7 +26,8 @@ static void profile_usage(FILE *f) {
             "    recorded steps' time, partly input-bound from 5%%, with the pipeline stage that\n"
             "    limits the input (the most busy time per thread running it);\n"
             "  - with several roles, the slowest one per step (the most time of its own: the\n"
-            "    step's time less its exposed communication, where the others wait for it).\n"
+            "    step's time less its exposed communication, where the others wait for it),\n"
+            "    and with parameter servers the busiest server per step.\n"
             "The merged timeline is RUN_DIR/trace.json.gz (open it in ui.perfetto.dev or\n"
             "chrome://tracing).\n"
             "\n"
@@ -143,6 +144,37 @@ static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps, in
     }
 }
 
+/* The parameter servers: per step, the one that spent the most time on the workers' pushes
+ * (the update included) and pulls. */
+static void print_servers(const ct__prof_report *r, ct__prof_dump **dumps) {
+    if (r->n_servers == 0) {
+        return;
+    }
+    printf("\nbusiest parameter server per step (pushes handled, the update included, and pulls "
+           "served):\n");
+    for (int i = 0; i < r->n_servers; i++) {
+        int64_t step = r->servers[i].step;
+        int seen = 0, who = i, n = 0;
+        for (int k = 0; k < r->n_servers; k++) {
+            const ct__prof_server_row *s = &r->servers[k];
+            if (s->step != step) {
+                continue;
+            }
+            seen |= k < i;
+            who = s->serve_ns > r->servers[who].serve_ns ? k : who;
+            n++;
+        }
+        if (seen) {
+            continue;
+        }
+        char label[128];
+        const ct__prof_server_row *s = &r->servers[who];
+        printf("  step %lld: %s, %.3f ms (update %.3f ms) of %d server%s\n", (long long)step,
+               role_label(dumps[s->dump], label, sizeof label), ms(s->serve_ns), ms(s->apply_ns), n,
+               n == 1 ? "" : "s");
+    }
+}
+
 static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
                          const ct__prof_report *r, int top) {
     int64_t events = 0, first = INT64_MAX, last = -1;
@@ -176,6 +208,7 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
     print_ops(r, top);
     print_verdict(r);
     print_stragglers(r, dumps, n);
+    print_servers(r, dumps);
 }
 
 int cmd_profile(int argc, char **argv) {

@@ -238,11 +238,19 @@ def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):
                "--profile", "3:6")
     assert r.returncode == 0, r.stderr
     assert "profile: steps 3-6 ->" in r.stdout, r.stdout
-    assert sorted(p.name for p in (run / "profile").iterdir()) == ["worker.0.ctprof",
-                                                                  "worker.1.ctprof"]
+    assert sorted(p.name for p in (run / "profile").iterdir()) == [
+        "ps.0.ctprof", "ps.1.ctprof", "worker.0.ctprof", "worker.1.ctprof"]
     events, names = check_trace_format(load_trace(run))
-    assert {names[1].split(" (")[0], names[2].split(" (")[0]} == {"worker 0", "worker 1"}
-    for pid in (1, 2):
+    assert [names[pid].split(" (")[0] for pid in (1, 2, 3, 4)] == [
+        "ps 0", "ps 1", "worker 0", "worker 1"], names
+    for pid, server in ((1, 0), (2, 1)):  # each server sees its own pushes, pulls and updates
+        mine = [e for e in events if e["pid"] == pid]
+        for kind in ("ps_push", "ps_pull"):
+            got = [e for e in mine if e["cat"] == kind]
+            assert got and all(e["args"]["server"] == server for e in got), (kind, got)
+        updates = sorted(e["args"]["step"] for e in mine if e["cat"] == "optimizer")
+        assert updates == [3, 4, 5, 6], updates  # sync: one update per step, the step's version
+    for pid in (3, 4):
         mine = [e for e in events if e["pid"] == pid]
         assert sorted(e["args"]["step"] for e in mine if e["cat"] == "step") == [3, 4, 5, 6]
         for kind in ("ps_push", "ps_pull"):
@@ -259,3 +267,6 @@ def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):
     slowest = re.findall(r"^  step (\d+): worker ([01]) \(", r.stdout, re.M)
     assert len(slowest) == 4, r.stdout
     assert sum(w == "0" for _, w in slowest) >= 3, r.stdout
+    busiest = re.findall(r"^  step (\d+): ps ([01]) \(.*\), [\d.]+ ms \(update [\d.]+ ms\) of 2 "
+                         r"servers$", r.stdout, re.M)
+    assert [s for s, _ in busiest] == ["3", "4", "5", "6"], r.stdout

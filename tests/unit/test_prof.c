@@ -433,6 +433,32 @@ Test(prof, breakdown_and_verdict) {
     ct__prof_report_finish(&r);
 }
 
+/* A parameter server's time per step: its pushes (the update inside them) and pulls, by the
+ * step of their version; events of no step do not count. */
+Test(prof, server_rows) {
+    ct__prof_thread threads[1] = {{1, "main"}};
+    ct__prof_event ev[] = {
+        {.start_ns = 0, .dur_ns = 500, .step = 4, .name = "push", .kind = CT__PROF_PS_PUSH},
+        {.start_ns = 100, .dur_ns = 300, .step = 4, .name = "apply", .kind = CT__PROF_OPTIMIZER},
+        {.start_ns = 600, .dur_ns = 50, .step = 4, .name = "pull", .kind = CT__PROF_PS_PULL},
+        {.start_ns = 700, .dur_ns = 70, .step = 5, .name = "push", .kind = CT__PROF_PS_PUSH},
+        {.start_ns = 800, .dur_ns = 9, .step = -1, .name = "beat", .kind = CT__PROF_HEARTBEAT},
+    };
+    ct__prof_dump ps = {
+        .role = "ps", .task = 1, .threads = threads, .n_threads = 1, .events = ev, .n_events = 5};
+    ct__prof_dump worker = {
+        .role = "worker", .threads = threads, .n_threads = 1, .events = ev, .n_events = 5};
+    const ct__prof_dump *dumps[2] = {&worker, &ps};
+    ct__prof_report r;
+    cr_assert_eq(ct__prof_analyse(dumps, 2, &r, NULL), CT_OK);
+    cr_assert_eq(r.n_servers, 2, "steps 4 and 5 of the server; the worker's are not a server's");
+    cr_assert(r.servers[0].dump == 1 && r.servers[0].step == 4);
+    cr_assert_eq(r.servers[0].serve_ns, 550);
+    cr_assert_eq(r.servers[0].apply_ns, 300);
+    cr_assert(r.servers[1].step == 5 && r.servers[1].serve_ns == 70 && r.servers[1].apply_ns == 0);
+    ct__prof_report_finish(&r);
+}
+
 /* ---- --profile ---- */
 
 Test(prof, profile_flag) {

@@ -144,6 +144,52 @@ static ct_status add_named(const ct__prof_dump *const *dumps, int n_dumps, int k
     return CT_OK;
 }
 
+static int by_dump_step(const void *pa, const void *pb) {
+    const ct__prof_server_row *a = pa, *b = pb;
+    if (a->dump != b->dump) {
+        return a->dump < b->dump ? -1 : 1;
+    }
+    return (a->step > b->step) - (a->step < b->step);
+}
+
+/* The row of (dump k, step) among rows[0..*n) (sorted at the end), added when new. */
+static ct__prof_server_row *server_row(ct__prof_server_row *rows, int *n, int k, int64_t step) {
+    for (int i = *n - 1; i >= 0 && rows[i].dump == k; i--) {
+        if (rows[i].step == step) {
+            return &rows[i];
+        }
+    }
+    rows[*n] = (ct__prof_server_row){.dump = k, .step = step};
+    return &rows[(*n)++];
+}
+
+/* The parameter servers' time per step: pushes handled (applies included) and pulls served. */
+static ct_status add_servers(const ct__prof_dump *const *dumps, int n_dumps, ct__prof_report *r) {
+    int64_t count = 0;
+    for (int k = 0; k < n_dumps; k++) {
+        count += strcmp(dumps[k]->role, "ps") ? 0 : dumps[k]->n_events;
+    }
+    if (count == 0) {
+        return CT_OK;
+    }
+    if (!(r->servers = calloc((size_t)count, sizeof *r->servers))) {
+        return CT_ENOMEM;
+    }
+    for (int k = 0; k < n_dumps; k++) {
+        for (int64_t i = 0; !strcmp(dumps[k]->role, "ps") && i < dumps[k]->n_events; i++) {
+            const ct__prof_event *e = &dumps[k]->events[i];
+            if (e->step < 0 || (e->kind != CT__PROF_PS_PUSH && e->kind != CT__PROF_PS_PULL &&
+                                e->kind != CT__PROF_OPTIMIZER)) {
+                continue;
+            }
+            ct__prof_server_row *row = server_row(r->servers, &r->n_servers, k, e->step);
+            *(e->kind == CT__PROF_OPTIMIZER ? &row->apply_ns : &row->serve_ns) += e->dur_ns;
+        }
+    }
+    qsort(r->servers, (size_t)r->n_servers, sizeof *r->servers, by_dump_step);
+    return CT_OK;
+}
+
 static int by_total(const void *pa, const void *pb) {
     const ct__prof_op_row *a = pa, *b = pb;
     return (a->total_ns < b->total_ns) - (a->total_ns > b->total_ns);
@@ -195,6 +241,9 @@ ct_status ct__prof_analyse(const ct__prof_dump *const *dumps, int n_dumps, ct__p
     if (st == CT_OK) {
         st = add_ops_and_stages(dumps, n_dumps, &r);
     }
+    if (st == CT_OK) {
+        st = add_servers(dumps, n_dumps, &r);
+    }
     if (st != CT_OK) {
         ct__prof_report_finish(&r);
         return ct_err_set(err, st, "profile: out of memory analysing the trace");
@@ -214,5 +263,6 @@ void ct__prof_report_finish(ct__prof_report *r) {
     free(r->steps);
     free(r->ops);
     free(r->stages);
+    free(r->servers);
     *r = (ct__prof_report){0};
 }

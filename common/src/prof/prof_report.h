@@ -45,6 +45,14 @@ typedef struct ct__prof_stage_row {
     int threads;            /* distinct threads that ran it */
 } ct__prof_stage_row;
 
+/* A parameter server's time in one step (the events of that step's version): handling the
+ * workers' pushes (the apply inside them included) and serving their pulls. */
+typedef struct ct__prof_server_row {
+    int dump;
+    int64_t step;
+    int64_t serve_ns, apply_ns;
+} ct__prof_server_row;
+
 typedef struct ct__prof_report {
     ct__prof_step_row *steps; /* by dump, then step */
     int n_steps;
@@ -52,6 +60,8 @@ typedef struct ct__prof_report {
     int n_ops;
     ct__prof_stage_row *stages; /* by self time per thread, largest first */
     int n_stages;
+    ct__prof_server_row *servers; /* by dump, then step: the parameter servers' ("ps") */
+    int n_servers;
     int64_t step_ns, input_ns; /* over every step row */
     double input_share;        /* input_ns / step_ns (0 without steps) */
     int verdict;               /* 2: input-bound, 1: partly, 0: not (CT__PROF_INPUT_*) */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "prof/prof.h"
 
 #define REGISTER_RETRY_S 1.0
 
@@ -46,7 +47,10 @@ static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
     env.generation = generation;
     env.reg = &reg;
     l->last_register = ct__now();
-    return quiet_send(l, &env, err);
+    const int64_t t0 = ct__prof_begin();
+    ct_status st = quiet_send(l, &env, err);
+    ct__prof_end(t0, CT__PROF_REGISTER, "register", NULL, -1, -1, -1, -1);
+    return st;
 }
 
 ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
@@ -110,7 +114,10 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Ps__Stat
     env.index = l->index;
     env.generation = generation;
     env.stats = (Ctrain__Ps__Stats *)stats;
-    return quiet_send(l, &env, err);
+    const int64_t t0 = ct__prof_begin();
+    ct_status st = quiet_send(l, &env, err);
+    ct__prof_end(t0, CT__PROF_HEARTBEAT, "heartbeat", NULL, -1, -1, -1, -1);
+    return st;
 }
 
 static void take_view(ct__link *l, const ct__env *env) {
