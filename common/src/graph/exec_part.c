@@ -258,8 +258,9 @@ static void run_part_recorded(ct_exec *e, int i, int part) {
         return;
     }
     run_kernel_share(e, i, part);
-    ct__prof_end(t0, CT__PROF_OP, ct_op_name(n->op), detail, -1, -1, e->parts[i] > 1 ? part : -1,
-                 -1);
+    /* APPLY_OPTIMIZER unfused is the optimizer too */
+    ct__prof_end(t0, n->op == CT_OP_APPLY_OPTIMIZER ? CT__PROF_OPTIMIZER : CT__PROF_OP,
+                 ct_op_name(n->op), detail, -1, -1, e->parts[i] > 1 ? part : -1, -1);
     if (fuses_update(e, i)) {
         t0 = ct__prof_now_ns();
         run_fused_update(e, i, part);

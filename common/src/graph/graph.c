@@ -170,7 +170,8 @@ static void run_recorded(ct_graph *g, ct_kernel_fn kernel, ct_node *n, ct_node *
     const char *detail = ct__prof_intern(text);
     int64_t t0 = ct__prof_now_ns();
     kernel(&g->ctx, n, ins);
-    ct__prof_end(t0, CT__PROF_OP, ct_op_name(n->op), detail, -1, -1, -1, -1);
+    ct__prof_end(t0, n->op == CT_OP_APPLY_OPTIMIZER ? CT__PROF_OPTIMIZER : CT__PROF_OP,
+                 ct_op_name(n->op), detail, -1, -1, -1, -1);
 }
 
 static int run_node(ct_graph *g, ct_node *n) {

@@ -54,7 +54,8 @@ void ct__prof_set_clock(int64_t offset_ns, int64_t error_ns);
 /* 1 when ct__prof_init armed a session (recording or not). */
 int ct__prof_armed(void);
 /* The training step `step` (ctrain's step number, 1-based) starts: recording turns on inside the
- * window and off after it. Cheap when unarmed (one branch). Called by the training thread. */
+ * window and off outside it (0: between steps, off). Cheap when unarmed (one branch). Called by
+ * the training thread. */
 void ct__prof_step(int64_t step);
 /* The step the training thread is in, for events recorded by other threads; -1 outside. */
 int64_t ct__prof_current_step(void);

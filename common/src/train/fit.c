@@ -205,10 +205,11 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         const int64_t step_t0 = ct__prof_begin();
         ct_batch b;
         st = ct_loader_next_err(f->loader, &b, err);
-        ct__prof_end(step_t0, CT__PROF_INPUT_WAIT, "input_wait", NULL, step, -1, -1, -1);
         if (st != CT_OK || (f->steps >= 0 ? b.index >= f->steps : b.size == 0)) {
+            ct__prof_step(0); /* no step after all (the epoch ended): the evaluation is not one */
             break;
         }
+        ct__prof_end(step_t0, CT__PROF_INPUT_WAIT, "input_wait", NULL, step, -1, -1, -1);
         float loss, acc;
         if ((st = fit_step(f, &b, &loss, &acc, err)) != CT_OK) {
             break;
