@@ -48,6 +48,7 @@ void ct_role_print_options(FILE *f) {
         "  --num-ps M, --num-workers N  the chief: how many (default: the cluster's lists)\n"
         "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
         "  --slow-factor F     benchmarks only: a worker sleeps (F - 1) x its compute time\n"
+        "                      (mirrored: the last rank, before each step)\n"
         "  -h, --help          show this help\n"
         "\n"
         "strategy keys: strategy.bucket_bytes (1 MiB), strategy.stall_timeout (60 s),\n"
@@ -160,7 +161,8 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
     ct_mirrored_options o = {.job_text = job_text,
                              .no_resume = f->no_resume,
                              .report = console_reporter(f->quiet, ""),
-                             .stop = &ct_role_stop_requested};
+                             .stop = &ct_role_stop_requested,
+                             .slow_factor = f->ps.slow_factor};
     ct_mirrored_result r;
     ct_status st = ct_mirrored_train(job, &spec, &o, &r, &err);
     int rc = end_rank(role, &spec, st, &r, &err);

@@ -50,7 +50,8 @@ static void train_usage(FILE *f) {
         "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
         "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
         "                    restarted if they die (strategy.mode: sync or async)\n"
-        "  --straggler F     benchmarks: worker 0 runs F times slower (with --ps/--workers)\n"
+        "  --straggler F     benchmarks: worker 0 (--ps/--workers) or the last rank\n"
+        "                    (--replicas) runs F times slower\n"
         "  --data-workers N  read the input from a data service on this machine: a\n"
         "                    ctrain-dispatcher and N ctrain-data-worker processes run the\n"
         "                    pipeline (data.service; combines with --replicas, --ps/--workers)\n"
@@ -330,6 +331,12 @@ static int run_replicas(const cli *c, int wait) {
     }
     if (c->quiet) {
         argv[n++] = "--quiet";
+    }
+    char slow[32];
+    if (c->straggler > 1.0) { /* the last rank is the straggler */
+        snprintf(slow, sizeof slow, "%g", c->straggler);
+        argv[n++] = "--slow-factor";
+        argv[n++] = slow;
     }
     argv[n] = NULL;
     fflush(stdout);

@@ -192,11 +192,14 @@ def has_mpi():
 
 
 def test_mirrored_ranks_merge_into_one_trace(tmp_path):
+    """Two ranks, the last four times slower (--straggler): one trace with a process per rank,
+    the all-reduce buckets on their own track, rank 1's clock aligned to rank 0's, and the
+    report names rank 1 the slowest."""
     if not has_mpi():
         import pytest
         pytest.skip("this build has no MPI (ctrain version says 'mpi: no')")
-    job, run = csv_job(tmp_path, "mirrored", hidden=256, depth=2)
-    r = ctrain("train", job, "--replicas", "2", "--profile", "3:5")
+    job, run = csv_job(tmp_path, "mirrored", hidden=512, depth=2)
+    r = ctrain("train", job, "--replicas", "2", "--profile", "3:5", "--straggler", "4")
     assert r.returncode == 0, r.stderr
     assert "profile: steps 3-5 of 2 ranks" in r.stdout, r.stdout
     assert sorted(p.name for p in (run / "profile").iterdir()) == ["worker.0.ctprof",
@@ -228,6 +231,7 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
     slowest = re.findall(r"^  step (\d+): worker ([01]) \(.*\), own time [\d.]+ ms \(mean of 2 roles",
                          r.stdout, re.M)
     assert [s for s, _ in slowest] == ["3", "4", "5"], r.stdout
+    assert sum(w == "1" for _, w in slowest) >= 2, r.stdout
 
 
 def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):

@@ -211,6 +211,9 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     if (st == CT_OK && ct_profile_started()) {
         measure_clock(&r);
     }
+    if (st == CT_OK && opts->slow_factor > 1.0 && r.rank == r.size - 1) {
+        r.m->slow_factor = opts->slow_factor;
+    }
     if (st == CT_OK) {
         st = train(&r, ret, err);
     }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "ctrain/crc32c.h"
@@ -153,6 +154,15 @@ static int param_at(const ct__mirrored *m, const float *d) {
 
 /* ---- the ct_grad_reducer callbacks ---- */
 
+/* Benchmarks: a straggler sleeps (F - 1) times its last step's compute before this step starts
+ * (no bucket is in flight then: the sleep is this rank's own time, and the others wait for its
+ * buckets). */
+static void straggle(const ct__mirrored *m) {
+    double seconds = m->last_compute * (m->slow_factor - 1.0);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, int64_t global_n) {
     ct__mirrored *m = user;
     if (m->stalled) {
@@ -160,6 +170,9 @@ static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, i
     }
     if (g != m->scanned || !g) {
         scan(m, g);
+    }
+    if (m->slow_factor > 1.0) {
+        straggle(m);
     }
     m->step = step;
     m->seq++;
@@ -169,6 +182,7 @@ static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, i
     }
     m->weight = global_n > 0 ? (float)((double)local_n / (double)global_n) : 0.0f;
     m->next = 0;
+    m->step_start = ct__now_s();
     for (int k = 0; k < m->nb; k++) {
         m->b[k].pending = m->b[k].expected;
         m->b[k].started = 0;
@@ -244,6 +258,7 @@ static ct_status finish(void *user, ct_err *err) {
     if (m->stalled) {
         return stalled_status(m, err);
     }
+    m->last_compute = ct__now_s() - m->step_start;
     while (m->next < m->nb) { /* eager steps, or gradients no node wrote: start the rest */
         m->b[m->next].pending = 0;
         start_bucket(m, m->next++);
