@@ -195,7 +195,7 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
     for (int k = 0; k < n; k++) { /* the roles whose clocks were aligned to the chief's */
         char label[128];
         if (dumps[k]->clock_error_ns > 0) {
-            printf("clock of %s: %+.1f us to the chief's (within %.1f us)\n",
+            printf("clock of %s: %+.1f us to the chief's (measured within %.1f us)\n",
                    role_label(dumps[k], label, sizeof label),
                    (double)dumps[k]->clock_offset_ns / 1e3, (double)dumps[k]->clock_error_ns / 1e3);
         }

@@ -130,6 +130,15 @@ Test(prof, clock_offset_moves_events_onto_the_chiefs_clock) {
     cr_assert_eq(d->clock_offset_ns, -250);
     cr_assert_eq(d->clock_error_ns, 40);
     ct__prof_dump_free(d);
+    arm(1, 1, 0);
+    ct__prof_set_clock(30, 40); /* within its uncertainty: the clocks agree as far as we know */
+    ct__prof_step(1);
+    put(CT__PROF_OP, "add", 1000, 10, 1);
+    d = take();
+    cr_assert_eq(d->events[0].start_ns, 1000);
+    cr_assert_eq(d->clock_offset_ns, 0);
+    cr_assert_eq(d->clock_error_ns, 40);
+    ct__prof_dump_free(d);
     arm(1, 1, 0); /* a new session starts on the chief's clock again */
     d = take();
     cr_assert_eq(d->clock_offset_ns, 0);

@@ -113,7 +113,9 @@ ct_status ct__prof_init(const ct__prof_options *opts, ct_err *err) {
 }
 
 void ct__prof_set_clock(int64_t offset_ns, int64_t error_ns) {
-    g.clock_offset_ns = offset_ns;
+    /* within its own uncertainty the offset is no better an estimate than 0, which is exact on
+     * one machine (one registration round trip on a loaded host can be milliseconds) */
+    g.clock_offset_ns = offset_ns > error_ns || offset_ns < -error_ns ? offset_ns : 0;
     g.clock_error_ns = error_ns;
 }
 

@@ -48,8 +48,10 @@ int64_t ct__prof_now_ns(void);
  * main thread, before training. */
 ct_status ct__prof_init(const ct__prof_options *opts, ct_err *err);
 /* This role's clock offset to the chief's (added to its clock to get the chief's) and the
- * offset's uncertainty, as measured at registration; ct__prof_take moves every event onto the
- * chief's clock with it. 0 0 (the default): the chief itself, or not measured. */
+ * offset's uncertainty (half the round trip), as measured at registration; ct__prof_take moves
+ * every event onto the chief's clock with it. An offset within its uncertainty is taken as 0
+ * (the clocks agree as far as can be told; exact on one machine). 0 0 (the default): the chief
+ * itself, or not measured. */
 void ct__prof_set_clock(int64_t offset_ns, int64_t error_ns);
 /* 1 when ct__prof_init armed a session (recording or not). */
 int ct__prof_armed(void);
