@@ -30,30 +30,33 @@ void ct_role_catch_signals(void) {
 }
 
 void ct_role_print_options(FILE *f) {
-    fprintf(f,
-            "options:\n"
-            "  --job FILE          the job file (required)\n"
-            "  --set KEY=VALUE     override a job field (repeatable)\n"
-            "  --rank R, --world-size N, --local-rank L\n"
-            "                      mirrored: the cluster spec by hand (default: from Open MPI,\n"
-            "                      PMIx or Slurm variables; all sources must agree with MPI)\n"
-            "  --no-resume         do not resume from the run's checkpoint\n"
-            "  --quiet             only the done line\n"
-            "  --task TYPE:INDEX   parameter_server: this process's task (chief, ps:I, worker:I)\n"
-            "  --chief HOST:PORT   the chief's address (workers and servers)\n"
-            "  --cluster FILE      a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
-            "  --bind HOST:PORT    where a chief or server listens (port 0: any free port)\n"
-            "  --num-ps M, --num-workers N  the chief: how many (default: the cluster's lists)\n"
-            "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
-            "  --slow-factor F     benchmarks only: a worker sleeps (F - 1) x its compute time\n"
-            "  -h, --help          show this help\n"
-            "\n"
-            "strategy keys: strategy.bucket_bytes (1 MiB), strategy.stall_timeout (60 s),\n"
-            "strategy.check_every (0: off), strategy.compression (none); TF_CONFIG names the\n"
-            "tasks of a parameter_server job as --cluster does.\n"
-            "\n"
-            "exit codes: 0 success, 1 runtime failure, 2 bad input, 3 a stalled rank (named by\n"
-            "the chief), 130 SIGINT, 143 SIGTERM (after the chief saved a checkpoint)\n");
+    fprintf(
+        f,
+        "options:\n"
+        "  --job FILE          the job file (required)\n"
+        "  --set KEY=VALUE     override a job field (repeatable)\n"
+        "  --rank R, --world-size N, --local-rank L\n"
+        "                      mirrored: the cluster spec by hand (default: from Open MPI,\n"
+        "                      PMIx or Slurm variables; all sources must agree with MPI)\n"
+        "  --no-resume         do not resume from the run's checkpoint\n"
+        "  --quiet             only the done line\n"
+        "  --profile A:B       record training steps A to B (= --set train.profile.steps=[A,B])\n"
+        "  --task TYPE:INDEX   parameter_server: this process's task (chief, ps:I, worker:I)\n"
+        "  --chief HOST:PORT   the chief's address (workers and servers)\n"
+        "  --cluster FILE      a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
+        "  --bind HOST:PORT    where a chief or server listens (port 0: any free port)\n"
+        "  --num-ps M, --num-workers N  the chief: how many (default: the cluster's lists)\n"
+        "  --keys DIR          CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
+        "  --slow-factor F     benchmarks only: a worker sleeps (F - 1) x its compute time\n"
+        "                      (mirrored: the last rank, before each step)\n"
+        "  -h, --help          show this help\n"
+        "\n"
+        "strategy keys: strategy.bucket_bytes (1 MiB), strategy.stall_timeout (60 s),\n"
+        "strategy.check_every (0: off), strategy.compression (none); TF_CONFIG names the\n"
+        "tasks of a parameter_server job as --cluster does.\n"
+        "\n"
+        "exit codes: 0 success, 1 runtime failure, 2 bad input, 3 a stalled rank (named by\n"
+        "the chief), 130 SIGINT, 143 SIGTERM (after the chief saved a checkpoint)\n");
 }
 
 static void print_done(const ct_train_result *r, const char *extra) {
@@ -158,7 +161,8 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
     ct_mirrored_options o = {.job_text = job_text,
                              .no_resume = f->no_resume,
                              .report = console_reporter(f->quiet, ""),
-                             .stop = &ct_role_stop_requested};
+                             .stop = &ct_role_stop_requested,
+                             .slow_factor = f->ps.slow_factor};
     ct_mirrored_result r;
     ct_status st = ct_mirrored_train(job, &spec, &o, &r, &err);
     int rc = end_rank(role, &spec, st, &r, &err);

@@ -1,6 +1,8 @@
 /* The standalone launcher's flags and signals (see cli.h). */
 #include "cli.h"
 
+#include "ctrain/profile.h"
+
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,17 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
             }
         } else if (!strncmp(a, "--set=", 6)) {
             c->sets[c->n_sets++] = a + 6;
+        } else if (!strcmp(a, "--profile")) {
+            ct_err err = {0};
+            if (c->n_sets >= MAX_SETS ||
+                ct_profile_parse_flag(i + 1 < argc ? argv[i + 1] : NULL, c->profile_set,
+                                      sizeof c->profile_set, &err) != CT_OK) {
+                fprintf(stderr, "ctrain: %s\n",
+                        c->n_sets >= MAX_SETS ? "too many --set options" : err.msg);
+                return EXIT_BAD_INPUT;
+            }
+            c->sets[c->n_sets++] = c->profile_set;
+            i++;
         } else if (!strcmp(a, "--eager")) {
             c->sets[c->n_sets++] = "train.eager=true";
         } else if (!strcmp(a, "--quiet")) {

@@ -21,6 +21,7 @@ typedef struct cli {
     double straggler;
     const char *init_from;
     char threads_set[64];
+    char profile_set[64]; /* --profile FIRST:LAST as its --set override */
 } cli;
 
 /* Raised by SIGINT/SIGTERM once cli_catch_signals ran; the signal in cli_stop_signal. */
@@ -38,5 +39,7 @@ int cmd_summary(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 /* ctrain data inspect|bench|convert (argv from the subcommand on; coordinator/cmd_data.c). */
 int cmd_data(int argc, char **argv);
+/* ctrain profile RUN_DIR (coordinator/cmd_profile.c). */
+int cmd_profile(int argc, char **argv);
 
 #endif

@@ -38,6 +38,10 @@ static void train_usage(FILE *f) {
         "                    (= --set train.eager=true)\n"
         "  --threads N       threads for kernels and BLAS (= --set train.threads=N; 0: all cores)\n"
         "  --quiet           print only the final summary line\n"
+        "  --profile A:B     record training steps A to B (1-based) on every role\n"
+        "                    (= --set train.profile.steps=[A,B]); writes RUN_DIR/trace.json.gz\n"
+        "                    for Perfetto or chrome://tracing; 'ctrain profile RUN_DIR'\n"
+        "                    prints the report\n"
         "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
         "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
         "                    ignored when the run resumes from its own checkpoint\n"
@@ -46,7 +50,8 @@ static void train_usage(FILE *f) {
         "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
         "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
         "                    restarted if they die (strategy.mode: sync or async)\n"
-        "  --straggler F     benchmarks: worker 0 runs F times slower (with --ps/--workers)\n"
+        "  --straggler F     benchmarks: worker 0 (--ps/--workers) or the last rank\n"
+        "                    (--replicas) runs F times slower\n"
         "  --data-workers N  read the input from a data service on this machine: a\n"
         "                    ctrain-dispatcher and N ctrain-data-worker processes run the\n"
         "                    pipeline (data.service; combines with --replicas, --ps/--workers)\n"
@@ -327,6 +332,12 @@ static int run_replicas(const cli *c, int wait) {
     if (c->quiet) {
         argv[n++] = "--quiet";
     }
+    char slow[32];
+    if (c->straggler > 1.0) { /* the last rank is the straggler */
+        snprintf(slow, sizeof slow, "%g", c->straggler);
+        argv[n++] = "--slow-factor";
+        argv[n++] = slow;
+    }
     argv[n] = NULL;
     fflush(stdout);
     if (wait) {
@@ -348,6 +359,19 @@ static void log_line(ct_log_level level, const char *msg, void *user) {
     (void)level;
     (void)user;
     fprintf(stderr, "ctrain: %s\n", msg);
+}
+
+/* The local cluster's profile: the workers' files (they are all gone) into trace.json.gz. */
+static void merge_profile(const ct_job *job, int quiet) {
+    ct_err err = {0};
+    if (ct_profile_merge(job->run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: warning: profile: %s\n", err.msg);
+    } else if (!quiet) {
+        printf("profile: steps %lld-%lld -> %s/trace.json.gz ('ctrain profile %s' for the "
+               "report)\n",
+               (long long)job->profile_steps[0], (long long)job->profile_steps[1], job->run_dir,
+               job->run_dir);
+    }
 }
 
 /* --ps M --workers N: the chief here, M servers and N workers as child processes. */
@@ -387,9 +411,17 @@ static int run_local_cluster(cli *c) {
         free(text);
         return EXIT_RUNTIME;
     }
+    if (job.profile_steps[0] > 0 && ct_profile_clear(job.run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        free(text);
+        return EXIT_RUNTIME;
+    }
     ct_train_result r;
     ct_status st = ct_run_local_cluster(&lc, &job, &r, &err);
     free(text);
+    if (st == CT_OK && job.profile_steps[0] > 0) { /* every worker has written its file */
+        merge_profile(&job, c->quiet);
+    }
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return ct_exit_code(st, cli_stop_signal, 0);
@@ -398,6 +430,30 @@ static int run_local_cluster(cli *c) {
     snprintf(extra, sizeof extra, "ps=%d workers=%d", lc.n_ps, lc.n_workers);
     print_done(&r, extra);
     return 0;
+}
+
+/* The end of a profiled run in this process: its recording into RUN_DIR/profile, merged into
+ * RUN_DIR/trace.json.gz. A failure is a warning: the training itself succeeded. */
+static void write_profile(const ct_job *job, int quiet, int newline) {
+    long long events = 0, dropped = 0;
+    ct_err err = {0};
+    if (ct_profile_write(job->run_dir, &events, &dropped, &err) != CT_OK ||
+        ct_profile_merge(job->run_dir, &err) != CT_OK) {
+        fprintf(stderr, "%sctrain: warning: profile: %s\n", newline ? "\n" : "", err.msg);
+        return;
+    }
+    char lost[64] = "";
+    if (dropped > 0) {
+        snprintf(lost, sizeof lost, " (%lld dropped: buffers full)", dropped);
+    } else if (events == 0) {
+        snprintf(lost, sizeof lost, " (no step of the window ran)");
+    }
+    if (!quiet) {
+        printf("profile: steps %lld-%lld, %lld events%s -> %s/trace.json.gz ('ctrain profile %s' "
+               "for the report)\n",
+               (long long)job->profile_steps[0], (long long)job->profile_steps[1], events, lost,
+               job->run_dir, job->run_dir);
+    }
 }
 
 /* Trains in this process. */
@@ -442,10 +498,18 @@ static int train_here(cli c) {
         goto done;
     }
     cli_catch_signals();
+    if (ct_profile_start(&job, "chief", 0, &err) != CT_OK ||
+        (ct_profile_started() && ct_profile_clear(job.run_dir, &err) != CT_OK)) {
+        fprintf(stderr, "ctrain: %s\n", err.msg);
+        goto done;
+    }
     progress_state ps = {.tty = isatty(STDOUT_FILENO), .quiet = c.quiet};
     ct_train_result r;
     ct_status st =
         ct_trainer_fit_loaders(t, train, eval, print_progress, &ps, &cli_stop_requested, &r, &err);
+    if (ct_profile_started()) {
+        write_profile(&job, c.quiet, ps.tty && st != CT_OK);
+    }
     if (st != CT_OK) {
         fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
         rc = ct_exit_code(st, cli_stop_signal, 0);
@@ -457,6 +521,7 @@ done:
     ct_loader_destroy(train);
     ct_loader_destroy(eval);
     ct_trainer_destroy(t);
+    ct_profile_stop(); /* after the loaders' and graphs' threads are gone */
     free(text);
     return rc;
 }

@@ -36,6 +36,7 @@
 #include "ctrain/optim.h"
 #include "ctrain/pipeline.h"
 #include "ctrain/ps.h"
+#include "prof/prof.h"
 #include "ps_chief.h"
 
 #define POLL_MS 50
@@ -95,6 +96,7 @@ static void send_view(chief *c, const unsigned char *peer, size_t peer_len, int 
     env.generation = c->generation;
     env.error = (char *)(error ? error : "");
     env.view = error ? NULL : &v;
+    env.clock_ns = ct__prof_now_ns(); /* a registering role's profiler clock offset */
     ct__msg_send(c->router, peer, peer_len, &env, c->job_id, NULL, NULL, 0, NULL);
 }
 

@@ -26,6 +26,8 @@
 #include <string.h>
 
 #include "ctrain/optim.h"
+#include "ctrain/profile.h"
+#include "prof/prof.h"
 #include "ps_role.h"
 #include "strategy/ps_link.h"
 
@@ -149,7 +151,16 @@ static void send_params(server *s, const unsigned char *peer, size_t peer_len, u
     env.version = s->version;
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
+    const int64_t t0 = ct__prof_begin();
     ct__msg_send(s->router, peer, peer_len, &env, s->job_id, data, bytes, n, NULL);
+    if (t0) {
+        int64_t total = 0;
+        for (int k = 0; k < n; k++) {
+            total += (int64_t)bytes[k];
+        }
+        ct__prof_end(t0, CT__PROF_PS_PULL, "pull", NULL, (int64_t)s->version + 1, total,
+                     s->o->index, 0);
+    }
 }
 
 /* The slowest live worker's pushes (ssp). */
@@ -320,6 +331,7 @@ static void serve_snapshots(server *s) {
  * in place) as update number `version`. A NaN or Inf is reported to the chief with the shard
  * and the element, and ends the server: its variables can no longer be trusted. */
 static void apply(server *s, const float *const *grads, float lr_scale) {
+    const int64_t t0 = ct__prof_begin();
     ct_optimizer_set_lr_scale(s->opt, lr_scale);
     float g2 = 0.0f;
     for (int k = 0; k < s->n_local; k++) {
@@ -347,10 +359,13 @@ static void apply(server *s, const float *const *grads, float lr_scale) {
         s->fatal = CT_ENUMERIC;
         return;
     }
+    ct__prof_end(t0, CT__PROF_OPTIMIZER, "apply", NULL, (int64_t)s->version + 1,
+                 s->vars.total * (int64_t)sizeof(float), -1, -1);
     s->version++;
     for (int k = 0; k < s->n_local; k++) {
         s->shard_version[k] = s->version;
     }
+    ct__prof_step((int64_t)s->version + 1); /* sync: the step that makes the next version */
 }
 
 /* sync: adds a worker's gradient, weighted by its examples, to the sum for this version; the
@@ -401,7 +416,26 @@ static int accumulate(server *s, ct__msg *m, int64_t examples) {
     return last;
 }
 
+static void handle_push(server *s, ct__msg *m);
+
+/* A push from a worker: handled (summed, applied when it completes the version, or dropped) and,
+ * while the profiler records, an event with its bytes, this server and the version it was
+ * computed on (the step of that version, in sync). */
 static void on_push(server *s, ct__msg *m) {
+    const int64_t t0 = ct__prof_begin();
+    const uint64_t version = s->version;
+    handle_push(s, m);
+    if (t0) {
+        int64_t bytes = 0;
+        for (size_t k = 0; k < m->env->n_tensors; k++) {
+            bytes += (int64_t)m->env->tensors[k]->bytes;
+        }
+        ct__prof_end(t0, CT__PROF_PS_PUSH, "push", NULL, (int64_t)version + 1, bytes, s->o->index,
+                     (int64_t)m->env->version);
+    }
+}
+
+static void handle_push(server *s, ct__msg *m) {
     const ct__env *env = m->env;
     char why[320];
     int w = env->index;
@@ -513,6 +547,7 @@ static void on_restore(server *s, ct__msg *m) {
         s->shard_version[k] = env->version;
     }
     s->version = env->version;
+    ct__prof_step((int64_t)s->version + 1);
     s->generation = env->generation;
     s->total_steps = env->restore->total_steps;
     s->n_workers = (int)env->restore->n_workers;
@@ -666,6 +701,16 @@ static ct_status make_vars(server *s, ct_err *err) {
     return st;
 }
 
+/* The profiler's end: what this server recorded into run_dir/profile/ps.<index>.ctprof (also
+ * when it was stopped: the launcher stops the servers once the chief is done). */
+static void write_profile(const server *s, ct_status st) {
+    ct_err perr = {0};
+    if (ct_profile_started() && (st == CT_OK || st == CT_EINTR) &&
+        ct_profile_write(s->job->run_dir, NULL, NULL, &perr) != CT_OK) {
+        ct_log(CT_LOG_WARN, "%s: profile: %s", s->who, perr.msg);
+    }
+}
+
 ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_err *err) {
     server *s = calloc(1, sizeof *s);
     if (!s) {
@@ -675,7 +720,10 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
     s->o = o;
     s->job_id = ct_ps_job_id(job);
     snprintf(s->who, sizeof s->who, "ps %d", o->index);
-    ct_status st = ct_model_create(job, &s->model, err);
+    ct_status st = ct_profile_start(job, "ps", o->index, err);
+    if (st == CT_OK) {
+        st = ct_model_create(job, &s->model, err);
+    }
     if (st == CT_OK) {
         st = ct_net_socket(ZMQ_ROUTER, o->keys, 1, &s->router, err);
     }
@@ -743,7 +791,9 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
             }
         }
     }
+    write_profile(s, st);
     server_free(s);
+    ct_profile_stop();
     free(s);
     return st;
 }

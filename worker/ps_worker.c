@@ -22,6 +22,8 @@
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
 #include "ctrain/pipeline.h"
+#include "ctrain/profile.h"
+#include "prof/prof.h"
 #include "strategy/ps_link.h"
 #include "worker_role.h"
 
@@ -62,6 +64,7 @@ typedef struct worker {
     ct__inflight inflight; /* gradient frames ZeroMQ still sends from p->grad */
     int64_t steps_done;
     char who[32];
+    int64_t prof_step_t0; /* the profiler's clock when the last step ended (0: not recording) */
 } worker;
 
 static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
@@ -86,6 +89,31 @@ static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
 
 static void reset_for(worker *w, uint64_t generation);
 
+/* The profiler's event of a pull answered, on the trainer thread's "ps" track: from when this
+ * worker waited for it (the request, or the end of its last step when the pull went ahead while
+ * that step computed) to the answer, so that it is the wait the step sees, not the time behind
+ * the step's own work; its bytes, the server, and in value[1] how many versions the server's
+ * shards moved past the ones held (0 in sync). */
+static void record_pull(const worker *w, int s, const ct__msg *m) {
+    int64_t bytes = 0, now = ct__prof_now_ns();
+    for (size_t k = 0; k < m->env->n_tensors; k++) {
+        bytes += (int64_t)m->env->tensors[k]->bytes;
+    }
+    int64_t start = now - (int64_t)((ct__now() - w->pull_sent[s]) * 1e9);
+    start = w->prof_step_t0 > start ? w->prof_step_t0 : start;
+    int64_t moved = w->have[s] && m->env->version > w->version[s] + 1
+                        ? (int64_t)(m->env->version - w->version[s] - 1)
+                        : 0;
+    ct__prof_event ev = {.start_ns = start,
+                         .dur_ns = now > start ? now - start : 0,
+                         .step = ct__prof_current_step(),
+                         .bytes = bytes,
+                         .value = {s, moved},
+                         .name = "pull",
+                         .kind = CT__PROF_PS_PULL};
+    ct__prof_record_side(&ev, "ps");
+}
+
 /* Copies the shards of a PARAMS message into the variables. Generations only grow: a reply
  * from an older one is dropped, one from a newer one (a server restored before the chief's
  * view says so) makes everything held stale. Within a generation versions only grow. */
@@ -104,6 +132,9 @@ static void take_params(worker *w, int s, ct__msg *m) {
     }
     if (env->version >= w->want[s]) {
         w->pending[s] = 0; /* the answer to the pull that is out (not an older one's) */
+        if (ct__prof_on()) {
+            record_pull(w, s, m);
+        }
     }
     for (size_t k = 0; k < env->n_tensors; k++) {
         const Ctrain__Ps__TensorRef *t = env->tensors[k];
@@ -150,8 +181,16 @@ static ct_status push(worker *w, int64_t examples, uint64_t version, ct_err *err
         env.examples = examples;
         env.n_tensors = (size_t)n;
         env.tensors = ptrs;
+        const int64_t t0 = ct__prof_begin();
         ct_status st =
             ct__msg_send_borrowed(w->sock[s], &env, w->job_id, data, bytes, n, &w->inflight, err);
+        if (t0) {
+            int64_t total = 0;
+            for (int k = 0; k < n; k++) {
+                total += (int64_t)bytes[k];
+            }
+            ct__prof_end(t0, CT__PROF_PS_PUSH, "push", NULL, -1, total, s, (int64_t)env.version);
+        }
         if (st != CT_OK && st != CT_ETIMEDOUT) { /* a server that is gone loses the gradient */
             return st;
         }
@@ -322,6 +361,7 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
                                        : (int64_t)version,
                       tk->epoch, tk->index};
     ct_trainer_set_position(w->t, pos);
+    ct__prof_step(pos[0] + 1);
     float loss = NAN, acc = NAN;
     double start = ct__now();
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
@@ -345,7 +385,14 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
         return st;
     }
     w->steps_done++;
-    return report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version, compute, err);
+    st = report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version, compute, err);
+    /* the profiler's step: from the end of the last one (the wait for its parameters) to here;
+     * recording turns on for the step that comes next in the window (sync: exactly the next
+     * version; async: the next batch of the run, a guess) */
+    ct__prof_end(w->prof_step_t0, CT__PROF_STEP, "step", NULL, pos[0] + 1, -1, -1, -1);
+    ct__prof_step(pos[0] + 2);
+    w->prof_step_t0 = ct__prof_begin();
+    return st;
 }
 
 /* The next step's task: sync: the version's slice; async: the chief's next task. 0: none yet. */
@@ -486,6 +533,17 @@ static ct_status join(worker *w, ct_err *err) {
     return st;
 }
 
+/* The profiler's end: what this worker recorded into run_dir/profile/worker.<index>.ctprof,
+ * also when the run was stopped (the launcher stops the workers that are still up once the chief
+ * is done); the chief's launcher merges the files. A failure is a warning. */
+static void write_profile(const worker *w, ct_status st) {
+    ct_err perr = {0};
+    if (ct_profile_started() && (st == CT_OK || st == CT_EINTR) &&
+        ct_profile_write(w->job->run_dir, NULL, NULL, &perr) != CT_OK) {
+        ct_log(CT_LOG_WARN, "%s: profile: %s", w->who, perr.msg);
+    }
+}
+
 ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, ct_err *err) {
     worker *w = calloc(1, sizeof *w);
     ct_job *job = malloc(sizeof *job);
@@ -500,7 +558,10 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     w->o = o;
     w->job_id = ct_ps_job_id(job);
     snprintf(w->who, sizeof w->who, "worker %d", o->index);
-    ct_status st = ct_trainer_create(job, &w->t, err);
+    ct_status st = ct_profile_start(job, "worker", o->index, err);
+    if (st == CT_OK) {
+        st = ct_trainer_create(job, &w->t, err);
+    }
     if (st == CT_OK) {
         w->p = ct_trainer_params(w->t);
         st = join(w, err);
@@ -536,7 +597,9 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     if (st == CT_OK) {
         st = run(w, err);
     }
+    write_profile(w, st);
     worker_free(w);
+    ct_profile_stop(); /* after the loader's and the executor's threads are gone */
     free(w);
     free(job);
     return st;

@@ -10,6 +10,7 @@
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
+#include "ctrain/profile.h"
 #include "ctrain/rng.h"
 #include "ctrain/status.h"
 #include "ctrain/tensor.h"

@@ -326,6 +326,8 @@ typedef struct ct_job {
                                   the step ~15 us on a VM) */
     int64_t max_steps;         /* train.max_steps: stop early after this many steps; 0 = off */
     int eager;                 /* train.eager: run op by op (debugging); default false */
+    int64_t profile_steps[2];  /* train.profile.steps: [first, last] steps every role records
+                                  (1-based, inclusive; --profile FIRST:LAST); 0 0 = off */
     unsigned graph_passes;     /* train.graph_passes: "all" (default), "none" or a comma list of
                                   const_fold, cse, dce, simplify, fuse, fuse_update */
     int plan_memory;           /* train.plan_memory: reuse buffers by liveness; default true */

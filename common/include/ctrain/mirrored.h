@@ -29,6 +29,10 @@ typedef struct ct_mirrored_options {
      * the log sink (ct_log, CT_LOG_WARN, "warning: ..."). */
     ct_train_reporter report;
     volatile int *stop; /* raised by a signal: save (chief) and stop */
+    /* Benchmarks and tests of straggler attribution: the last rank sleeps (F - 1) times its
+     * last step's compute before each step, so its steps take about F times as long. 0 or 1:
+     * off. */
+    double slow_factor;
 } ct_mirrored_options;
 
 typedef struct ct_mirrored_result {

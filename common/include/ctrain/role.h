@@ -18,6 +18,7 @@ typedef struct ct_role_flags {
     int rank, world_size, local_rank; /* --rank, --world-size, --local-rank (-1: not given) */
     int no_resume, quiet, help;       /* --no-resume, --quiet, -h/--help */
     ct_ps_task_flags ps;              /* --task, --chief, --cluster, --bind, --keys, ... */
+    char profile_set[64]; /* --profile FIRST:LAST, as the override in sets[] that it adds */
 } ct_role_flags;
 
 /* Parses argv[1..argc) into *ret (values borrowed from argv). With -h/--help, ret->help = 1 and

@@ -1,6 +1,8 @@
 /* The role binaries' shared command line (see role.h). */
 #include "ctrain/role.h"
 
+#include "ctrain/profile.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,17 @@ static int value_flag(const char *a, const char *v, ct_role_flags *f, ct_err *er
             ct_err_set(err, CT_EINVAL, "--slow-factor needs a number from 1 to 1000, got '%s'", v);
             return -1;
         }
+        return 1;
+    }
+    if (!strcmp(a, "--profile")) {
+        if (f->n_sets >= CT_ROLE_MAX_SETS) {
+            ct_err_set(err, CT_EINVAL, "too many --set options (at most %d)", CT_ROLE_MAX_SETS);
+            return -1;
+        }
+        if (ct_profile_parse_flag(v, f->profile_set, sizeof f->profile_set, err) != CT_OK) {
+            return -1;
+        }
+        f->sets[f->n_sets++] = f->profile_set;
         return 1;
     }
     if (!strcmp(a, "--set")) {

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "prof/prof.h"
+
 static int room_for(ct__async *a, int worker) {
     return a->claimed - a->consumed < atomic_load(&a->capacity) &&
            worker < atomic_load(&a->workers);
@@ -82,6 +84,9 @@ static void *worker_main(void *p) {
     worker_arg arg = *(worker_arg *)p;
     free(p);
     ct__async *a = arg.a;
+    char name[32]; /* the stage and the thread's index, for the profiler's thread tracks */
+    snprintf(name, sizeof name, "%.24s-%d", a->w.base.ds->name, arg.index);
+    ct__prof_thread_name(name);
     for (;;) {
         ct_element in = {0}, out = {0};
         ct_err err = {0};

@@ -61,6 +61,7 @@ typedef struct ct__stage {
     atomic_llong busy_ns, wait_ns;
     atomic_int parallelism;
     atomic_llong queue_depth, queue_capacity, buffered_bytes;
+    _Atomic(const char *) prof_name; /* the name interned for the profiler, on its first event */
 } ct__stage;
 
 typedef struct ct__autotune ct__autotune;

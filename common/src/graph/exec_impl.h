@@ -114,6 +114,8 @@ struct ct_exec {
     pthread_cond_t wake;
     ct_graph *g;
     unsigned mxcsr;
+    const char **prof_detail; /* per node: "name dtype[shape]" for the profiler, built on the first
+                               * run it records (ct__exec_name_nodes); NULL until then */
 };
 
 /* A dependency edge, collected before the successor lists are built. A data edge (to = a reader
@@ -241,6 +243,8 @@ int ct__exec_linkable(ct_graph *g, const ct_exec *e, int a, int s);
 int ct__exec_has_linked_input(ct_graph *g, const ct_exec *e, int i);
 /* exec_part.c: runs part `part` of node i (CT__UPDATE_TASK: its deferred update). */
 void ct__exec_run_part(ct_exec *e, int i, int part);
+/* exec_part.c: the profiler's per-node detail text (interned), once per executor. */
+void ct__exec_name_nodes(ct_exec *e);
 /* exec_part.c: adds the partial products of CT__MM_INNER node i's parts 1.. into its output,
  * elements [begin, end), in part order. */
 void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end);

@@ -4,7 +4,11 @@
  * of the backend's GEMM on sub-matrices, the others call the op's kernel on nodes whose shapes
  * and data pointers describe the part (a conv's or pool's batch tensors and aux from its first
  * example). One indirect call per part; nothing per element. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "graph/exec_impl.h"
+#include "prof/prof.h"
 
 void ct__exec_add_inner_parts(const ct_exec *e, int i, int64_t begin, int64_t end) {
     const ct_node *n = ct_graph_node(e->g, i);
@@ -202,29 +206,11 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
     }
 }
 
-/* Runs part `part` of node i (the whole node when it is not split), then its share of the
- * optimizer update when the node writes a gradient under fusion. */
-void ct__exec_run_part(ct_exec *e, int i, int part) {
+/* Node i's fused share of the optimizer update for part `part` (rows, examples or elements of
+ * its output), when it writes a gradient under fusion and its update is not deferred. */
+static void run_fused_update(ct_exec *e, int i, int part) {
     const ct_kctx *ctx = ct_graph_ctx(e->g);
-    ct_node *n = ct_graph_node(e->g, i);
-    if (i == e->upd) {
-        e->g2_part[(size_t)i * CT__MAX_PARTS + part] =
-            ct__exec_update_rest(e, ctx, part, e->parts[i]);
-        return;
-    }
-    if (part == CT__UPDATE_TASK) { /* a deferred update: the whole range */
-        e->g2_part[(size_t)i * CT__MAX_PARTS] =
-            ct__exec_update_range(ctx, e->upd_off[i], e->upd_off[i] + ct_tensor_numel(&n->out));
-        return;
-    }
-    if (e->inner_sum[i] >= 0) { /* this part's rows of the k parts' sum */
-        ct__part_view v = ct__exec_part_range(e, i, part);
-        ct__exec_add_inner_parts(e, e->inner_sum[i], v.begin, v.end);
-    }
-    run_part_kernel(e, i, part);
-    if (e->upd < 0 || e->upd_off[i] < 0 || e->deferred[i]) {
-        return;
-    }
+    const ct_node *n = ct_graph_node(e->g, i);
     int64_t b = 0, en = ct_tensor_numel(&n->out);
     if (e->parts[i] > 1) { /* rows (matmul), examples (conv, pool) or elements of the output */
         ct__part_view v = ct__exec_part_range(e, i, part);
@@ -234,4 +220,94 @@ void ct__exec_run_part(ct_exec *e, int i, int part) {
     }
     e->g2_part[(size_t)i * CT__MAX_PARTS + part] =
         ct__exec_update_range(ctx, e->upd_off[i] + b, e->upd_off[i] + en);
+}
+
+/* APPLY_OPTIMIZER's share (the ranges no writer covered), or a deferred update task. */
+static void run_update_task(ct_exec *e, int i, int part) {
+    const ct_kctx *ctx = ct_graph_ctx(e->g);
+    const ct_node *n = ct_graph_node(e->g, i);
+    if (i == e->upd) {
+        e->g2_part[(size_t)i * CT__MAX_PARTS + part] =
+            ct__exec_update_rest(e, ctx, part, e->parts[i]);
+    } else { /* a deferred update: the whole range */
+        e->g2_part[(size_t)i * CT__MAX_PARTS] =
+            ct__exec_update_range(ctx, e->upd_off[i], e->upd_off[i] + ct_tensor_numel(&n->out));
+    }
+}
+
+/* The kernel share of a part: the k parts' sum it reads first, then its kernel. */
+static void run_kernel_share(ct_exec *e, int i, int part) {
+    if (e->inner_sum[i] >= 0) { /* this part's rows of the k parts' sum */
+        ct__part_view v = ct__exec_part_range(e, i, part);
+        ct__exec_add_inner_parts(e, e->inner_sum[i], v.begin, v.end);
+    }
+    run_part_kernel(e, i, part);
+}
+
+static int fuses_update(const ct_exec *e, int i) {
+    return e->upd >= 0 && e->upd_off[i] >= 0 && !e->deferred[i];
+}
+
+/* ct__exec_run_part while the profiler records: the kernel share as an op event (op type, the
+ * node's name and shape, the part or -1 for a whole node) and the updates as optimizer events. */
+static void run_part_recorded(ct_exec *e, int i, int part) {
+    const ct_node *n = ct_graph_node(e->g, i);
+    const char *detail = e->prof_detail ? e->prof_detail[i] : NULL;
+    int64_t t0 = ct__prof_now_ns();
+    if (i == e->upd || part == CT__UPDATE_TASK) {
+        run_update_task(e, i, part);
+        ct__prof_end(t0, CT__PROF_OPTIMIZER, i == e->upd ? "apply_optimizer" : "fused_update",
+                     detail, -1, -1, -1, -1);
+        return;
+    }
+    run_kernel_share(e, i, part);
+    /* APPLY_OPTIMIZER unfused is the optimizer too */
+    ct__prof_end(t0, n->op == CT_OP_APPLY_OPTIMIZER ? CT__PROF_OPTIMIZER : CT__PROF_OP,
+                 ct_op_name(n->op), detail, -1, -1, e->parts[i] > 1 ? part : -1, -1);
+    if (fuses_update(e, i)) {
+        t0 = ct__prof_now_ns();
+        run_fused_update(e, i, part);
+        ct__prof_end(t0, CT__PROF_OPTIMIZER, "fused_update", detail, -1, -1, -1, -1);
+    }
+}
+
+/* Runs part `part` of node i (the whole node when it is not split), then its share of the
+ * optimizer update when the node writes a gradient under fusion. With the profiler off this is
+ * one extra predictable branch per part. */
+void ct__exec_run_part(ct_exec *e, int i, int part) {
+    if (ct__prof_on()) {
+        run_part_recorded(e, i, part);
+        return;
+    }
+    if (i == e->upd || part == CT__UPDATE_TASK) {
+        run_update_task(e, i, part);
+        return;
+    }
+    run_kernel_share(e, i, part);
+    if (fuses_update(e, i)) {
+        run_fused_update(e, i, part);
+    }
+}
+
+void ct__exec_name_nodes(ct_exec *e) {
+    if (e->prof_detail) {
+        return;
+    }
+    const char **detail = calloc((size_t)(e->n ? e->n : 1), sizeof *detail);
+    for (int i = 0; detail && i < e->n; i++) {
+        const ct_node *n = ct_graph_node(e->g, i);
+        char text[256], shape[96];
+        if (!ct__exec_runs(n)) {
+            continue;
+        }
+        ct_shape_str(&n->out.shape, shape, sizeof shape);
+        if (n->out.name[0]) {
+            snprintf(text, sizeof text, "%s %s%s", n->out.name, ct_dtype_name(n->out.dtype), shape);
+        } else {
+            snprintf(text, sizeof text, "%s_%d %s%s", ct_op_name(n->op), i,
+                     ct_dtype_name(n->out.dtype), shape);
+        }
+        detail[i] = ct__prof_intern(text);
+    }
+    e->prof_detail = detail;
 }

@@ -12,12 +12,14 @@
  * the parts and their order of addition are the same, so are the bits. */
 #define _GNU_SOURCE /* gettid */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/clock.h"
 #include "graph/exec_impl.h"
+#include "prof/prof.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -220,6 +222,9 @@ static void *worker_main(void *arg) {
 #endif
     e->be->vt->set_threads(e->be, 1);
     atomic_store(&e->tids[self], (int)gettid());
+    char name[32];
+    snprintf(name, sizeof name, "exec-%d", self);
+    ct__prof_thread_name(name);
     int seen = 0;
     for (;;) {
         /* Steps follow each other within microseconds: spin a while before sleeping, so the
@@ -309,6 +314,9 @@ static void start_run(ct_graph *g, ct_exec *e, int solo) {
 
 ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     e->g = g;
+    if (ct__prof_on() && !e->prof_detail) {
+        ct__exec_name_nodes(e); /* once, on the first recorded run: not per part */
+    }
     for (int i = 0; e->upd >= 0 && i < e->n; i++) {
         atomic_store(&e->gates_left[i], e->gates[i]);
     }

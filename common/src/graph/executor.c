@@ -174,6 +174,7 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->queues);
     free(e->ran_on);
     free((void *)e->tids);
+    free((void *)e->prof_detail);
     free(e);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "graph/op_impl.h"
+#include "prof/prof.h"
 
 struct ct_graph {
     const ct_backend *be;
@@ -158,6 +159,21 @@ static void gather_inputs(ct_graph *g, const ct_node *n, ct_node **ins) {
     }
 }
 
+/* A node run op by op (eager mode, or a graph without an executor) while the profiler records:
+ * an op event with "name dtype[shape]" (interned per event: eager mode is the debugging mode, a
+ * compiled graph names its nodes once). */
+static void run_recorded(ct_graph *g, ct_kernel_fn kernel, ct_node *n, ct_node **ins) {
+    char text[256], shape[96];
+    ct_shape_str(&n->out.shape, shape, sizeof shape);
+    snprintf(text, sizeof text, "%s %s%s", n->out.name[0] ? n->out.name : ct_op_name(n->op),
+             ct_dtype_name(n->out.dtype), shape);
+    const char *detail = ct__prof_intern(text);
+    int64_t t0 = ct__prof_now_ns();
+    kernel(&g->ctx, n, ins);
+    ct__prof_end(t0, n->op == CT_OP_APPLY_OPTIMIZER ? CT__PROF_OPTIMIZER : CT__PROF_OP,
+                 ct_op_name(n->op), detail, -1, -1, -1, -1);
+}
+
 static int run_node(ct_graph *g, ct_node *n) {
     ct_kernel_fn kernel = g->be->vt->kernels[n->op];
     if (!kernel) {
@@ -169,7 +185,11 @@ static int run_node(ct_graph *g, ct_node *n) {
     if (n->flags & CT_NODE_ALIAS) {
         n->out.data = ins[0]->out.data;
     }
-    kernel(&g->ctx, n, ins);
+    if (ct__prof_on()) {
+        run_recorded(g, kernel, n, ins);
+    } else {
+        kernel(&g->ctx, n, ins);
+    }
     return 0;
 }
 

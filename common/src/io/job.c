@@ -88,7 +88,9 @@ static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {
     "epochs",    "batch_size", "eval_batch_size", "shuffle",     "threads",       "prefetch",
-    "max_steps", "eager",      "graph_passes",    "plan_memory", "adapt_threads", NULL};
+    "max_steps", "eager",      "graph_passes",    "plan_memory", "adapt_threads", "profile",
+    NULL};
+static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
                                             "bucket_bytes",
                                             "stall_timeout",
@@ -497,6 +499,39 @@ static void read_data(ct__job_reader *r, const ct__job_section *top, ct_job *job
     }
 }
 
+/* train.profile: {steps: [first, last]}: the steps every role records (1-based, inclusive). */
+static void read_profile(ct__job_reader *r, const ct__job_section *train, ct_job *job) {
+    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP + 8], buf[160];
+    ct__job_section s;
+    const ct__yaml_node *node = ct__job_sec_get(train, "profile", path);
+    if (!node || r->status != CT_OK) {
+        return;
+    }
+    ct__job_sec_open(r, node, path, profile_keys, node->line, &s);
+    const ct__yaml_node *steps = ct__job_sec_get(&s, "steps", path);
+    if (!steps || r->status != CT_OK) {
+        ct__job_sec_require(&s, "steps");
+        return;
+    }
+    if (steps->kind != CT__YAML_SEQ || steps->n != 2) {
+        ct__job_fail(r, steps->line, path, "must be a list [first, last] of step numbers, got %s",
+                     ct__yaml_describe(steps, buf, sizeof buf));
+        return;
+    }
+    int64_t window[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        snprintf(item, sizeof item, "%s[%d]", path, k);
+        ct__job_read_i64(r, steps->items[k], item, 1, INT64_MAX, &window[k]);
+    }
+    if (r->status == CT_OK && window[1] < window[0]) {
+        ct__job_fail(r, steps->line, path, "the last step %lld is before the first %lld",
+                     (long long)window[1], (long long)window[0]);
+        return;
+    }
+    job->profile_steps[0] = window[0];
+    job->profile_steps[1] = window[1];
+}
+
 static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
     char path[CT__JOB_KEY_CAP];
     ct__job_section s;
@@ -512,6 +547,7 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_bool(&s, "eager", &job->eager);
     ct__job_sec_bool(&s, "plan_memory", &job->plan_memory);
     ct__job_sec_bool(&s, "adapt_threads", &job->adapt_threads);
+    read_profile(r, &s, job);
     char key[CT__JOB_KEY_CAP], passes[128] = "";
     const ct__yaml_node *v = ct__job_sec_get(&s, "graph_passes", key);
     ct__job_sec_string(&s, "graph_passes", passes, sizeof passes);

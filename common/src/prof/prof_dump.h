@@ -21,7 +21,7 @@ typedef enum ct__prof_kind {
     CT__PROF_PS_PULL,     /* bytes, value[0] = server index, value[1] = staleness */
     CT__PROF_REGISTER,    /* registration with the chief (or dispatcher) */
     CT__PROF_HEARTBEAT,
-    CT__PROF_CHECKPOINT,  /* a checkpoint save; bytes when known */
+    CT__PROF_CHECKPOINT, /* a checkpoint save; bytes when known */
     CT__PROF_OTHER,
     CT__PROF_KIND_COUNT
 } ct__prof_kind;
@@ -29,13 +29,13 @@ typedef enum ct__prof_kind {
 typedef struct ct__prof_event {
     int64_t start_ns; /* on the chief's clock: the role's CLOCK_REALTIME plus its measured offset */
     int64_t dur_ns;
-    int64_t step;     /* the training step it belongs to, -1 when none */
-    int64_t bytes;    /* -1 when none */
-    int64_t value[2]; /* by kind, see above; -1 when unused */
-    const char *name; /* interned: valid as long as the dump */
+    int64_t step;       /* the training step it belongs to, -1 when none */
+    int64_t bytes;      /* -1 when none */
+    int64_t value[2];   /* by kind, see above; -1 when unused */
+    const char *name;   /* interned: valid as long as the dump */
     const char *detail; /* may be NULL */
-    int32_t thread;   /* index into the dump's threads */
-    uint16_t kind;    /* ct__prof_kind */
+    int32_t thread;     /* index into the dump's threads */
+    uint16_t kind;      /* ct__prof_kind */
 } ct__prof_event;
 
 typedef struct ct__prof_thread {
@@ -44,8 +44,8 @@ typedef struct ct__prof_thread {
 } ct__prof_thread;
 
 typedef struct ct__prof_dump {
-    char role[32];  /* "chief", "worker", "ps", "evaluator", "dispatcher", "data_worker" */
-    int task;       /* the role's task index (rank for mirrored workers) */
+    char role[32]; /* "chief", "worker", "ps", "evaluator", "dispatcher", "data_worker" */
+    int task;      /* the role's task index (rank for mirrored workers) */
     char host[64];
     int64_t pid;
     int64_t clock_offset_ns; /* added to this role's clock to get the chief's; 0 on the chief */

@@ -13,8 +13,10 @@
 #include "ctrain/mirrored.h"
 #include "ctrain/optim.h"
 #include "ctrain/pipeline.h"
+#include "ctrain/profile.h"
 #include "ctrain/report.h"
 #include "mirrored_reducer.h"
+#include "prof/prof.h"
 
 typedef struct run {
     ct_job job; /* the caller's, with one thread per rank unless set */
@@ -69,6 +71,9 @@ static ct_status open_run_dir(run *r, ct_err *err) {
     if (st == CT_OK) {
         st = ct_trainer_set_logging(r->t, job->run_dir, err);
     }
+    if (st == CT_OK && ct_profile_started()) { /* before any rank writes this run's files */
+        st = ct_profile_clear(job->run_dir, err);
+    }
     return st;
 }
 
@@ -112,6 +117,65 @@ static ct_status train(run *r, ct_mirrored_result *ret, ct_err *err) {
     return st;
 }
 
+/* The profiler's clock offset of every rank to the chief's (rank 0), NTP-style over MPI: each
+ * rank in turn sends its clock, rank 0 answers with its own, and the rank keeps the sample with
+ * the shortest round trip: offset = chief - (sent + received) / 2, within half that round trip.
+ * On a duplicate of the world communicator, so that no message meets the reducer's. */
+static void measure_clock(const run *r) {
+    enum { SAMPLES = 8, TAG = 19 };
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    int64_t best = INT64_MAX, offset = 0;
+    for (int k = 1; k < r->size; k++) {
+        for (int i = 0; i < SAMPLES && (r->rank == 0 || r->rank == k); i++) {
+            int64_t t[2];
+            if (r->rank == 0) {
+                MPI_Recv(&t[0], 1, MPI_INT64_T, k, TAG, comm, MPI_STATUS_IGNORE);
+                t[1] = ct__prof_now_ns();
+                MPI_Send(&t[1], 1, MPI_INT64_T, k, TAG, comm);
+                continue;
+            }
+            t[0] = ct__prof_now_ns();
+            MPI_Send(&t[0], 1, MPI_INT64_T, 0, TAG, comm);
+            MPI_Recv(&t[1], 1, MPI_INT64_T, 0, TAG, comm, MPI_STATUS_IGNORE);
+            int64_t back = ct__prof_now_ns();
+            if (back - t[0] < best) {
+                best = back - t[0];
+                offset = t[1] - (t[0] + back) / 2;
+            }
+        }
+    }
+    MPI_Comm_free(&comm);
+    if (r->rank > 0) {
+        ct__prof_set_clock(offset, best / 2);
+    }
+}
+
+/* The profiler's end of a run that trained (every rank got CT_OK): each rank writes its
+ * recording as worker <rank>; once all have (an all-reduce of the outcome), the chief merges them
+ * into run_dir/trace.json.gz. A failure is a notice: the training succeeded. */
+static void write_profile(run *r) {
+    long long events = 0, dropped = 0;
+    ct_err perr = {0};
+    int ok = ct_profile_write(r->job.run_dir, &events, &dropped, &perr) == CT_OK, all = 0;
+    if (!ok) {
+        ct_log(CT_LOG_WARN, "warning: rank %d: profile: %s", r->rank, perr.msg);
+    }
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (r->rank != 0 || !all) {
+        return;
+    }
+    if (ct_profile_merge(r->job.run_dir, &perr) != CT_OK) {
+        notice(r, "profile: %s", perr.msg);
+    } else {
+        notice(r,
+               "profile: steps %lld-%lld of %d ranks -> %s/trace.json.gz ('ctrain profile %s' "
+               "for the report)",
+               (long long)r->job.profile_steps[0], (long long)r->job.profile_steps[1], r->size,
+               r->job.run_dir, r->job.run_dir);
+    }
+}
+
 ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
                             const ct_mirrored_options *opts, ct_mirrored_result *ret, ct_err *err) {
     run r = {.job = *job, .o = opts};
@@ -127,7 +191,10 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     if (r.job.threads == 0) {
         r.job.threads = 1; /* one core per rank: ranks are the parallelism */
     }
-    ct_status st = open_rank(&r, err);
+    ct_status st = ct_profile_start(&r.job, "worker", r.rank, err);
+    if (st == CT_OK) {
+        st = open_rank(&r, err);
+    }
     if (st == CT_OK && r.rank == 0) {
         st = open_run_dir(&r, err);
     }
@@ -141,6 +208,12 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     if (st == CT_OK && (st = ct__mirrored_choose_engine(r.m, &r.job, err)) != CT_OK) {
         all_ok = 0; /* the windows are collective: a failure here ends every rank (MPI) */
     }
+    if (st == CT_OK && ct_profile_started()) {
+        measure_clock(&r);
+    }
+    if (st == CT_OK && opts->slow_factor > 1.0 && r.rank == r.size - 1) {
+        r.m->slow_factor = opts->slow_factor;
+    }
     if (st == CT_OK) {
         st = train(&r, ret, err);
     }
@@ -153,9 +226,13 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
         return st;
     }
     if (r.m && all_ok) {
+        if (st == CT_OK && ct_profile_started()) {
+            write_profile(&r);
+        }
         ct__mirrored_end(r.m, st);
     }
     ct__mirrored_destroy(r.m);
     ct_trainer_destroy(r.t);
+    ct_profile_stop(); /* after the loaders' and the executor's threads are gone */
     return st;
 }

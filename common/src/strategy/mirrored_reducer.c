@@ -18,11 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "ctrain/crc32c.h"
 #include "ctrain/half.h"
 #include "mirrored_reducer.h"
+#include "prof/prof.h"
 
 /* ---- 16-bit gradient compression: half the bytes on the wire, sums done in f32 ---- */
 
@@ -152,6 +154,15 @@ static int param_at(const ct__mirrored *m, const float *d) {
 
 /* ---- the ct_grad_reducer callbacks ---- */
 
+/* Benchmarks: a straggler sleeps (F - 1) times its last step's compute before this step starts
+ * (no bucket is in flight then: the sleep is this rank's own time, and the others wait for its
+ * buckets). */
+static void straggle(const ct__mirrored *m) {
+    double seconds = m->last_compute * (m->slow_factor - 1.0);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, int64_t global_n) {
     ct__mirrored *m = user;
     if (m->stalled) {
@@ -159,6 +170,9 @@ static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, i
     }
     if (g != m->scanned || !g) {
         scan(m, g);
+    }
+    if (m->slow_factor > 1.0) {
+        straggle(m);
     }
     m->step = step;
     m->seq++;
@@ -168,6 +182,7 @@ static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, i
     }
     m->weight = global_n > 0 ? (float)((double)local_n / (double)global_n) : 0.0f;
     m->next = 0;
+    m->step_start = ct__now_s();
     for (int k = 0; k < m->nb; k++) {
         m->b[k].pending = m->b[k].expected;
         m->b[k].started = 0;
@@ -215,11 +230,35 @@ static ct_status wait_bucket(ct__mirrored *m, int k, double start) {
     return CT_OK;
 }
 
+/* The profiler's events of this step's buckets, on the trainer thread's "allreduce" track:
+ * start to done, the bytes on the wire and, in value[0], the nanoseconds hidden behind backward
+ * (which ended at backward_end). The monotonic clock of the buckets' times is moved onto the
+ * profiler's. */
+static void record_buckets(const ct__mirrored *m, double backward_end, double end) {
+    const int64_t to_prof = ct__prof_now_ns() - (int64_t)(ct__now_s() * 1e9);
+    const int64_t width = m->compression && !m->shm ? 2 : 4;
+    for (int k = 0; k < m->nb; k++) {
+        const ct__bucket *b = &m->b[k];
+        double done = b->t_done > 0.0 ? b->t_done : end;
+        double hidden = (done < backward_end ? done : backward_end) -
+                        (b->t_start < backward_end ? b->t_start : backward_end);
+        ct__prof_event ev = {.start_ns = (int64_t)(b->t_start * 1e9) + to_prof,
+                             .dur_ns = (int64_t)((done - b->t_start) * 1e9),
+                             .step = ct__prof_current_step(),
+                             .bytes = (b->hi - b->lo) * width,
+                             .value = {(int64_t)(hidden * 1e9), -1},
+                             .name = "allreduce",
+                             .kind = CT__PROF_ALLREDUCE};
+        ct__prof_record_side(&ev, "allreduce");
+    }
+}
+
 static ct_status finish(void *user, ct_err *err) {
     ct__mirrored *m = user;
     if (m->stalled) {
         return stalled_status(m, err);
     }
+    m->last_compute = ct__now_s() - m->step_start;
     while (m->next < m->nb) { /* eager steps, or gradients no node wrote: start the rest */
         m->b[m->next].pending = 0;
         start_bucket(m, m->next++);
@@ -242,6 +281,9 @@ static ct_status finish(void *user, ct_err *err) {
         double done = b->t_done > 0.0 ? b->t_done : end;
         m->comm_s += done - b->t_start;
         m->hidden_s += (done < start ? done : start) - (b->t_start < start ? b->t_start : start);
+    }
+    if (ct__prof_on()) {
+        record_buckets(m, start, end);
     }
     return CT_OK;
 }

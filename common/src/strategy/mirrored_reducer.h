@@ -67,6 +67,9 @@ typedef struct ct__mirrored {
     double wait_s;
     int64_t steps;
     double comm_s, hidden_s; /* bucket lifetimes, and the parts of them before backward ended */
+    /* benchmarks (ct_mirrored_options.slow_factor): this rank sleeps (F - 1) x its last step's
+     * compute (begin_step to finish) before each step; 1: not a straggler */
+    double slow_factor, step_start, last_compute;
 } ct__mirrored;
 
 /* ---- mirrored_reducer.c ---- */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "prof/prof.h"
 
 #define REGISTER_RETRY_S 1.0
 
@@ -46,7 +47,11 @@ static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
     env.generation = generation;
     env.reg = &reg;
     l->last_register = ct__now();
-    return quiet_send(l, &env, err);
+    l->register_sent_ns = ct__prof_now_ns();
+    const int64_t t0 = ct__prof_begin();
+    ct_status st = quiet_send(l, &env, err);
+    ct__prof_end(t0, CT__PROF_REGISTER, "register", NULL, -1, -1, -1, -1);
+    return st;
 }
 
 ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
@@ -110,7 +115,10 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Ps__Stat
     env.index = l->index;
     env.generation = generation;
     env.stats = (Ctrain__Ps__Stats *)stats;
-    return quiet_send(l, &env, err);
+    const int64_t t0 = ct__prof_begin();
+    ct_status st = quiet_send(l, &env, err);
+    ct__prof_end(t0, CT__PROF_HEARTBEAT, "heartbeat", NULL, -1, -1, -1, -1);
+    return st;
 }
 
 static void take_view(ct__link *l, const ct__env *env) {
@@ -134,6 +142,20 @@ static void take_view(ct__link *l, const ct__env *env) {
     l->view_changed = 1;
 }
 
+/* The profiler's clock offset to the chief's, NTP-style from a REGISTERED reply stamped with the
+ * chief's clock: offset = chief - (sent + received) / 2, within half the round trip; the
+ * shortest round trip so far wins. (A reply to an earlier REGISTER, resent after a second of
+ * silence, would understate the bound: registration normally answers at once.) */
+static void measure_clock(ct__link *l, const ct__env *env) {
+    int64_t back = ct__prof_now_ns(), rtt = back - l->register_sent_ns;
+    if (!env->clock_ns || !l->register_sent_ns || rtt < 0 ||
+        (l->clock_rtt_ns && rtt >= l->clock_rtt_ns)) {
+        return;
+    }
+    l->clock_rtt_ns = rtt;
+    ct__prof_set_clock(env->clock_ns - (l->register_sent_ns + back) / 2, rtt / 2);
+}
+
 int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err) {
     const ct__env *env = m->env;
     *ret_status = CT_OK;
@@ -155,6 +177,7 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
         }
         l->registered = 1;
         l->busy_since = 0.0;
+        measure_clock(l, env);
         if (env->view) {
             take_view(l, env);
         }

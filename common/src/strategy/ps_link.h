@@ -42,7 +42,9 @@ typedef struct ct__link {
     double busy_since; /* the chief said our task is held by a live process, since */
     int secure;        /* CURVE keys: a refused key looks like a silent chief */
     ct__view view;
-    int view_changed; /* set when a view arrives; the role clears it */
+    int view_changed;         /* set when a view arrives; the role clears it */
+    int64_t register_sent_ns; /* the profiler's clock at the last REGISTER */
+    int64_t clock_rtt_ns;     /* the shortest REGISTER round trip so far (0: none) */
 } ct__link;
 
 /* Connects to the chief and sends REGISTER. */

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "core/clock.h"
+#include "prof/prof.h"
 #include "train/trainer_internal.h"
 
 /* One call of fit: its arguments and the loaders (borrowed). */
@@ -198,11 +199,17 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
             break;
         }
+        /* the profiler's step: from the wait for its batch to the end of its logs */
+        const int64_t step = t->step + 1;
+        ct__prof_step(step);
+        const int64_t step_t0 = ct__prof_begin();
         ct_batch b;
-        if ((st = ct_loader_next_err(f->loader, &b, err)) != CT_OK ||
-            (f->steps >= 0 ? b.index >= f->steps : b.size == 0)) {
+        st = ct_loader_next_err(f->loader, &b, err);
+        if (st != CT_OK || (f->steps >= 0 ? b.index >= f->steps : b.size == 0)) {
+            ct__prof_step(0); /* no step after all (the epoch ended): the evaluation is not one */
             break;
         }
+        ct__prof_end(step_t0, CT__PROF_INPUT_WAIT, "input_wait", NULL, step, -1, -1, -1);
         float loss, acc;
         if ((st = fit_step(f, &b, &loss, &acc, err)) != CT_OK) {
             break;
@@ -211,6 +218,7 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         if (b.size > 0) {
             st = after_step(f, e, &b, loss, acc, err);
         }
+        ct__prof_end(step_t0, CT__PROF_STEP, "step", NULL, step, -1, -1, -1);
     }
     return st;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prof/prof.h"
 #include "train/trainer_internal.h"
 
 static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
@@ -127,7 +128,9 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
         st = r->finish(r->user, err);
     }
     if (st == CT_OK && !r->remote_update) {
+        const int64_t t0 = ct__prof_begin();
         st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
+        ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
     }
     if (st == CT_OK) {
         t->step++;
@@ -148,7 +151,9 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
     if (st == CT_OK && t->job.eager) {
         /* graph mode updates inside the step graph; eagerly it is one more call. The step
          * overwrites every gradient, so no zeroing pass is needed. */
+        const int64_t t0 = ct__prof_begin();
         st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
+        ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
     }
     if (st != CT_OK) {
         return st;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "ctrain/checkpoint.h"
+#include "prof/prof.h"
 #include "train/trainer_internal.h"
 
 int64_t ct__trainer_last_saved_step(const ct_trainer *t) {
@@ -97,7 +98,13 @@ ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
     snprintf(meta.job_path, sizeof meta.job_path, "%s", t->job.path);
     ct_ckpt_policy policy = {.keep_last = t->job.checkpoint.keep_last,
                              .keep_every_hours = t->job.checkpoint.keep_every_hours};
+    const int64_t t0 = ct__prof_begin();
     ct_status st = ct_ckpt_save(t->ckpt_dir, &policy, &meta, list, n, t->last_ckpt, err);
+    int64_t bytes = 0;
+    for (int k = 0; t0 && k < n; k++) {
+        bytes += list[k].bytes;
+    }
+    ct__prof_end(t0, CT__PROF_CHECKPOINT, "checkpoint_save", NULL, -1, bytes, -1, -1);
     free(list);
     if (st == CT_OK && ret_path) {
         snprintf(ret_path, PATH_MAX, "%s", t->last_ckpt);

@@ -1,0 +1,267 @@
+/* The profiler's run-level steps (prof_file.h): a role writes its dump into
+ * <run_dir>/profile/<role>.<task>.ctprof; the chief (the process itself in single-process
+ * `ctrain train`) reads every role's file back and writes the merged outputs:
+ * <run_dir>/trace.json.gz (Chrome trace events) and, when the XSpace writer is built in, one
+ * <run_dir>/plugins/profile/<run>/<host>.xplane.pb per host for TensorBoard's Profile tab. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctrain/profile.h"
+#include "prof/prof.h"
+#include "prof/prof_file.h"
+
+#include "prof/xplane_write.h"
+
+int ct__prof_role_path(const char *run_dir, const char *role, int task, char *buf, size_t size) {
+    int n = snprintf(buf, size, "%s/profile/%s.%d.ctprof", run_dir, role, task);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+/* mkdir -p dir; 0 or -1 with errno set. */
+static int make_dirs(const char *dir) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *p = '/';
+        }
+    }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+ct_status ct__prof_write_role(const char *run_dir, long long *ret_events, long long *ret_dropped,
+                              ct_err *err) {
+    if (!ct__prof_armed()) {
+        return CT_OK;
+    }
+    ct__prof_dump *d = NULL;
+    char dir[4096], path[4200];
+    ct_status st = ct__prof_take(&d, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    snprintf(dir, sizeof dir, "%s/profile", run_dir);
+    if (ct__prof_role_path(run_dir, d->role, d->task, path, sizeof path) != 0) {
+        st = ct_err_set(err, CT_EINVAL, "%s: run directory path too long", run_dir);
+    } else if (make_dirs(dir) != 0) {
+        st = ct_err_set(err, CT_EIO, "%s: cannot create (%s)", dir, strerror(errno));
+    } else {
+        st = ct__prof_file_write(d, path, err);
+    }
+    *ret_events = d->n_events;
+    *ret_dropped = d->dropped;
+    ct__prof_dump_free(d);
+    return st;
+}
+
+void ct__prof_dumps_free(ct__prof_dump **dumps, int n) {
+    for (int i = 0; dumps && i < n; i++) {
+        ct__prof_dump_free(dumps[i]);
+    }
+    free(dumps);
+}
+
+/* The chief first, then by role name and task. */
+static int by_role(const void *pa, const void *pb) {
+    const ct__prof_dump *a = *(ct__prof_dump *const *)pa, *b = *(ct__prof_dump *const *)pb;
+    int ca = strcmp(a->role, "chief") != 0, cb = strcmp(b->role, "chief") != 0;
+    if (ca != cb) {
+        return ca - cb;
+    }
+    int c = strcmp(a->role, b->role);
+    return c ? c : (a->task > b->task) - (a->task < b->task);
+}
+
+static int is_profile(const char *name) {
+    size_t len = strlen(name);
+    return len > 7 && name[0] != '.' && !strcmp(name + len - 7, ".ctprof");
+}
+
+ct_status ct__prof_read_run(const char *run_dir, ct__prof_dump ***ret_dumps, int *ret_n,
+                            ct_err *err) {
+    char dir[4096], path[4400];
+    snprintf(dir, sizeof dir, "%s/profile", run_dir);
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        return ct_err_set(err, CT_ENOENT,
+                          "%s: no profile here (%s; train with --profile FIRST:LAST or "
+                          "train.profile.steps)",
+                          dir, strerror(errno));
+    }
+    ct__prof_dump **dumps = NULL;
+    int n = 0, cap = 0;
+    ct_status st = CT_OK;
+    for (struct dirent *de; st == CT_OK && (de = readdir(dh));) {
+        if (!is_profile(de->d_name)) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            ct__prof_dump **grown = realloc(dumps, (size_t)cap * sizeof *dumps);
+            if (!grown) {
+                st = ct_err_set(err, CT_ENOMEM, "%s: out of memory", dir);
+                break;
+            }
+            dumps = grown;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if ((st = ct__prof_file_read(path, &dumps[n], err)) == CT_OK) {
+            n++;
+        }
+    }
+    closedir(dh);
+    if (st == CT_OK && n == 0) {
+        st = ct_err_set(err, CT_ENOENT, "%s: no *.ctprof files", dir);
+    }
+    if (st != CT_OK) {
+        ct__prof_dumps_free(dumps, n);
+        return st;
+    }
+    qsort(dumps, (size_t)n, sizeof *dumps, by_role);
+    *ret_dumps = dumps;
+    *ret_n = n;
+    return CT_OK;
+}
+
+/* One <host>.xplane.pb per host, of that host's dumps, under plugins/profile/<run>/ (the run
+ * named by the time of the merge, as TensorFlow names its profile runs). */
+static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n, ct_err *err) {
+    char dir[4096], path[4400], run[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(run, sizeof run, "%Y_%m_%d_%H_%M_%S", localtime_r(&now, &tm));
+    snprintf(dir, sizeof dir, "%s/plugins/profile/%s", run_dir, run);
+    if (make_dirs(dir) != 0) {
+        return ct_err_set(err, CT_EIO, "%s: cannot create (%s)", dir, strerror(errno));
+    }
+    const ct__prof_dump **same = malloc((size_t)n * sizeof *same);
+    if (!same) {
+        return ct_err_set(err, CT_ENOMEM, "%s: out of memory", dir);
+    }
+    ct_status st = CT_OK;
+    for (int i = 0; i < n && st == CT_OK; i++) {
+        int m = 0, seen = 0;
+        for (int k = 0; k < n; k++) {
+            seen |= k < i && !strcmp(dumps[k]->host, dumps[i]->host);
+            if (!strcmp(dumps[k]->host, dumps[i]->host)) {
+                same[m++] = dumps[k];
+            }
+        }
+        if (!seen) {
+            snprintf(path, sizeof path, "%s/%s.xplane.pb", dir, dumps[i]->host);
+            st = ct__prof_write_xplane(same, m, path, err);
+        }
+    }
+    free(same);
+    return st;
+}
+
+ct_status ct__prof_merge_run(const char *run_dir, ct_err *err) {
+    ct__prof_dump **dumps = NULL;
+    int n = 0;
+    char path[4200];
+    ct_status st = ct__prof_read_run(run_dir, &dumps, &n, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    snprintf(path, sizeof path, "%s/trace.json.gz", run_dir);
+    st = ct__prof_write_trace_json((const ct__prof_dump *const *)dumps, n, path, err);
+    if (st == CT_OK) {
+        st = write_xplanes(run_dir, dumps, n, err);
+    }
+    ct__prof_dumps_free(dumps, n);
+    return st;
+}
+
+/* ---- the public API (ctrain/profile.h) ---- */
+
+ct_status ct_profile_parse_flag(const char *value, char *ret_set, size_t size, ct_err *err) {
+    char *end = NULL;
+    long long first = value ? strtoll(value, &end, 10) : 0, last = 0;
+    int ok = end && end != value && *end == ':';
+    if (ok) {
+        const char *rest = end + 1;
+        last = strtoll(rest, &end, 10);
+        ok = end != rest && *end == '\0' && first >= 1 && last >= first;
+    }
+    if (!ok ||
+        snprintf(ret_set, size, "train.profile.steps=[%lld, %lld]", first, last) >= (int)size) {
+        return ct_err_set(err, CT_EINVAL,
+                          "--profile needs FIRST:LAST, two step numbers with 1 <= FIRST <= LAST "
+                          "(e.g. 150:160), got '%s'",
+                          value ? value : "");
+    }
+    return CT_OK;
+}
+
+ct_status ct_profile_start(const ct_job *job, const char *role, int task, ct_err *err) {
+    if (job->profile_steps[0] <= 0) {
+        return CT_OK;
+    }
+    ct__prof_options o = {.first_step = job->profile_steps[0],
+                          .last_step = job->profile_steps[1],
+                          .role = role,
+                          .task = task};
+    ct__prof_thread_name("main");
+    return ct__prof_init(&o, err);
+}
+
+int ct_profile_started(void) {
+    return ct__prof_armed();
+}
+
+ct_status ct_profile_write(const char *run_dir, long long *ret_events, long long *ret_dropped,
+                           ct_err *err) {
+    long long events = 0, dropped = 0;
+    ct_status st = ct__prof_write_role(run_dir, &events, &dropped, err);
+    if (st == CT_OK && ret_events) {
+        *ret_events = events;
+    }
+    if (st == CT_OK && ret_dropped) {
+        *ret_dropped = dropped;
+    }
+    return st;
+}
+
+ct_status ct_profile_merge(const char *run_dir, ct_err *err) {
+    return ct__prof_merge_run(run_dir, err);
+}
+
+ct_status ct_profile_clear(const char *run_dir, ct_err *err) {
+    char dir[4096], path[4400];
+    snprintf(dir, sizeof dir, "%s/profile", run_dir);
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        return CT_OK; /* nothing recorded here yet */
+    }
+    ct_status st = CT_OK;
+    for (struct dirent *de; (de = readdir(dh));) {
+        if (is_profile(de->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (unlink(path) != 0 && errno != ENOENT && st == CT_OK) {
+                st = ct_err_set(err, CT_EIO, "%s: cannot remove (%s)", path, strerror(errno));
+            }
+        }
+    }
+    closedir(dh);
+    return st;
+}
+
+void ct_profile_stop(void) {
+    if (ct__prof_armed()) {
+        ct__prof_shutdown();
+    }
+}
