@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrain/crc32c.h"
 #include "ctrain/profile.h"
 #include "ctrain/train.h"
 #include "helpers.h"
@@ -340,6 +341,43 @@ Test(prof, file_corrupt_truncated_and_foreign) {
     test_path(test_scratch, "missing.ctprof", path, sizeof path);
     cr_assert_eq(ct__prof_file_read(path, &d, &err), CT_ENOENT);
     cr_assert(strstr(err.msg, "missing.ctprof"), "%s", err.msg);
+}
+
+/* Writes the little-endian u32 v at p. */
+static void put_u32_at(unsigned char *p, uint32_t v) {
+    for (int k = 0; k < 4; k++) {
+        p[k] = (unsigned char)(v >> (8 * k));
+    }
+}
+
+/* A file whose checksum is right but whose contents are not: the counts against the size, and
+ * an event's references, are checked too. */
+Test(prof, file_consistent_checksum_inconsistent_contents) {
+    char path[PATH_MAX];
+    test_path(test_scratch, "good.ctprof", path, sizeof path);
+    write_sample(path);
+    size_t len = 0;
+    unsigned char *bytes = test_read_file(path, &len);
+    const size_t n_threads_at = 144, header = 164;
+    uint32_t n_threads = (uint32_t)test_get_le(bytes + n_threads_at, 4);
+    uint64_t string_bytes = test_get_le(bytes + 156, 8);
+    cr_assert_eq(n_threads, 1);
+    /* one thread more than the file holds */
+    put_u32_at(bytes + n_threads_at, n_threads + 1);
+    put_u32_at(bytes + len - 4, ct_crc32c(0, bytes, len - 4));
+    expect_bad(bytes, len, CT_EPROTO, "counts do not match");
+    put_u32_at(bytes + n_threads_at, n_threads);
+    /* the first event on thread 5 of 1 */
+    size_t thread_at = header + 40 * n_threads + (size_t)string_bytes + 56;
+    put_u32_at(bytes + thread_at, 5);
+    put_u32_at(bytes + len - 4, ct_crc32c(0, bytes, len - 4));
+    expect_bad(bytes, len, CT_EPROTO, "event 0 is corrupt");
+    put_u32_at(bytes + thread_at, 0);
+    /* its name past the strings */
+    put_u32_at(bytes + thread_at - 8, (uint32_t)string_bytes);
+    put_u32_at(bytes + len - 4, ct_crc32c(0, bytes, len - 4));
+    expect_bad(bytes, len, CT_EPROTO, "event 0 is corrupt");
+    free(bytes);
 }
 
 /* ---- the Chrome trace ---- */

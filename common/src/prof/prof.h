@@ -22,8 +22,9 @@
 #include "ctrain/status.h"
 #include "prof/prof_dump.h"
 
-/* Non-zero while a step of the window runs (ct__prof_step), read by every event site. */
-extern atomic_int ct__prof_active;
+/* Non-zero while a step of the window runs (ct__prof_step), read by every event site. Hidden:
+ * one PC-relative load, not one through the GOT (the core is built with -fPIC). */
+extern atomic_int ct__prof_active __attribute__((visibility("hidden")));
 
 typedef struct ct__prof_options {
     int64_t first_step, last_step; /* the window, inclusive, in ctrain's step numbers (1-based) */

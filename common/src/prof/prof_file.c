@@ -303,7 +303,9 @@ static ct_status parse(in_buf *in, const char *path, ct__prof_dump **ret, ct_err
         threads[i].tid = get_i64(in);
         get_text(in, threads[i].name, sizeof threads[i].name);
     }
-    memcpy(strings, in->p + in->at, (size_t)string_bytes);
+    if (string_bytes > 0) { /* (no table at all: strings is NULL) */
+        memcpy(strings, in->p + in->at, (size_t)string_bytes);
+    }
     in->at += (size_t)string_bytes;
     ct_status st = parse_events(in, d, events, strings, (size_t)string_bytes, path, err);
     if (st != CT_OK) {

@@ -229,8 +229,12 @@ static ct_status add_ops_and_stages(const ct__prof_dump *const *dumps, int n_dum
     for (int j = 0; j < r->n_ops; j++) {
         r->ops[j].share = all > 0 ? (double)r->ops[j].total_ns / (double)all : 0.0;
     }
-    qsort(r->ops, (size_t)r->n_ops, sizeof *r->ops, by_total);
-    qsort(r->stages, (size_t)r->n_stages, sizeof *r->stages, by_self_per_thread);
+    if (r->n_ops > 0) { /* (qsort takes no NULL array, even empty) */
+        qsort(r->ops, (size_t)r->n_ops, sizeof *r->ops, by_total);
+    }
+    if (r->n_stages > 0) {
+        qsort(r->stages, (size_t)r->n_stages, sizeof *r->stages, by_self_per_thread);
+    }
     return st;
 }
 

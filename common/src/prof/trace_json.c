@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "prof/prof_file.h"
@@ -207,7 +208,8 @@ ct_status ct__prof_write_trace_json(const ct__prof_dump *const *dumps, int n_dum
     size_t len = strlen(path);
     json_out o = {0};
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    /* per process: two merges of one run directory never write the same file */
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
         return ct_err_set(err, CT_EINVAL, "%s: path too long", path);
     }
     if (len > 3 && !strcmp(path + len - 3, ".gz")) {
