@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "io/atomic_file.h"
+#include "prof/prof_file.h" /* ct__prof_kind_name */
 #include "xplane.pb-c.h"
 
 typedef Ctrain__Xplane__XSpace xspace;
@@ -247,21 +248,6 @@ static int64_t meta_intern(meta_table *t, const char *name, const char *display)
 
 /* ---- events ---- */
 
-static const char *const kind_names[CT__PROF_KIND_COUNT] = {
-    [CT__PROF_STEP] = "step",
-    [CT__PROF_OP] = "op",
-    [CT__PROF_OPTIMIZER] = "optimizer",
-    [CT__PROF_INPUT_WAIT] = "input_wait",
-    [CT__PROF_INPUT_STAGE] = "input_stage",
-    [CT__PROF_ALLREDUCE] = "allreduce",
-    [CT__PROF_PS_PUSH] = "ps_push",
-    [CT__PROF_PS_PULL] = "ps_pull",
-    [CT__PROF_REGISTER] = "register",
-    [CT__PROF_HEARTBEAT] = "heartbeat",
-    [CT__PROF_CHECKPOINT] = "checkpoint",
-    [CT__PROF_OTHER] = "other",
-};
-
 typedef struct plane_build {
     arena *a;
     meta_table meta;
@@ -356,7 +342,7 @@ static int event_stats(arena *a, const ct__prof_event *ev, const char *name, xst
 static void event_names(arena *a, const ct__prof_event *ev, const char **ret_name,
                         const char **ret_display) {
     ct__prof_kind kind = (ct__prof_kind)ev->kind;
-    const char *recorded = ev->name ? ev->name : kind_names[kind];
+    const char *recorded = ev->name ? ev->name : ct__prof_kind_name(kind);
     *ret_display = NULL;
     if (kind == CT__PROF_STEP) {
         *ret_name = arena_printf(a, "%" PRId64, ev->step);
