@@ -7,10 +7,14 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ctrain/cluster.h"
 #include "ctrain/mirrored.h"
+#include "ctrain/profile.h"
 #include "ctrain/report.h"
+#include "prof/prof_file.h"
 
 #if CT_HAVE_MPI
 #include <mpi.h>
@@ -187,6 +191,49 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
 
 /* ---- a parameter-server task ---- */
 
+/* A profiled parameter-server job started by hand: the servers and workers write their files
+ * as they exit, after the chief told them the job is done. Waits for those of this run directory
+ * (at most PROFILE_WAIT_S), then merges what is there, naming what is missing (roles on other
+ * machines write into their own run directory: copy their files here, then
+ * `ctrain profile RUN_DIR --merge`). */
+#define PROFILE_WAIT_S 10.0
+static void merge_ps_profile(const ct_job *job, const ct_ps_task *t, int quiet) {
+    char missing[256] = "", path[4400];
+    for (double waited = 0.0;; waited += 0.05) {
+        missing[0] = '\0';
+        for (int k = 0; k < t->n_ps + t->n_workers; k++) {
+            int ps = k < t->n_ps;
+            ct__prof_role_path(job->run_dir, ps ? "ps" : "worker", ps ? k : k - t->n_ps, path,
+                               sizeof path);
+            if (access(path, F_OK) != 0 && strlen(missing) < sizeof missing - 24) {
+                snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s %d",
+                         missing[0] ? ", " : "", ps ? "ps" : "worker", ps ? k : k - t->n_ps);
+            }
+        }
+        if (!missing[0] || waited >= PROFILE_WAIT_S) {
+            break;
+        }
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    ct_err err = {0};
+    if (missing[0]) {
+        fprintf(stderr,
+                "chief: warning: profile: no file in %s/profile from %s after %.0f s (on another "
+                "machine? copy its RUN_DIR/profile/*.ctprof here and run 'ctrain profile %s "
+                "--merge')\n",
+                job->run_dir, missing, PROFILE_WAIT_S, job->run_dir);
+    }
+    if (ct_profile_merge(job->run_dir, &err) != CT_OK) {
+        fprintf(stderr, "chief: warning: profile: %s\n", err.msg);
+    } else if (!quiet) {
+        printf("profile: steps %lld-%lld -> %s/trace.json.gz ('ctrain profile %s' for the "
+               "report)\n",
+               (long long)job->profile_steps[0], (long long)job->profile_steps[1], job->run_dir,
+               job->run_dir);
+    }
+}
+
 static ct_status run_chief(const ct_job *job, const ct_ps_task *t, const ct_role_flags *f,
                            const char *job_text, ct_err *err) {
     ct_ps_chief_options o = {.n_servers = t->n_ps,
@@ -199,6 +246,9 @@ static ct_status run_chief(const ct_job *job, const ct_ps_task *t, const ct_role
                              .stop = &ct_role_stop_requested};
     ct_train_result r;
     ct_status st = ct_ps_chief_run(job, &o, &r, err);
+    if (st == CT_OK && job->profile_steps[0] > 0) {
+        merge_ps_profile(job, t, f->quiet);
+    }
     if (st == CT_OK) {
         char extra[64];
         snprintf(extra, sizeof extra, "ps=%d workers=%d", t->n_ps, t->n_workers);

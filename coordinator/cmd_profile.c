@@ -14,7 +14,7 @@
 
 static void profile_usage(FILE *f) {
     fprintf(f,
-            "usage: ctrain profile RUN_DIR [--top N]\n"
+            "usage: ctrain profile RUN_DIR [--top N] [--merge]\n"
             "\n"
             "Prints the report of a run trained with --profile FIRST:LAST (or\n"
             "train.profile.steps: [FIRST, LAST]), from RUN_DIR/profile/*.ctprof:\n"
@@ -33,8 +33,12 @@ static void profile_usage(FILE *f) {
             "\n"
             "options:\n"
             "  --top N     ops to list (default 10)\n"
+            "  --merge     first merge RUN_DIR/profile/*.ctprof again into trace.json.gz and\n"
+            "              plugins/profile/ (after copying the files of roles that ran on\n"
+            "              other machines into RUN_DIR/profile)\n"
             "  -h, --help  show this help\n"
-            "exit codes: 0 success, 2 bad input (no profile in RUN_DIR, a corrupt file)\n");
+            "exit codes: 0 success, 1 runtime failure (--merge could not write), 2 bad input (no\n"
+            "profile in RUN_DIR, a corrupt file)\n");
 }
 
 static double ms(int64_t ns) {
@@ -107,13 +111,23 @@ static void print_verdict(const ct__prof_report *r) {
                r->verdict ? "limiting" : "slowest input", s->name, ms(s->self_ns), s->threads,
                s->threads == 1 ? "" : "s", (long long)s->count);
     }
+    if (r->n_remote_stages > 0) { /* "service" waits for them: which of their stages is slowest */
+        const ct__prof_stage_row *s = &r->remote_stages[0];
+        printf("%s stage on the data workers: %s (%.3f ms busy on %d thread%s, %lld elements)\n",
+               r->verdict ? "limiting" : "slowest", s->name, ms(s->self_ns), s->threads,
+               s->threads == 1 ? "" : "s", (long long)s->count);
+    }
 }
 
 /* With several roles: per step, the role with the most time of its own: the step's time less
  * its exposed communication (in a synchronous job the others wait for the straggler there;
  * what a straggler does instead, computing, sleeping or waiting for a core, is its own). */
-static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps, int n_dumps) {
-    if (n_dumps < 2) {
+static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps) {
+    int stepping = 0; /* roles with steps of their own (not the data service, the evaluator) */
+    for (int i = 0; i < r->n_steps; i++) {
+        stepping += i == 0 || r->steps[i].dump != r->steps[i - 1].dump;
+    }
+    if (stepping < 2) {
         return;
     }
     printf("\nslowest role per step (most time of its own: step time less exposed "
@@ -175,6 +189,30 @@ static void print_servers(const ct__prof_report *r, ct__prof_dump **dumps) {
     }
 }
 
+/* What the roles did besides steps: evaluations, data-service batches, leases and acks, a
+ * chief's reports, checkpoints, registrations and heartbeats. */
+static void print_activities(const ct__prof_report *r, ct__prof_dump **dumps) {
+    if (r->n_activities == 0) {
+        return;
+    }
+    printf("\nother activity in the window (count, mean and longest ms, bytes):\n");
+    for (int i = 0; i < r->n_activities; i++) {
+        const ct__prof_activity_row *a = &r->activities[i];
+        char label[128], bytes[48] = "";
+        if (a->bytes >= 1000000) {
+            snprintf(bytes, sizeof bytes, ", %.2f MB", (double)a->bytes / 1e6);
+        } else if (a->bytes > 0) {
+            snprintf(bytes, sizeof bytes, ", %.1f kB", (double)a->bytes / 1e3);
+        }
+        printf("  %-24s %-12s %6lld x, mean %8.3f, longest %8.3f%s\n",
+               i == 0 || r->activities[i - 1].dump != a->dump
+                   ? role_label(dumps[a->dump], label, sizeof label)
+                   : "",
+               ct__prof_kind_name(a->kind), (long long)a->count, ms(a->total_ns) / (double)a->count,
+               ms(a->max_ns), bytes);
+    }
+}
+
 static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
                          const ct__prof_report *r, int top) {
     int64_t events = 0, first = INT64_MAX, last = -1;
@@ -202,22 +240,27 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
     }
     if (r->n_steps == 0) {
         printf("no step of the window ran (the run ended before it, or stopped first)\n");
+        print_activities(r, dumps);
         return;
     }
     print_steps(r, dumps);
     print_ops(r, top);
     print_verdict(r);
-    print_stragglers(r, dumps, n);
+    print_stragglers(r, dumps);
     print_servers(r, dumps);
+    print_activities(r, dumps);
 }
 
 int cmd_profile(int argc, char **argv) {
     const char *run_dir = NULL;
     long top = 10;
+    int merge = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             profile_usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--merge")) {
+            merge = 1;
         } else if (!strcmp(argv[i], "--top")) {
             char *end = NULL;
             top = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -244,14 +287,21 @@ int cmd_profile(int argc, char **argv) {
     int n = 0;
     ct_err err = {0};
     ct__prof_report r = {0};
-    ct_status st = ct__prof_read_run(run_dir, &dumps, &n, &err);
+    ct_status st = merge ? ct__prof_merge_run(run_dir, &err) : CT_OK;
+    if (st == CT_OK && merge) {
+        printf("merged %s/profile into %s/trace.json.gz\n", run_dir, run_dir);
+    }
+    if (st == CT_OK) {
+        st = ct__prof_read_run(run_dir, &dumps, &n, &err);
+    }
     if (st == CT_OK) {
         st = ct__prof_analyse((const ct__prof_dump *const *)dumps, n, &r, &err);
     }
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: profile: %s\n", err.msg);
         ct__prof_dumps_free(dumps, n);
-        return st == CT_ENOMEM ? EXIT_RUNTIME : EXIT_BAD_INPUT;
+        return st == CT_ENOMEM || st == CT_EIO || st == CT_ETIMEDOUT ? EXIT_RUNTIME
+                                                                     : EXIT_BAD_INPUT;
     }
     print_report(run_dir, dumps, n, &r, (int)top);
     ct__prof_report_finish(&r);

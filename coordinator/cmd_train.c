@@ -526,6 +526,24 @@ done:
     return rc;
 }
 
+/* After the data service stopped: the dispatcher and the data workers wrote their profile files
+ * as they exited, after the trainer's merge; merge again with them. */
+static void merge_data_service_profile(const cli *c) {
+    ct_job job;
+    ct_err err = {0};
+    if (ct_job_load(c->job_path, c->sets, c->n_sets, &job, &err) != CT_OK ||
+        job.profile_steps[0] <= 0) {
+        return;
+    }
+    if (ct_profile_merge(job.run_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: warning: profile: %s\n", err.msg);
+    } else if (!c->quiet) {
+        printf("profile: the data service's dispatcher and %d data workers merged into "
+               "%s/trace.json.gz\n",
+               c->data_workers, job.run_dir);
+    }
+}
+
 int cmd_train(int argc, char **argv) {
     /* from the start: a signal during loading stops the run cleanly instead of killing it */
     cli_catch_signals();
@@ -547,5 +565,8 @@ int cmd_train(int argc, char **argv) {
         rc = train_here(c);
     }
     ds_pool_stop(&pool);
+    if (c.data_workers > 0 && rc == 0) {
+        merge_data_service_profile(&c);
+    }
     return rc;
 }

@@ -12,10 +12,12 @@
 #include "ctrain/data.h"
 #include "ctrain/net.h"
 #include "ctrain/pipeline.h"
+#include "ctrain/profile.h"
 #include "ctrain/ps.h"
 #include "data/service.h"
 #include "dispatcher.h"
 #include "dispatcher_state.h"
+#include "prof/prof.h"
 #include "strategy/ps_link.h"
 
 #define POLL_MS 20
@@ -33,6 +35,8 @@ typedef struct disp {
     double heartbeat_s;
     int done;
     double done_at;
+    const char *prof_names[64]; /* consumers' names interned for the profile (the first 64) */
+    int n_prof_names;
 } disp;
 
 /* ---- sending ---- */
@@ -40,6 +44,7 @@ typedef struct disp {
 static void send_env(disp *d, const void *peer, size_t peer_len, ct__env *env) {
     env->role = CTRAIN__PS__ROLE__DISPATCHER;
     env->generation = d->st.generation;
+    env->clock_ns = ct__prof_now_ns(); /* a registering data worker's profiler clock offset */
     ct__msg_send(d->router, peer, peer_len, env, d->job_id, NULL, NULL, 0, NULL);
 }
 
@@ -50,9 +55,62 @@ static void send_error(disp *d, const char *why) {
     send_env(d, d->msg.peer, d->msg.peer_len, &env);
 }
 
+/* ---- the profile: the dispatcher runs no steps; its events belong to the training steps of the
+ * batches they are about, and are recorded when the job's window holds one of them ---- */
+
+/* The training step (1-based, as the trainers count) of batch `step` of `epoch` of c's stream;
+ * -1 for evaluation streams, which no training step consumes. */
+static int64_t training_step(const disp *d, const ct__ds_consumer *c, int64_t epoch, int64_t step) {
+    const ct__ds_stream *s = ct__ds_find_stream(&d->st, c->eval, c->shards);
+    return c->eval || !s ? -1 : epoch * s->steps_per_epoch + step + 1;
+}
+
+/* c's name as the profile's events keep it: interned once per consumer. */
+static const char *prof_name(disp *d, const ct__ds_consumer *c) {
+    for (int i = 0; i < d->n_prof_names; i++) {
+        if (!strcmp(d->prof_names[i], c->name)) {
+            return d->prof_names[i];
+        }
+    }
+    const char *s = ct__prof_intern(c->name);
+    if (s && d->n_prof_names < 64) {
+        d->prof_names[d->n_prof_names++] = s;
+    }
+    return s;
+}
+
+/* Records an event of kind over training steps [first, last] (at the first of them inside the
+ * window) that began at t0 (the profiler's clock; 0: now, an instant). */
+static void record_steps(disp *d, int64_t first, int64_t last, int64_t t0, ct__prof_kind kind,
+                         const char *name, const ct__ds_consumer *c, int64_t v0, int64_t v1) {
+    int64_t at = first > d->job->profile_steps[0] ? first : d->job->profile_steps[0];
+    if (first < 0 || last < at || !ct__prof_armed()) {
+        return;
+    }
+    ct__prof_step(at);
+    if (ct__prof_on()) {
+        int64_t now = ct__prof_now_ns();
+        ct__prof_event ev = {.start_ns = t0 ? t0 : now,
+                             .dur_ns = t0 ? now - t0 : 0,
+                             .step = at,
+                             .bytes = -1,
+                             .value = {v0, v1},
+                             .name = name,
+                             .detail = prof_name(d, c),
+                             .kind = (uint16_t)kind};
+        ct__prof_record(&ev);
+    }
+    ct__prof_step(0);
+}
+
 static void emit(void *user, int kind, int w, const ct__ds_lease *l) {
     disp *d = user;
     const ct__ds_consumer *c = &d->st.consumers[l->consumer];
+    if (kind == CTRAIN__PS__KIND__DS_LEASE) {
+        int64_t first = training_step(d, c, l->epoch, l->first_step);
+        record_steps(d, first, first + l->n_steps - 1, 0, CT__PROF_DS_LEASE, "lease", c,
+                     d->st.workers[w].index, l->n_steps);
+    }
     Ctrain__Ps__DsLease lease = CTRAIN__PS__DS_LEASE__INIT;
     lease.lease = l->id;
     if (kind == CTRAIN__PS__KIND__DS_LEASE) {
@@ -65,6 +123,8 @@ static void emit(void *user, int kind, int w, const ct__ds_lease *l) {
         lease.n_steps = l->n_steps;
         lease.incarnation = l->incarnation;
         lease.salt = l->salt;
+        const ct__ds_stream *s = ct__ds_find_stream(&d->st, c->eval, c->shards);
+        lease.steps_per_epoch = s ? s->steps_per_epoch : 0;
     }
     ct__env env = CTRAIN__PS__ENVELOPE__INIT;
     env.kind = (Ctrain__Ps__Kind)kind;
@@ -267,6 +327,20 @@ static ct_status on_consumer(disp *d, ct_err *err) {
     return CT_OK;
 }
 
+/* DS_ACK: retires the leases it completes (journaled); profiled as the step it acknowledges. */
+static ct_status on_ack(disp *d, const Ctrain__Ps__DsAck *a, ct_err *err) {
+    int64_t t0 = ct__prof_armed() ? ct__prof_now_ns() : 0;
+    ct_status st = ct__ds_consumer_ack(&d->st, a->consumer, a->incarnation, a->epoch, a->step,
+                                       a->closed, ct__now(), err);
+    int c = ct__ds_find_consumer(&d->st, a->consumer);
+    if (st == CT_OK && c >= 0 && !a->closed) {
+        const ct__ds_consumer *k = &d->st.consumers[c];
+        int64_t done = training_step(d, k, a->epoch, a->step) - 1; /* the last step it used */
+        record_steps(d, done, done, t0, CT__PROF_DS_ACK, "ack", k, -1, -1);
+    }
+    return st;
+}
+
 static ct_status on_message(disp *d, ct_err *err) {
     const ct__env *env = d->msg.env;
     switch (env->kind) {
@@ -283,9 +357,7 @@ static ct_status on_message(disp *d, ct_err *err) {
             break;
         }
         set_peer(d, env->ack->consumer);
-        return ct__ds_consumer_ack(&d->st, env->ack->consumer, env->ack->incarnation,
-                                   env->ack->epoch, env->ack->step, env->ack->closed, ct__now(),
-                                   err);
+        return on_ack(d, env->ack, err);
     default:
         break;
     }
@@ -422,12 +494,21 @@ ct_status ct_dispatcher_run(const ct_job *job, const ct_dispatcher_options *o, v
     }
     ct_status st = start(d, job, o, err);
     if (st == CT_OK) {
+        st = ct_profile_start(job, "dispatcher", 0, err);
+    }
+    if (st == CT_OK) {
         ct_log(CT_LOG_INFO, "dispatcher: listening on %s", d->endpoint);
         if (o->on_listening) {
             o->on_listening(d->endpoint, o->user);
         }
         st = serve(d, stop, err);
     }
+    ct_err perr = {0};
+    if (ct_profile_started() && (st == CT_OK || st == CT_EINTR) &&
+        ct_profile_write(job->run_dir, NULL, NULL, &perr) != CT_OK) {
+        ct_log(CT_LOG_WARN, "dispatcher: profile: %s", perr.msg);
+    }
+    ct_profile_stop();
     ct__msg_finish(&d->msg);
     ct_net_close(d->router);
     ct_net_auth_destroy(d->auth);

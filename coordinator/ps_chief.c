@@ -35,6 +35,7 @@
 #include "ctrain/events.h"
 #include "ctrain/optim.h"
 #include "ctrain/pipeline.h"
+#include "ctrain/profile.h"
 #include "ctrain/ps.h"
 #include "prof/prof.h"
 #include "ps_chief.h"
@@ -215,13 +216,9 @@ static void on_register(chief *c) {
     }
 }
 
-static ct_status on_report(chief *c, slot *s, ct_err *err) {
-    (void)err;
-    const ct__env *env = c->msg.env;
-    const Ctrain__Ps__Report *r = env->report;
-    if (!r || env->generation != c->generation) {
-        return CT_OK; /* computed before a restore: its gradient was dropped too */
-    }
+/* A worker's step report: the epoch's and the log interval's sums, the job's step, and what
+ * follows from it (logs, async tasks and snapshots). */
+static ct_status take_report(chief *c, slot *s, const Ctrain__Ps__Report *r) {
     if (r->epoch < 0 || r->epoch >= c->job->epochs || r->index < 0 ||
         r->index >= c->steps_per_epoch || r->examples < 0) {
         ct_log(CT_LOG_WARN,
@@ -255,6 +252,25 @@ static ct_status on_report(chief *c, slot *s, ct_err *err) {
     ct__chief_dispatch(c);
     ct__chief_maybe_async_snapshot(c);
     return CT_OK;
+}
+
+static ct_status on_report(chief *c, slot *s, ct_err *err) {
+    const ct__env *env = c->msg.env;
+    const Ctrain__Ps__Report *r = env->report;
+    if (!r || env->generation != c->generation) {
+        return CT_OK; /* computed before a restore: its gradient was dropped too */
+    }
+    /* the profile: the report belongs to the step it finished (sync: the version it trained
+     * on, plus one; async: the next finished task); what follows it (logs, a snapshot, a
+     * checkpoint, an evaluation) to the step after the chief's */
+    int64_t step = c->job->ps.async ? c->completed + 1 : (int64_t)r->version + 1;
+    ct__prof_step(step);
+    const int64_t t0 = ct__prof_begin();
+    ct_status st = take_report(c, s, r);
+    ct__prof_end(t0, CT__PROF_REPORT, "report", NULL, step, -1, env->index, (int64_t)r->version);
+    ct__prof_step(c->step + 1);
+    (void)err;
+    return st;
 }
 
 void ct__chief_take_stats(slot *s, const Ctrain__Ps__Stats *st) {
@@ -744,7 +760,15 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
     c->n_workers = o->n_workers;
     c->state = CTRAIN__PS__STATE__WAITING;
     c->result = (ct_train_result){.test_loss = NAN, .test_accuracy = NAN};
-    ct_status st = setup(c, err);
+    int profiling = !ct_profile_started(); /* a process that runs the chief and more records them */
+    ct_status st = profiling ? ct_profile_start(job, "chief", 0, err) : CT_OK;
+    profiling = profiling && ct_profile_started();
+    if (st == CT_OK && profiling) { /* before any role of this run writes its file */
+        st = ct_profile_clear(job->run_dir, err);
+    }
+    if (st == CT_OK) {
+        st = setup(c, err);
+    }
     if (st == CT_OK) {
         char plan[512];
         ct_ps_plan_describe(&c->plan, plan, sizeof plan);
@@ -828,7 +852,15 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
                                              : 0.0;
     c->result.samples_per_s = c->result.seconds > 0 ? (double)c->samples / c->result.seconds : 0;
     *ret = c->result;
+    ct_err perr = {0};
+    if (profiling && (st == CT_OK || st == CT_EINTR) &&
+        ct_profile_write(job->run_dir, NULL, NULL, &perr) != CT_OK) {
+        ct__chief_say(c, "warning: profile: %s", perr.msg);
+    }
     chief_free(c);
     free(c);
+    if (profiling) {
+        ct_profile_stop(); /* after the trainer's graphs and loaders are gone */
+    }
     return st;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "ctrain/optim.h"
+#include "prof/prof.h"
 #include "ps_chief.h"
 
 ct_status ct__chief_open_logs(chief *c, ct_err *err) {
@@ -89,10 +90,12 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     epoch_sums *s = &c->epochs[e];
     double test_loss = NAN, test_acc = NAN;
     if (c->eval) {
+        const int64_t t0 = ct__prof_begin();
         ct_status st = ct_trainer_evaluate_loader(c->t, c->eval, &test_loss, &test_acc, err);
         if (st != CT_OK) {
             return st;
         }
+        ct__prof_end(t0, CT__PROF_EVALUATION, "evaluation", NULL, -1, -1, -1, -1);
     }
     /* steps of this epoch: sync, versions (each is one global batch); async, finished tasks */
     int64_t lo = e * c->steps_per_epoch, hi = lo + c->steps_per_epoch;

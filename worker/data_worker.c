@@ -8,9 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctrain/profile.h"
 #include "ctrain/ps.h"
 #include "data/service.h"
 #include "data_worker_impl.h"
+#include "prof/prof.h"
+#include "prof/prof_clock.h"
 #include "strategy/ps_link.h"
 
 typedef struct dw_link {
@@ -20,6 +23,7 @@ typedef struct dw_link {
     uint64_t job_id, generation; /* the dispatcher's generation we registered with */
     int index, registered, done;
     double heartbeat_s, timeout_s, last_heard, last_beat, last_register;
+    int64_t register_sent_ns, clock_rtt_ns; /* the profiler's clock offset to the dispatcher's */
 } dw_link;
 
 /* A message to the dispatcher; one that finds no dispatcher is not an error here: its silence
@@ -42,6 +46,7 @@ static ct_status send_register(dw_link *k, ct_err *err) {
     env.kind = CTRAIN__PS__KIND__REGISTER;
     env.reg = &reg;
     k->last_register = ct__now();
+    k->register_sent_ns = ct__prof_now_ns();
     return quiet_send(k, &env, err);
 }
 
@@ -107,6 +112,7 @@ static ct_status on_dispatcher(dw_link *k, dw_state *s, const ct__env *env, ct_e
         }
         k->registered = 1;
         k->generation = env->generation;
+        ct__prof_clock_sample(k->register_sent_ns, env->clock_ns, &k->clock_rtt_ns);
         k->last_beat = 0.0;
         return CT_OK;
     }
@@ -233,9 +239,18 @@ ct_status ct_data_worker_run(const ct_job *job, const ct_data_worker_options *o,
     dw_state s;
     dw_state_init(&s, job, k.job_id, o->index);
     if (st == CT_OK) {
+        st = ct_profile_start(job, "data_worker", o->index, err);
+    }
+    if (st == CT_OK) {
         st = serve(&k, &s, o->stop, err);
     }
+    ct_err perr = {0};
+    if (ct_profile_started() && (st == CT_OK || st == CT_EINTR) &&
+        ct_profile_write(job->run_dir, NULL, NULL, &perr) != CT_OK) {
+        ct_log(CT_LOG_WARN, "data worker %d: profile: %s", o->index, perr.msg);
+    }
     dw_state_finish(&s);
+    ct_profile_stop(); /* after the pipelines' threads are gone */
     ct_net_close(k.dealer);
     ct_net_close(k.router);
     ct_net_auth_destroy(auth);

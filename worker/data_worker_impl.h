@@ -20,11 +20,13 @@ typedef struct dw_lease {
     int eval;
     uint32_t shard, shards, salt;
     int64_t epoch, first_step, n_steps, next; /* next: the next step to send */
+    int64_t steps_per_epoch;                  /* of the stream (0: the dispatcher did not say) */
     uint64_t incarnation;
 } dw_lease;
 
 typedef struct dw_peer {
     char name[DW_NAME_MAX];
+    const char *prof_name; /* the name interned for the profile's events (NULL: not yet) */
     unsigned char rid[CT_PS_ROUTING_ID_MAX];
     size_t rid_len;
 } dw_peer;

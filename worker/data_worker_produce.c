@@ -9,6 +9,7 @@
 #include "ctrain/pipeline.h"
 #include "data/ds_impl.h"
 #include "data_worker_impl.h"
+#include "prof/prof.h"
 #include "strategy/ps_link.h"
 
 void dw_state_init(dw_state *s, const ct_job *job, uint64_t job_id, int index) {
@@ -64,6 +65,7 @@ ct_status dw_lease_add(dw_state *s, const Ctrain__Ps__DsLease *l, ct_err *err) {
     d->epoch = l->epoch;
     d->first_step = d->next = l->first_step;
     d->n_steps = l->n_steps;
+    d->steps_per_epoch = l->steps_per_epoch;
     d->incarnation = l->incarnation;
     return CT_OK;
 }
@@ -221,6 +223,29 @@ static ct_status send_batch(dw_state *s, void *router, const dw_lease *l, const 
     return st == CT_ETIMEDOUT ? CT_OK : st; /* a consumer gone: its lease will be revoked */
 }
 
+/* The profile's step of the lease's next batch: the training step (1-based) that consumes it;
+ * 0 (none) for evaluation streams. A profiled job records the batches of its window. */
+static int64_t prof_step(const dw_lease *l, const ct_loader *loader) {
+    int64_t spe = l->steps_per_epoch > 0 ? l->steps_per_epoch : ct_loader_batches_per_epoch(loader);
+    return l->eval || spe <= 0 ? 0 : l->epoch * spe + l->next + 1;
+}
+
+/* The batch's event, from t0 (0: not recording) to now. */
+static void prof_batch(int64_t t0, dw_state *s, const dw_lease *l, dw_peer *p, const ct_batch *b,
+                       int64_t step) {
+    if (!t0) {
+        return;
+    }
+    if (p && !p->prof_name) {
+        p->prof_name = ct__prof_intern(p->name);
+    }
+    int64_t dims[CT_IDX_MAX_DIMS + 2];
+    int rank = 0;
+    int64_t bytes = b->size * (example_dims(s, b, dims, &rank) * 4 + 4);
+    ct__prof_end(t0, CT__PROF_DS_BATCH, "batch", p ? p->prof_name : NULL, step, bytes, l->shard,
+                 (int64_t)l->lease);
+}
+
 ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
     int k = next_lease(s);
     if (k < 0) {
@@ -231,6 +256,9 @@ ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
     ct_loader *loader = NULL;
     ct_batch b = {0};
     ct_status st = pipe_get(s, l, &loader, err);
+    int64_t step = st == CT_OK ? prof_step(l, loader) : 0;
+    ct__prof_step(step);
+    const int64_t prof_t0 = ct__prof_begin();
     if (st == CT_OK && (st = ct_loader_batch_at(loader, l->epoch, l->next, &b)) != CT_OK) {
         st = ct_err_set(err, st,
                         "data worker %d: batch %lld of epoch %lld of %s shard %u/%u (lease %llu "
@@ -239,9 +267,14 @@ ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
                         l->eval ? "data.eval" : "data.train", l->shard, l->shards,
                         (unsigned long long)l->lease, l->consumer, ct_status_str(st));
     }
+    dw_peer *p = peer_find(s, l->consumer);
     if (st == CT_OK) {
-        st = send_batch(s, router, l, peer_find(s, l->consumer), &b, err);
+        st = send_batch(s, router, l, p, &b, err);
     }
+    if (st == CT_OK) {
+        prof_batch(prof_t0, s, l, p, &b, step);
+    }
+    ct__prof_step(0);
     if (st != CT_OK) {
         return st;
     }

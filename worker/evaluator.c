@@ -16,7 +16,9 @@
 #include "ctrain/data.h"
 #include "ctrain/events.h"
 #include "ctrain/pipeline.h"
+#include "ctrain/profile.h"
 #include "ctrain/train.h"
+#include "prof/prof.h"
 
 #define MAX_FILES 1024
 
@@ -26,8 +28,9 @@ static void sleep_s(double s) {
 }
 
 /* Evaluates checkpoint `path` with trainer t; writes its scalars and reports it. */
-static ct_status evaluate_one(ct_trainer *t, ct_loader *eval, const char *path, ct_events *ev,
-                              const ct_evaluator_options *o, ct_evaluator_result *r, ct_err *err) {
+static ct_status evaluate_checkpoint(ct_trainer *t, ct_loader *eval, const char *path,
+                                     ct_events *ev, const ct_evaluator_options *o,
+                                     ct_evaluator_result *r, ct_err *err) {
     ct_ckpt *c = NULL;
     ct_status st = ct_ckpt_lease(path, err);
     if (st != CT_OK) {
@@ -66,6 +69,33 @@ static ct_status evaluate_one(ct_trainer *t, ct_loader *eval, const char *path, 
     return st;
 }
 
+/* Evaluates checkpoint `path` (of training step `step`) with trainer t; writes its scalars and
+ * reports it. A profiled job records the evaluations of the checkpoints of its step window. */
+static ct_status evaluate_one(ct_trainer *t, ct_loader *eval, const char *path, int64_t step,
+                              ct_events *ev, const ct_evaluator_options *o, ct_evaluator_result *r,
+                              ct_err *err) {
+    ct__prof_step(step);
+    const int64_t t0 = ct__prof_begin();
+    ct_status st = evaluate_checkpoint(t, eval, path, ev, o, r, err);
+    if (t0) {
+        const char *base = strrchr(path, '/');
+        ct__prof_end(t0, CT__PROF_EVALUATION, "evaluation", ct__prof_intern(base ? base + 1 : path),
+                     step, -1, -1, -1);
+    }
+    ct__prof_step(0);
+    return st;
+}
+
+/* The profile of the evaluations this process recorded, into <run_dir>/profile, then merged
+ * with the other roles' files: the evaluator usually ends after the chief has merged. */
+static void write_profile(const char *run_dir) {
+    ct_err e = {0};
+    if (ct_profile_write(run_dir, NULL, NULL, &e) != CT_OK ||
+        ct_profile_merge(run_dir, &e) != CT_OK) {
+        ct_log(CT_LOG_WARN, "profile: %s", e.msg);
+    }
+}
+
 ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
                            ct_evaluator_result *ret, ct_err *err) {
     char dir[PATH_MAX], run_dir[PATH_MAX], eval_dir[PATH_MAX + 8];
@@ -98,6 +128,9 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
     if (st == CT_OK && job->logs.tensorboard) {
         st = ct_events_create(eval_dir, &ev, err);
     }
+    if (st == CT_OK) {
+        st = ct_profile_start(job, "evaluator", 0, err);
+    }
     double last_new = ct__now_s();
     while (st == CT_OK && !r.reached_final) {
         if (opts->stop && *opts->stop) {
@@ -114,7 +147,8 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
             }
             found = 1;
             ct_err e = {0};
-            ct_status s = evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, ev, opts, &r, &e);
+            ct_status s =
+                evaluate_one(t, eval, paths + (size_t)i * PATH_MAX, steps[i], ev, opts, &r, &e);
             if (s == CT_ENOENT || s == CT_EINVAL) {
                 /* pruned meanwhile, or corrupt: say so and go on with the next one */
                 ct_log(CT_LOG_WARN, "skipping: %s", e.msg);
@@ -137,8 +171,12 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
     if (ev) {
         ct_events_destroy(ev);
     }
+    if (ct_profile_started() && (st == CT_OK || st == CT_EINTR)) {
+        write_profile(run_dir);
+    }
     ct_trainer_destroy(t);
     ct_loader_destroy(eval);
+    ct_profile_stop(); /* after the loader's and the graphs' threads are gone */
     free(paths);
     *ret = r;
     return st;

@@ -202,8 +202,8 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
     r = ctrain("train", job, "--replicas", "2", "--profile", "3:5", "--straggler", "4")
     assert r.returncode == 0, r.stderr
     assert "profile: steps 3-5 of 2 ranks" in r.stdout, r.stdout
-    assert sorted(p.name for p in (run / "profile").iterdir()) == ["worker.0.ctprof",
-                                                                  "worker.1.ctprof"]
+    assert sorted(p.name for p in (run / "profile").glob("*.ctprof")) == ["worker.0.ctprof",
+                                                                         "worker.1.ctprof"]
     events, names = check_trace_format(load_trace(run))
     assert re.fullmatch(r"worker 0 \(.+\)", names[1]) and re.fullmatch(r"worker 1 \(.+\)",
                                                                         names[2]), names
@@ -242,19 +242,23 @@ def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):
                "--profile", "3:6")
     assert r.returncode == 0, r.stderr
     assert "profile: steps 3-6 ->" in r.stdout, r.stdout
-    assert sorted(p.name for p in (run / "profile").iterdir()) == [
-        "ps.0.ctprof", "ps.1.ctprof", "worker.0.ctprof", "worker.1.ctprof"]
+    assert sorted(p.name for p in (run / "profile").glob("*.ctprof")) == [
+        "chief.0.ctprof", "ps.0.ctprof", "ps.1.ctprof", "worker.0.ctprof", "worker.1.ctprof"]
     events, names = check_trace_format(load_trace(run))
-    assert [names[pid].split(" (")[0] for pid in (1, 2, 3, 4)] == [
-        "ps 0", "ps 1", "worker 0", "worker 1"], names
-    for pid, server in ((1, 0), (2, 1)):  # each server sees its own pushes, pulls and updates
+    assert [names[pid].split(" (")[0] for pid in (1, 2, 3, 4, 5)] == [
+        "chief", "ps 0", "ps 1", "worker 0", "worker 1"], names
+    # the chief took every worker's report of every step of the window (sync: the version + 1)
+    reports = sorted((e["args"]["step"], e["args"]["worker"]) for e in events
+                     if e["pid"] == 1 and e["cat"] == "report")
+    assert reports == [(s, w) for s in (3, 4, 5, 6) for w in (0, 1)], reports
+    for pid, server in ((2, 0), (3, 1)):  # each server sees its own pushes, pulls and updates
         mine = [e for e in events if e["pid"] == pid]
         for kind in ("ps_push", "ps_pull"):
             got = [e for e in mine if e["cat"] == kind]
             assert got and all(e["args"]["server"] == server for e in got), (kind, got)
         updates = sorted(e["args"]["step"] for e in mine if e["cat"] == "optimizer")
         assert updates == [3, 4, 5, 6], updates  # sync: one update per step, the step's version
-    for pid in (3, 4):
+    for pid in (4, 5):
         mine = [e for e in events if e["pid"] == pid]
         assert sorted(e["args"]["step"] for e in mine if e["cat"] == "step") == [3, 4, 5, 6]
         for kind in ("ps_push", "ps_pull"):
@@ -269,8 +273,9 @@ def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):
     # every role measured its clock against the chief's when it registered (one machine: the
     # offset is within the bound, so none is applied)
     clocks = load_trace(run)["otherData"]["clocks"]
-    assert [c["pid"] for c in clocks] == [1, 2, 3, 4], clocks
-    assert all(c["error_ns"] > 0 and c["offset_ns"] == 0 for c in clocks), clocks
+    assert clocks[0] == {"pid": 1, "offset_ns": 0, "error_ns": 0}, clocks
+    assert [c["pid"] for c in clocks[1:]] == [2, 3, 4, 5], clocks
+    assert all(c["error_ns"] > 0 and c["offset_ns"] == 0 for c in clocks[1:]), clocks
     r = ctrain("profile", str(run))
     assert r.returncode == 0, r.stderr
     slowest = re.findall(r"^  step (\d+): worker ([01]) \(", r.stdout, re.M)
@@ -279,3 +284,90 @@ def test_parameter_servers_pushes_pulls_and_the_straggler(tmp_path):
     busiest = re.findall(r"^  step (\d+): ps ([01]) \(.*\), [\d.]+ ms \(update [\d.]+ ms\) of 2 "
                          r"servers$", r.stdout, re.M)
     assert [s for s, _ in busiest] == ["3", "4", "5", "6"], r.stdout
+
+
+def test_the_data_service_roles_are_recorded(tmp_path):
+    """`--data-workers 2`: the dispatcher and both data workers write their files and are merged
+    into the chief's trace after the pool stops. Each batch of the window is produced once, on a
+    data worker, with its pipeline's stages; the dispatcher's leases and the trainer's acks land
+    on the steps they are about; the slow map on the data workers is the limiting stage."""
+    job, run = csv_job(tmp_path, "ds", hidden=32, stages="      - map: {delay: {micros: 1500}}\n")
+    r = ctrain("train", job, "--data-workers", "2", "--profile", "3:6")
+    assert r.returncode == 0, r.stderr
+    assert "the data service's dispatcher and 2 data workers merged into" in r.stdout, r.stdout
+    assert sorted(p.name for p in (run / "profile").glob("*.ctprof")) == [
+        "chief.0.ctprof", "data_worker.0.ctprof", "data_worker.1.ctprof", "dispatcher.0.ctprof"]
+    events, names = check_trace_format(load_trace(run))
+    assert [names[pid].split(" (")[0] for pid in (1, 2, 3, 4)] == [
+        "chief", "data_worker 0", "data_worker 1", "dispatcher 0"], names
+    batches = [e for e in events if e["cat"] == "ds_batch"]
+    assert sorted(e["args"]["step"] for e in batches) == [3, 4, 5, 6], batches
+    # the consumer's name, its shard, the x (f32 [32, 1]) and y (i32 [32]) bytes
+    assert all(e["pid"] in (2, 3) and e["args"]["detail"].startswith("shard 0/1") and
+               e["args"]["bytes"] == 32 * (4 + 4) and e["args"]["shard"] == 0 for e in batches)
+    for b in batches:  # each batch's 32 maps run inside it, on the data worker that made it
+        maps = [e for e in events if e["pid"] == b["pid"] and e["tid"] == b["tid"] and
+                e["cat"] == "input_stage" and e["name"] == "map(delay)" and
+                b["ts"] <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"] + 1e-3]
+        assert len(maps) == 32, (b, len(maps))
+    mine = [e for e in events if e["pid"] == 4]
+    leases = [e for e in mine if e["cat"] == "ds_lease"]
+    assert leases and all(3 <= e["args"]["step"] <= 6 and e["args"]["data_worker"] in (0, 1)
+                          for e in leases), leases
+    acks = sorted(e["args"]["step"] for e in mine if e["cat"] == "ds_ack")
+    assert acks and set(acks) <= {3, 4, 5, 6}, acks
+    # the data workers measured their clocks against the dispatcher's when they registered
+    clocks = load_trace(run)["otherData"]["clocks"]
+    assert all(c["error_ns"] > 0 and c["offset_ns"] == 0 for c in clocks if c["pid"] in (2, 3))
+    r = ctrain("profile", str(run))
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^verdict: input-bound", r.stdout, re.M), r.stdout
+    # in the trainer, the wait for the data workers; on them, the slow map
+    assert re.search(r"^limiting stage: service ", r.stdout, re.M), r.stdout
+    assert re.search(r"^limiting stage on the data workers: map\(delay\) \([\d.]+ ms busy on "
+                     r"[12] threads?, 128 elements\)", r.stdout, re.M), r.stdout
+    assert re.search(r"^  data_worker [01] \(.*\)\s+ds_batch\s+\d+ x, mean", r.stdout, re.M), \
+        r.stdout
+    assert re.search(r"^  dispatcher 0 \(.*\)\s+ds_lease\s+\d+ x", r.stdout, re.M), r.stdout
+    assert "slowest role per step" not in r.stdout, r.stdout  # one role trains
+
+
+def test_the_evaluator_records_the_windows_checkpoints(tmp_path):
+    """ctrain-evaluator records its evaluations of the checkpoints of the window's steps and,
+    ending after the chief, merges its file into the same trace and TensorBoard profile run."""
+    job, run = csv_job(tmp_path, "ev", hidden=16, extra="checkpoint: {every_steps: 2}\n")
+    text = open(job).read().replace(
+        "      - batch: 32\n",
+        "      - batch: 32\n  eval:\n    pipeline:\n      - csv: {files: %s, columns: "
+        "[{name: x, dtype: f32}, {name: label, dtype: i32}]}\n      - batch: 200\n"
+        % (tmp_path / "rows.csv"))
+    open(job, "w").write(text)
+    r = ctrain("train", job, "--profile", "3:6", "--quiet")
+    assert r.returncode == 0, r.stderr
+    runs_before = sorted(p.name for p in (run / "plugins" / "profile").iterdir())
+    evaluator = os.path.join(os.path.dirname(os.path.dirname(CTRAIN)), "worker", "ctrain-evaluator")
+    r = subprocess.run([evaluator, "--job", job, "--set", "train.profile.steps=[3, 6]",
+                        "--timeout", "20"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (run / "profile").glob("*.ctprof")) == [
+        "chief.0.ctprof", "evaluator.0.ctprof"]
+    events, names = check_trace_format(load_trace(run))
+    assert names[2].startswith("evaluator 0 ("), names
+    evals = [e for e in events if e["cat"] == "evaluation"]
+    assert sorted(e["args"]["step"] for e in evals) == [4, 6], evals
+    assert all(e["pid"] == 2 and e["args"]["detail"] == f"ckpt-{e['args']['step']}.ctck"
+               for e in evals), evals
+    for ev in evals:  # the evaluation's ops run inside it
+        ops = [e for e in events if e["pid"] == 2 and e["cat"] == "op" and
+               e["args"]["step"] == ev["args"]["step"]]
+        assert ops and all(ev["ts"] <= o["ts"] <= ev["ts"] + ev["dur"] for o in ops)
+    # the merge again names the TensorBoard run by its first event: the same run, replaced
+    assert sorted(p.name for p in (run / "plugins" / "profile").iterdir()) == runs_before
+    r = ctrain("profile", str(run), "--merge")
+    assert r.returncode == 0, r.stderr
+    assert f"merged {run}/profile into {run}/trace.json.gz" in r.stdout, r.stdout
+    assert re.search(r"^  evaluator 0 \(.*\)\s+evaluation\s+2 x, mean", r.stdout, re.M), r.stdout
+    # the evaluator's own input pipeline (2 x 4000 rows) is not the training's (4 x 32 rows in
+    # the window, read ahead by the prefetch): not in the verdict's stages
+    m = re.search(r"^(?:limiting|slowest input) stage: .* (\d+) elements\)$", r.stdout, re.M)
+    assert m and int(m.group(1)) < 1000, r.stdout

@@ -23,6 +23,17 @@ typedef enum ct__prof_kind {
     CT__PROF_HEARTBEAT,
     CT__PROF_CHECKPOINT, /* a checkpoint save; bytes when known */
     CT__PROF_OTHER,
+    CT__PROF_EVALUATION, /* the evaluator's (or a chief's) evaluation of one checkpoint: step =
+                            the checkpoint's step, detail = the checkpoint's file name */
+    CT__PROF_DS_BATCH,   /* a data worker producing and sending one batch: step = the training
+                            step that consumes it, bytes, value[0] = the consumer's shard,
+                            value[1] = the lease; detail = the consumer */
+    CT__PROF_DS_LEASE,   /* the dispatcher leasing a split: step = its first training step,
+                            value[0] = the data worker, value[1] = its steps; detail = consumer */
+    CT__PROF_DS_ACK,     /* the dispatcher taking a consumer's ack: step = the training step it
+                            acknowledges (every batch before it used); detail = the consumer */
+    CT__PROF_REPORT,     /* a parameter-server chief taking a worker's step report: step,
+                            value[0] = the worker, value[1] = the version it trained on */
     CT__PROF_KIND_COUNT
 } ct__prof_kind;
 

@@ -25,6 +25,9 @@ ct_status ct__prof_file_read(const char *path, ct__prof_dump **ret, ct_err *err)
 ct_status ct__prof_write_trace_json(const ct__prof_dump *const *dumps, int n_dumps,
                                     const char *path, ct_err *err);
 
+/* The earliest event's start on the chief's clock, over every dump (0 when there are none). */
+int64_t ct__prof_earliest_ns(const ct__prof_dump *const *dumps, int n_dumps);
+
 /* The kind's name in traces and reports ("op", "input_wait"; "other" when out of range). */
 const char *ct__prof_kind_name(int kind);
 
@@ -42,8 +45,11 @@ ct_status ct__prof_read_run(const char *run_dir, ct__prof_dump ***ret_dumps, int
                             ct_err *err);
 void ct__prof_dumps_free(ct__prof_dump **dumps, int n);
 /* The chief's merge: every role's file into <run_dir>/trace.json.gz and (when the XSpace writer
- * is built in) <run_dir>/plugins/profile/<run>/<host>.xplane.pb, one per host. Returns the
- * readers' and writers' statuses. */
+ * is built in) <run_dir>/plugins/profile/<run>/<host>.xplane.pb, one per host, <run> named by
+ * the time of the earliest event (so merging again, when a late role such as the evaluator has
+ * written its file, replaces the same run). Merges of one run directory are serialized by an
+ * exclusive lock on <run_dir>/profile/.merge.lock, waited for at most 60 s (CT_ETIMEDOUT
+ * naming it). Returns the readers' and writers' statuses. */
 ct_status ct__prof_merge_run(const char *run_dir, ct_err *err);
 
 #endif

@@ -105,11 +105,17 @@ static ct_status add_steps(const ct__prof_dump *const *dumps, int n_dumps, ct__p
     return CT_OK;
 }
 
-/* Counts, totals (and threads, for stages) by name of the events of `kind` into *rows. */
+/* Counts, totals (and threads, for stages) by name of the events of `kind` into *rows, of the
+ * dumps of role `only` (NULL: every role). The stages are those that feed training: the
+ * evaluator's pipeline is left out of the verdict. */
 static ct_status add_named(const ct__prof_dump *const *dumps, int n_dumps, int kind,
-                           ct__prof_op_row **rows, int *n_rows, int **threads) {
+                           const char *only, ct__prof_op_row **rows, int *n_rows, int **threads) {
     int cap = 0;
     for (int k = 0; k < n_dumps; k++) {
+        if ((only && strcmp(dumps[k]->role, only) != 0) ||
+            (kind == CT__PROF_INPUT_STAGE && !strcmp(dumps[k]->role, "evaluator"))) {
+            continue;
+        }
         for (int64_t i = 0; i < dumps[k]->n_events; i++) {
             const ct__prof_event *e = &dumps[k]->events[i];
             if (e->kind != kind || !e->name) {
@@ -201,27 +207,43 @@ static int by_self_per_thread(const void *pa, const void *pb) {
     return (x < y) - (x > y);
 }
 
-static ct_status add_ops_and_stages(const ct__prof_dump *const *dumps, int n_dumps,
-                                    ct__prof_report *r) {
-    int *threads = NULL;
+/* The input stages of role `only` (NULL: every role but the evaluator) into *ret, by self time
+ * per thread, largest first. */
+static ct_status add_stages(const ct__prof_dump *const *dumps, int n_dumps, const char *only,
+                            ct__prof_stage_row **ret, int *ret_n) {
+    int *threads = NULL, n_stages = 0;
     ct__prof_op_row *stages = NULL;
-    int n_stages = 0;
-    ct_status st = add_named(dumps, n_dumps, CT__PROF_OP, &r->ops, &r->n_ops, &threads);
-    if (st == CT_OK) {
-        st = add_named(dumps, n_dumps, CT__PROF_INPUT_STAGE, &stages, &n_stages, &threads);
-    }
-    if (st == CT_OK && n_stages > 0 && !(r->stages = calloc((size_t)n_stages, sizeof *r->stages))) {
+    ct_status st =
+        add_named(dumps, n_dumps, CT__PROF_INPUT_STAGE, only, &stages, &n_stages, &threads);
+    if (st == CT_OK && n_stages > 0 && !(*ret = calloc((size_t)n_stages, sizeof **ret))) {
         st = CT_ENOMEM;
     }
     for (int j = 0; st == CT_OK && j < n_stages; j++) {
-        r->stages[j] = (ct__prof_stage_row){.name = stages[j].name,
-                                            .count = stages[j].count,
-                                            .self_ns = stages[j].total_ns,
-                                            .threads = __builtin_popcount((unsigned)threads[j])};
+        (*ret)[j] = (ct__prof_stage_row){.name = stages[j].name,
+                                         .count = stages[j].count,
+                                         .self_ns = stages[j].total_ns,
+                                         .threads = __builtin_popcount((unsigned)threads[j])};
     }
-    r->n_stages = st == CT_OK ? n_stages : 0;
+    *ret_n = st == CT_OK ? n_stages : 0;
     free(stages);
     free(threads);
+    if (*ret_n > 0) { /* (qsort takes no NULL array, even empty) */
+        qsort(*ret, (size_t)*ret_n, sizeof **ret, by_self_per_thread);
+    }
+    return st;
+}
+
+static ct_status add_ops_and_stages(const ct__prof_dump *const *dumps, int n_dumps,
+                                    ct__prof_report *r) {
+    int *threads = NULL;
+    ct_status st = add_named(dumps, n_dumps, CT__PROF_OP, NULL, &r->ops, &r->n_ops, &threads);
+    free(threads);
+    if (st == CT_OK) {
+        st = add_stages(dumps, n_dumps, NULL, &r->stages, &r->n_stages);
+    }
+    if (st == CT_OK) {
+        st = add_stages(dumps, n_dumps, "data_worker", &r->remote_stages, &r->n_remote_stages);
+    }
     int64_t all = 0;
     for (int j = 0; j < r->n_ops; j++) {
         all += r->ops[j].total_ns;
@@ -232,10 +254,46 @@ static ct_status add_ops_and_stages(const ct__prof_dump *const *dumps, int n_dum
     if (r->n_ops > 0) { /* (qsort takes no NULL array, even empty) */
         qsort(r->ops, (size_t)r->n_ops, sizeof *r->ops, by_total);
     }
-    if (r->n_stages > 0) {
-        qsort(r->stages, (size_t)r->n_stages, sizeof *r->stages, by_self_per_thread);
-    }
     return st;
+}
+
+static int is_activity(int kind) {
+    return kind == CT__PROF_EVALUATION || kind == CT__PROF_DS_BATCH || kind == CT__PROF_DS_LEASE ||
+           kind == CT__PROF_DS_ACK || kind == CT__PROF_REPORT || kind == CT__PROF_CHECKPOINT ||
+           kind == CT__PROF_REGISTER || kind == CT__PROF_HEARTBEAT;
+}
+
+/* The activity rows: per dump, one per kind it recorded (at most CT__PROF_KIND_COUNT each). */
+static ct_status add_activities(const ct__prof_dump *const *dumps, int n_dumps,
+                                ct__prof_report *r) {
+    if (n_dumps <= 0) {
+        return CT_OK;
+    }
+    r->activities = calloc((size_t)n_dumps * CT__PROF_KIND_COUNT, sizeof *r->activities);
+    if (!r->activities) {
+        return CT_ENOMEM;
+    }
+    for (int k = 0; k < n_dumps; k++) {
+        ct__prof_activity_row rows[CT__PROF_KIND_COUNT] = {{0}};
+        for (int64_t i = 0; i < dumps[k]->n_events; i++) {
+            const ct__prof_event *e = &dumps[k]->events[i];
+            if (e->kind < CT__PROF_KIND_COUNT && is_activity(e->kind)) {
+                ct__prof_activity_row *a = &rows[e->kind];
+                a->count++;
+                a->total_ns += e->dur_ns;
+                a->max_ns = e->dur_ns > a->max_ns ? e->dur_ns : a->max_ns;
+                a->bytes += e->bytes > 0 ? e->bytes : 0;
+            }
+        }
+        for (int kind = 0; kind < CT__PROF_KIND_COUNT; kind++) {
+            if (rows[kind].count > 0) {
+                rows[kind].dump = k;
+                rows[kind].kind = kind;
+                r->activities[r->n_activities++] = rows[kind];
+            }
+        }
+    }
+    return CT_OK;
 }
 
 ct_status ct__prof_analyse(const ct__prof_dump *const *dumps, int n_dumps, ct__prof_report *ret,
@@ -247,6 +305,9 @@ ct_status ct__prof_analyse(const ct__prof_dump *const *dumps, int n_dumps, ct__p
     }
     if (st == CT_OK) {
         st = add_servers(dumps, n_dumps, &r);
+    }
+    if (st == CT_OK) {
+        st = add_activities(dumps, n_dumps, &r);
     }
     if (st != CT_OK) {
         ct__prof_report_finish(&r);
@@ -267,6 +328,8 @@ void ct__prof_report_finish(ct__prof_report *r) {
     free(r->steps);
     free(r->ops);
     free(r->stages);
+    free(r->remote_stages);
     free(r->servers);
+    free(r->activities);
     *r = (ct__prof_report){0};
 }

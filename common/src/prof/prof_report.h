@@ -53,6 +53,16 @@ typedef struct ct__prof_server_row {
     int64_t serve_ns, apply_ns;
 } ct__prof_server_row;
 
+/* One role's events of one kind that are neither steps, ops, input stages nor communication:
+ * evaluations, data-service batches, leases and acks, a chief's step reports, checkpoints,
+ * registrations and heartbeats (what the roles without steps of their own did in the window). */
+typedef struct ct__prof_activity_row {
+    int dump;
+    int kind;
+    int64_t count, total_ns, max_ns;
+    int64_t bytes; /* summed over the events that carry bytes (0: none) */
+} ct__prof_activity_row;
+
 typedef struct ct__prof_report {
     ct__prof_step_row *steps; /* by dump, then step */
     int n_steps;
@@ -60,8 +70,12 @@ typedef struct ct__prof_report {
     int n_ops;
     ct__prof_stage_row *stages; /* by self time per thread, largest first */
     int n_stages;
+    ct__prof_stage_row *remote_stages; /* the data workers' alone (the data service), likewise */
+    int n_remote_stages;
     ct__prof_server_row *servers; /* by dump, then step: the parameter servers' ("ps") */
     int n_servers;
+    ct__prof_activity_row *activities; /* by dump, then kind */
+    int n_activities;
     int64_t step_ns, input_ns; /* over every step row */
     double input_share;        /* input_ns / step_ns (0 without steps) */
     int verdict;               /* 2: input-bound, 1: partly, 0: not (CT__PROF_INPUT_*) */

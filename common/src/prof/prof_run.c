@@ -5,9 +5,11 @@
  * <run_dir>/plugins/profile/<run>/<host>.xplane.pb per host for TensorBoard's Profile tab. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +19,9 @@
 #include "prof/prof_file.h"
 
 #include "prof/xplane_write.h"
+
+#define MERGE_LOCK_S 60.0 /* a merge takes well under a second; another one holding longer hangs   \
+                           */
 
 int ct__prof_role_path(const char *run_dir, const char *role, int task, char *buf, size_t size) {
     int n = snprintf(buf, size, "%s/profile/%s.%d.ctprof", run_dir, role, task);
@@ -137,12 +142,14 @@ ct_status ct__prof_read_run(const char *run_dir, ct__prof_dump ***ret_dumps, int
 }
 
 /* One <host>.xplane.pb per host, of that host's dumps, under plugins/profile/<run>/ (the run
- * named by the time of the merge, as TensorFlow names its profile runs). */
+ * named by the local time of its earliest event, as TensorFlow names its profile runs by the
+ * time they started). */
 static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n, ct_err *err) {
     char dir[4096], path[4400], run[32];
-    time_t now = time(NULL);
+    int64_t first_ns = ct__prof_earliest_ns((const ct__prof_dump *const *)dumps, n);
+    time_t start = first_ns > 0 ? (time_t)(first_ns / 1000000000LL) : time(NULL);
     struct tm tm;
-    strftime(run, sizeof run, "%Y_%m_%d_%H_%M_%S", localtime_r(&now, &tm));
+    strftime(run, sizeof run, "%Y_%m_%d_%H_%M_%S", localtime_r(&start, &tm));
     snprintf(dir, sizeof dir, "%s/plugins/profile/%s", run_dir, run);
     if (make_dirs(dir) != 0) {
         return ct_err_set(err, CT_EIO, "%s: cannot create (%s)", dir, strerror(errno));
@@ -169,12 +176,47 @@ static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n
     return st;
 }
 
+/* Takes the run's merge lock into *ret_fd (close it to release). */
+static ct_status lock_merge(const char *run_dir, int *ret_fd, ct_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/profile/.merge.lock", run_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return ct_err_set(err, errno == ENOENT ? CT_ENOENT : CT_EIO,
+                          "%s: cannot open (%s; train with --profile FIRST:LAST or "
+                          "train.profile.steps)",
+                          path, strerror(errno));
+    }
+    struct timespec start, now, pause = {0, 10000000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited =
+            (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+        if (errno != EWOULDBLOCK || waited > MERGE_LOCK_S) {
+            close(fd);
+            return ct_err_set(
+                err, CT_ETIMEDOUT, "%s: another merge of this run held the lock for %.0f s (%s)",
+                path, waited, errno == EWOULDBLOCK ? "a hung ctrain process?" : strerror(errno));
+        }
+        nanosleep(&pause, NULL);
+    }
+    *ret_fd = fd;
+    return CT_OK;
+}
+
 ct_status ct__prof_merge_run(const char *run_dir, ct_err *err) {
     ct__prof_dump **dumps = NULL;
-    int n = 0;
+    int n = 0, lock = -1;
     char path[4200];
-    ct_status st = ct__prof_read_run(run_dir, &dumps, &n, err);
+    ct_status st = lock_merge(run_dir, &lock, err);
+    if (st == CT_OK) {
+        st = ct__prof_read_run(run_dir, &dumps, &n, err);
+    }
     if (st != CT_OK) {
+        if (lock >= 0) {
+            close(lock);
+        }
         return st;
     }
     snprintf(path, sizeof path, "%s/trace.json.gz", run_dir);
@@ -183,6 +225,7 @@ ct_status ct__prof_merge_run(const char *run_dir, ct_err *err) {
         st = write_xplanes(run_dir, dumps, n, err);
     }
     ct__prof_dumps_free(dumps, n);
+    close(lock);
     return st;
 }
 

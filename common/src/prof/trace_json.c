@@ -24,6 +24,11 @@ static const char *const kind_names[CT__PROF_KIND_COUNT] = {
     [CT__PROF_HEARTBEAT] = "heartbeat",
     [CT__PROF_CHECKPOINT] = "checkpoint",
     [CT__PROF_OTHER] = "other",
+    [CT__PROF_EVALUATION] = "evaluation",
+    [CT__PROF_DS_BATCH] = "ds_batch",
+    [CT__PROF_DS_LEASE] = "ds_lease",
+    [CT__PROF_DS_ACK] = "ds_ack",
+    [CT__PROF_REPORT] = "report",
 };
 
 /* A gzip or plain output with a sticky error. */
@@ -130,6 +135,9 @@ static void write_args(json_out *o, const ct__prof_event *e) {
         [CT__PROF_ALLREDUCE] = {"hidden_us", NULL},
         [CT__PROF_PS_PUSH] = {"server", "version"},
         [CT__PROF_PS_PULL] = {"server", "staleness"},
+        [CT__PROF_DS_BATCH] = {"shard", "lease"},
+        [CT__PROF_DS_LEASE] = {"data_worker", "steps"},
+        [CT__PROF_REPORT] = {"worker", "version"},
     };
     for (int k = 0; k < 2 && e->kind < CT__PROF_KIND_COUNT; k++) {
         const char *name = value_names[e->kind][k];
@@ -168,8 +176,7 @@ static void write_events(json_out *o, const ct__prof_dump *d, int pid, int64_t b
     }
 }
 
-/* The earliest event's start on the chief's clock (0 when there are no events). */
-static int64_t earliest(const ct__prof_dump *const *dumps, int n) {
+int64_t ct__prof_earliest_ns(const ct__prof_dump *const *dumps, int n) {
     int64_t base = INT64_MAX;
     for (int k = 0; k < n; k++) {
         for (int64_t i = 0; i < dumps[k]->n_events; i++) {
@@ -181,7 +188,7 @@ static int64_t earliest(const ct__prof_dump *const *dumps, int n) {
 }
 
 static void write_document(json_out *o, const ct__prof_dump *const *dumps, int n) {
-    int64_t base = earliest(dumps, n), dropped = 0;
+    int64_t base = ct__prof_earliest_ns(dumps, n), dropped = 0;
     static const char head[] = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
     out_write(o, head, sizeof head - 1);
     int first = 1;

@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "prof/prof.h"
+#include "prof/prof_clock.h"
 
 #define REGISTER_RETRY_S 1.0
 
@@ -142,18 +143,9 @@ static void take_view(ct__link *l, const ct__env *env) {
     l->view_changed = 1;
 }
 
-/* The profiler's clock offset to the chief's, NTP-style from a REGISTERED reply stamped with the
- * chief's clock: offset = chief - (sent + received) / 2, within half the round trip; the
- * shortest round trip so far wins. (A reply to an earlier REGISTER, resent after a second of
- * silence, would understate the bound: registration normally answers at once.) */
+/* The profiler's clock offset to the chief's, from a REGISTERED reply stamped with its clock. */
 static void measure_clock(ct__link *l, const ct__env *env) {
-    int64_t back = ct__prof_now_ns(), rtt = back - l->register_sent_ns;
-    if (!env->clock_ns || !l->register_sent_ns || rtt < 0 ||
-        (l->clock_rtt_ns && rtt >= l->clock_rtt_ns)) {
-        return;
-    }
-    l->clock_rtt_ns = rtt;
-    ct__prof_set_clock(env->clock_ns - (l->register_sent_ns + back) / 2, rtt / 2);
+    ct__prof_clock_sample(l->register_sent_ns, env->clock_ns, &l->clock_rtt_ns);
 }
 
 int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err) {
