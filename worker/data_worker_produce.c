@@ -242,8 +242,8 @@ static void prof_batch(int64_t t0, dw_state *s, const dw_lease *l, dw_peer *p, c
     int64_t dims[CT_IDX_MAX_DIMS + 2];
     int rank = 0;
     int64_t bytes = b->size * (example_dims(s, b, dims, &rank) * 4 + 4);
-    ct__prof_end(t0, CT__PROF_DS_BATCH, "batch", p ? p->prof_name : NULL, step, bytes, l->shard,
-                 (int64_t)l->lease);
+    ct__prof_end(t0, CT__PROF_DS_BATCH, "produce_batch", p ? p->prof_name : NULL, step, bytes,
+                 l->shard, (int64_t)l->lease);
 }
 
 ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {

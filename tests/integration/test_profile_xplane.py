@@ -252,3 +252,49 @@ run_dir: {run}
     assert all(r["occurrences"] == 10 for r in ops if r["type"] == "softmax_xent"), ops
     stages = rows(table_with(convert(path, "input_pipeline_analyzer"), "opName"))
     assert "Iterator::map(delay)" in {r["opName"] for r in stages}, stages
+
+
+def test_a_data_service_run(tmp_path):
+    """`ctrain train --data-workers 2`: the trainer's merge and the merge after the data service
+    stopped name the same TensorBoard run (by its first event), and its one file per host holds
+    a plane per role that the trace viewer shows: the batches on the data workers, the leases
+    and acks on the dispatcher."""
+    csv = tmp_path / "rows.csv"
+    csv.write_text("x,label\n" + "".join(f"{i / 100},{i % 10}\n" for i in range(4000)))
+    run = tmp_path / "run"
+    job = tmp_path / "job.yaml"
+    job.write_text(f"""seed: 3
+model:
+  input_shape: [1]
+  layers:
+    - dense: {{units: 16, activation: relu}}
+    - dense: {{units: 10}}
+optimizer: {{type: sgd, learning_rate: 0.01}}
+data:
+  train:
+    pipeline:
+      - csv: {{files: {csv}, columns: [{{name: x, dtype: f32}}, {{name: label, dtype: i32}}]}}
+      - map: {{delay: {{micros: 500}}}}
+      - batch: 32
+train: {{epochs: 1, batch_size: 32, max_steps: 8, threads: 1}}
+run_dir: {run}
+""")
+    r = subprocess.run([CTRAIN, "train", str(job), "--profile", "2:7", "--data-workers", "2",
+                        "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (path,) = glob.glob(str(run / "plugins" / "profile" / "*" / "*.xplane.pb"))
+    procs = processes_and_threads(convert(path, "trace_viewer@"))
+    names = {n.split(" ", 1)[1] for n in procs}
+    # (one lease of 8 steps: a single data worker produced the window's batches)
+    assert {"/host:CPU", "/host:CPU:dispatcher:0"} <= names, procs
+    assert names & {"/host:CPU:data_worker:0", "/host:CPU:data_worker:1"}, procs
+    trace = convert(path, "trace_viewer@")
+    complete = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    by_pid = {pid: n.split(" ", 1)[1] for n, (pid, _) in procs.items()}
+    batches = [e for e in complete if e["name"] == "produce_batch" and
+               by_pid[e["pid"]].startswith("/host:CPU:data_worker")]
+    assert len(batches) == 6, batches  # steps 2..7, each produced once
+    assert {e["name"] for e in complete if by_pid[e["pid"]] == "/host:CPU:dispatcher:0"} >= \
+        {"lease", "ack"}, complete
+    table, _ = step_rows_of(convert(path, "overview_page"), list(range(3, 7)))
+    assert "input-bound" in table["p"]["input_conclusion"], table["p"]
