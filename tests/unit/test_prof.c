@@ -4,10 +4,16 @@
  * foreign inputs, the Chrome trace JSON (parsed back by Python's json module), the analysis
  * (the breakdown's precedence, the input-bound verdict, the ops table) and --profile's parser. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ctrain/crc32c.h"
 #include "ctrain/profile.h"
@@ -520,4 +526,45 @@ Test(prof, profile_flag) {
         cr_assert(strstr(err.msg, "--profile needs FIRST:LAST"), "%s", err.msg);
     }
     cr_assert_eq(ct_profile_parse_flag(NULL, set, sizeof set, &err), CT_EINVAL);
+}
+
+/* ---- the merge of a run directory ---- */
+
+typedef struct merge_job {
+    const char *run_dir;
+    atomic_int done;
+    ct_status st;
+    ct_err err;
+} merge_job;
+
+static void *merge_thread(void *user) {
+    merge_job *m = user;
+    m->st = ct__prof_merge_run(m->run_dir, &m->err);
+    atomic_store(&m->done, 1);
+    return NULL;
+}
+
+/* Merges of one run (the chief's, a late evaluator's, `ctrain profile --merge`) take turns: one
+ * that finds the lock held waits for it instead of writing over the other's files. */
+Test(prof, merges_of_one_run_take_turns) {
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    cr_assert_eq(mkdir(test_path(test_scratch, "run", dir, sizeof dir), 0755), 0);
+    cr_assert_eq(mkdir(test_path(test_scratch, "run/profile", dir, sizeof dir), 0755), 0);
+    snprintf(path, sizeof path, "%s/chief.0.ctprof", dir);
+    write_sample(path);
+    snprintf(path, sizeof path, "%s/.merge.lock", dir);
+    int held = open(path, O_RDWR | O_CREAT, 0644);
+    cr_assert(held >= 0 && flock(held, LOCK_EX) == 0);
+    merge_job m = {.run_dir = test_path(test_scratch, "run", dir, sizeof dir)};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, merge_thread, &m), 0);
+    struct timespec pause = {0, 300000000};
+    nanosleep(&pause, NULL);
+    cr_assert_eq(atomic_load(&m.done), 0, "the merge went on while another one held the lock");
+    snprintf(path, sizeof path, "%s/trace.json.gz", dir);
+    cr_assert_neq(access(path, F_OK), 0, "trace.json.gz written under another merge's lock");
+    close(held); /* releases the lock */
+    pthread_join(th, NULL);
+    cr_assert_eq(m.st, CT_OK, "%s", m.err.msg);
+    cr_assert_eq(access(path, F_OK), 0);
 }
