@@ -27,8 +27,11 @@ Rounds: one untimed warm-up of each configuration (it also reads the steps per e
 rotates from round to round (so none always runs first after a pause). Tables show the median
 over the rounds and the best round, and the ratios b/a ("off vs compiled out") and c/b ("on vs
 off"): each is the median of the per-round ratios (the paired runs of one round saw the same
-load), as a throughput ratio and as step-time overhead, (rate_before / rate_after - 1) x 100%.
-The host is small and shared: trust the ratios, not the absolute rates. The profiled runs'
+load), as a throughput ratio and as step-time overhead, (rate_before / rate_after - 1) x 100%,
+with the per-round ratios' middle half (quartiles), the median over the quiet rounds only (other
+processes used under 0.1 cores) and the ratio of the best rounds. The host is small and shared:
+trust the ratios, not the absolute rates; a spread wider than an effect means the effect is not
+measured. The profiled runs'
 event and dropped counts (from ctrain's `profile:` line) are shown; a dropped event means the
 window outgrew the per-thread buffer and the `on` figure undercounts the cost (it is flagged).
 The CPU that other processes used during each round (busy time from /proc/stat minus this
@@ -65,6 +68,7 @@ COPIED_OPTIONS = ("native", "tests", "onednn", "cuda", "nccl", "mpi", "b_sanitiz
                   "c_link_args")
 CONFIGS = ("compiled out", "off", "on")  # a, b, c
 THREADS = (1, None)  # None: train.threads unset, ctrain's default (every core)
+QUIET_CORES = 0.1  # a round in which other processes used less CPU than this is "quiet"
 
 
 # ---------------------------------------------------------------- the two builds
@@ -187,10 +191,11 @@ class Measure:
         s.error = self.errors[config]
         return s
 
-    def paired(self, num, den):
-        """Per-round epoch 2 throughput ratios num / den, over the rounds where both ran."""
-        return [x / y for x, y in zip(self.epoch[num][1], self.epoch[den][1])
-                if x is not None and y]
+    def paired(self, num, den, rounds=None):
+        """Per-round epoch 2 throughput ratios num / den, over the rounds where both ran (and
+        whose index is in `rounds`, when given)."""
+        return [x / y for r, (x, y) in enumerate(zip(self.epoch[num][1], self.epoch[den][1]))
+                if x is not None and y and (rounds is None or r in rounds)]
 
 
 def warm_up(ctx):
@@ -258,31 +263,52 @@ def print_measure(ctx, threads):
                      peers.cell(e2, 1, ".0f"), fmt(e2.best(), ".0f")])
     print_table(f"samples/s, {label}, batch {ctx.batch}, median of {ctx.rounds} rounds",
                 ["configuration", "epoch 1", "epoch 2", "epoch 2 best"], rows)
+    quiet = {r for r, cores in enumerate(ctx.others) if cores < QUIET_CORES}
     ratios = {}
     rows = []
     for name, num, den in (("b/a off vs compiled out", "off", "compiled out"),
                            ("c/b on vs off", "on", "off")):
-        per_round = m.paired(num, den)
+        per_round, quiet_rounds = m.paired(num, den), m.paired(num, den, quiet)
         med = statistics.median(per_round) if per_round else None
+        quiet_med = statistics.median(quiet_rounds) if len(quiet_rounds) >= 3 else None
         best = ratio_of_best(m, num, den)
-        ratios[name.split()[0]] = {"median": med, "best": best, "rounds": per_round}
+        ratios[name.split()[0]] = {"median": med, "quiet_median": quiet_med,
+                                   "quiet_rounds": len(quiet_rounds), "best": best,
+                                   "rounds": per_round}
         rows.append([name, fmt(med, ".4f"), fmt(overhead_pct(med), "+.2f", "%"),
-                     fmt(best, ".4f"), fmt(overhead_pct(best), "+.2f", "%"),
-                     " ".join(f"{x:.3f}" for x in per_round) or "n/a"])
-    notes = [f"profiled runs (c, steps {ctx.window[0]}-{ctx.window[1]}): events "
-             f"{', '.join(map(str, m.events)) or 'n/a'}; dropped "
-             f"{', '.join(map(str, m.dropped)) or 'n/a'}"]
+                     middle_half(per_round), fmt(quiet_med, ".4f"),
+                     fmt(overhead_pct(quiet_med), "+.2f", "%"), fmt(best, ".4f"),
+                     fmt(overhead_pct(best), "+.2f", "%")])
+    notes = [f"middle half: the per-round ratios' quartiles; quiet: the {len(quiet)} rounds in "
+             f"which other processes used under {QUIET_CORES} cores (median when >= 3)",
+             f"profiled runs (c, steps {ctx.window[0]}-{ctx.window[1]}): {counts(m.events)} "
+             f"events, {counts(m.dropped)} dropped, per run"]
     if any(m.dropped):
         notes.append("WARNING: events were dropped (full per-thread buffers): the `on` runs "
                      "recorded less than every event, so c/b undercounts the cost")
     notes.append(f"other processes on the host used {', '.join(f'{c:.2f}' for c in ctx.others)}"
                  f" cores (of {len(os.sched_getaffinity(0))}) during the rounds")
     print_table(f"epoch 2 ratios, {label} (throughput ratio; step-time overhead)",
-                ["", "median/round", "overhead", "best/best", "overhead", "per round"], rows,
-                notes)
+                ["", "median/round", "overhead", "middle half", "quiet", "overhead",
+                 "best/best", "overhead"], rows, notes)
     return {"samples_per_s": {c: {"epoch1": m.series(c, 0).summary(),
                                   "epoch2": m.series(c, 1).summary()} for c in CONFIGS},
             "ratios": ratios, "events": m.events, "dropped": m.dropped}
+
+
+def middle_half(values):
+    """The first and third quartiles of values, "q1-q3" (n/a under 3 values)."""
+    if len(values) < 3:
+        return "n/a"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.3f}-{q3:.3f}"
+
+
+def counts(values):
+    """A run's count, when every run had the same; else each run's."""
+    if not values:
+        return "n/a"
+    return str(values[0]) if len(set(values)) == 1 else ", ".join(map(str, values))
 
 
 def ratio_of_best(m, num, den):
