@@ -501,6 +501,7 @@ static int train_here(cli c) {
     if (ct_profile_start(&job, "chief", 0, &err) != CT_OK ||
         (ct_profile_started() && ct_profile_clear(job.run_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
+        rc = err.code == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME;
         goto done;
     }
     progress_state ps = {.tty = isatty(STDOUT_FILENO), .quiet = c.quiet};

@@ -82,6 +82,12 @@ static void free_session(void) {
 }
 
 ct_status ct__prof_init(const ct__prof_options *opts, ct_err *err) {
+#ifdef CT_PROF_DISABLED
+    /* the event sites were compiled out: arming would write traces with no events in them */
+    return ct_err_set(err, CT_EINVAL,
+                      "profile: this ctrain was built with -Dprofiler=false (no event sites); "
+                      "rebuild with the default (-Dprofiler=true) to record a profile");
+#endif
     if (opts->first_step < 1 || opts->last_step < opts->first_step) {
         return ct_err_set(err, CT_EINVAL,
                           "profile: the step window [%lld, %lld] must have 1 <= first <= last",
@@ -234,11 +240,8 @@ void ct__prof_record_side(const ct__prof_event *ev, const char *track) {
     append(tl_side_generation == g.generation ? tl_side : register_side(track), ev);
 }
 
-void ct__prof_end(int64_t t0, ct__prof_kind kind, const char *name, const char *detail,
-                  int64_t step, int64_t bytes, int64_t value0, int64_t value1) {
-    if (!t0) {
-        return;
-    }
+void ct__prof_end_slow(int64_t t0, ct__prof_kind kind, const char *name, const char *detail,
+                       int64_t step, int64_t bytes, int64_t value0, int64_t value1) {
     ct__prof_event ev = {.start_ns = t0,
                          .dur_ns = ct__prof_now_ns() - t0,
                          .step = step >= 0 ? step : ct__prof_current_step(),

@@ -5,8 +5,11 @@
  * inline helpers below.
  *
  * Cost when off: ct__prof_on() is one relaxed load of a global int and one predictable branch;
- * no clock is read. When on: two clock reads and one store of a 72-byte event into the thread's
- * own buffer (no lock, no allocation); a full buffer drops the event and counts it.
+ * no clock is read and no function is called (ct__prof_end is inline: a test of t0, which is 0).
+ * When on: two clock reads and one store of a 72-byte event into the thread's own buffer (no
+ * lock, no allocation); a full buffer drops the event and counts it. Built with -Dprofiler=false
+ * (CT_PROF_DISABLED), ct__prof_on() is the constant 0 and every event site compiles away;
+ * ct__prof_init then refuses to arm. docs/profiler.md's "Overhead" has the measurements.
  *
  * Why process-wide state (CONVENTIONS.md allows only a few globals): the event sites sit deep in
  * the executor, the kernels' threads and the input pipeline's threads, none of which holds a
@@ -34,9 +37,14 @@ typedef struct ct__prof_options {
     const char *host; /* NULL: gethostname */
 } ct__prof_options;
 
-/* 1 while recording. Thread-safe; one relaxed load. */
+/* 1 while recording. Thread-safe; one relaxed load (built with CT_PROF_DISABLED: the constant 0,
+ * so the code behind it is dead and the compiler removes it). */
 static inline int ct__prof_on(void) {
+#ifdef CT_PROF_DISABLED
+    return 0;
+#else
     return atomic_load_explicit(&ct__prof_active, memory_order_relaxed);
+#endif
 }
 
 /* The profiler's clock: CLOCK_REALTIME in nanoseconds (processes on one machine agree on it;
@@ -45,8 +53,9 @@ int64_t ct__prof_now_ns(void);
 
 /* Arms the recorder for opts' window (replacing a previous session: call after the threads that
  * recorded in it stopped). Records nothing until ct__prof_step enters the window. Returns
- * CT_EINVAL (a window with first < 1 or last < first), CT_ENOMEM. Not thread-safe: the role's
- * main thread, before training. */
+ * CT_EINVAL (a window with first < 1 or last < first; or a build with -Dprofiler=false, which
+ * has no event sites to record from), CT_ENOMEM. Not thread-safe: the role's main thread, before
+ * training. */
 ct_status ct__prof_init(const ct__prof_options *opts, ct_err *err);
 /* This role's clock offset to the chief's (added to its clock to get the chief's) and the
  * offset's uncertainty (half the round trip), as measured at registration; ct__prof_take moves
@@ -87,10 +96,20 @@ static inline int64_t ct__prof_begin(void) {
     return ct__prof_on() ? ct__prof_now_ns() : 0;
 }
 
+/* ct__prof_end's recording half: reads the clock and records the event begun at t0 (non-zero).
+ * Out of line, so that the inline test below is all an event site holds when off. */
+void ct__prof_end_slow(int64_t t0, ct__prof_kind kind, const char *name, const char *detail,
+                       int64_t step, int64_t bytes, int64_t value0, int64_t value1);
+
 /* The end of an event begun at t0 (0: not recording, nothing done). step -1 takes the current
- * step. */
-void ct__prof_end(int64_t t0, ct__prof_kind kind, const char *name, const char *detail,
-                  int64_t step, int64_t bytes, int64_t value0, int64_t value1);
+ * step. Inline: when off, a test of t0 (a register) and a branch, no call. */
+static inline void ct__prof_end(int64_t t0, ct__prof_kind kind, const char *name,
+                                const char *detail, int64_t step, int64_t bytes, int64_t value0,
+                                int64_t value1) {
+    if (__builtin_expect(t0 != 0, 0)) {
+        ct__prof_end_slow(t0, kind, name, detail, step, bytes, value0, value1);
+    }
+}
 
 /* Stops recording and returns what every thread recorded as one dump (owned; free with
  * ct__prof_dump_free): threads in registration order, events sorted by (thread, start). Strings
