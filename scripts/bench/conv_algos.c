@@ -19,7 +19,8 @@
  * pass). Prints per layer and pass: ms per call (median and best round), GFLOP/s on the direct
  * FLOP count 2*N*OH*OW*OC*C*9, the speedup over the direct kernel (direct ms / this ms, medians)
  * and the winner; then a summary line per layer, and the CPU time other processes used during
- * the run (from /proc/stat). */
+ * the run (from /proc/stat). One file of about 700 lines: a benchmark that carries its own
+ * im2col and Winograd, which the library does not have. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,8 @@ static void im2col_gemm(const conv3x3 *p, const float *x, const float *w, int64_
  * a = m + 2, tiles overlapping by 2; the elementwise products summed over c are, for each of
  * the a*a positions, one GEMM [tiles, C] x [C, OC]. ---- */
 
+/* B^T and A^T say what input_1d and output_1d below compute (those write them out); G is used
+ * as is, once per filter. */
 typedef struct winograd {
     int m, a;
     const float *bt; /* [a][a] */
