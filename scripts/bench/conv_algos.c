@@ -80,7 +80,8 @@ static void im2col(const conv3x3 *p, const float *x, int64_t n0, int64_t n1, flo
                         continue;
                     }
                     memset(dst, 0, (size_t)(kw0 * C) * sizeof(float));
-                    const float *src = x + ((n * p->in_h + ih) * p->in_w + ow + kw0 - p->pad_left) * C;
+                    const float *src =
+                        x + ((n * p->in_h + ih) * p->in_w + ow + kw0 - p->pad_left) * C;
                     memcpy(dst + kw0 * C, src, (size_t)((kw1 - kw0) * C) * sizeof(float));
                     memset(dst + kw1 * C, 0, (size_t)((3 - kw1) * C) * sizeof(float));
                 }
@@ -114,16 +115,18 @@ typedef struct winograd {
     const float *at; /* [m][a] */
 } winograd;
 
+/* clang-format off: the matrices row by row */
 static const float BT2[16] = {1, 0, -1, 0, 0, 1, 1, 0, 0, -1, 1, 0, 0, 1, 0, -1};
 static const float G2[12] = {1, 0, 0, 0.5f, 0.5f, 0.5f, 0.5f, -0.5f, 0.5f, 0, 0, 1};
 static const float AT2[8] = {1, 1, 1, 0, 0, 1, -1, -1};
-static const float BT4[36] = {4, 0, -5, 0,  1, 0, 0, -4, -4, 1,  1, 0, 0, 4, -4, -1, 1, 0,
+static const float BT4[36] = {4, 0,  -5, 0, 1, 0, 0, -4, -4, 1,  1, 0, 0, 4, -4, -1, 1, 0,
                               0, -2, -1, 2, 1, 0, 0, 2,  -1, -2, 1, 0, 0, 4, 0,  -5, 0, 1};
 static const float G4[18] = {1.0f / 4,  0,          0,         -1.0f / 6, -1.0f / 6, -1.0f / 6,
                              -1.0f / 6, 1.0f / 6,   -1.0f / 6, 1.0f / 24, 1.0f / 12, 1.0f / 6,
                              1.0f / 24, -1.0f / 12, 1.0f / 6,  0,         0,         1};
 static const float AT4[24] = {1, 1, 1, 1, 1, 0, 0, 1, -1, 2, -2, 0,
                               0, 1, 1, 4, 4, 0, 0, 1, -1, 8, -8, 1};
+/* clang-format on */
 static const winograd WINO2 = {2, 4, BT2, G2, AT2};
 static const winograd WINO4 = {4, 6, BT4, G4, AT4};
 
@@ -200,8 +203,8 @@ static void output_4(const float *restrict m0, const float *restrict m1, const f
 
 static void output_6(const float *restrict m0, const float *restrict m1, const float *restrict m2,
                      const float *restrict m3, const float *restrict m4, const float *restrict m5,
-                     float *restrict o0, float *restrict o1, float *restrict o2,
-                     float *restrict o3, int64_t n) {
+                     float *restrict o0, float *restrict o1, float *restrict o2, float *restrict o3,
+                     int64_t n) {
     for (int64_t c = 0; c < n; c++) {
         float p12 = m1[c] + m2[c], d12 = m1[c] - m2[c];
         float p34 = m3[c] + m4[c], d34 = m3[c] - m4[c];
@@ -299,8 +302,8 @@ static void output_transform(const winograd *wg, const conv3x3 *p, int64_t t0, i
             }
             for (int j = 0; j < m; j++) {
                 int inside = oh + i < p->out_h && ow + j < p->out_w;
-                out[j] = inside ? y + ((n * p->out_h + oh + i) * p->out_w + ow + j) * OC
-                                : ws->ignore;
+                out[j] =
+                    inside ? y + ((n * p->out_h + oh + i) * p->out_w + ow + j) * OC : ws->ignore;
             }
             output_1d(a, rows, out, OC);
         }
@@ -311,14 +314,14 @@ static void output_transform(const winograd *wg, const conv3x3 *p, int64_t t0, i
 static void winograd_conv(const winograd *wg, const conv3x3 *p, const float *x, const float *u,
                           wino_work *ws, float *y) {
     const int64_t positions = (int64_t)wg->a * wg->a, C = p->in_c, OC = p->out_c;
-    const int64_t tiles = p->batch * ((p->out_h + wg->m - 1) / wg->m) *
-                          ((p->out_w + wg->m - 1) / wg->m);
+    const int64_t tiles =
+        p->batch * ((p->out_h + wg->m - 1) / wg->m) * ((p->out_w + wg->m - 1) / wg->m);
     for (int64_t t0 = 0; t0 < tiles; t0 += ws->tiles) {
         int64_t t1 = t0 + ws->tiles < tiles ? t0 + ws->tiles : tiles;
         input_transform(wg, p, x, t0, t1, ws);
         for (int64_t pos = 0; pos < positions; pos++) {
-            ct__sgemm(0, 0, t1 - t0, OC, C, 1.0f, ws->v + pos * ws->tiles * C, C,
-                      u + pos * C * OC, OC, 0.0f, ws->m + pos * ws->tiles * OC, OC);
+            ct__sgemm(0, 0, t1 - t0, OC, C, 1.0f, ws->v + pos * ws->tiles * C, C, u + pos * C * OC,
+                      OC, 0.0f, ws->m + pos * ws->tiles * OC, OC);
         }
         output_transform(wg, p, t0, t1, ws, y);
     }
@@ -367,7 +370,7 @@ static const double algo_tolerance[ALGOS] = {0.0, 1e-4, 1e-4, 1e-3, 1e-2};
 typedef struct pass_ctx {
     conv3x3 p;
     direct_graph *direct;
-    int grad; /* 0: the forward node, 1: the input gradient's nodes */
+    int grad;           /* 0: the forward node, 1: the input gradient's nodes */
     const float *x, *w; /* w [3, 3, C, OC] of this problem */
     float *u2, *u4, *cols;
     wino_work ws2, ws4;
@@ -468,7 +471,7 @@ static double load_other_cores(const load_meter *l) {
     double machine, self;
     cpu_ticks(&machine, &self);
     double ticks = (machine - l->machine) - (self - l->self);
-    return ticks / (double)sysconf(_SC_CLK_TCK) / (now_s() - l->t);
+    return fmax(0.0, ticks / (double)sysconf(_SC_CLK_TCK) / (now_s() - l->t)); /* ticks: 10 ms */
 }
 
 /* Largest |got - want| over the largest |want|. */
@@ -495,8 +498,9 @@ static pass_result time_pass(pass_ctx *c, const float *direct_out, int64_t out_n
     for (int k = 0; k < ALGOS; k++) {
         r.error[k] = k == 0 ? 0.0 : relative_error(c->out[k], direct_out, out_n);
         if (r.error[k] > algo_tolerance[k]) {
-            fprintf(stderr, "conv_algos: FAIL: %s differs from the direct kernel by %.3g of the "
-                            "largest output (tolerance %.0e)\n",
+            fprintf(stderr,
+                    "conv_algos: FAIL: %s differs from the direct kernel by %.3g of the "
+                    "largest output (tolerance %.0e)\n",
                     algo_names[k], r.error[k], algo_tolerance[k]);
             r.failed = 1;
         }
@@ -686,15 +690,25 @@ int main(int argc, char **argv) {
         failed |= run_layer(be, &layers[l], batch, tiles, reps, results[l]);
         other[l] = load_other_cores(&lm);
     }
-    printf("\nsummary (winner by median; speedup over direct; others' CPU use during the layer)\n");
+    printf("\nsummary (winner by median, its speedup over direct: clear >= 1.2x, narrow >= 1.05x, "
+           "else a tie; others' CPU use during the layer)\n");
     for (int l = 0; l < LAYERS; l++) {
-        const pass_result *f = &results[l][0], *b = &results[l][1];
-        printf("  %-13s forward: %-10s %5.2fx   input grad: %-10s %5.2fx   (load %.2f cores)\n",
-               layers[l].name, algo_names[f->winner], f->median_ms[0] / f->median_ms[f->winner],
-               algo_names[b->winner], b->median_ms[0] / b->median_ms[b->winner], other[l]);
+        char pass_text[2][48];
+        for (int pass = 0; pass < 2; pass++) {
+            const pass_result *r = &results[l][pass];
+            double speedup = r->median_ms[0] / r->median_ms[r->winner];
+            snprintf(pass_text[pass], sizeof pass_text[pass], "%-10s %5.2fx %-6s",
+                     algo_names[r->winner], speedup,
+                     r->winner == 0    ? ""
+                     : speedup >= 1.2  ? "clear"
+                     : speedup >= 1.05 ? "narrow"
+                                       : "tie");
+        }
+        printf("  %-13s forward: %s   input grad: %s   (load %.2f cores)\n", layers[l].name,
+               pass_text[0], pass_text[1], other[l]);
     }
-    printf("other processes' CPU use over the run: %.2f cores of %ld\n",
-           load_other_cores(&whole), sysconf(_SC_NPROCESSORS_ONLN));
+    printf("other processes' CPU use over the run: %.2f cores of %ld\n", load_other_cores(&whole),
+           sysconf(_SC_NPROCESSORS_ONLN));
     ct_backend_destroy(be);
     if (failed) {
         fprintf(stderr, "conv_algos: FAIL: an algorithm's output was out of tolerance (above)\n");
