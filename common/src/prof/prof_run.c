@@ -20,8 +20,8 @@
 
 #include "prof/xplane_write.h"
 
-#define MERGE_LOCK_S 60.0 /* a merge takes well under a second; another one holding longer hangs   \
-                           */
+/* A merge takes well under a second: one that holds the lock longer hangs. */
+#define MERGE_LOCK_S 60.0
 
 int ct__prof_role_path(const char *run_dir, const char *role, int task, char *buf, size_t size) {
     int n = snprintf(buf, size, "%s/profile/%s.%d.ctprof", run_dir, role, task);
