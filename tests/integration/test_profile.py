@@ -295,6 +295,9 @@ def test_the_data_service_roles_are_recorded(tmp_path):
     r = ctrain("train", job, "--data-workers", "2", "--profile", "3:6")
     assert r.returncode == 0, r.stderr
     assert "the data service's dispatcher and 2 data workers merged into" in r.stdout, r.stdout
+    # merged twice (the trainer, then after the pool stopped): one TensorBoard run, the first
+    # merge's name kept although the data workers' events start before the trainer's
+    assert len(list((run / "plugins" / "profile").iterdir())) == 1
     assert sorted(p.name for p in (run / "profile").glob("*.ctprof")) == [
         "chief.0.ctprof", "data_worker.0.ctprof", "data_worker.1.ctprof", "dispatcher.0.ctprof"]
     events, names = check_trace_format(load_trace(run))

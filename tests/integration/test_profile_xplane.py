@@ -218,7 +218,9 @@ def test_framework_op_stats(input_bound):
     assert not any(op == "allreduce" for _, op in got), "communication is not a framework op"
 
 
-def test_a_profiled_training_run(tmp_path):
+def delay_job(tmp_path, delay_us, steps):
+    """A job reading (x, label) rows of a CSV file through a map that sleeps delay_us per
+    element, batches of 32, `steps` steps on one thread; returns its path and run directory."""
     csv = tmp_path / "rows.csv"
     csv.write_text("x,label\n" + "".join(f"{i / 100},{i % 10}\n" for i in range(4000)))
     run = tmp_path / "run"
@@ -234,11 +236,16 @@ data:
   train:
     pipeline:
       - csv: {{files: {csv}, columns: [{{name: x, dtype: f32}}, {{name: label, dtype: i32}}]}}
-      - map: {{delay: {{micros: 1500}}}}
+      - map: {{delay: {{micros: {delay_us}}}}}
       - batch: 32
-train: {{epochs: 1, batch_size: 32, max_steps: 12, threads: 1}}
+train: {{epochs: 1, batch_size: 32, max_steps: {steps}, threads: 1}}
 run_dir: {run}
 """)
+    return job, run
+
+
+def test_a_profiled_training_run(tmp_path):
+    job, run = delay_job(tmp_path, 1500, 12)
     r = subprocess.run([CTRAIN, "train", str(job), "--profile", "2:11", "--quiet"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -259,26 +266,7 @@ def test_a_data_service_run(tmp_path):
     stopped name the same TensorBoard run (by its first event), and its one file per host holds
     a plane per role that the trace viewer shows: the batches on the data workers, the leases
     and acks on the dispatcher."""
-    csv = tmp_path / "rows.csv"
-    csv.write_text("x,label\n" + "".join(f"{i / 100},{i % 10}\n" for i in range(4000)))
-    run = tmp_path / "run"
-    job = tmp_path / "job.yaml"
-    job.write_text(f"""seed: 3
-model:
-  input_shape: [1]
-  layers:
-    - dense: {{units: 16, activation: relu}}
-    - dense: {{units: 10}}
-optimizer: {{type: sgd, learning_rate: 0.01}}
-data:
-  train:
-    pipeline:
-      - csv: {{files: {csv}, columns: [{{name: x, dtype: f32}}, {{name: label, dtype: i32}}]}}
-      - map: {{delay: {{micros: 500}}}}
-      - batch: 32
-train: {{epochs: 1, batch_size: 32, max_steps: 8, threads: 1}}
-run_dir: {run}
-""")
+    job, run = delay_job(tmp_path, 500, 8)
     r = subprocess.run([CTRAIN, "train", str(job), "--profile", "2:7", "--data-workers", "2",
                         "--quiet"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

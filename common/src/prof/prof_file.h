@@ -46,8 +46,9 @@ ct_status ct__prof_read_run(const char *run_dir, ct__prof_dump ***ret_dumps, int
 void ct__prof_dumps_free(ct__prof_dump **dumps, int n);
 /* The chief's merge: every role's file into <run_dir>/trace.json.gz and (when the XSpace writer
  * is built in) <run_dir>/plugins/profile/<run>/<host>.xplane.pb, one per host, <run> named by
- * the time of the earliest event (so merging again, when a late role such as the evaluator has
- * written its file, replaces the same run). Merges of one run directory are serialized by an
+ * the time of the earliest event at the first merge and kept in <run_dir>/profile/.xspace_run
+ * (so merging again, when a late role such as the evaluator has written its file, replaces the
+ * same run). Merges of one run directory are serialized by an
  * exclusive lock on <run_dir>/profile/.merge.lock, waited for at most 60 s (CT_ETIMEDOUT
  * naming it). Returns the readers' and writers' statuses. */
 ct_status ct__prof_merge_run(const char *run_dir, ct_err *err);

@@ -141,15 +141,40 @@ ct_status ct__prof_read_run(const char *run_dir, ct__prof_dump ***ret_dumps, int
     return CT_OK;
 }
 
+#define XSPACE_RUN ".xspace_run" /* in <run_dir>/profile: the TensorBoard run's name */
+
+/* The TensorBoard run's name: the one an earlier merge of this recording chose (kept in
+ * profile/.xspace_run, which ct_profile_clear removes with the recording), else the local time
+ * of the earliest event. So merging again, when a late role added its file (and maybe earlier
+ * events: a data worker produces ahead of the trainer), replaces that run instead of adding a
+ * second one. */
+static void xspace_run_name(const char *run_dir, ct__prof_dump **dumps, int n, char run[32]) {
+    char path[4200], got[32] = "";
+    snprintf(path, sizeof path, "%s/profile/" XSPACE_RUN, run_dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(got, sizeof got, f)) {
+            got[0] = '\0';
+        }
+        fclose(f);
+    }
+    got[strcspn(got, "\n")] = '\0';
+    if (strlen(got) == 19 && strspn(got, "0123456789_") == 19) {
+        memcpy(run, got, 20);
+        return;
+    }
+    int64_t first_ns = ct__prof_earliest_ns((const ct__prof_dump *const *)dumps, n);
+    time_t start = first_ns > 0 ? (time_t)(first_ns / 1000000000LL) : time(NULL);
+    struct tm tm;
+    strftime(run, 32, "%Y_%m_%d_%H_%M_%S", localtime_r(&start, &tm));
+}
+
 /* One <host>.xplane.pb per host, of that host's dumps, under plugins/profile/<run>/ (the run
  * named by the local time of its earliest event, as TensorFlow names its profile runs by the
  * time they started). */
 static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n, ct_err *err) {
     char dir[4096], path[4400], run[32];
-    int64_t first_ns = ct__prof_earliest_ns((const ct__prof_dump *const *)dumps, n);
-    time_t start = first_ns > 0 ? (time_t)(first_ns / 1000000000LL) : time(NULL);
-    struct tm tm;
-    strftime(run, sizeof run, "%Y_%m_%d_%H_%M_%S", localtime_r(&start, &tm));
+    xspace_run_name(run_dir, dumps, n, run);
     snprintf(dir, sizeof dir, "%s/plugins/profile/%s", run_dir, run);
     if (make_dirs(dir) != 0) {
         return ct_err_set(err, CT_EIO, "%s: cannot create (%s)", dir, strerror(errno));
@@ -173,6 +198,12 @@ static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n
         }
     }
     free(same);
+    snprintf(path, sizeof path, "%s/profile/" XSPACE_RUN, run_dir);
+    FILE *f = st == CT_OK ? fopen(path, "w") : NULL;
+    if (f) { /* the name for the merges to come (best effort: without it they name it again) */
+        fprintf(f, "%s\n", run);
+        fclose(f);
+    }
     return st;
 }
 
@@ -292,7 +323,7 @@ ct_status ct_profile_clear(const char *run_dir, ct_err *err) {
     }
     ct_status st = CT_OK;
     for (struct dirent *de; (de = readdir(dh));) {
-        if (is_profile(de->d_name)) {
+        if (is_profile(de->d_name) || !strcmp(de->d_name, XSPACE_RUN)) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             if (unlink(path) != 0 && errno != ENOENT && st == CT_OK) {
                 st = ct_err_set(err, CT_EIO, "%s: cannot remove (%s)", path, strerror(errno));
