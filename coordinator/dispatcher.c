@@ -332,8 +332,8 @@ static ct_status on_ack(disp *d, const Ctrain__Ps__DsAck *a, ct_err *err) {
     int64_t t0 = ct__prof_armed() ? ct__prof_now_ns() : 0;
     ct_status st = ct__ds_consumer_ack(&d->st, a->consumer, a->incarnation, a->epoch, a->step,
                                        a->closed, ct__now(), err);
-    int c = ct__ds_find_consumer(&d->st, a->consumer);
-    if (st == CT_OK && c >= 0 && !a->closed) {
+    int c = t0 && st == CT_OK && !a->closed ? ct__ds_find_consumer(&d->st, a->consumer) : -1;
+    if (c >= 0) { /* profiled only: no second lookup per ack otherwise */
         const ct__ds_consumer *k = &d->st.consumers[c];
         int64_t done = training_step(d, k, a->epoch, a->step) - 1; /* the last step it used */
         record_steps(d, done, done, t0, CT__PROF_DS_ACK, "ack", k, -1, -1);
