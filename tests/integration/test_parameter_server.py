@@ -37,6 +37,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n distinct free ports (all held open while they are chosen)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def done_line(out):
     line = [l for l in out.splitlines() if l.startswith("done:")][-1]
     return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.e+-]+)", line)}
@@ -515,12 +527,24 @@ def test_tf_config_and_cluster_file(tmp_path, cluster):
     assert c.finish() == 0, c.log("chief")
     assert "ps=1 workers=2" in c.log("chief")
     # the example script in scripts/ starts the same cluster through TF_CONFIG
-    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "ps_tf_config_example.sh"),
-                        *SMALL, "--set", "train.max_steps=20", "--set",
-                        f"run_dir={tmp_path / 'example'}"], cwd=ROOT,
-                       env={**clean, "CTRAIN_BASE_PORT": str(free_port()),
-                            "CTRAIN_BUILD": BUILD}, capture_output=True, text=True, timeout=180)
+    example = [os.path.join(ROOT, "scripts", "ps_tf_config_example.sh"), *SMALL, "--set",
+               "train.max_steps=20", "--set", f"run_dir={tmp_path / 'example'}"]
+    chief_port, ps_port = free_ports(2)
+    ports = {"CTRAIN_BASE_PORT": str(chief_port), "CTRAIN_PS_PORT": str(ps_port)}
+    r = subprocess.run(["bash", *example], cwd=ROOT, env={**clean, **ports, "CTRAIN_BUILD": BUILD},
+                       capture_output=True, text=True, timeout=180)
     assert r.returncode == 0 and "ps=1 workers=2" in r.stdout, r.stdout + r.stderr
+    # when a process of the script fails (the server's port is taken), the script stops the
+    # others at once and fails, instead of leaving the chief to wait for the lost server
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports["CTRAIN_PS_PORT"] = str(taken.getsockname()[1])
+        r = subprocess.run(["bash", *example], cwd=ROOT,
+                           env={**clean, **ports, "CTRAIN_BUILD": BUILD}, capture_output=True,
+                           text=True, timeout=60)
+    assert r.returncode != 0 and "Address already in use" in r.stderr, r.stdout + r.stderr
+    assert "stopping the others" in r.stderr, r.stderr
     # a task that contradicts its binary is refused in one line
     r = subprocess.run([PS, *c.args], env=tf_config("worker", 0), capture_output=True, text=True,
                        timeout=60)
