@@ -361,17 +361,18 @@ static void direct_open(const ct_backend *be, const conv3x3 *fwd, int same, floa
 
 /* ---- the algorithms, as calls timed in turn ---- */
 
-enum { ALGOS = 5, MAX_REPS = 101 };
-static const char *const algo_names[ALGOS] = {"direct", "im2col", "im2col/img", "wino2", "wino4"};
+enum { ALGOS = 6, MAX_REPS = 101 };
+static const char *const algo_names[ALGOS] = {"direct", "im2col", "im2col/img",
+                                              "wino2",  "wino4",  "lib wino4"};
 /* The largest |diff| / largest |output| that each may show. */
-static const double algo_tolerance[ALGOS] = {0.0, 1e-4, 1e-4, 1e-3, 1e-2};
+static const double algo_tolerance[ALGOS] = {0.0, 1e-4, 1e-4, 1e-3, 1e-2, 1e-2};
 
 /* One pass (forward or input gradient) of one layer: its problem, data and buffers. */
 typedef struct pass_ctx {
     conv3x3 p;
-    direct_graph *direct;
-    int grad;           /* 0: the forward node, 1: the input gradient's nodes */
-    const float *x, *w; /* w [3, 3, C, OC] of this problem */
+    direct_graph *direct, *lib; /* the library's direct kernel; its Winograd kernel */
+    int grad;                   /* 0: the forward node, 1: the input gradient's nodes */
+    const float *x, *w;         /* w [3, 3, C, OC] of this problem */
     float *u2, *u4, *cols;
     wino_work ws2, ws4;
     float *out[ALGOS];
@@ -380,10 +381,12 @@ typedef struct pass_ctx {
 static void run_algo(pass_ctx *c, int algo) {
     ct_err err = {0};
     switch (algo) {
-    case 0: {
-        int first = c->grad ? c->direct->grad_first : c->direct->y;
-        int last = c->grad ? c->direct->dx + 1 : c->direct->y + 1;
-        if (ct_graph_run(c->direct->g, first, last, &err) != CT_OK) {
+    case 0:
+    case 5: {
+        const direct_graph *d = algo == 0 ? c->direct : c->lib;
+        int first = c->grad ? d->grad_first : d->y;
+        int last = c->grad ? d->dx + 1 : d->y + 1;
+        if (ct_graph_run(d->g, first, last, &err) != CT_OK) {
             die("run", &err);
         }
         break;
@@ -494,6 +497,11 @@ static pass_result time_pass(pass_ctx *c, const float *direct_out, int64_t out_n
     pass_result r = {0};
     for (int k = 0; k < ALGOS; k++) {
         run_algo(c, k); /* warm-up: pages, oneDNN's JIT kernels */
+    }
+    ct_err err = {0};
+    if (ct_graph_read(c->lib->g, c->grad ? c->lib->dx : c->lib->y, c->out[5],
+                      (size_t)out_n * sizeof(float), &err) != CT_OK) {
+        die("read", &err);
     }
     for (int k = 0; k < ALGOS; k++) {
         r.error[k] = k == 0 ? 0.0 : relative_error(c->out[k], direct_out, out_n);
@@ -613,14 +621,18 @@ static int run_layer(const ct_backend *be, const layer *l, int64_t batch, int64_
             }
         }
     }
-    direct_graph d;
+    direct_graph d, lib;
+    ct__conv_set_algo(CT__CONV_DIRECT);
     direct_open(be, &fwd, l->same, x, w, dy, &d);
+    ct__conv_set_algo(CT__CONV_WINOGRAD);
+    direct_open(be, &fwd, l->same, x, w, dy, &lib);
+    ct__conv_set_algo(-1);
     ct_err err = {0};
     if (ct_graph_run(d.g, d.y, d.dx + 1, &err) != CT_OK) {
         die("run", &err);
     }
-    pass_ctx passes[2] = {{.p = fwd, .direct = &d, .grad = 0, .x = x, .w = w},
-                          {.p = bwd, .direct = &d, .grad = 1, .x = dy, .w = wt}};
+    pass_ctx passes[2] = {{.p = fwd, .direct = &d, .lib = &lib, .grad = 0, .x = x, .w = w},
+                          {.p = bwd, .direct = &d, .lib = &lib, .grad = 1, .x = dy, .w = wt}};
     int failed = 0;
     for (int pass = 0; pass < 2; pass++) {
         pass_ctx *c = &passes[pass];
@@ -641,6 +653,7 @@ static int run_layer(const ct_backend *be, const layer *l, int64_t batch, int64_
         pass_close(c);
     }
     ct_graph_destroy(d.g);
+    ct_graph_destroy(lib.g);
     free(x);
     free(dy);
     free(w);

@@ -23,15 +23,15 @@ LIB.ct_concat.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c
                           ctypes.c_int]
 
 
-def close(name, got, want):
+def close(name, got, want, tol=RTOL):
     want = want.detach().numpy() if isinstance(want, torch.Tensor) else want
     assert got.shape == want.shape, f"{name}: shape {got.shape} vs {want.shape}"
     scale = max(float(np.abs(want).max()) if want.size else 0.0, 1e-6)
     err = float(np.abs(got - want).max()) / scale if want.size else 0.0
-    assert err <= RTOL, f"{name}: max error {err:.3g} (relative to {scale:.3g})"
+    assert err <= tol, f"{name}: max error {err:.3g} (relative to {scale:.3g})"
 
 
-def check(name, inputs, ct_build, torch_fn, grads=True):
+def check(name, inputs, ct_build, torch_fn, grads=True, tol=RTOL):
     g = Graph()
     try:
         ids = [g.variable(a) if a.dtype == np.float32 else g.constant(a) for a in inputs]
@@ -40,7 +40,7 @@ def check(name, inputs, ct_build, torch_fn, grads=True):
         tins = [torch.tensor(a, requires_grad=(a.dtype == np.float32 and grads))
                 for a in inputs]
         want = torch_fn(*tins)
-        close(name + " forward", got, want)
+        close(name + " forward", got, want, tol)
         if not grads:
             return
         w = rng.uniform(-1, 1, got.shape).astype(np.float32)
@@ -51,7 +51,7 @@ def check(name, inputs, ct_build, torch_fn, grads=True):
         k = 0
         for a, t in zip(inputs, tins):
             if a.dtype == np.float32:
-                close(f"{name} grad {k}", g.value(gids[k]), t.grad)
+                close(f"{name} grad {k}", g.value(gids[k]), t.grad, tol)
                 k += 1
     finally:
         g.close()
@@ -173,9 +173,13 @@ def nhwc(x):
 @pytest.mark.parametrize("n,h,w,c,k,oc,stride,same", [
     (2, 8, 8, 3, 3, 4, 1, 1), (2, 8, 8, 3, 3, 4, 1, 0), (2, 9, 7, 2, 3, 5, 2, 1),
     (1, 9, 7, 2, 3, 5, 2, 0), (2, 6, 6, 4, 1, 3, 1, 0), (3, 28, 28, 1, 3, 8, 1, 1),
+    # 3x3 stride 1 with >= 32 channels: the library runs these by Winograd F(4x4, 3x3)
+    (2, 13, 11, 32, 3, 40, 1, 1), (2, 11, 11, 64, 3, 64, 1, 0),
 ])
 def test_conv2d(n, h, w, c, k, oc, stride, same):
     x, wt = U(n, h, w, c), U(k, k, c, oc)
+    # Winograd's rounding is up to ~5e-6 of the largest output (scripts/bench/conv_algos.c)
+    tol = 2e-5 if k == 3 and stride == 1 and min(c, oc) >= 32 else RTOL
 
     def torch_conv(x, wt):
         pt, pb = tf_pads(h, k, stride, same)
@@ -183,7 +187,7 @@ def test_conv2d(n, h, w, c, k, oc, stride, same):
         xp = F.pad(nchw(x), (pl, pr, pt, pb))
         return nhwc(F.conv2d(xp, wt.permute(3, 2, 0, 1), stride=stride))
     check("conv2d", [x, wt], lambda g, a, b: g.op("conv2d", a, b, stride, stride, same),
-          torch_conv)
+          torch_conv, tol=tol)
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])

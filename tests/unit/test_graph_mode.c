@@ -595,7 +595,9 @@ static void losses(const char *job_path, int eager, int threads, int steps, floa
         trained(job_path, eager ? "train.eager=true" : "train.eager=false", threads, steps, out));
 }
 
-static void same_losses(const char *job, int steps) {
+/* Losses of graph mode on 1 and 2 threads within tol2 (2 threads) of eager mode's; 1 thread
+ * within 1e-6. */
+static void same_losses(const char *job, int steps, float tol2) {
     float eager[8], graph[8], graph2[8];
     losses(job, 1, 1, steps, eager);
     losses(job, 0, 1, steps, graph);
@@ -603,17 +605,23 @@ static void same_losses(const char *job, int steps) {
     for (int s = 0; s < steps; s++) {
         cr_expect(fabsf(graph[s] - eager[s]) <= 1e-6f * fabsf(eager[s]),
                   "%s step %d: graph %.9g eager %.9g", job, s, graph[s], eager[s]);
-        cr_expect(fabsf(graph2[s] - eager[s]) <= 1e-6f * fabsf(eager[s]),
+        cr_expect(fabsf(graph2[s] - eager[s]) <= tol2 * fabsf(eager[s]),
                   "%s step %d: graph (2 threads) %.9g eager %.9g", job, s, graph2[s], eager[s]);
     }
 }
 
 Test(graph_mode, example_mlp_same_losses_in_graph_and_eager) {
-    same_losses("examples/fashion_mnist_mlp.yaml", 4);
+    same_losses("examples/fashion_mnist_mlp.yaml", 4, 1e-6f);
 }
 
+/* With the direct convolution kernels; with Winograd (the library's choice for the 32- and
+ * 64-channel layers) the 2-thread run's filter-gradient rounding comes back from the next
+ * forward pass at Winograd's rounding level (test_conv_split.c says why): within 1e-4. */
 Test(graph_mode, example_cnn_same_losses_in_graph_and_eager, .timeout = 300) {
-    same_losses("examples/fashion_mnist_cnn.yaml", 3);
+    ct__conv_set_algo(CT__CONV_DIRECT);
+    same_losses("examples/fashion_mnist_cnn.yaml", 3, 1e-6f);
+    ct__conv_set_algo(-1);
+    same_losses("examples/fashion_mnist_cnn.yaml", 3, 1e-4f);
 }
 
 /* ---- optimizer fusion and split dropout ---- */

@@ -598,6 +598,26 @@ Test(job, section_errors) {
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: mirrored, allreduce: tree}\n",
                  "job.yaml:12: strategy.allreduce: unknown all-reduce engine 'tree' (expected one "
                  "of: auto, ring, shared)");
+    EXPECT_ERROR(MINIMAL_JOB "train: {conv_algorithm: fft}\n",
+                 "job.yaml:12: train.conv_algorithm: unknown convolution algorithm 'fft' "
+                 "(expected one of: auto, direct, winograd)");
+}
+
+Test(job, conv_algorithm) {
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(ct_job_parse(MINIMAL_JOB, strlen(MINIMAL_JOB), "job.yaml", NULL, 0, &job, &err),
+                 CT_OK, "%s", err.msg);
+    cr_expect_eq(job.conv_algorithm, CT_CONV_AUTO);
+    const char *names[] = {"direct", "winograd"};
+    const ct_conv_algorithm want[] = {CT_CONV_DIRECT, CT_CONV_WINOGRAD};
+    for (int k = 0; k < 2; k++) {
+        char text[512];
+        snprintf(text, sizeof text, MINIMAL_JOB "train: {conv_algorithm: %s}\n", names[k]);
+        cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
+                     err.msg);
+        cr_expect_eq(job.conv_algorithm, want[k], "%s", names[k]);
+    }
 }
 
 Test(job, optimizer_errors) {

@@ -11,6 +11,7 @@
 
 #include "ctrain/rng.h"
 #include "gradcheck.h"
+#include "graph/op_impl.h" /* ct__conv_set_algo */
 #include "helpers.h"
 
 /* Finite differences in f32 with step 1e-2: |analytic - numeric| <= ATOL + RTOL * |numeric|. */
@@ -82,6 +83,7 @@ static int64_t tf_out(int64_t in, int64_t k, int64_t s, int same, int64_t *pad) 
 
 typedef struct conv_case {
     int n, h, w, c, kh, kw, oc, sh, sw, same;
+    int wino; /* 1: Winograd F(4x4, 3x3) forced (the library chooses it from 32 channels) */
 } conv_case;
 
 static void naive_conv(const conv_case *p, const float *x, const float *w, int64_t oh, int64_t ow,
@@ -112,25 +114,29 @@ static void naive_conv(const conv_case *p, const float *x, const float *w, int64
 
 ParameterizedTestParameters(ops_nn, conv2d) {
     static conv_case cases[] = {
-        {1, 5, 5, 1, 3, 3, 1, 1, 1, 0}, /* single channel, valid */
-        {2, 5, 6, 2, 3, 3, 3, 1, 1, 1}, /* same, batch 2, C > 1, OC > 1, non-square */
-        {2, 7, 7, 3, 3, 3, 2, 2, 2, 1}, /* stride 2, same, odd size */
-        {1, 8, 8, 2, 3, 3, 2, 2, 2, 1}, /* stride 2, same, even size: padding only at the end */
-        {1, 7, 6, 2, 3, 2, 2, 2, 1, 0}, /* strides 2x1, 3x2 kernel, valid */
-        {2, 4, 4, 3, 1, 1, 4, 1, 1, 0}, /* 1x1 stride 1: no columns */
-        {1, 4, 5, 3, 1, 1, 2, 1, 1, 1}, /* 1x1 stride 1, same */
-        {1, 5, 5, 2, 1, 1, 3, 2, 2, 0}, /* 1x1 stride 2: columns */
-        {1, 6, 6, 2, 2, 2, 2, 1, 1, 1}, /* even kernel, same: asymmetric padding */
-        {1, 3, 3, 2, 5, 5, 2, 1, 1, 1}, /* kernel larger than the input, same */
-        {1, 9, 9, 1, 3, 3, 2, 3, 3, 1}, /* stride 3 */
-        {2, 6, 5, 4, 3, 3, 5, 1, 1, 0}, /* valid, wider channels */
-        {1, 6, 5, 2, 2, 3, 2, 1, 1, 1}, /* same: padding top 0, left 1 */
-        {1, 8, 7, 2, 3, 3, 2, 2, 1, 1}, /* strides 2x1, same: padding top 0, left 1 */
+        {1, 5, 5, 1, 3, 3, 1, 1, 1, 0, 0}, /* single channel, valid */
+        {2, 5, 6, 2, 3, 3, 3, 1, 1, 1, 0}, /* same, batch 2, C > 1, OC > 1, non-square */
+        {2, 7, 7, 3, 3, 3, 2, 2, 2, 1, 0}, /* stride 2, same, odd size */
+        {1, 8, 8, 2, 3, 3, 2, 2, 2, 1, 0}, /* stride 2, same, even size: padding only at the end */
+        {1, 7, 6, 2, 3, 2, 2, 2, 1, 0, 0}, /* strides 2x1, 3x2 kernel, valid */
+        {2, 4, 4, 3, 1, 1, 4, 1, 1, 0, 0}, /* 1x1 stride 1: no columns */
+        {1, 4, 5, 3, 1, 1, 2, 1, 1, 1, 0}, /* 1x1 stride 1, same */
+        {1, 5, 5, 2, 1, 1, 3, 2, 2, 0, 0}, /* 1x1 stride 2: columns */
+        {1, 6, 6, 2, 2, 2, 2, 1, 1, 1, 0}, /* even kernel, same: asymmetric padding */
+        {1, 3, 3, 2, 5, 5, 2, 1, 1, 1, 0}, /* kernel larger than the input, same */
+        {1, 9, 9, 1, 3, 3, 2, 3, 3, 1, 0}, /* stride 3 */
+        {2, 6, 5, 4, 3, 3, 5, 1, 1, 0, 0}, /* valid, wider channels */
+        {1, 6, 5, 2, 2, 3, 2, 1, 1, 1, 0}, /* same: padding top 0, left 1 */
+        {1, 8, 7, 2, 3, 3, 2, 2, 1, 1, 0}, /* strides 2x1, same: padding top 0, left 1 */
+        {1, 6, 5, 2, 3, 3, 3, 1, 1, 1, 1}, /* Winograd, same: 6x5 outputs, partial tiles */
+        {2, 9, 8, 4, 3, 3, 5, 1, 1, 0, 1}, /* Winograd, valid: 7x6 outputs, dx from 7x6 dy */
+        {1, 4, 4, 3, 3, 3, 2, 1, 1, 1, 1}, /* Winograd, one tile */
     };
     return cr_make_param_array(conv_case, cases, sizeof cases / sizeof cases[0]);
 }
 
 ParameterizedTest(conv_case *p, ops_nn, conv2d) {
+    ct__conv_set_algo(p->wino ? CT__CONV_WINOGRAD : -1);
     ct_shape xs = S(p->n, p->h, p->w, p->c), ws = S(p->kh, p->kw, p->c, p->oc);
     float *x = new_uniform(ct_shape_numel(&xs), -1, 1, 21);
     float *w = new_uniform(ct_shape_numel(&ws), -1, 1, 22);
@@ -143,6 +149,7 @@ ParameterizedTest(conv_case *p, ops_nn, conv2d) {
     float *got = out_f32(&e, y);
     ct_shape want_shape = S(p->n, oh, ow, p->oc);
     cr_assert(ct_shape_equal(&ct_graph_node(e.g, y)->out.shape, &want_shape), "output shape");
+    cr_expect_eq(ct_graph_node(e.g, y)->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD, p->wino);
     int64_t count = ct_shape_numel(&want_shape);
     double *want = malloc((size_t)count * sizeof *want);
     naive_conv(p, x, w, oh, ow, pt, pl, want);
@@ -154,6 +161,7 @@ ParameterizedTest(conv_case *p, ops_nn, conv2d) {
                       {.shape = ws, .dtype = CT_F32, .value = w, .check = 1}};
     op_ctx c = {.op = CT_OP_CONV2D, .attrs = {.i = {p->sh, p->sw, p->same}}, .n_in = 2};
     expect_grads(c, 2, in, "conv2d");
+    ct__conv_set_algo(-1);
     free(x);
     free(w);
 }
@@ -193,9 +201,9 @@ static void naive_conv_grads(const conv_case *p, const float *x, const float *w,
  * against the naive loops for a random dy. */
 Test(ops_nn, conv2d_multi_block) {
     conv_case cases[] = {
-        {3, 30, 30, 1, 3, 3, 4, 1, 1, 1},   /* 2700 rows of 9 columns: blocks of 1024 */
-        {2, 20, 20, 230, 3, 3, 2, 1, 1, 1}, /* 800 rows of 2070 columns: blocks of 128 */
-        {4, 21, 19, 120, 3, 3, 3, 2, 2, 0}, /* stride 2 valid, 360 rows of 1080: blocks of 242 */
+        {3, 30, 30, 1, 3, 3, 4, 1, 1, 1, 0},   /* 2700 rows of 9 columns: blocks of 1024 */
+        {2, 20, 20, 230, 3, 3, 2, 1, 1, 1, 0}, /* 800 rows of 2070 columns: blocks of 128 */
+        {4, 21, 19, 120, 3, 3, 3, 2, 2, 0, 0}, /* stride 2 valid, 360 rows of 1080: blocks of 242 */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const conv_case *p = &cases[k];
@@ -221,6 +229,66 @@ Test(ops_nn, conv2d_multi_block) {
             CT_OK);
         cr_expect(max_rel_err(out_f32(&e, y), y_want, ny) < FWD_TOL, "case %zu: y", k);
         cr_expect(max_rel_err(out_f32(&e, grads[0]), dx_want, nx) < FWD_TOL, "case %zu: dx", k);
+        cr_expect(max_rel_err(out_f32(&e, grads[1]), dw_want, nw) < FWD_TOL, "case %zu: dw", k);
+        test_graph_close(&e);
+        free(x);
+        free(w);
+        free(dy);
+        free(y_want);
+        free(dx_want);
+        free(dw_want);
+    }
+}
+
+/* Largest |got - want| over the largest |want|: Winograd's error bound is relative to the
+ * layer's output scale (its transforms add and subtract terms up to 8x an input). */
+static double max_err_of_scale(const float *got, const double *want, int64_t n) {
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs(got[i] - want[i]));
+        scale = fmax(scale, fabs(want[i]));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+/* The layers the library runs by Winograd F(4x4, 3x3) (3x3 stride 1, 32 or more channels on
+ * both sides): y and dx, in graph mode with the fused bias + relu and relu-gradient epilogues,
+ * against the naive loops in double, within 2e-5 of the largest value (scripts/bench/
+ * conv_algos.c measured 2-5e-6 on the seed CNNs' layers). Sizes that are not multiples of
+ * the 4x4 output tile, 40 and 48 channels (a partial SIMD vector pair), 1-4 examples. */
+Test(ops_nn, conv2d_winograd_layers) {
+    conv_case cases[] = {
+        {2, 13, 11, 48, 3, 3, 40, 1, 1, 1, 0},
+        {3, 11, 9, 32, 3, 3, 64, 1, 1, 0, 0},
+        {1, 5, 7, 40, 3, 3, 32, 1, 1, 1, 0},
+        {4, 6, 6, 32, 3, 3, 32, 1, 1, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const conv_case *p = &cases[k];
+        ct_shape xs = S(p->n, p->h, p->w, p->c), ws = S(3, 3, p->c, p->oc);
+        int64_t pt, pl, oh = tf_out(p->h, 3, 1, p->same, &pt),
+                        ow = tf_out(p->w, 3, 1, p->same, &pl);
+        ct_shape ys = S(p->n, oh, ow, p->oc);
+        int64_t nx = ct_shape_numel(&xs), nw = ct_shape_numel(&ws), ny = ct_shape_numel(&ys);
+        float *x = new_uniform(nx, -1, 1, 26), *w = new_uniform(nw, -1, 1, 27);
+        float *dy = new_uniform(ny, -1, 1, 28);
+        double *y_want = malloc((size_t)ny * sizeof(double));
+        double *dx_want = malloc((size_t)nx * sizeof(double));
+        double *dw_want = malloc((size_t)nw * sizeof(double));
+        naive_conv(p, x, w, oh, ow, pt, pl, y_want);
+        naive_conv_grads(p, x, w, dy, oh, ow, pt, pl, dx_want, dw_want);
+
+        test_graph e = test_graph_open(1);
+        int xid = ct_constant(e.g, CT_F32, &xs, x), wid = ct_constant(e.g, CT_F32, &ws, w);
+        int y = ct_conv2d(e.g, xid, wid, 1, 1, p->same);
+        cr_expect_eq(ct_graph_node(e.g, y)->attrs.i[CT__CONV_ALGO], CT__CONV_WINOGRAD,
+                     "case %zu: not by Winograd", k);
+        int sources[2] = {xid, wid}, grads[2];
+        cr_assert_eq(
+            ct_graph_gradients(e.g, y, ct_constant(e.g, CT_F32, &ys, dy), 2, sources, grads, NULL),
+            CT_OK);
+        cr_expect(max_err_of_scale(out_f32(&e, y), y_want, ny) < 2e-5, "case %zu: y", k);
+        cr_expect(max_err_of_scale(out_f32(&e, grads[0]), dx_want, nx) < 2e-5, "case %zu: dx", k);
         cr_expect(max_rel_err(out_f32(&e, grads[1]), dw_want, nw) < FWD_TOL, "case %zu: dw", k);
         test_graph_close(&e);
         free(x);

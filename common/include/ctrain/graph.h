@@ -56,6 +56,9 @@ CT_API int ct_graph_size(const ct_graph *g);
 /* The node with `id`; valid until the next node is added. */
 CT_API ct_node *ct_graph_node(ct_graph *g, int id);
 CT_API const ct_backend *ct_graph_backend(const ct_graph *g);
+/* How g's 3x3 stride-1 convolutions run (CT_CONV_AUTO by default): nodes added afterwards, and
+ * the graphs compiled from g, follow it. */
+CT_API void ct_graph_set_conv_algorithm(ct_graph *g, ct_conv_algorithm algo);
 /* The randomness key and thread budget kernels see (seed, step, replica). */
 CT_API ct_kctx *ct_graph_ctx(ct_graph *g);
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "ctrain/dataset.h"
+#include "ctrain/ops.h"
 #include "ctrain/status.h"
 
 #define CT_JOB_MAX_LAYERS 64
@@ -321,18 +322,19 @@ typedef struct ct_job {
     int eval_batch_size;               /* train.eval_batch_size: default 1000 */
     int shuffle;                       /* train.shuffle: default true */
     int threads;                       /* train.threads: default 0 = all cores */
-    int prefetch;              /* train.prefetch: batches prepared ahead; default 16 (deep enough
-                                  that the producer is woken once per 8 batches: a wake-up costs
-                                  the step ~15 us on a VM) */
-    int64_t max_steps;         /* train.max_steps: stop early after this many steps; 0 = off */
-    int eager;                 /* train.eager: run op by op (debugging); default false */
-    int64_t profile_steps[2];  /* train.profile.steps: [first, last] steps every role records
-                                  (1-based, inclusive; --profile FIRST:LAST); 0 0 = off */
-    unsigned graph_passes;     /* train.graph_passes: "all" (default), "none" or a comma list of
-                                  const_fold, cse, dce, simplify, fuse, fuse_update */
-    int plan_memory;           /* train.plan_memory: reuse buffers by liveness; default true */
-    int adapt_threads;         /* train.adapt_threads: a step runs on one thread when that
-                                  measures faster (a core taken by another process); true */
+    int prefetch;             /* train.prefetch: batches prepared ahead; default 16 (deep enough
+                                 that the producer is woken once per 8 batches: a wake-up costs
+                                 the step ~15 us on a VM) */
+    int64_t max_steps;        /* train.max_steps: stop early after this many steps; 0 = off */
+    int eager;                /* train.eager: run op by op (debugging); default false */
+    int64_t profile_steps[2]; /* train.profile.steps: [first, last] steps every role records
+                                 (1-based, inclusive; --profile FIRST:LAST); 0 0 = off */
+    unsigned graph_passes;    /* train.graph_passes: "all" (default), "none" or a comma list of
+                                 const_fold, cse, dce, simplify, fuse, fuse_update */
+    int plan_memory;          /* train.plan_memory: reuse buffers by liveness; default true */
+    int adapt_threads;        /* train.adapt_threads: a step runs on one thread when that
+                                 measures faster (a core taken by another process); true */
+    ct_conv_algorithm conv_algorithm; /* train.conv_algorithm: auto (default), direct, winograd */
     ct_strategy_type strategy; /* strategy.type: local (default), mirrored, parameter_server */
     struct {
         int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */

@@ -61,8 +61,9 @@
     X(SLICE, slice, 1)           /* i0: axis, i1: begin, i2: size */                               \
     X(SLICE_GRAD, slice_grad, 0) /* (dy, x): zeros like x with dy placed at the slice */           \
     /* layers: NHWC activations, HWIO filters, TensorFlow SAME/VALID padding. Shape                \
-     * inference sets the leading padding in attrs (conv i3,i4: top,left; pools i5,i6);            \
-     * gradient ops copy the forward attrs. "accumulates": adds into out under                     \
+     * inference sets the leading padding in attrs (conv i3,i4: top,left; pools i5,i6) and         \
+     * the conv kernel (i6: 1 = Winograd); gradient ops copy the forward attrs (the input          \
+     * gradient sets its own i6). "accumulates": adds into out under                               \
      * CT_NODE_ACCUMULATE (a weight gradient bound to a buffer). */                                \
     X(CONV2D, conv2d, 1) /* (x, w); i0,i1: stride; i2: same; aux: zero-padded x if needed */       \
     /* or (x, w, bias [OC]) with an epilogue, y + bias, relu'd when i5 (graph mode makes it) */    \
@@ -98,6 +99,11 @@ typedef struct ct_attrs {
     int64_t i[8];
     float f[4];
 } ct_attrs;
+
+/* train.conv_algorithm: how 3x3 stride-1 convolutions run on the CPU. auto: Winograd F(4x4,
+ * 3x3) where both sides have 32 or more channels (measured faster there), else the direct
+ * kernel; winograd: on every 3x3 stride-1 layer with outputs of at least 4x4. */
+typedef enum ct_conv_algorithm { CT_CONV_AUTO, CT_CONV_DIRECT, CT_CONV_WINOGRAD } ct_conv_algorithm;
 
 /* Returns the op's name as in the list ("matmul"). */
 CT_API const char *ct_op_name(ct_op op);

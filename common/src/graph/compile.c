@@ -18,11 +18,12 @@ typedef struct pass {
     ct_graph_stats *st;
 } pass;
 
-/* A new graph on src's backend with src's kernel context. */
+/* A new graph on src's backend with src's kernel context and convolution algorithm. */
 static ct_status graph_like(ct_graph *src, ct_graph **ret, ct_err *err) {
     ct_status s = ct_graph_create(ct_graph_backend(src), 0, ret, err);
     if (s == CT_OK) {
         *ct_graph_ctx(*ret) = *ct_graph_ctx(src);
+        ct_graph_set_conv_algorithm(*ret, ct__graph_conv_algorithm(src));
     }
     return s;
 }

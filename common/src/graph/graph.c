@@ -20,6 +20,7 @@ struct ct_graph {
     int n_progs;
     ct_exec *exec; /* the compiled schedule and memory plan, if compiled */
     ct_graph_stats stats;
+    ct_conv_algorithm conv_algorithm;
 };
 
 static const char *const op_names[CT_OP_COUNT] = {
@@ -115,6 +116,14 @@ ct_node *ct_graph_node(ct_graph *g, int id) {
 
 const ct_backend *ct_graph_backend(const ct_graph *g) {
     return g->be;
+}
+
+void ct_graph_set_conv_algorithm(ct_graph *g, ct_conv_algorithm algo) {
+    g->conv_algorithm = algo;
+}
+
+ct_conv_algorithm ct__graph_conv_algorithm(const ct_graph *g) {
+    return g->conv_algorithm;
 }
 
 ct_kctx *ct_graph_ctx(ct_graph *g) {

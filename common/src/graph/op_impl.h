@@ -53,6 +53,49 @@ void ct__gemm_warm_up(void);
 void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t *ret_per_example,
                          int64_t *ret_shared);
 
+/* Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions (kernels/cpu/winograd.c). A node that
+ * uses it has attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD, set by its shape inference; aux
+ * then ends with ct__winograd_floats(in_c, out_c) floats for the transformed filter and the
+ * buffers of one block of tiles (for the input gradient: in_c is OC, out_c is C). */
+enum {
+    CT__CONV_ALGO = 6,   /* the attribute slot */
+    CT__CONV_DIRECT = 0, /* conv.c's direct kernels */
+    CT__CONV_WINOGRAD = 1,
+    CT__WINOGRAD_TILES = 98,        /* tiles per block: 7 tiles of 14 rows */
+    CT__WINOGRAD_MIN_CHANNELS = 32, /* scripts/bench/conv_algos.c: below, direct wins */
+    CT__WINOGRAD_POSITIONS = 36,    /* the 6 x 6 input tile */
+};
+
+static inline int64_t ct__winograd_ld(int64_t channels) {
+    return (channels + 15) / 16 * 16; /* rows of whole 16-float vectors */
+}
+
+static inline int64_t ct__winograd_floats(int64_t in_c, int64_t out_c) {
+    const int64_t P = CT__WINOGRAD_POSITIONS, T = CT__WINOGRAD_TILES;
+    const int64_t out_ld = ct__winograd_ld(out_c), in_ld = ct__winograd_ld(in_c);
+    const int64_t wide = in_ld > out_ld ? in_ld : out_ld;
+    /* U [P][in_c][out_ld], V [P][T][in_c], M [P][T][out_ld], tmp [P][wide], zeros, ignore */
+    return P * in_c * out_ld + P * T * in_c + P * T * out_ld + P * wide + 2 * wide;
+}
+
+/* Whether a convolution of window kh x kw, strides sh x sw, from in_c to out_c channels into
+ * out_h x out_w outputs uses Winograd under `choice` (ct__conv_algo_choice()). */
+static inline int ct__conv_winograd_fits(int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                                         int64_t in_c, int64_t out_c, int64_t out_h,
+                                         int64_t out_w) {
+    return kh == 3 && kw == 3 && sh == 1 && sw == 1 && out_h >= 4 && out_w >= 4 && in_c > 0 &&
+           out_c > 0;
+}
+/* g's choice (ct_graph_set_conv_algorithm), else the process-wide one (ct__conv_set_algo), else
+ * by channel count. */
+int ct__conv_winograd_chosen(const ct_graph *g, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                             int64_t in_c, int64_t out_c, int64_t out_h, int64_t out_w);
+ct_conv_algorithm ct__graph_conv_algorithm(const ct_graph *g);
+/* Tests and benchmarks: -1 (default) chooses by shape, CT__CONV_DIRECT or CT__CONV_WINOGRAD
+ * force one for the shapes it fits, in graphs whose own choice is CT_CONV_AUTO; nodes added
+ * afterwards follow it. */
+void ct__conv_set_algo(int algo);
+
 /* Accumulating kernels write out = beta*out + result: beta is 1 with CT_NODE_ACCUMULATE. */
 static inline float ct__beta(const ct_node *n) {
     return (n->flags & CT_NODE_ACCUMULATE) ? 1.0f : 0.0f;

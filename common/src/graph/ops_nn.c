@@ -97,6 +97,44 @@ static int64_t conv_grid_floats(const ct_shape *x, const ct_shape *w, const ct_s
     return inside || empty ? 0 : x->dims[0] * grid_h * grid_w * x->dims[3];
 }
 
+static int conv_algo = -1; /* ct__conv_set_algo: -1 chooses by shape */
+
+void ct__conv_set_algo(int algo) {
+    conv_algo = algo;
+}
+
+/* Winograd where scripts/bench/conv_algos.c measured it faster: 3x3 stride-1 layers with at
+ * least 32 channels on both sides (F(4x4,3x3) won every such layer of the seed CNNs by
+ * 1.05-1.6x, the direct kernel the layers with 1 or 3 input channels). */
+int ct__conv_winograd_chosen(const ct_graph *g, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                             int64_t in_c, int64_t out_c, int64_t out_h, int64_t out_w) {
+    if (!ct__conv_winograd_fits(kh, kw, sh, sw, in_c, out_c, out_h, out_w)) {
+        return 0;
+    }
+    ct_conv_algorithm own = ct__graph_conv_algorithm(g);
+    if (own != CT_CONV_AUTO) {
+        return own == CT_CONV_WINOGRAD;
+    }
+    if (conv_algo >= 0) {
+        return conv_algo == CT__CONV_WINOGRAD;
+    }
+    return in_c >= CT__WINOGRAD_MIN_CHANNELS && out_c >= CT__WINOGRAD_MIN_CHANNELS;
+}
+
+/* The floats at the end of a conv2d's or conv2d_grad_input's aux that every call writes (the
+ * kernels find them from the end, kernels/cpu/conv.c): for the forward, the filter with padded
+ * rows when OC needs it, or Winograd's buffers; for the input gradient, the filter transposed
+ * to [KH, KW, OC, C] with C padded, then Winograd's buffers when it uses them. */
+static int64_t conv_shared_floats(const ct_node *n, const ct_shape *w) {
+    const int64_t taps = w->dims[0] * w->dims[1], c = w->dims[2], oc = w->dims[3];
+    const int wino = n->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD;
+    if (n->op == CT_OP_CONV2D) {
+        return wino ? ct__winograd_floats(c, oc)
+                    : (oc % CONV_CHANNEL_PAD ? taps * c * conv_padded_channels(oc) : 0);
+    }
+    return taps * oc * conv_padded_channels(c) + (wino ? ct__winograd_floats(oc, c) : 0);
+}
+
 /* Sets aux to `floats` f32 scratch, or none when 0. */
 static void set_scratch(ct_node *n, int64_t floats) {
     if (floats > 0) {
@@ -153,12 +191,15 @@ int ct__shape_conv2d(ct_graph *g, ct_node *n, ct_node *const *in) {
                              ct_shape_str(&in[2]->out.shape, sb, sizeof sb),
                              (long long)out.dims[3]);
     }
+    n->attrs.i[CT__CONV_ALGO] =
+        ct__conv_winograd_chosen(g, w->dims[0], w->dims[1], n->attrs.i[0], n->attrs.i[1],
+                                 w->dims[2], w->dims[3], oh, ow)
+            ? CT__CONV_WINOGRAD
+            : CT__CONV_DIRECT;
     if (!conv_is_pointwise(w, &n->attrs)) {
-        /* The padded input grid (which the filter gradient reads back), then the filter with
-         * padded rows when OC needs it. */
-        int64_t oc = w->dims[3];
-        int64_t filter = oc % CONV_CHANNEL_PAD ? cols * conv_padded_channels(oc) : 0;
-        set_scratch(n, conv_grid_floats(x, w, &out, &n->attrs) + filter);
+        /* The padded input grid (which the filter gradient reads back), then what every call
+         * writes. */
+        set_scratch(n, conv_grid_floats(x, w, &out, &n->attrs) + conv_shared_floats(n, w));
     }
     return 0;
 }
@@ -190,25 +231,30 @@ int ct__shape_conv2d_grad_input(ct_graph *g, ct_node *n, ct_node *const *in) {
                              ct_shape_str(&x, sx, sizeof sx));
     }
     ct_tensor_set_shape(&n->out, CT_F32, &x);
+    /* dx is a convolution of dy (OC channels) into C channels, x's size */
+    n->attrs.i[CT__CONV_ALGO] =
+        ct__conv_winograd_chosen(g, w.dims[0], w.dims[1], n->attrs.i[0], n->attrs.i[1], w.dims[3],
+                                 w.dims[2], x.dims[1], x.dims[2])
+            ? CT__CONV_WINOGRAD
+            : CT__CONV_DIRECT;
     if (!conv_is_pointwise(&w, &n->attrs)) {
-        int64_t filter = w.dims[0] * w.dims[1] * w.dims[3] * conv_padded_channels(w.dims[2]);
-        set_scratch(n, conv_grid_floats(&x, &w, &fwd->out.shape, &n->attrs) + filter);
+        /* Winograd writes dx in place: no padded dx grid */
+        int64_t grid = n->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD
+                           ? 0
+                           : conv_grid_floats(&x, &w, &fwd->out.shape, &n->attrs);
+        set_scratch(n, grid + conv_shared_floats(n, &w));
     }
     return 0;
 }
 
 void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t *ret_per_example,
                          int64_t *ret_shared) {
-    int64_t shared = 0, batch = n->out.shape.dims[0], floats = ct_tensor_numel(&n->aux);
+    int64_t batch = n->out.shape.dims[0], floats = ct_tensor_numel(&n->aux);
     if (n->aux.shape.rank == 0 || conv_is_pointwise(w, &n->attrs)) {
         *ret_per_example = *ret_shared = 0;
         return;
     }
-    if (n->op == CT_OP_CONV2D && w->dims[3] % CONV_CHANNEL_PAD) {
-        shared = w->dims[0] * w->dims[1] * w->dims[2] * conv_padded_channels(w->dims[3]);
-    } else if (n->op == CT_OP_CONV2D_GRAD_INPUT) {
-        shared = w->dims[0] * w->dims[1] * w->dims[3] * conv_padded_channels(w->dims[2]);
-    }
+    int64_t shared = conv_shared_floats(n, w);
     *ret_shared = shared;
     *ret_per_example = batch > 0 ? (floats - shared) / batch : 0;
 }

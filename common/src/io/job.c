@@ -87,9 +87,9 @@ static const char *const schedule_keys[] = {"type",        "warmup_steps", "step
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {
-    "epochs",    "batch_size", "eval_batch_size", "shuffle",     "threads",       "prefetch",
-    "max_steps", "eager",      "graph_passes",    "plan_memory", "adapt_threads", "profile",
-    NULL};
+    "epochs",         "batch_size", "eval_batch_size", "shuffle",     "threads",       "prefetch",
+    "max_steps",      "eager",      "graph_passes",    "plan_memory", "adapt_threads", "profile",
+    "conv_algorithm", NULL};
 static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
                                             "bucket_bytes",
@@ -547,6 +547,13 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_bool(&s, "eager", &job->eager);
     ct__job_sec_bool(&s, "plan_memory", &job->plan_memory);
     ct__job_sec_bool(&s, "adapt_threads", &job->adapt_threads);
+    static const ct__job_name conv_names[] = {{"auto", CT_CONV_AUTO},
+                                              {"direct", CT_CONV_DIRECT},
+                                              {"winograd", CT_CONV_WINOGRAD},
+                                              {NULL, 0}};
+    int conv = CT_CONV_AUTO;
+    ct__job_sec_name(&s, "conv_algorithm", conv_names, "convolution algorithm", &conv);
+    job->conv_algorithm = (ct_conv_algorithm)conv;
     read_profile(r, &s, job);
     char key[CT__JOB_KEY_CAP], passes[128] = "";
     const ct__yaml_node *v = ct__job_sec_get(&s, "graph_passes", key);

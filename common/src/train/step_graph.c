@@ -71,6 +71,7 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
 ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
                                  const int32_t *y_data, ct_err *err) {
     ct_graph *g = sg->g;
+    ct_graph_set_conv_algorithm(g, t->job.conv_algorithm);
     ct_shape xs = {.rank = t->job.input_rank + 1, .dims = {sg->batch}};
     for (int k = 0; k < t->job.input_rank; k++) {
         xs.dims[k + 1] = t->job.input_shape[k];
