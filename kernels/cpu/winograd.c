@@ -90,6 +90,7 @@ typedef struct wino_work {
     float *tmp;    /* [36][wide]: one tile half transformed */
     float *zeros;  /* [wide]: a row of padding */
     float *ignore; /* [wide]: where output pixels past y's edge go */
+    uint8_t *live; /* [T][36]: 1 where an input pixel of the tile has a nonzero channel */
     int64_t out_ld, wide;
 } wino_work;
 
@@ -104,6 +105,7 @@ static wino_work carve(const ct__winograd_conv *p, float *scratch) {
     ws.tmp = ws.m + P * T * ws.out_ld;
     ws.zeros = ws.tmp + P * ws.wide;
     ws.ignore = ws.zeros + ws.wide;
+    ws.live = (uint8_t *)(ws.ignore + ws.wide);
     memset(ws.zeros, 0, (size_t)ws.wide * sizeof(float));
     return ws;
 }
@@ -146,8 +148,20 @@ static void tile_origin(const ct__winograd_conv *p, int64_t t, int64_t *n, int64
     *ow = t % tiles_w * 4;
 }
 
+/* Whether any of the n floats at d is nonzero (-0 counts as zero; NaN as nonzero). */
+static int any_nonzero(const float *d, int64_t n) {
+    uint32_t bits = 0;
+    for (int64_t c = 0; c < n; c++) {
+        uint32_t u;
+        memcpy(&u, d + c, sizeof u);
+        bits |= u << 1; /* without the sign */
+    }
+    return bits != 0;
+}
+
 /* v[(i*6 + j), t - t0, :] = (B^T d B)[i][j] for the input tiles d of tiles [t0, t1): rows
- * oh - top .. + 5 and columns ow - left .. + 5 of src, zero outside it. */
+ * oh - top .. + 5 and columns ow - left .. + 5 of src, zero outside it. live[t - t0][k*6 + j]
+ * says whether input pixel (k, j) of the tile is nonzero. */
 static void input_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1, wino_work *ws) {
     const int64_t C = p->in_c, T = CT__WINOGRAD_TILES;
     const float *d[6];
@@ -156,6 +170,7 @@ static void input_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1, 
         int64_t n, oh, ow;
         tile_origin(p, t, &n, &oh, &ow);
         const int64_t row0 = oh - p->top, col0 = ow - p->left;
+        uint8_t *live = ws->live + (t - t0) * CT__WINOGRAD_POSITIONS;
         for (int j = 0; j < 6; j++) { /* tmp[i][j] = sum over k of B^T[i][k] d[k][j] */
             int col_ok = col0 + j >= 0 && col0 + j < p->src_w;
             for (int k = 0; k < 6; k++) {
@@ -164,6 +179,7 @@ static void input_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1, 
                            ? p->src + ((n * p->src_h + row0 + k) * p->src_w + col0 + j) * C
                            : ws->zeros;
                 r[k] = ws->tmp + (k * 6 + j) * C;
+                live[k * 6 + j] = d[k] != ws->zeros && any_nonzero(d[k], C);
             }
             input_1d(d, r, C);
         }
@@ -203,6 +219,9 @@ static void products(const ct__winograd_conv *p, int64_t tiles, wino_work *ws) {
 /* The epilogue on one output pixel: + bias, relu, or relu's gradient (mask > 0 ? y : 0). */
 static void pixel_epilogue(const ct__winograd_conv *p, float *y) {
     const int64_t OC = p->out_c;
+    if (!p->bias && !p->mask) {
+        return;
+    }
     if (p->bias) {
         for (int64_t c = 0; c < OC; c++) {
             float v = y[c] + p->bias[c];
@@ -217,7 +236,21 @@ static void pixel_epilogue(const ct__winograd_conv *p, float *y) {
     }
 }
 
-/* dst's 4x4 output tiles of tiles [t0, t1) = A^T M A, cropped to dst, with the epilogue. */
+/* Whether output (i, j) of a tile reads a nonzero input pixel: its window is input rows
+ * i..i+2 and columns j..j+2 of the tile. */
+static int window_live(const uint8_t *live, int i, int j) {
+    for (int k = i; k < i + 3; k++) {
+        if (live[k * 6 + j] | live[k * 6 + j + 1] | live[k * 6 + j + 2]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* dst's 4x4 output tiles of tiles [t0, t1) = A^T M A, cropped to dst, with the epilogue. An
+ * output whose window holds only zeros is set to exactly 0: Winograd's transforms would leave
+ * rounding noise there (from the tile's other pixels), and relu's gradient would pass half of
+ * it (zero-padded images at a first step, with zero biases: 25% off in the bias gradients). */
 static void output_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1, wino_work *ws) {
     const int64_t OC = p->out_c, ld = ws->out_ld, pos_step = CT__WINOGRAD_TILES * ld;
     const float *rows[6];
@@ -225,6 +258,7 @@ static void output_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1,
     for (int64_t t = t0; t < t1; t++) {
         int64_t n, oh, ow;
         tile_origin(p, t, &n, &oh, &ow);
+        const uint8_t *live = ws->live + (t - t0) * CT__WINOGRAD_POSITIONS;
         for (int j = 0; j < 6; j++) { /* tmp[i][j] = sum over k of A^T[i][k] M[k][j] */
             for (int k = 0; k < 6; k++) {
                 rows[k] = ws->m + (k * 6 + j) * pos_step + (t - t0) * ld;
@@ -244,10 +278,14 @@ static void output_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1,
                                 : ws->ignore;
             }
             output_1d(rows, out, OC);
-            for (int j = 0; j < 4 && (p->bias || p->mask); j++) {
-                if (out[j] != ws->ignore) {
-                    pixel_epilogue(p, out[j]);
+            for (int j = 0; j < 4; j++) {
+                if (out[j] == ws->ignore) {
+                    continue;
                 }
+                if (!window_live(live, i, j)) { /* exactly 0, as the direct sum gives */
+                    memset(out[j], 0, (size_t)OC * sizeof(float));
+                }
+                pixel_epilogue(p, out[j]);
             }
         }
     }

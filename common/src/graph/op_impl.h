@@ -74,8 +74,9 @@ static inline int64_t ct__winograd_floats(int64_t in_c, int64_t out_c) {
     const int64_t P = CT__WINOGRAD_POSITIONS, T = CT__WINOGRAD_TILES;
     const int64_t out_ld = ct__winograd_ld(out_c), in_ld = ct__winograd_ld(in_c);
     const int64_t wide = in_ld > out_ld ? in_ld : out_ld;
-    /* U [P][in_c][out_ld], V [P][T][in_c], M [P][T][out_ld], tmp [P][wide], zeros, ignore */
-    return P * in_c * out_ld + P * T * in_c + P * T * out_ld + P * wide + 2 * wide;
+    /* U [P][in_c][out_ld], V [P][T][in_c], M [P][T][out_ld], tmp [P][wide], zeros, ignore,
+     * then a byte per input pixel of each tile (P * T bytes) */
+    return P * in_c * out_ld + P * T * in_c + P * T * out_ld + P * wide + 2 * wide + P * T / 4;
 }
 
 /* Whether a convolution of window kh x kw, strides sh x sw, from in_c to out_c channels into
