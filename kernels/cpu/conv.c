@@ -429,6 +429,20 @@ void ct__cpu_conv2d_grad_filter(const ct_kctx *ctx, ct_node *n, ct_node *const *
     }
     grid src = needs_grid(&g) ? input_grid(&g, CT__F32(&in[1]->aux))
                               : (grid){(float *)x, g.in_h, g.in_w, g.in_c};
+    if (n->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD) {
+        ct__winograd_conv p = {.src = src.data,
+                               .batch = g.batch,
+                               .src_h = src.rows,
+                               .src_w = src.cols,
+                               .in_c = g.in_c,
+                               .dst = (float *)dy,
+                               .out_h = g.out_h,
+                               .out_w = g.out_w,
+                               .out_c = g.out_c};
+        ct__winograd_conv2d_grad_filter(&p, beta, dw,
+                                        shared_scratch(n, ct__winograd_floats(g.in_c, g.out_c)));
+        return;
+    }
     int64_t dy_ld = g.out_c;
     if (g.out_c % CHANNEL_PAD) {
         dy_ld = padded_channels(g.out_c);

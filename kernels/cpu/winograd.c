@@ -302,3 +302,148 @@ void ct__winograd_conv2d(const ct__winograd_conv *p, float *scratch) {
         output_transform(p, t0, t1, &ws);
     }
 }
+
+/* ---- the filter gradient: dU[pos] = sum over tiles of V[pos]^T (A dY A^T)[pos], then
+ * dw = G^T dU G (the forward's U = G g G^T and M = U .* V, differentiated) ---- */
+
+/* m[k][c] = sum over i of A^T[i][k] y[i][c], k < 6: a 4-row dY tile to 6 rows. */
+static void dy_4(const float *restrict y0, const float *restrict y1, const float *restrict y2,
+                 const float *restrict y3, float *restrict m0, float *restrict m1,
+                 float *restrict m2, float *restrict m3, float *restrict m4, float *restrict m5,
+                 int64_t n) {
+    for (int64_t c = 0; c < n; c++) {
+        float e = y0[c] + y2[c], o = y1[c] + y3[c];
+        float e4 = y0[c] + 4.0f * y2[c], o8 = 2.0f * y1[c] + 8.0f * y3[c];
+        m0[c] = y0[c];
+        m1[c] = e + o;
+        m2[c] = e - o;
+        m3[c] = e4 + o8;
+        m4[c] = e4 - o8;
+        m5[c] = y3[c];
+    }
+}
+
+static void dy_1d(const float *const *y, float *const *m, int64_t n) {
+    dy_4(y[0], y[1], y[2], y[3], m[0], m[1], m[2], m[3], m[4], m[5], n);
+}
+
+/* r[kh][c] = sum over i of G[i][kh] u[i][c], kh < 3. */
+static void du_6(const float *restrict u0, const float *restrict u1, const float *restrict u2,
+                 const float *restrict u3, const float *restrict u4, const float *restrict u5,
+                 float *restrict r0, float *restrict r1, float *restrict r2, int64_t n) {
+    for (int64_t c = 0; c < n; c++) {
+        float p12 = u1[c] + u2[c], d12 = u2[c] - u1[c];
+        float p34 = u3[c] + u4[c], d34 = u3[c] - u4[c];
+        r0[c] = 0.25f * u0[c] - p12 * (1.0f / 6.0f) + p34 * (1.0f / 24.0f);
+        r1[c] = d12 * (1.0f / 6.0f) + d34 * (1.0f / 12.0f);
+        r2[c] = (p34 - p12) * (1.0f / 6.0f) + u5[c];
+    }
+}
+
+static void du_1d(const float *const *u, float *const *r, int64_t n) {
+    du_6(u[0], u[1], u[2], u[3], u[4], u[5], r[0], r[1], r[2], n);
+}
+
+/* m[(i*6 + j), t - t0, :] = (A dY A^T)[i][j] for the 4x4 dY tiles of tiles [t0, t1), zero past
+ * dY's edge (p->dst: dy, out_h x out_w x out_c). */
+static void dy_transform(const ct__winograd_conv *p, int64_t t0, int64_t t1, wino_work *ws) {
+    const int64_t OC = p->out_c, ld = ws->out_ld, pos_step = CT__WINOGRAD_TILES * ld;
+    const float *y[4];
+    float *m[6];
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t n, oh, ow;
+        tile_origin(p, t, &n, &oh, &ow);
+        for (int j = 0; j < 4; j++) { /* tmp[k][j] = sum over i of A^T[i][k] dY[i][j] */
+            for (int i = 0; i < 4; i++) {
+                int inside = oh + i < p->out_h && ow + j < p->out_w;
+                y[i] = inside ? p->dst + ((n * p->out_h + oh + i) * p->out_w + ow + j) * OC
+                              : ws->zeros;
+            }
+            for (int k = 0; k < 6; k++) {
+                m[k] = ws->tmp + (k * 4 + j) * ld;
+            }
+            dy_1d(y, m, OC);
+        }
+        for (int k = 0; k < 6; k++) { /* m[k][l] = sum over j of tmp[k][j] A^T[j][l] */
+            for (int j = 0; j < 4; j++) {
+                y[j] = ws->tmp + (k * 4 + j) * ld;
+            }
+            for (int l = 0; l < 6; l++) {
+                m[l] = ws->m + (k * 6 + l) * pos_step + (t - t0) * ld;
+            }
+            dy_1d(y, m, OC);
+        }
+    }
+}
+
+/* u[pos] (+)= v[pos]^T m[pos] over the block's `tiles` tiles: rows of in_c by two vectors of
+ * out_c, summing over tiles in order. */
+static void grad_products(const ct__winograd_conv *p, int64_t tiles, int add, wino_work *ws) {
+    const int64_t C = p->in_c, OC = p->out_c, T = CT__WINOGRAD_TILES, ld = ws->out_ld;
+    const int64_t chunks = chunk_count(C);
+    tile_args t = {.a = {.row = 1, .k = C},
+                   .b = {.k = ld},
+                   .n = {.j1 = 1, .j2 = 1, .k = tiles},
+                   .c = {.row = ld, .add = add}};
+    for (int64_t pos = 0; pos < CT__WINOGRAD_POSITIONS; pos++) {
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            int64_t c0 = C * ch / chunks, c1 = C * (ch + 1) / chunks;
+            for (int64_t oc0 = 0; oc0 < OC; oc0 += 2 * VEC) {
+                int64_t vecs = column_block(oc0, OC, &t.c.cols);
+                t.a.data = ws->v + pos * T * C + c0;
+                t.b.data = ws->m + pos * T * ld + oc0;
+                t.c.data = ws->u + (pos * C + c0) * ld + oc0;
+                run_tile(&t, c1 - c0, vecs);
+            }
+        }
+    }
+}
+
+/* dw[kh][kw][ci][:] = beta dw + (G^T dU G)[kh][kw] (dw [3][3][in_c][out_c]). */
+static void grad_filter_out(const ct__winograd_conv *p, float beta, float *dw, wino_work *ws) {
+    const int64_t C = p->in_c, OC = p->out_c, ld = ws->out_ld, pos_step = C * ld;
+    const float *u[6];
+    float *r[3];
+    for (int64_t ci = 0; ci < C; ci++) {
+        for (int j = 0; j < 6; j++) { /* tmp[kh][j] = sum over i of G[i][kh] dU[i][j] */
+            for (int i = 0; i < 6; i++) {
+                u[i] = ws->u + (i * 6 + j) * pos_step + ci * ld;
+            }
+            for (int kh = 0; kh < 3; kh++) {
+                r[kh] = ws->tmp + (kh * 6 + j) * ld;
+            }
+            du_1d(u, r, OC);
+        }
+        for (int kh = 0; kh < 3; kh++) { /* out[kh][kw] = sum over j of tmp[kh][j] G[j][kw] */
+            for (int j = 0; j < 6; j++) {
+                u[j] = ws->tmp + (kh * 6 + j) * ld;
+            }
+            for (int kw = 0; kw < 3; kw++) {
+                r[kw] = ws->tmp + (18 + kw) * ld;
+            }
+            du_1d(u, r, OC);
+            for (int kw = 0; kw < 3; kw++) {
+                float *d = dw + ((kh * 3 + kw) * C + ci) * OC;
+                for (int64_t oc = 0; oc < OC; oc++) {
+                    d[oc] = beta != 0.0f ? beta * d[oc] + r[kw][oc] : r[kw][oc];
+                }
+            }
+        }
+    }
+}
+
+void ct__winograd_conv2d_grad_filter(const ct__winograd_conv *p, float beta, float *dw,
+                                     float *scratch) {
+    wino_work ws = carve(p, scratch);
+    const int64_t tiles = p->batch * ((p->out_h + 3) / 4) * ((p->out_w + 3) / 4);
+    if (tiles == 0) {
+        memset(ws.u, 0, (size_t)(CT__WINOGRAD_POSITIONS * p->in_c * ws.out_ld) * sizeof(float));
+    }
+    for (int64_t t0 = 0; t0 < tiles; t0 += CT__WINOGRAD_TILES) {
+        int64_t t1 = t0 + CT__WINOGRAD_TILES < tiles ? t0 + CT__WINOGRAD_TILES : tiles;
+        input_transform(p, t0, t1, &ws);
+        dy_transform(p, t0, t1, &ws);
+        grad_products(p, t1 - t0, t0 > 0, &ws);
+    }
+    grad_filter_out(p, beta, dw, &ws);
+}

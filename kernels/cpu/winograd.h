@@ -22,4 +22,10 @@ typedef struct ct__winograd_conv {
 /* Runs p with scratch: ct__winograd_floats(in_c, out_c) floats (graph/op_impl.h). */
 void ct__winograd_conv2d(const ct__winograd_conv *p, float *scratch);
 
+/* The filter gradient of the convolution p describes, with dst holding dy (taps, bias, relu
+ * and mask unused): dw [3][3][in_c][out_c] = beta dw + sum over examples and outputs of
+ * src's window times dy. Scratch as for ct__winograd_conv2d. */
+void ct__winograd_conv2d_grad_filter(const ct__winograd_conv *p, float beta, float *dw,
+                                     float *scratch);
+
 #endif

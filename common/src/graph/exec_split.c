@@ -351,11 +351,14 @@ static int plan_batch_aux(ct_graph *g, ct_exec *e, int i) {
     if (n->aux.shape.rank == 0 || batch <= 0) {
         return 1;
     }
-    if (n->op != CT_OP_CONV2D && n->op != CT_OP_CONV2D_GRAD_INPUT) {
+    if (n->op != CT_OP_CONV2D && n->op != CT_OP_CONV2D_GRAD_INPUT &&
+        n->op != CT_OP_CONV2D_GRAD_FILTER) {
         e->aux_row[i] = ct_tensor_numel(&n->aux) / batch;
         return 1;
     }
-    ct__conv_aux_layout(n, &ct_graph_node(g, n->in[1])->out.shape, &e->aux_row[i], &e->aux_copy[i]);
+    const ct_shape *w =
+        n->op == CT_OP_CONV2D_GRAD_FILTER ? &n->out.shape : &ct_graph_node(g, n->in[1])->out.shape;
+    ct__conv_aux_layout(n, w, batch, &e->aux_row[i], &e->aux_copy[i]);
     if (e->aux_copy[i] == 0 || e->parts[i] < 2) {
         return 1;
     }

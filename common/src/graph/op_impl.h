@@ -46,12 +46,13 @@ const char *ct__gemm_library(void);
  * first call: ~20 ms); once per process, thread-safe. */
 void ct__gemm_warm_up(void);
 
-/* The aux of a CONV2D or CONV2D_GRAD_INPUT node n (filter shape w) as shape inference sized
- * it: a padded grid of *ret_per_example floats per example, then *ret_shared floats (a copy of
- * the filter) that every call writes and the kernels find at the end of aux (both 0: none).
- * Graph mode's executor runs examples [b0, b1) on views of it (exec_part.c). */
-void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t *ret_per_example,
-                         int64_t *ret_shared);
+/* The aux of a CONV2D, CONV2D_GRAD_INPUT or CONV2D_GRAD_FILTER node n (filter shape w, batch
+ * examples) as shape inference sized it: a padded grid of *ret_per_example floats per example, then
+ * *ret_shared floats (a copy of the filter) that every call writes and the kernels find at the end
+ * of aux (both 0: none). Graph mode's executor runs examples [b0, b1) on views of it (exec_part.c).
+ */
+void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t batch,
+                         int64_t *ret_per_example, int64_t *ret_shared);
 
 /* Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions (kernels/cpu/winograd.c). A node that
  * uses it has attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD, set by its shape inference; aux

@@ -132,6 +132,9 @@ static int64_t conv_shared_floats(const ct_node *n, const ct_shape *w) {
         return wino ? ct__winograd_floats(c, oc)
                     : (oc % CONV_CHANNEL_PAD ? taps * c * conv_padded_channels(oc) : 0);
     }
+    if (n->op == CT_OP_CONV2D_GRAD_FILTER) { /* its padded dy is by example */
+        return wino ? ct__winograd_floats(c, oc) : 0;
+    }
     return taps * oc * conv_padded_channels(c) + (wino ? ct__winograd_floats(oc, c) : 0);
 }
 
@@ -247,9 +250,9 @@ int ct__shape_conv2d_grad_input(ct_graph *g, ct_node *n, ct_node *const *in) {
     return 0;
 }
 
-void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t *ret_per_example,
-                         int64_t *ret_shared) {
-    int64_t batch = n->out.shape.dims[0], floats = ct_tensor_numel(&n->aux);
+void ct__conv_aux_layout(const ct_node *n, const ct_shape *w, int64_t batch,
+                         int64_t *ret_per_example, int64_t *ret_shared) {
+    int64_t floats = ct_tensor_numel(&n->aux);
     if (n->aux.shape.rank == 0 || conv_is_pointwise(w, &n->attrs)) {
         *ret_per_example = *ret_shared = 0;
         return;
@@ -271,9 +274,17 @@ int ct__shape_conv2d_grad_filter(ct_graph *g, ct_node *n, ct_node *const *in) {
     }
     ct_shape w = ct__shape_of(g, fwd->in[1]);
     ct_tensor_set_shape(&n->out, CT_F32, &w);
-    /* dy with padded rows when OC needs it (kernels/cpu/conv.c). */
-    int64_t oc = w.dims[3], pixels = ct_shape_numel(&fwd->out.shape) / oc;
-    if (!conv_is_pointwise(&w, &n->attrs) && oc % CONV_CHANNEL_PAD) {
+    const ct_shape *y = &fwd->out.shape;
+    n->attrs.i[CT__CONV_ALGO] =
+        ct__conv_winograd_chosen(g, w.dims[0], w.dims[1], n->attrs.i[0], n->attrs.i[1], w.dims[2],
+                                 w.dims[3], y->dims[1], y->dims[2])
+            ? CT__CONV_WINOGRAD
+            : CT__CONV_DIRECT;
+    /* Winograd's buffers, or dy with padded rows when OC needs it (kernels/cpu/conv.c). */
+    int64_t oc = w.dims[3], pixels = ct_shape_numel(y) / oc;
+    if (n->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD) {
+        set_scratch(n, conv_shared_floats(n, &w));
+    } else if (!conv_is_pointwise(&w, &n->attrs) && oc % CONV_CHANNEL_PAD) {
         set_scratch(n, pixels * conv_padded_channels(oc));
     }
     return 0;
