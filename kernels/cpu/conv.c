@@ -289,6 +289,20 @@ static void pointwise_epilogue(const epilogue_args *ep, int64_t pixels, int64_t 
     }
 }
 
+/* The Winograd problem of g's forward windows over src (x or its padded grid) into out [N, OH,
+ * OW, OC] (y, or dy for the filter gradient). */
+static ct__winograd_conv winograd_over_grid(const conv_geom *g, grid src, float *out) {
+    return (ct__winograd_conv){.src = src.data,
+                               .batch = g->batch,
+                               .src_h = src.rows,
+                               .src_w = src.cols,
+                               .in_c = g->in_c,
+                               .dst = out,
+                               .out_h = g->out_h,
+                               .out_w = g->out_w,
+                               .out_c = g->out_c};
+}
+
 /* (x [N,H,W,C], w [KH,KW,C,OC]) -> y [N,OH,OW,OC]; aux: the padded x grid when the windows
  * reach outside x (the filter gradient reads it), then w with padded rows when OC is not a
  * multiple of CHANNEL_PAD (at the end of aux). */
@@ -314,18 +328,10 @@ void ct__cpu_conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
         src = padded;
     }
     if (n->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD) {
-        ct__winograd_conv p = {.src = src.data,
-                               .batch = g.batch,
-                               .src_h = src.rows,
-                               .src_w = src.cols,
-                               .in_c = g.in_c,
-                               .tap_ld = g.out_c,
-                               .dst = y,
-                               .out_h = g.out_h,
-                               .out_w = g.out_w,
-                               .out_c = g.out_c,
-                               .bias = ep.bias,
-                               .relu = ep.relu};
+        ct__winograd_conv p = winograd_over_grid(&g, src, y);
+        p.tap_ld = g.out_c;
+        p.bias = ep.bias;
+        p.relu = ep.relu;
         for (int tap = 0; tap < 9; tap++) {
             p.taps[tap] = w + tap * g.in_c * g.out_c;
         }
@@ -430,15 +436,7 @@ void ct__cpu_conv2d_grad_filter(const ct_kctx *ctx, ct_node *n, ct_node *const *
     grid src = needs_grid(&g) ? input_grid(&g, CT__F32(&in[1]->aux))
                               : (grid){(float *)x, g.in_h, g.in_w, g.in_c};
     if (n->attrs.i[CT__CONV_ALGO] == CT__CONV_WINOGRAD) {
-        ct__winograd_conv p = {.src = src.data,
-                               .batch = g.batch,
-                               .src_h = src.rows,
-                               .src_w = src.cols,
-                               .in_c = g.in_c,
-                               .dst = (float *)dy,
-                               .out_h = g.out_h,
-                               .out_w = g.out_w,
-                               .out_c = g.out_c};
+        ct__winograd_conv p = winograd_over_grid(&g, src, (float *)dy);
         ct__winograd_conv2d_grad_filter(&p, beta, dw,
                                         shared_scratch(n, ct__winograd_floats(g.in_c, g.out_c)));
         return;
