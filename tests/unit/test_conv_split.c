@@ -7,9 +7,11 @@
  * threads. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctrain/optim.h"
 #include "ctrain/rng.h"
@@ -39,15 +41,29 @@ enum { N_P = MAX_B * 5 * 5 * OC1, N_Q = MAX_B * 4 * 4 * OC2 };
 typedef struct net_out {
     float loss, p[N_P], dx[N_X], dw1[N_W1], dw2[N_W2];
     int conv_splits, linked_edges;
+    int64_t solo_runs;
 } net_out;
+
+static pthread_t caller;
+
+/* The node_done hook of a slowed pool: 2 ms on any thread but the caller's, as if the host had
+ * taken that core; the executor then runs solo (every part on the caller). */
+static void slow_workers(void *user, const ct_node *n) {
+    (void)user;
+    (void)n;
+    if (!pthread_equal(pthread_self(), caller)) {
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
+}
 
 /* x [B,9,9,3] -> conv 3x3 same (24 channels: not a multiple of 16, so each call pads a filter
  * copy; same padding: a padded grid) -> relu -> max pool 3x3 stride 2 same (overlapping
  * windows: the scatter gradient) -> conv 2x2 valid (20: a filter copy and no grid; its filter
  * gradient pads dy by example) -> avg pool 2x2 stride 1 same -> loss
- * sum(q * k). Runs it `runs` times on `threads` threads (split_min 1: everything splits); out
- * holds the last run, and the filter gradients must be the same bits in every run. */
-static void run_net(int batch, int threads, int runs, net_out *out) {
+ * sum(q * k). Runs it `runs` times on `threads` threads (split_min 1: everything splits), with
+ * the pool's workers slowed when `slowed`; out holds the last run, and the filter gradients must
+ * be the same bits in every run, parallel or solo. */
+static void run_net(int batch, int threads, int runs, int slowed, net_out *out) {
     static float x[N_X], w1[N_W1], w2[N_W2], k[N_Q];
     ct_rng_uniform(3, 1, 0, x, N_X);
     ct_rng_uniform(3, 2, 0, w1, N_W1);
@@ -74,6 +90,8 @@ static void run_net(int batch, int threads, int runs, net_out *out) {
     out->conv_splits = ct_graph_get_stats(cg)->conv_splits;
     out->linked_edges = ct_graph_get_stats(cg)->linked_edges;
     ct_graph_bind(cg, keep[0], x);
+    caller = pthread_self();
+    ct_graph_ctx(cg)->node_done = slowed ? slow_workers : NULL;
     const size_t n_p = (size_t)batch * 5 * 5 * OC1, n_x = (size_t)batch * H * W * C;
     for (int run = 0; run < runs; run++) {
         float dw1[N_W1], dw2[N_W2];
@@ -87,6 +105,7 @@ static void run_net(int batch, int threads, int runs, net_out *out) {
         memcpy(out->dw1, dw1, sizeof dw1);
         memcpy(out->dw2, dw2, sizeof dw2);
     }
+    out->solo_runs = ct_graph_get_stats(cg)->solo_runs;
     cr_assert_eq(ct_graph_read(cg, keep[1], &out->loss, sizeof out->loss, &err), CT_OK);
     cr_assert_eq(ct_graph_read(cg, keep[2], out->p, n_p * sizeof(float), &err), CT_OK, "%s",
                  err.msg);
@@ -122,10 +141,10 @@ static void small_net_matches_one_thread(void) {
     static net_out one, many;
     for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
         const int batch = batches[b];
-        run_net(batch, 1, 1, &one);
+        run_net(batch, 1, 1, 0, &one);
         cr_expect_eq(one.conv_splits, 0);
         for (int threads = 2; threads <= 4; threads++) {
-            run_net(batch, threads, 3, &many);
+            run_net(batch, threads, 3, 0, &many);
             /* conv, max pool, conv, avg pool and the six gradient nodes */
             cr_expect_eq(many.conv_splits, batch > 1 ? 10 : 0, "batch %d, %d threads: %d split",
                          batch, threads, many.conv_splits);
@@ -154,6 +173,31 @@ Test(conv_split, small_net_matches_one_thread) {
 Test(conv_split, small_net_by_winograd_matches_one_thread) {
     ct__conv_set_algo(CT__CONV_WINOGRAD);
     small_net_matches_one_thread();
+    ct__conv_set_algo(-1);
+}
+
+/* A slowed pool: within a few windows the executor runs solo (the caller runs every part, and
+ * the parts of a node share one filter copy and Winograd scratch), and every run, parallel or
+ * solo, gives the same filter gradients (run_net checks) and the one-thread forward values and
+ * dx. */
+static void solo_runs_give_the_parallel_bits(const char *algo) {
+    enum { BATCH = 16, RUNS = 96 };
+    static net_out one, many;
+    run_net(BATCH, 1, 1, 0, &one);
+    run_net(BATCH, 2, RUNS, 1, &many);
+    cr_expect_gt(many.solo_runs, RUNS / 2, "%s: %lld solo runs of %d", algo,
+                 (long long)many.solo_runs, RUNS);
+    cr_expect_eq(memcmp(many.p, one.p, (size_t)BATCH * 5 * 5 * OC1 * sizeof(float)), 0,
+                 "%s: max pool output differs", algo);
+    cr_expect_eq(memcmp(many.dx, one.dx, (size_t)BATCH * H * W * C * sizeof(float)), 0,
+                 "%s: dx differs", algo);
+    expect_close(many.dw1, one.dw1, N_W1, "dw1", BATCH, 2);
+}
+
+Test(conv_split, solo_runs_give_the_parallel_bits) {
+    solo_runs_give_the_parallel_bits("direct");
+    ct__conv_set_algo(CT__CONV_WINOGRAD);
+    solo_runs_give_the_parallel_bits("winograd");
     ct__conv_set_algo(-1);
 }
 

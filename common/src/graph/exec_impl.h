@@ -103,6 +103,7 @@ struct ct_exec {
     atomic_int wake_gen; /* bumped for runs the workers join (not for solo runs) */
     atomic_int wake_run; /* the generation of the last run the workers were woken for */
     int adaptive;        /* 1: choose parallel or solo runs by measurement (exec_adapt.c) */
+    int solo;            /* the run in progress is solo: its parts share part 0's filter copy */
     ct__exec_adapt adapt;
     atomic_int *tids; /* per thread: its kernel thread id (run-queue waits), 0 until known */
     pthread_t *workers;

@@ -329,6 +329,7 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     atomic_store(&e->tids[0], caller_tid);
     const int solo = e->adaptive && e->adapt.mode == CT__RUN_SOLO;
     const double start = ct__now_s();
+    e->solo = solo;
     start_run(g, e, solo);
     e->be->vt->set_threads(e->be, 1);
     work(e, 0, solo);
