@@ -28,7 +28,8 @@ TestSuite(exec_adapt);
 Test(exec_adapt, a_faster_pool_keeps_the_pool) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    cr_expect_eq(drive(&a, 2 * CT__ADAPT_WINDOW, 1.0, 1.9), 0, "probed during the warm-up");
+    cr_expect_eq(drive(&a, CT__ADAPT_WINDOW, 1.0, 1.9), 0, "probed during the warm-up");
+    cr_expect_eq(a.mode, CT__RUN_SOLO, "no probe right after the warm-up window");
     int64_t solo = drive(&a, 20000, 1.0, 1.9);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL);
     cr_expect_gt(solo, 0, "never probed the other mode");
@@ -36,13 +37,13 @@ Test(exec_adapt, a_faster_pool_keeps_the_pool) {
     cr_expect_eq(a.switches, 0);
 }
 
-/* A core taken: the calling thread alone is faster; after the warm-up and one window of each
- * mode it runs solo, probing the pool rarely. */
+/* A core taken: the calling thread alone is faster; after the warm-up window and one solo
+ * probe it runs solo, probing the pool rarely. */
 Test(exec_adapt, a_slowed_pool_goes_solo) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, 3 * CT__ADAPT_WINDOW, 2.5, 1.0);
-    cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after warm-up, a window and a probe");
+    drive(&a, 2 * CT__ADAPT_WINDOW, 2.5, 1.0);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after the warm-up window and a probe");
     int64_t solo = drive(&a, 20000, 2.5, 1.0);
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
     cr_expect_eq(a.switches, 1);

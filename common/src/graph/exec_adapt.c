@@ -9,15 +9,16 @@
  * descheduled thread, so the executor measures both ways and takes the faster one.
  *
  * How: runs are timed in windows of CT__ADAPT_WINDOW, each window in one mode; a window's
- * median (robust to the odd slow step) is that mode's time. The first window is a warm-up and
- * counts for nothing. The mode in use (parallel at first) is probed against the other one
- * window at a time: right after the warm-up, then after gaps that double each time the probe
- * loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost probe cost more than
- * CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can be 10x the solo
- * ones); a probe stops as soon as more than half of its window was slower, since its median
- * then cannot win), and at once when the mode in use gets CT__ADAPT_CHANGED times slower than its
- * last window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes over. Both
- * modes compute the same bits: parts are added in part order whichever thread runs them. */
+ * median (robust to the odd slow step, and to the first runs' page faults) is that mode's time.
+ * The mode in use (parallel at first) is probed against the other one window at a time: right
+ * after the first window (a loaded host's CNN step goes solo from its 17th run), then after gaps
+ * that double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost
+ * probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can be
+ * 10x the solo ones); a probe stops as soon as more than half of its window was slower, since its
+ * median then cannot win), and at once when the mode in use gets CT__ADAPT_CHANGED times slower
+ * than its last window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes
+ * over. Both modes compute the same bits: parts are added in part order whichever thread runs them.
+ */
 #include <math.h>
 #include <stdio.h>
 
@@ -95,10 +96,12 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     }
     double m = median(a->times, a->filled);
     a->filled = 0;
-    if (a->warmup) {
+    if (a->warmup) { /* the median shrugs off the first runs' page faults: probe at once */
         a->warmup = 0;
+        a->median[a->chosen] = m;
         a->gap = CT__ADAPT_MIN_GAP;
-        a->probe_in = a->gap;
+        a->probe_in = 0;
+        a->mode = !a->chosen;
         return;
     }
     if (a->mode == a->chosen) {

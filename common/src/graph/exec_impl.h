@@ -28,7 +28,7 @@ enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
 typedef struct ct__exec_adapt {
     int mode;          /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
     int chosen;        /* the mode in use between probes */
-    int warmup;        /* 1 during the first window (not counted) */
+    int warmup;        /* 1 during the first window (the parallel runs' first median) */
     int filled;        /* run times in `times` */
     int slow;          /* runs of the probe in progress not faster than the chosen mode's median */
     double probe_cost; /* seconds the probe in progress took beyond the chosen mode's median */
