@@ -731,9 +731,23 @@ Test(graph_mode, split_dropout_matches_one_thread) {
 /* A training chain (x W1 + b1, relu, dropout, W2, softmax cross-entropy, and back) at 2 and 3
  * threads with every node split into example rows: the nodes link part to part, and the loss
  * and weight gradients agree with one thread. 37 rows do not divide evenly. */
-/* After a run: every part p of a split node ran on thread p (mod threads) except the `stolen`
- * ones, and the run counted all of them. */
-static void expect_parts_on_their_threads(ct_graph *cg, int threads, int64_t stolen) {
+/* The stats a run changes: parts taken over, solo runs. */
+typedef struct run_mark {
+    int64_t stolen, solo;
+} run_mark;
+
+static run_mark mark(ct_graph *cg) {
+    const ct_graph_stats *st = ct_graph_get_stats(cg);
+    return (run_mark){st->stolen_parts, st->solo_runs};
+}
+
+/* After a run (stats at `before` it): every part p of a split node ran on thread p (mod threads)
+ * except the ones taken over, and the run counted all of them; a solo run (the adaptive
+ * executor probes one right after its first 8 runs) ran every part on the calling thread. */
+static void expect_parts_on_their_threads(ct_graph *cg, int threads, run_mark before) {
+    const run_mark now = mark(cg);
+    const int64_t stolen = now.stolen - before.stolen;
+    const int solo = now.solo > before.solo;
     int parts = 0, elsewhere = 0;
     for (int i = 0; i < ct_graph_size(cg); i++) {
         int n_parts = 0;
@@ -742,14 +756,13 @@ static void expect_parts_on_their_threads(ct_graph *cg, int threads, int64_t sto
         }
         for (int p = 0; n_parts > 1 && p < n_parts; p++) {
             parts++;
-            elsewhere += ct__exec_part_thread(cg, i, p) != p % threads;
+            elsewhere += ct__exec_part_thread(cg, i, p) != (solo ? 0 : p % threads);
         }
     }
     cr_expect_gt(parts, 0, "no split node");
-    cr_expect_eq(elsewhere, stolen,
-                 "%d threads: %d of %d parts ran off their thread, %lld taken "
-                 "over",
-                 threads, elsewhere, parts, (long long)stolen);
+    cr_expect_eq(elsewhere, solo ? 0 : stolen,
+                 "%d threads, %s run: %d of %d parts ran off their thread, %lld taken over",
+                 threads, solo ? "solo" : "parallel", elsewhere, parts, (long long)stolen);
 }
 
 /* The node_done hook of the test below: the thread that finished node *user sleeps 10 ms. */
@@ -788,9 +801,9 @@ Test(graph_mode, a_held_threads_parts_are_taken_over) {
     ct_graph_ctx(cg)->hook_user = ct_graph_node(cg, keep[2]);
     ct_err err = {0};
     for (int rep = 0; rep < 10 && ct_graph_get_stats(cg)->stolen_parts == 0; rep++) {
-        int64_t stolen = ct_graph_get_stats(cg)->stolen_parts;
+        run_mark before = mark(cg);
         cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
-        expect_parts_on_their_threads(cg, 2, ct_graph_get_stats(cg)->stolen_parts - stolen);
+        expect_parts_on_their_threads(cg, 2, before);
         float total = 0.0f;
         cr_assert_eq(ct_graph_read(cg, keep[2], &total, sizeof total, &err), CT_OK);
         cr_assert_float_eq(total, 1024.0f, 1e-3f);
@@ -851,11 +864,10 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
             ct_graph_bind(cg, keep[1], labels);
             ct_err err = {0};
             for (int rep = 0; rep < 10; rep++) { /* many runs: races would show */
-                int64_t stolen = ct_graph_get_stats(cg)->stolen_parts;
+                run_mark before = mark(cg);
                 cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
                 if (threads > 1) {
-                    expect_parts_on_their_threads(cg, threads,
-                                                  ct_graph_get_stats(cg)->stolen_parts - stolen);
+                    expect_parts_on_their_threads(cg, threads, before);
                 }
                 float now[sizeof got[0] / sizeof(float)];
                 cr_assert_eq(ct_graph_read(cg, keep[2], now, sizeof(float), &err), CT_OK);
@@ -952,10 +964,10 @@ Test(graph_mode, small_weight_gradient_splits_over_pipeline_rows) {
         float l = 0.0f;
         for (int s = 0; s < STEPS; s++) {
             ct_graph_ctx(cg)->step = (uint64_t)s;
-            int64_t stolen = st->stolen_parts;
+            run_mark before = mark(cg);
             cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
             if (threads > 1) {
-                expect_parts_on_their_threads(cg, threads, st->stolen_parts - stolen);
+                expect_parts_on_their_threads(cg, threads, before);
             }
             cr_assert_eq(ct_graph_read(cg, keep[2], &l, sizeof l, &err), CT_OK);
             if (s == 0) {
