@@ -8,11 +8,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctrain/crc32c.h"
@@ -199,4 +201,19 @@ float test_as_float(uint64_t bits) {
     float x;
     memcpy(&x, &b, sizeof x);
     return x;
+}
+
+static pthread_t slow_pool_caller;
+
+static void slow_pool_workers(void *user, const ct_node *n) {
+    (void)user;
+    (void)n;
+    if (!pthread_equal(pthread_self(), slow_pool_caller)) {
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
+}
+
+void test_slow_pool(ct_graph *cg) {
+    slow_pool_caller = pthread_self();
+    ct_graph_ctx(cg)->node_done = slow_pool_workers;
 }

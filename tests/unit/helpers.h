@@ -95,6 +95,11 @@ test_graph test_graph_open(int eager);
 /* Destroys the graph, then the backend. */
 void test_graph_close(test_graph *t);
 
+/* Slows the pool of compiled graph cg as if the host had taken its workers' cores: each node a
+ * thread other than the calling one finishes costs that thread 2 ms (the node_done hook), so
+ * the adaptive executor soon runs solo. */
+void test_slow_pool(ct_graph *cg);
+
 /* ---- jobs ---- */
 
 /* The job defaults plus a dense network for vectors of `inputs` floats: Dense(hidden,

@@ -7,11 +7,9 @@
  * threads. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ctrain/optim.h"
 #include "ctrain/rng.h"
@@ -43,18 +41,6 @@ typedef struct net_out {
     int conv_splits, linked_edges;
     int64_t solo_runs;
 } net_out;
-
-static pthread_t caller;
-
-/* The node_done hook of a slowed pool: 2 ms on any thread but the caller's, as if the host had
- * taken that core; the executor then runs solo (every part on the caller). */
-static void slow_workers(void *user, const ct_node *n) {
-    (void)user;
-    (void)n;
-    if (!pthread_equal(pthread_self(), caller)) {
-        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
-    }
-}
 
 /* x [B,9,9,3] -> conv 3x3 same (24 channels: not a multiple of 16, so each call pads a filter
  * copy; same padding: a padded grid) -> relu -> max pool 3x3 stride 2 same (overlapping
@@ -90,8 +76,9 @@ static void run_net(int batch, int threads, int runs, int slowed, net_out *out) 
     out->conv_splits = ct_graph_get_stats(cg)->conv_splits;
     out->linked_edges = ct_graph_get_stats(cg)->linked_edges;
     ct_graph_bind(cg, keep[0], x);
-    caller = pthread_self();
-    ct_graph_ctx(cg)->node_done = slowed ? slow_workers : NULL;
+    if (slowed) {
+        test_slow_pool(cg);
+    }
     const size_t n_p = (size_t)batch * 5 * 5 * OC1, n_x = (size_t)batch * H * W * C;
     for (int run = 0; run < runs; run++) {
         float dw1[N_W1], dw2[N_W2];

@@ -5,12 +5,11 @@
  * the next ones. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include "ctrain/ctrain.h"
 #include "graph/exec_impl.h"
+#include "helpers.h"
 
 /* Runs the policy for `runs` runs that take parallel or solo seconds; returns the solo runs. */
 static int64_t drive(ct__exec_adapt *a, int64_t runs, double parallel, double solo) {
@@ -93,17 +92,6 @@ Test(exec_adapt, single_slow_runs_do_not_switch) {
 
 /* ---- a real executor with a slowed worker ---- */
 
-static pthread_t caller;
-
-/* The node_done hook: 2 ms on any thread but the caller's, as if the host had taken its core. */
-static void slow_workers(void *user, const ct_node *n) {
-    (void)user;
-    (void)n;
-    if (!pthread_equal(pthread_self(), caller)) {
-        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
-    }
-}
-
 /* A chain of 16 split elementwise nodes on 2 threads; the worker sleeps 2 ms after every node
  * whose last part it finishes (most runs have one: a run waits for its nodes). Within a few windows
  * the executor runs solo (the caller alone: no sleep), and every run's output equals the one-thread
@@ -115,7 +103,6 @@ Test(exec_adapt, a_slowed_worker_moves_runs_to_the_caller) {
     ct_backend *be;
     ct_err err = {0};
     cr_assert_eq(ct_backend_cpu_create(2, &be, &err), CT_OK, "%s", err.msg);
-    caller = pthread_self();
     for (int adapt = 1; adapt >= 0; adapt--) {
         for (int threads = 1; threads <= 2; threads++) {
             ct_graph *g;
@@ -135,7 +122,7 @@ Test(exec_adapt, a_slowed_worker_moves_runs_to_the_caller) {
             cr_assert_eq(ct_graph_compile(g, &o, 2, keep, &cg, &err), CT_OK, "%s", err.msg);
             cr_assert(threads == 1 || ct_graph_get_stats(cg)->split_nodes > 0, "nothing split");
             ct_graph_bind(cg, keep[0], x);
-            ct_graph_ctx(cg)->node_done = slow_workers;
+            test_slow_pool(cg);
             for (int r = 0; r < RUNS; r++) {
                 cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
                 cr_assert_eq(ct_graph_read(cg, keep[1], got, sizeof got, &err), CT_OK);
