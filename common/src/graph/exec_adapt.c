@@ -24,7 +24,7 @@
 
 #include "graph/exec_impl.h"
 
-#define CT__ADAPT_MIN_GAP 2   /* windows in a mode before the first probe of the other */
+#define CT__ADAPT_MIN_GAP 2   /* windows in a mode after a switch before the next probe */
 #define CT__ADAPT_MAX_GAP 512 /* at most this many windows between probes */
 #define CT__ADAPT_BUDGET 0.02 /* lost probes cost at most this share of the time between them */
 #define CT__ADAPT_MARGIN 0.97 /* a probe wins when its median is below this share */
