@@ -217,3 +217,16 @@ void test_slow_pool(ct_graph *cg) {
     slow_pool_caller = pthread_self();
     ct_graph_ctx(cg)->node_done = slow_pool_workers;
 }
+
+ct_optimizer *test_adam(ct_params *p, uint64_t seed) {
+    ct_err err = {0};
+    cr_assert_eq(ct_params_allocate(p, seed, &err), CT_OK, "%s", err.msg);
+    ct_optimizer_spec spec = {.type = CT_OPT_ADAM,
+                              .learning_rate = 0.01f,
+                              .beta1 = 0.9f,
+                              .beta2 = 0.999f,
+                              .epsilon = 1e-7f};
+    ct_optimizer *opt;
+    cr_assert_eq(ct_optimizer_create(&spec, p, &opt, &err), CT_OK, "%s", err.msg);
+    return opt;
+}

@@ -11,6 +11,8 @@
 
 #include "ctrain/graph.h"
 #include "ctrain/job.h"
+#include "ctrain/nn.h"
+#include "ctrain/optim.h"
 
 /* ---- scratch directories ---- */
 
@@ -99,6 +101,10 @@ void test_graph_close(test_graph *t);
  * thread other than the calling one finishes costs that thread 2 ms (the node_done hook), so
  * the adaptive executor soon runs solo. */
 void test_slow_pool(ct_graph *cg);
+
+/* Allocates p's values (declared) from `seed` and returns an Adam optimizer over them (lr 0.01,
+ * Keras' betas and epsilon); the caller destroys it. */
+ct_optimizer *test_adam(ct_params *p, uint64_t seed);
 
 /* ---- jobs ---- */
 

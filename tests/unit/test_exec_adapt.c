@@ -150,6 +150,111 @@ Test(exec_adapt, a_slowed_worker_moves_runs_to_the_caller) {
     ct_backend_destroy(be);
 }
 
+/* What RUNS training steps of train_mlp give: every step's loss, then the weights and the
+ * optimizer's sum of squares after the last. */
+enum { TRAIN_ROWS = 40, TRAIN_IN = 256, TRAIN_HID = 64, TRAIN_OUT = 10, TRAIN_RUNS = 48 };
+typedef struct trained_mlp {
+    float loss[TRAIN_RUNS], g2;
+    float w[TRAIN_IN * TRAIN_HID + TRAIN_HID + TRAIN_HID * TRAIN_OUT + TRAIN_OUT];
+    int64_t solo_runs;
+} trained_mlp;
+
+/* Trains x W1 + b1 -> relu -> dropout -> W2 + b2 -> softmax cross-entropy with Adam fused into
+ * the gradients' writers for TRAIN_RUNS steps on `threads` threads; with `slowed`, adaptively
+ * with a slowed pool (test_slow_pool), so most steps run solo. Its split plan has every kind
+ * of part: x W1 over k (the weight rows), W2's gradient over the pipeline's rows, W1's over
+ * its rows or columns, elementwise ops and dropout by example rows, the cross-entropy's mean,
+ * deferred and fused updates. */
+static void train_mlp(int threads, int slowed, trained_mlp *out) {
+    static float x[TRAIN_ROWS * TRAIN_IN];
+    int32_t labels[TRAIN_ROWS];
+    ct_rng_uniform(9, 1, 0, x, TRAIN_ROWS * TRAIN_IN);
+    for (int r = 0; r < TRAIN_ROWS; r++) {
+        labels[r] = (r * 3) % TRAIN_OUT;
+    }
+    const ct_shape shapes[4] = {S(TRAIN_IN, TRAIN_HID), S(TRAIN_HID), S(TRAIN_HID, TRAIN_OUT),
+                                S(TRAIN_OUT)};
+    const char *names[4] = {"w1", "b1", "w2", "b2"};
+    ct_params p;
+    ct_params_init(&p);
+    for (int k = 0; k < 4; k++) {
+        int64_t fan_in = shapes[k].dims[0], fan_out = shapes[k].dims[shapes[k].rank - 1];
+        ct_params_declare(&p, names[k], &shapes[k], 1, CT_INIT_GLOROT_UNIFORM, fan_in, fan_out);
+    }
+    ct_optimizer *opt = test_adam(&p, 5);
+    ct_backend *be = test_cpu_backend();
+    ct_graph *g;
+    ct_graph_create(be, 0, &g, NULL);
+    int xi = ct_placeholder(g, CT_F32, &S(TRAIN_ROWS, TRAIN_IN), "x");
+    int yi = ct_placeholder(g, CT_I32, &S(TRAIN_ROWS), "labels");
+    int w[4], gw[4];
+    for (int k = 0; k < 4; k++) {
+        w[k] = ct_variable(g, &shapes[k], ct_params_data(&p, k), names[k]);
+    }
+    int h = ct_dropout(g, ct_relu(g, ct_add(g, ct_matmul(g, xi, w[0], 0, 0), w[1])), 0.2f, 1);
+    int loss = ct_softmax_xent(g, ct_add(g, ct_matmul(g, h, w[2], 0, 0), w[3]), yi);
+    ct_graph_gradients(g, loss, -1, 4, w, gw, NULL);
+    for (int k = 0; k < 4; k++) {
+        ct_graph_write_into(g, gw[k], ct_params_grad(&p, k));
+    }
+    int upd = ct_apply_optimizer(g);
+    ct_graph_ctx(g)->params = &p;
+    ct_graph_ctx(g)->optimizer = opt;
+    int keep[4] = {xi, yi, loss, upd};
+    ct_graph_options o = ct_graph_default_options();
+    o.threads = threads;
+    o.split_min = 4096;
+    o.adapt = slowed;
+    ct_graph *cg = NULL;
+    ct_err err = {0};
+    cr_assert_eq(ct_graph_compile(g, &o, 4, keep, &cg, &err), CT_OK, "%s", err.msg);
+    const ct_graph_stats *st = ct_graph_get_stats(cg);
+    cr_assert(st->inner_splits > 0 && st->batch_splits > 0 && st->fused_updates > 0,
+              "%d threads: %d k splits of x W, %d of x^T dy, %d fused updates", threads,
+              st->inner_splits, st->batch_splits, st->fused_updates);
+    ct_graph_bind(cg, keep[0], x);
+    ct_graph_bind(cg, keep[1], labels);
+    ct_graph_ctx(cg)->seed = 11;
+    if (slowed) {
+        test_slow_pool(cg);
+    }
+    for (int r = 0; r < TRAIN_RUNS; r++) {
+        ct_graph_ctx(cg)->step = (uint64_t)r;
+        cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(ct_graph_read(cg, keep[2], &out->loss[r], sizeof(float), &err), CT_OK);
+    }
+    cr_assert_eq(ct_graph_read(cg, keep[3], &out->g2, sizeof(float), &err), CT_OK);
+    memcpy(out->w, ct_params_data(&p, 0), sizeof out->w);
+    out->solo_runs = st->solo_runs;
+    ct_graph_destroy(cg);
+    ct_graph_destroy(g);
+    ct_optimizer_destroy(opt);
+    ct_params_finish(&p);
+    ct_backend_destroy(be);
+}
+
+/* A slowed pool moves most training steps to the caller, where the nodes whose parts add
+ * nothing up run whole: every step's loss, the weights and the sum of squares after them are
+ * the bits of the pool's runs. */
+Test(exec_adapt, solo_training_steps_give_the_parallel_bits, .timeout = 120) {
+    static trained_mlp pool, solo;
+    for (int threads = 2; threads <= 3; threads++) {
+        train_mlp(threads, 0, &pool);
+        train_mlp(threads, 1, &solo);
+        cr_expect_gt(solo.solo_runs, TRAIN_RUNS / 2, "%d threads: %lld solo runs of %d", threads,
+                     (long long)solo.solo_runs, TRAIN_RUNS);
+        for (int r = 0; r < TRAIN_RUNS; r++) {
+            cr_expect(memcmp(&solo.loss[r], &pool.loss[r], sizeof(float)) == 0,
+                      "%d threads, step %d: loss %.9g solo, %.9g in the pool", threads, r,
+                      solo.loss[r], pool.loss[r]);
+        }
+        cr_expect(memcmp(solo.w, pool.w, sizeof solo.w) == 0, "%d threads: the weights differ",
+                  threads);
+        cr_expect(memcmp(&solo.g2, &pool.g2, sizeof(float)) == 0, "%d threads: g2 %.9g vs %.9g",
+                  threads, solo.g2, pool.g2);
+    }
+}
+
 /* ---- the backend's one-time setup, paid by compilation ---- */
 
 static int warm_ups;

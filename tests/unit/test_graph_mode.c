@@ -15,9 +15,7 @@
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
 #include "graph/op_impl.h" /* ct__exec_part_thread */
-
-#define S(...)                                                                                     \
-    ((ct_shape){.rank = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), .dims = {__VA_ARGS__}})
+#include "helpers.h"
 
 static ct_backend *be;
 
@@ -895,20 +893,6 @@ Test(graph_mode, row_pipeline_matches_one_thread) {
 
 /* ---- a small weight gradient split over a pipeline's rows ---- */
 
-/* Allocates p's values from `seed` and returns an Adam optimizer over them (lr 0.01). */
-static ct_optimizer *allocate_with_adam(ct_params *p, uint64_t seed) {
-    ct_err err = {0};
-    cr_assert_eq(ct_params_allocate(p, seed, &err), CT_OK, "%s", err.msg);
-    ct_optimizer_spec spec = {.type = CT_OPT_ADAM,
-                              .learning_rate = 0.01f,
-                              .beta1 = 0.9f,
-                              .beta2 = 0.999f,
-                              .epsilon = 1e-7f};
-    ct_optimizer *opt;
-    cr_assert_eq(ct_optimizer_create(&spec, p, &opt, &err), CT_OK, "%s", err.msg);
-    return opt;
-}
-
 /* An MLP step whose second weight is small: with a split threshold above its gradient h^T dl
  * (400) and below the first layer's GEMMs (10240), at 2 and 3 threads that gradient splits
  * over k, the example rows the pipeline carries: part p multiplies its own rows, the parts
@@ -933,7 +917,7 @@ Test(graph_mode, small_weight_gradient_splits_over_pipeline_rows) {
         ct_params_declare(&p, "w1", &S(IN, HID), 1, CT_INIT_GLOROT_UNIFORM, IN, HID);
         ct_params_declare(&p, "w2", &S(HID, OUT), 1, CT_INIT_GLOROT_UNIFORM, HID, OUT);
         ct_err err = {0};
-        ct_optimizer *opt = allocate_with_adam(&p, 5);
+        ct_optimizer *opt = test_adam(&p, 5);
         ct_graph *g;
         ct_graph_create(be, 0, &g, NULL);
         int xi = ct_placeholder(g, CT_F32, &S(ROWS, IN), "x");
@@ -1029,7 +1013,7 @@ Test(graph_mode, inner_split_matmul_matches_one_thread) {
             ct_params_init(&p);
             ct_params_declare(&p, "w", &S(IN, HID), 1, CT_INIT_GLOROT_UNIFORM, IN, HID);
             ct_err err = {0};
-            ct_optimizer *opt = allocate_with_adam(&p, 7);
+            ct_optimizer *opt = test_adam(&p, 7);
             ct_graph *g;
             ct_graph_create(be, 0, &g, NULL);
             int xi = ct_placeholder(g, CT_F32, &S(ROWS, IN), "x");

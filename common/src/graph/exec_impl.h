@@ -244,6 +244,14 @@ int ct__exec_linkable(ct_graph *g, const ct_exec *e, int a, int s);
 int ct__exec_has_linked_input(ct_graph *g, const ct_exec *e, int i);
 /* exec_part.c: runs part `part` of node i (CT__UPDATE_TASK: its deferred update). */
 void ct__exec_run_part(ct_exec *e, int i, int part);
+/* exec_part.c: 1 when split node i, run whole, gives its parts' bits: elementwise ops, dropout,
+ * pools, convolutions other than 1x1 (not a GEMM, not a sum of partial results). */
+int ct__exec_runs_whole(const ct_exec *e, int i);
+/* exec_part.c: node i's kernel on its whole work in one call, then its fused update by parts. */
+void ct__exec_run_whole(ct_exec *e, int i);
+/* exec_part.c: what ends node i once its kernels ran: the partial products no reader adds, the
+ * sum of the updates (APPLY_OPTIMIZER), the cross-entropy's mean, then the node_done hook. */
+void ct__exec_end_node(ct_exec *e, int i);
 /* exec_part.c: the profiler's per-node detail text (interned), once per executor. */
 void ct__exec_name_nodes(ct_exec *e);
 /* exec_part.c: adds the partial products of CT__MM_INNER node i's parts 1.. into its output,

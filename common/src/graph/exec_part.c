@@ -181,8 +181,23 @@ static void run_batch_part(const ct_exec *e, int i, int part, ct_node *const *in
     e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
 }
 
-/* The kernel of part `part` of node i, or of the whole node. */
-static void run_part_kernel(ct_exec *e, int i, int part) {
+/* The mean loss of softmax cross-entropy split by rows: the mean of the parts' means, weighted
+ * by their rows. */
+static void combine_xent_parts(const ct_exec *e, int i, ct_node *n) {
+    int64_t rows = e->work[i] / e->row_len[i];
+    double loss = 0.0;
+    for (int p = 0; p < e->parts[i]; p++) {
+        ct__part_view v = ct__exec_part_range(e, i, p);
+        loss += (double)e->row_partial[(size_t)i * CT__MAX_PARTS + p] *
+                (double)((v.end - v.begin) / e->row_len[i]);
+    }
+    CT__F32(&n->out)[0] = rows ? (float)(loss / (double)rows) : 0.0f;
+}
+
+/* The kernel of part `part` of node i on view v of its work (every part's views, or the
+ * whole work for a node whose parts add nothing up: ct__exec_runs_whole), or of the whole node
+ * when it is not split. */
+static void run_part_kernel(ct_exec *e, int i, int part, ct__part_view v) {
     ct_graph *g = e->g;
     ct_node *n = ct_graph_node(g, i);
     ct_node *ins[CT_MAX_INPUTS];
@@ -196,7 +211,6 @@ static void run_part_kernel(ct_exec *e, int i, int part) {
         e->be->vt->kernels[n->op](ct_graph_ctx(g), n, ins);
         return;
     }
-    ct__part_view v = ct__exec_part_range(e, i, part);
     if (n->op == CT_OP_MATMUL) {
         run_matmul_part(e, i, part, ins, v);
     } else if (n->op == CT_OP_DROPOUT) {
@@ -239,13 +253,13 @@ static void run_update_task(ct_exec *e, int i, int part) {
     }
 }
 
-/* The kernel share of a part: the k parts' sum it reads first, then its kernel. */
-static void run_kernel_share(ct_exec *e, int i, int part) {
-    if (e->inner_sum[i] >= 0) { /* this part's rows of the k parts' sum */
-        ct__part_view v = ct__exec_part_range(e, i, part);
+/* The kernel share of view v (part `part`'s, or the whole work): the k parts' sum it reads
+ * first, then its kernel. */
+static void run_kernel_share(ct_exec *e, int i, int part, ct__part_view v) {
+    if (e->inner_sum[i] >= 0) { /* these rows of the k parts' sum */
         ct__exec_add_inner_parts(e, e->inner_sum[i], v.begin, v.end);
     }
-    run_part_kernel(e, i, part);
+    run_part_kernel(e, i, part, v);
 }
 
 static int fuses_update(const ct_exec *e, int i) {
@@ -264,7 +278,7 @@ static void run_part_recorded(ct_exec *e, int i, int part) {
                      detail, -1, -1, -1, -1);
         return;
     }
-    run_kernel_share(e, i, part);
+    run_kernel_share(e, i, part, ct__exec_part_range(e, i, part));
     /* APPLY_OPTIMIZER unfused is the optimizer too */
     ct__prof_end(t0, n->op == CT_OP_APPLY_OPTIMIZER ? CT__PROF_OPTIMIZER : CT__PROF_OP,
                  ct_op_name(n->op), detail, -1, -1, e->parts[i] > 1 ? part : -1, -1);
@@ -287,9 +301,59 @@ void ct__exec_run_part(ct_exec *e, int i, int part) {
         run_update_task(e, i, part);
         return;
     }
-    run_kernel_share(e, i, part);
+    run_kernel_share(e, i, part, ct__exec_part_range(e, i, part));
     if (fuses_update(e, i)) {
         run_fused_update(e, i, part);
+    }
+}
+
+int ct__exec_runs_whole(const ct_exec *e, int i) {
+    const ct_node *n = ct_graph_node(e->g, i);
+    if (e->parts[i] < 2 || i == e->upd) { /* APPLY_OPTIMIZER's shares: sums of squares */
+        return 0;
+    }
+    switch (n->op) {
+    case CT_OP_MATMUL:       /* the GEMM library's rounding depends on the shape it is given (a test
+                              * of 37 rows split in 3 saw it) */
+    case CT_OP_SOFTMAX_XENT: /* the parts' means, weighted */
+    case CT_OP_CONV2D_GRAD_FILTER: /* partial sums over examples */
+        return 0;
+    case CT_OP_CONV2D: /* a 1x1 filter is one GEMM over every example's pixels (as a matmul) */
+    case CT_OP_CONV2D_GRAD_INPUT: {
+        const ct_shape *w = &ct_graph_node(e->g, n->in[1])->out.shape;
+        return w->dims[0] * w->dims[1] > 1;
+    }
+    default: /* elements or examples, each computed as in one call */
+        return 1;
+    }
+}
+
+void ct__exec_run_whole(ct_exec *e, int i) {
+    const char *detail = e->prof_detail ? e->prof_detail[i] : NULL;
+    int64_t t0 = ct__prof_begin();
+    run_kernel_share(e, i, 0, (ct__part_view){0, e->work[i]});
+    ct__prof_end(t0, CT__PROF_OP, ct_op_name(ct_graph_node(e->g, i)->op), detail, -1, -1, -1, -1);
+    for (int p = 0; fuses_update(e, i) && p < e->parts[i]; p++) {
+        t0 = ct__prof_begin();
+        run_fused_update(e, i, p); /* by parts: their sums of squares are added in part order */
+        ct__prof_end(t0, CT__PROF_OPTIMIZER, "fused_update", detail, -1, -1, -1, -1);
+    }
+}
+
+void ct__exec_end_node(ct_exec *e, int i) {
+    ct_node *n = ct_graph_node(e->g, i);
+    if (e->inner_off[i] >= 0 && !e->inner_summed[i]) { /* no reader adds the parts up */
+        ct__exec_add_inner_parts(e, i, 0, ct_tensor_numel(&n->out));
+    }
+    if (i == e->upd) {
+        ct__exec_sum_updates(e);
+    }
+    if (n->op == CT_OP_SOFTMAX_XENT && e->parts[i] > 1) {
+        combine_xent_parts(e, i, n);
+    }
+    const ct_kctx *ctx = ct_graph_ctx(e->g);
+    if (ctx->node_done) { /* the output is whole now: a reducer may send it */
+        ctx->node_done(ctx->hook_user, n);
     }
 }
 

@@ -8,8 +8,9 @@
  * from step to step. A thread idle for STEAL_SECONDS takes other threads' parts too.
  *
  * Solo runs: when runs measure faster on the calling thread alone (exec_adapt.c: a pool thread's
- * core is taken by another process), the caller runs every part itself and the workers sleep;
- * the parts and their order of addition are the same, so are the bits. */
+ * core is taken by another process), the caller runs the graph in index order, as one thread
+ * does, and the workers sleep. Split nodes whose parts add partial results up run part by part,
+ * in part order, so the bits are a parallel run's; the others run whole (run_in_order). */
 #define _GNU_SOURCE /* gettid */
 #include <sched.h>
 #include <stdio.h>
@@ -110,40 +111,14 @@ static int pop(ct_exec *e, int self, int steal, int *node, int *part) {
     return 0;
 }
 
-/* The mean loss of softmax cross-entropy split by rows: the mean of the parts' means, weighted
- * by their rows. */
-static void combine_xent_parts(const ct_exec *e, int i, ct_node *n) {
-    int64_t rows = e->work[i] / e->row_len[i];
-    double loss = 0.0;
-    for (int p = 0; p < e->parts[i]; p++) {
-        ct__part_view v = ct__exec_part_range(e, i, p);
-        loss += (double)e->row_partial[(size_t)i * CT__MAX_PARTS + p] *
-                (double)((v.end - v.begin) / e->row_len[i]);
-    }
-    CT__F32(&n->out)[0] = rows ? (float)(loss / (double)rows) : 0.0f;
-}
-
-/* Node i's last part is done: the hook, the partial products no reader adds, the deferred
- * updates it gates, the sum of the updates, and the successors' edges. */
+/* Node i's last part is done: what ends it (ct__exec_end_node), the deferred updates it gates,
+ * and the successors' edges. */
 static void finish_node(ct_exec *e, int i) {
-    ct_node *n = ct_graph_node(e->g, i);
-    const ct_kctx *ctx = ct_graph_ctx(e->g);
-    if (ctx->node_done) { /* from whichever thread finished it: the hook must be thread-safe */
-        ctx->node_done(ctx->hook_user, n);
-    }
-    if (e->inner_off[i] >= 0 && !e->inner_summed[i]) { /* no reader adds the parts up */
-        ct__exec_add_inner_parts(e, i, 0, ct_tensor_numel(&n->out));
-    }
+    ct__exec_end_node(e, i); /* from whichever thread finished it: the hook must be thread-safe */
     for (int k = e->upd >= 0 ? e->gate_off[i] : 0; e->upd >= 0 && k < e->gate_off[i + 1]; k++) {
         if (atomic_fetch_sub(&e->gates_left[e->gated[k]], 1) == 1) {
             push(e, e->gated[k], CT__UPDATE_TASK);
         }
-    }
-    if (i == e->upd) {
-        ct__exec_sum_updates(e);
-    }
-    if (n->op == CT_OP_SOFTMAX_XENT && e->parts[i] > 1) {
-        combine_xent_parts(e, i, n);
     }
     for (int k = e->succ_off[i]; k < e->succ_off[i + 1]; k++) {
         if (!e->linked[k]) {
@@ -178,7 +153,7 @@ static int follow_links(ct_exec *e, int self, int node, int part) {
 /* Runs tasks until every node of the current run is done. A part of a row pipeline that the
  * last part made ready runs next on the same thread, without the queue: its rows are still in
  * this core's cache, and the pipeline goes before side branches. */
-static void work(ct_exec *e, int self, int solo) {
+static void work(ct_exec *e, int self) {
     int spins = 0, next = -1, next_part = 0;
     double idle_since = 0.0;
     while (atomic_load(&e->done) < e->n_run && atomic_load(&e->running)) {
@@ -187,8 +162,7 @@ static void work(ct_exec *e, int self, int solo) {
             node = next;
             part = next_part;
             next = -1;
-        } else if (!pop(e, self,
-                        solo || (idle_since > 0.0 && ct__now_s() - idle_since > STEAL_SECONDS),
+        } else if (!pop(e, self, idle_since > 0.0 && ct__now_s() - idle_since > STEAL_SECONDS,
                         &node, &part)) {
             if (idle_since == 0.0) {
                 idle_since = ct__now_s();
@@ -251,38 +225,44 @@ static void *worker_main(void *arg) {
          * caller waits for active == 0 before it returns (and before it resets the queue). */
         atomic_fetch_add(&e->active, 1);
         if (atomic_load(&e->running) && atomic_load(&e->generation) == run) {
-            work(e, self, 0);
+            work(e, self);
         }
         atomic_fetch_sub(&e->active, 1);
     }
 }
 
-/* threads = 1: every node in order on the calling thread, each deferred update as soon as its
- * last gate is done. */
+/* One thread runs every node in index order (threads = 1, or a solo run), each deferred update
+ * as soon as its last gate is done. A split node whose parts add nothing up runs whole: one
+ * kernel call that reads its weights and transforms its filter once, as with one thread (a solo
+ * run's parts cost up to 4% more); the others run part by part, so the bits stay a parallel
+ * run's. */
 static void run_in_order(ct_graph *g, ct_exec *e) {
-    const ct_kctx *ctx = ct_graph_ctx(g);
     for (int i = 0; i < e->n; i++) {
         if (!ct__exec_runs(ct_graph_node(g, i))) {
             continue;
         }
-        ct__exec_run_part(e, i, 0);
+        if (ct__exec_runs_whole(e, i)) {
+            ct__exec_run_whole(e, i);
+        } else {
+            for (int p = 0; p < e->parts[i]; p++) {
+                ct__exec_run_part(e, i, p);
+            }
+        }
+        for (int p = 0; e->ran_on && p < e->parts[i]; p++) {
+            e->ran_on[(size_t)i * CT__MAX_PARTS + p] = 0;
+        }
+        ct__exec_end_node(e, i);
         for (int k = e->upd >= 0 ? e->gate_off[i] : 0; e->upd >= 0 && k < e->gate_off[i + 1]; k++) {
             if (atomic_fetch_sub(&e->gates_left[e->gated[k]], 1) == 1) {
                 ct__exec_run_part(e, e->gated[k], CT__UPDATE_TASK);
             }
         }
-        if (i == e->upd) {
-            ct__exec_sum_updates(e);
-        }
-        if (ctx->node_done) {
-            ctx->node_done(ctx->hook_user, ct_graph_node(g, i));
-        }
     }
 }
 
-/* Resets the counters and queues, queues the parts with no predecessors and, unless the run is
- * solo, wakes the workers for it (generation: the run; wake_gen: the runs they join). */
-static void start_run(ct_graph *g, ct_exec *e, int solo) {
+/* Resets the counters and queues, queues the parts with no predecessors and wakes the workers
+ * for the run (generation: the run; wake_gen: the runs they join). */
+static void start_run(ct_graph *g, ct_exec *e) {
     for (int i = 0; i < e->n; i++) {
         for (int p = 0; p < e->parts[i]; p++) {
             atomic_store(&e->pending[(size_t)i * CT__MAX_PARTS + p], e->n_pred[i]);
@@ -304,11 +284,9 @@ static void start_run(ct_graph *g, ct_exec *e, int solo) {
         }
     }
     atomic_store(&e->running, 1);
-    if (!solo) {
-        atomic_store(&e->wake_run, atomic_load(&e->generation));
-        atomic_fetch_add(&e->wake_gen, 1);
-        pthread_cond_broadcast(&e->wake);
-    }
+    atomic_store(&e->wake_run, atomic_load(&e->generation));
+    atomic_fetch_add(&e->wake_gen, 1);
+    pthread_cond_broadcast(&e->wake);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -330,12 +308,16 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     const int solo = e->adaptive && e->adapt.mode == CT__RUN_SOLO;
     const double start = ct__now_s();
     e->solo = solo;
-    start_run(g, e, solo);
     e->be->vt->set_threads(e->be, 1);
-    work(e, 0, solo);
-    atomic_store(&e->running, 0);
-    while (atomic_load(&e->active) > 0) {
-        sched_yield(); /* workers finish the part they hold; none starts another */
+    if (solo) { /* the workers sleep (or spin out their last run's wait) */
+        run_in_order(g, e);
+    } else {
+        start_run(g, e);
+        work(e, 0);
+        atomic_store(&e->running, 0);
+        while (atomic_load(&e->active) > 0) {
+            sched_yield(); /* workers finish the part they hold; none starts another */
+        }
     }
     ct_graph_stats *stats = ct__graph_stats(g);
     if (e->adaptive) {

@@ -124,6 +124,8 @@ ct_status ct__exec_build_successors(ct_graph *g, ct_exec *e, ct__exec_build *b, 
     }
     dedupe_edges(&b->edges);
     for (int k = 0; k < b->edges.n; k++) {
+        /* index order meets every edge: one thread (and a solo run) runs nodes in that order */
+        CT_ASSERT(b->edges.e[k].from < b->edges.e[k].to);
         e->succ_off[b->edges.e[k].from + 1]++;
         e->n_pred[b->edges.e[k].to]++;
     }
