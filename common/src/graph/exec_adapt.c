@@ -4,55 +4,52 @@
  * Why: a split node's part p waits for thread p. On a quiet machine that pays (each core keeps
  * its rows in cache), but when the host takes a core away from one of the pool's threads (another
  * process on that core, a data worker or parameter server beside the trainer), a part that thread
- * holds waits for a whole time slice of the scheduler, every step: two threads then ran the MLP
- * at 0.4x one thread. No finer split or stealing helps with a part that is already running on a
- * descheduled thread, so the executor measures both ways and takes the faster one.
+ * holds waits for the scheduler to run it again: two threads then ran the MLP at 0.4x one thread.
+ * No finer split or stealing helps with a part that is already running on a descheduled thread,
+ * so the executor measures both ways and takes the faster one.
  *
- * How: runs are timed in windows of CT__ADAPT_WINDOW, each window in one mode; a window's
- * median (robust to the odd slow step, and to the first runs' page faults) is that mode's time.
- * The mode in use (parallel at first) is probed against the other one window at a time: right
- * after the first window (a loaded host's CNN step goes solo from its 17th run), then after gaps
- * that double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost
- * probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can be
- * 10x the solo ones); a probe stops as soon as more than half of its window was slower, since its
- * median then cannot win), and at once when the mode in use gets CT__ADAPT_CHANGED times slower
- * than its last window (the machine changed). A probe that is faster by CT__ADAPT_MARGIN takes
- * over. Both modes compute the same bits: parts are added in part order whichever thread runs them.
+ * How: runs are timed in windows, each in one mode, of at least CT__ADAPT_WINDOW runs and
+ * CT__ADAPT_WINDOW_S seconds; a window's mean run time is that mode's time. The mean, not the
+ * median: on a shared core most parallel runs are as fast as on a quiet one and a few wait
+ * milliseconds for the scheduler (measured under `yes`: MLP windows' medians 115 us against
+ * 182 us solo, their means 4x that), and the span lets a window see the scheduler's time slices.
+ * The first window (parallel) leaves out its first run (page faults). The mode in use is probed
+ * against the other one window at a time: right after the first window, then after gaps that
+ * double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost
+ * probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can
+ * be 10x the solo ones); a probe stops as soon as more than CT__ADAPT_WINDOW / 2 of its runs were
+ * slower (it would take a run 4x faster than the rest to win), and comes at once when two windows
+ * in a row of the mode in use are CT__ADAPT_CHANGED times slower than the one before them (the
+ * machine changed; one slow window is a hiccup). A probe that is faster by CT__ADAPT_MARGIN takes
+ * over. Both modes compute the same bits (exec_pool.c).
  */
 #include <math.h>
 #include <stdio.h>
 
 #include "graph/exec_impl.h"
 
-#define CT__ADAPT_MIN_GAP 2   /* windows in a mode after a switch before the next probe */
-#define CT__ADAPT_MAX_GAP 512 /* at most this many windows between probes */
-#define CT__ADAPT_BUDGET 0.02 /* lost probes cost at most this share of the time between them */
-#define CT__ADAPT_MARGIN 0.97 /* a probe wins when its median is below this share */
-#define CT__ADAPT_CHANGED 1.3 /* a mode this much slower than its last window: probe now */
+#define CT__ADAPT_WINDOW_S 0.01 /* a window spans at least this: several scheduler slices */
+#define CT__ADAPT_MIN_GAP 2     /* windows in a mode after a switch before the next probe */
+#define CT__ADAPT_MAX_GAP 512   /* at most this many windows between probes */
+#define CT__ADAPT_BUDGET 0.02   /* lost probes cost at most this share of the time between them */
+#define CT__ADAPT_MARGIN 0.97   /* a probe wins when its mean is below this share */
+#define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
 
 void ct__exec_adapt_init(ct__exec_adapt *a) {
     *a = (ct__exec_adapt){.mode = CT__RUN_PARALLEL, .chosen = CT__RUN_PARALLEL, .warmup = 1};
 }
 
-/* The median of n run times (n <= CT__ADAPT_WINDOW), sorted in place. */
-static double median(double *t, int n) {
-    for (int i = 1; i < n; i++) {
-        double v = t[i];
-        int j = i - 1;
-        for (; j >= 0 && t[j] > v; j--) {
-            t[j + 1] = t[j];
-        }
-        t[j + 1] = v;
-    }
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-/* A window of the mode in use (not a probe) ended at median m. */
+/* A window of the mode in use (not a probe) ended at mean m. */
 static void chosen_window(ct__exec_adapt *a, double m) {
     const int other = !a->chosen;
-    double last = a->median[a->chosen];
-    a->median[a->chosen] = m;
-    if (a->median[other] <= 0.0 || (last > 0.0 && m > CT__ADAPT_CHANGED * last)) {
+    const double last = a->mean[a->chosen];
+    a->changed = last > 0.0 && m > CT__ADAPT_CHANGED * last ? a->changed + 1 : 0;
+    if (a->changed == 1) {
+        return; /* one slow window: a hiccup, unless the next one is slow too */
+    }
+    a->mean[a->chosen] = m;
+    if (a->mean[other] <= 0.0 || a->changed) { /* the machine changed: probe now */
+        a->changed = 0;
         a->gap = CT__ADAPT_MIN_GAP;
         a->probe_in = 0;
     } else if (a->probe_in > 0) {
@@ -61,18 +58,19 @@ static void chosen_window(ct__exec_adapt *a, double m) {
     a->mode = a->probe_in == 0 ? other : a->chosen;
 }
 
-/* A probe window of the other mode ended at median m (or lost early): it takes over when
- * faster. */
+/* A probe window of the other mode ended at mean m (or lost early): it takes over when faster. */
 static void probe_window(ct__exec_adapt *a, double m) {
-    a->median[a->mode] = m;
+    a->mean[a->mode] = m;
     a->filled = a->slow = 0;
-    if (m < CT__ADAPT_MARGIN * a->median[a->chosen]) {
+    a->sum = 0.0;
+    if (m < CT__ADAPT_MARGIN * a->mean[a->chosen]) {
         a->chosen = a->mode;
         a->switches++;
         a->gap = CT__ADAPT_MIN_GAP;
     } else { /* double the gap, and more when the probe was costly (a slowed pool's runs can
               * be 10x the solo ones: the time lost must stay within the budget) */
-        double base = CT__ADAPT_BUDGET * a->median[a->chosen] * CT__ADAPT_WINDOW;
+        double base =
+            CT__ADAPT_BUDGET * fmax(a->mean[a->chosen] * CT__ADAPT_WINDOW, CT__ADAPT_WINDOW_S);
         double gap = fmax(2.0 * a->gap, base > 0.0 ? ceil(a->probe_cost / base) : 0.0);
         a->gap = gap < CT__ADAPT_MAX_GAP ? (int)gap : CT__ADAPT_MAX_GAP;
     }
@@ -83,22 +81,27 @@ static void probe_window(ct__exec_adapt *a, double m) {
 
 void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->runs[a->mode]++;
-    a->times[a->filled++] = seconds;
+    if (a->warmup && a->runs[a->mode] == 1) {
+        return; /* the first run: page faults, first touches */
+    }
+    a->filled++;
+    a->sum += seconds;
     const int probing = !a->warmup && a->mode != a->chosen;
-    a->slow += probing && seconds >= CT__ADAPT_MARGIN * a->median[a->chosen];
-    a->probe_cost += probing ? seconds - a->median[a->chosen] : 0.0;
-    if (a->slow > CT__ADAPT_WINDOW / 2) { /* its median cannot win: stop paying for it */
-        probe_window(a, seconds);
+    a->slow += probing && seconds >= CT__ADAPT_MARGIN * a->mean[a->chosen];
+    a->probe_cost += probing ? seconds - a->mean[a->chosen] : 0.0;
+    if (a->slow > CT__ADAPT_WINDOW / 2) { /* it cannot win: stop paying for it */
+        probe_window(a, fmax(a->sum / a->filled, a->mean[a->chosen]));
         return;
     }
-    if (a->filled < CT__ADAPT_WINDOW) {
+    if (a->filled < CT__ADAPT_WINDOW || a->sum < CT__ADAPT_WINDOW_S) {
         return;
     }
-    double m = median(a->times, a->filled);
+    double m = a->sum / a->filled;
     a->filled = 0;
-    if (a->warmup) { /* the median shrugs off the first runs' page faults: probe at once */
+    a->sum = 0.0;
+    if (a->warmup) { /* the parallel runs' first mean: probe solo at once */
         a->warmup = 0;
-        a->median[a->chosen] = m;
+        a->mean[a->chosen] = m;
         a->gap = CT__ADAPT_MIN_GAP;
         a->probe_in = 0;
         a->mode = !a->chosen;

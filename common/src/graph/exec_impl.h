@@ -22,22 +22,23 @@ enum { CT__MM_ROWS, CT__MM_COLS, CT__MM_INNER };
 
 /* How a run uses the pool (exec_adapt.c): every thread, or the calling thread alone. */
 enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
-#define CT__ADAPT_WINDOW 8 /* runs per measured window */
+#define CT__ADAPT_WINDOW 8 /* runs per measured window, at least */
 
-/* exec_adapt.c's state: run times per window, each mode's last median, when to probe. */
+/* exec_adapt.c's state: the window in progress, each mode's last mean, when to probe. */
 typedef struct ct__exec_adapt {
     int mode;          /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
     int chosen;        /* the mode in use between probes */
-    int warmup;        /* 1 during the first window (the parallel runs' first median) */
-    int filled;        /* run times in `times` */
-    int slow;          /* runs of the probe in progress not faster than the chosen mode's median */
-    double probe_cost; /* seconds the probe in progress took beyond the chosen mode's median */
+    int warmup;        /* 1 during the first window (the parallel runs' first mean) */
+    int filled;        /* runs in the window in progress */
+    double sum;        /* their seconds */
+    int slow;          /* runs of the probe in progress not faster than the chosen mode's mean */
+    double probe_cost; /* seconds the probe in progress took beyond the chosen mode's mean */
     int gap;           /* windows between probes, doubled after each lost probe */
     int probe_in;      /* windows of the chosen mode left before the next probe */
-    double times[CT__ADAPT_WINDOW];
-    double median[2]; /* per mode, its last window's median run time; 0: not measured */
-    int64_t runs[2];  /* runs per mode */
-    int64_t switches; /* probes that took over */
+    int changed;       /* windows in a row of the chosen mode CT__ADAPT_CHANGED times slower */
+    double mean[2];    /* per mode, its last window's mean run time; 0: not measured */
+    int64_t runs[2];   /* runs per mode */
+    int64_t switches;  /* probes that took over */
 } ct__exec_adapt;
 
 /* A task queue's positions, on their own cache line. */
