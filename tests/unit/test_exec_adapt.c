@@ -27,8 +27,9 @@ TestSuite(exec_adapt);
 Test(exec_adapt, a_faster_pool_keeps_the_pool) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    /* the first window: its first run (page faults) is not counted */
-    cr_expect_eq(drive(&a, CT__ADAPT_WINDOW + 1, 1.0, 1.9), 0, "probed during the warm-up");
+    /* the first window: its first runs (page faults) are not counted */
+    cr_expect_eq(drive(&a, CT__ADAPT_SKIP + CT__ADAPT_WINDOW, 1.0, 1.9), 0,
+                 "probed during the warm-up");
     cr_expect_eq(a.mode, CT__RUN_SOLO, "no probe right after the warm-up window");
     int64_t solo = drive(&a, 20000, 1.0, 1.9);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL);
@@ -42,7 +43,7 @@ Test(exec_adapt, a_faster_pool_keeps_the_pool) {
 Test(exec_adapt, a_slowed_pool_goes_solo) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, 2 * CT__ADAPT_WINDOW + 1, 2.5, 1.0);
+    drive(&a, 2 * (CT__ADAPT_SKIP + CT__ADAPT_WINDOW), 2.5, 1.0);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after the warm-up window and a probe");
     int64_t solo = drive(&a, 20000, 2.5, 1.0);
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
@@ -63,7 +64,8 @@ Test(exec_adapt, probes_of_a_much_slower_pool_stay_cheap) {
                  spent, (long long)(a.runs[CT__RUN_PARALLEL] - before));
 }
 
-/* The machine changes: the pool slows down (a window later the executor probes and goes solo),
+/* The machine changes: the pool slows down (two slow windows later the executor probes and goes
+ * solo),
  * then the other process ends (a later probe brings the pool back). A probe that wins by less
  * than the margin does not switch. */
 Test(exec_adapt, it_follows_the_machine) {
@@ -71,7 +73,7 @@ Test(exec_adapt, it_follows_the_machine) {
     ct__exec_adapt_init(&a);
     drive(&a, 5000, 1.0, 1.8);
     cr_assert_eq(a.chosen, CT__RUN_PARALLEL);
-    drive(&a, 3 * CT__ADAPT_WINDOW, 3.0, 1.8);
+    drive(&a, 2 * CT__ADAPT_WINDOW + CT__ADAPT_SKIP + CT__ADAPT_WINDOW, 3.0, 1.8);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "the pool slowed 3x and the executor stayed on it");
     drive(&a, 200 * CT__ADAPT_WINDOW, 1.0, 1.8);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL, "the core came back and the pool did not");
@@ -114,7 +116,7 @@ Test(exec_adapt, a_pool_with_a_slow_tail_goes_solo) {
 Test(exec_adapt, a_window_spans_the_scheduler_slices) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, 1 + CT__ADAPT_WINDOW, 1e-3, 2e-3);
+    drive(&a, CT__ADAPT_SKIP + CT__ADAPT_WINDOW, 1e-3, 2e-3);
     cr_expect_eq(a.mode, CT__RUN_PARALLEL, "a window of 8 runs of 1 ms ended");
     drive(&a, 2, 1e-3, 2e-3);
     cr_expect_eq(a.mode, CT__RUN_SOLO, "a window of 10 runs of 1 ms did not end");

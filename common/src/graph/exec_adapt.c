@@ -13,12 +13,16 @@
  * median: on a shared core most parallel runs are as fast as on a quiet one and a few wait
  * milliseconds for the scheduler (measured under `yes`: MLP windows' medians 115 us against
  * 182 us solo, their means 4x that), and the span lets a window see the scheduler's time slices.
- * The first window (parallel) leaves out its first run (page faults). The mode in use is probed
+ * A window after a change of mode leaves out its first CT__ADAPT_SKIP runs: the first run's
+ * page faults; a probe of the pool wakes a sleeping worker (whose core the host may have
+ * halted) and moves its rows into that core's cache (measured: 5 runs after a solo stretch,
+ * 570 us against 170 us later). The mode in use is probed
  * against the other one window at a time: right after the first window, then after gaps that
  * double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost
  * probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can
- * be 10x the solo ones); a probe stops as soon as more than CT__ADAPT_WINDOW / 2 of its runs were
- * slower (it would take a run 4x faster than the rest to win), and comes at once when two windows
+ * be 10x the solo ones); a probe stops once its first CT__ADAPT_WINDOW measured runs are not
+ * faster on average than the mode in use, or half as many twice as slow (it is losing), and
+ * comes at once when two windows
  * in a row of the mode in use are CT__ADAPT_CHANGED times slower than the one before them (the
  * machine changed; one slow window is a hiccup). A probe that is faster by CT__ADAPT_MARGIN takes
  * over. Both modes compute the same bits (exec_pool.c).
@@ -36,7 +40,15 @@
 #define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
 
 void ct__exec_adapt_init(ct__exec_adapt *a) {
-    *a = (ct__exec_adapt){.mode = CT__RUN_PARALLEL, .chosen = CT__RUN_PARALLEL, .warmup = 1};
+    *a = (ct__exec_adapt){
+        .mode = CT__RUN_PARALLEL, .chosen = CT__RUN_PARALLEL, .warmup = 1, .skip = CT__ADAPT_SKIP};
+}
+
+/* The next run is in mode `mode`: a window starts, its first runs not counted when the mode
+ * changed. */
+static void set_mode(ct__exec_adapt *a, int mode) {
+    a->skip = mode != a->mode ? CT__ADAPT_SKIP : a->skip;
+    a->mode = mode;
 }
 
 /* A window of the mode in use (not a probe) ended at mean m. */
@@ -55,13 +67,13 @@ static void chosen_window(ct__exec_adapt *a, double m) {
     } else if (a->probe_in > 0) {
         a->probe_in--;
     }
-    a->mode = a->probe_in == 0 ? other : a->chosen;
+    set_mode(a, a->probe_in == 0 ? other : a->chosen);
 }
 
 /* A probe window of the other mode ended at mean m (or lost early): it takes over when faster. */
 static void probe_window(ct__exec_adapt *a, double m) {
     a->mean[a->mode] = m;
-    a->filled = a->slow = 0;
+    a->filled = 0;
     a->sum = 0.0;
     if (m < CT__ADAPT_MARGIN * a->mean[a->chosen]) {
         a->chosen = a->mode;
@@ -76,21 +88,25 @@ static void probe_window(ct__exec_adapt *a, double m) {
     }
     a->probe_cost = 0.0;
     a->probe_in = a->gap;
-    a->mode = a->chosen;
+    set_mode(a, a->chosen);
 }
 
 void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->runs[a->mode]++;
-    if (a->warmup && a->runs[a->mode] == 1) {
-        return; /* the first run: page faults, first touches */
+    const int probing = !a->warmup && a->mode != a->chosen;
+    a->probe_cost += probing ? seconds - a->mean[a->chosen] : 0.0;
+    if (a->skip > 0) {
+        a->skip--;
+        return;
     }
     a->filled++;
     a->sum += seconds;
-    const int probing = !a->warmup && a->mode != a->chosen;
-    a->slow += probing && seconds >= CT__ADAPT_MARGIN * a->mean[a->chosen];
-    a->probe_cost += probing ? seconds - a->mean[a->chosen] : 0.0;
-    if (a->slow > CT__ADAPT_WINDOW / 2) { /* it cannot win: stop paying for it */
-        probe_window(a, fmax(a->sum / a->filled, a->mean[a->chosen]));
+    /* losing (after half a window, clearly): stop paying for it */
+    const double lost = a->filled >= CT__ADAPT_WINDOW       ? 1.0
+                        : a->filled >= CT__ADAPT_WINDOW / 2 ? 2.0
+                                                            : INFINITY;
+    if (probing && a->sum >= lost * a->filled * a->mean[a->chosen]) {
+        probe_window(a, a->sum / a->filled);
         return;
     }
     if (a->filled < CT__ADAPT_WINDOW || a->sum < CT__ADAPT_WINDOW_S) {
@@ -104,7 +120,7 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
         a->mean[a->chosen] = m;
         a->gap = CT__ADAPT_MIN_GAP;
         a->probe_in = 0;
-        a->mode = !a->chosen;
+        set_mode(a, !a->chosen);
         return;
     }
     if (a->mode == a->chosen) {

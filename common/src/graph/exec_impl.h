@@ -23,15 +23,16 @@ enum { CT__MM_ROWS, CT__MM_COLS, CT__MM_INNER };
 /* How a run uses the pool (exec_adapt.c): every thread, or the calling thread alone. */
 enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
 #define CT__ADAPT_WINDOW 8 /* runs per measured window, at least */
+#define CT__ADAPT_SKIP 4   /* runs not measured after a change of mode (first touches) */
 
 /* exec_adapt.c's state: the window in progress, each mode's last mean, when to probe. */
 typedef struct ct__exec_adapt {
     int mode;          /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
     int chosen;        /* the mode in use between probes */
     int warmup;        /* 1 during the first window (the parallel runs' first mean) */
+    int skip;          /* runs of the window in progress still to leave out */
     int filled;        /* runs in the window in progress */
     double sum;        /* their seconds */
-    int slow;          /* runs of the probe in progress not faster than the chosen mode's mean */
     double probe_cost; /* seconds the probe in progress took beyond the chosen mode's mean */
     int gap;           /* windows between probes, doubled after each lost probe */
     int probe_in;      /* windows of the chosen mode left before the next probe */
