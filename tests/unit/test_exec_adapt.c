@@ -21,6 +21,18 @@ static int64_t drive(ct__exec_adapt *a, int64_t runs, double parallel, double so
     return n;
 }
 
+/* As drive, with every `every`-th parallel run (from run `first`) taking `slow` seconds. */
+static int64_t drive_tail(ct__exec_adapt *a, int64_t runs, int every, int first, double slow,
+                          double solo) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < runs; r++) {
+        n += a->mode == CT__RUN_SOLO;
+        double parallel = r % every == first ? slow : 1.0;
+        ct__exec_adapt_record(a, a->mode == CT__RUN_SOLO ? solo : parallel);
+    }
+    return n;
+}
+
 TestSuite(exec_adapt);
 
 /* A quiet machine: the pool is faster; solo probes are rare (doubling gaps), under 2% of runs. */
@@ -86,12 +98,7 @@ Test(exec_adapt, it_follows_the_machine) {
 Test(exec_adapt, rare_slow_runs_do_not_switch) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    int64_t solo = 0;
-    for (int r = 0; r < 20000; r++) {
-        double t = a.mode == CT__RUN_SOLO ? 2.0 : (r % 500 == 250 ? 50.0 : 1.0);
-        solo += a.mode == CT__RUN_SOLO;
-        ct__exec_adapt_record(&a, t);
-    }
+    int64_t solo = drive_tail(&a, 20000, 500, 250, 50.0, 2.0);
     cr_expect_eq(a.switches, 0);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL);
     cr_expect_lt(solo, 20000 / 50, "%lld solo runs of 20000", (long long)solo);
@@ -102,12 +109,7 @@ Test(exec_adapt, rare_slow_runs_do_not_switch) {
 Test(exec_adapt, a_pool_with_a_slow_tail_goes_solo) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    int64_t solo = 0;
-    for (int r = 0; r < 20000; r++) {
-        double t = a.mode == CT__RUN_SOLO ? 2.0 : (r % 7 == 0 ? 50.0 : 1.0);
-        solo += a.mode == CT__RUN_SOLO;
-        ct__exec_adapt_record(&a, t);
-    }
+    int64_t solo = drive_tail(&a, 20000, 7, 0, 50.0, 2.0);
     cr_expect_eq(a.chosen, CT__RUN_SOLO);
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
 }
