@@ -486,6 +486,42 @@ Test(prof, breakdown_and_verdict) {
     ct__prof_report_finish(&r);
 }
 
+/* With the data service, the trainer's limiting stage is its own (`service`, the wait for the
+ * data workers), even when a data worker's stage has more own time (CI once saw 203.2 ms of
+ * map(delay) against the chief's 203.1 ms of service); the data workers' stages come apart. */
+Test(prof, data_workers_stages_come_apart) {
+    ct__prof_thread threads[1] = {{1, "main"}};
+    ct__prof_event chief_ev[] = {
+        {.start_ns = 0, .dur_ns = 9000, .step = 3, .name = "step", .kind = CT__PROF_STEP},
+        {.start_ns = 0, .dur_ns = 8000, .step = 3, .name = "w", .kind = CT__PROF_INPUT_WAIT},
+        {.dur_ns = 8000, .value = {8000, -1}, .name = "service", .kind = CT__PROF_INPUT_STAGE},
+    };
+    ct__prof_event dw_ev[] = {
+        {.dur_ns = 8500, .value = {8500, -1}, .name = "map(delay)", .kind = CT__PROF_INPUT_STAGE},
+    };
+    ct__prof_dump chief = {.role = "chief",
+                           .host = "h",
+                           .threads = threads,
+                           .n_threads = 1,
+                           .events = chief_ev,
+                           .n_events = 3};
+    ct__prof_dump dw = {.role = "data_worker",
+                        .host = "h",
+                        .threads = threads,
+                        .n_threads = 1,
+                        .events = dw_ev,
+                        .n_events = 1};
+    const ct__prof_dump *dumps[2] = {&chief, &dw};
+    ct__prof_report r;
+    ct_err err = {0};
+    cr_assert_eq(ct__prof_analyse(dumps, 2, &r, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(r.n_stages, 1);
+    cr_assert_str_eq(r.stages[0].name, "service");
+    cr_assert_eq(r.n_remote_stages, 1);
+    cr_assert_str_eq(r.remote_stages[0].name, "map(delay)");
+    ct__prof_report_finish(&r);
+}
+
 /* A parameter server's time per step: its pushes (the update inside them) and pulls, by the
  * step of their version; events of no step do not count. */
 Test(prof, server_rows) {

@@ -2,6 +2,7 @@
  * events, the op table and the input pipeline's stages. */
 #include "prof/prof_report.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,15 +106,20 @@ static ct_status add_steps(const ct__prof_dump *const *dumps, int n_dumps, ct__p
     return CT_OK;
 }
 
+/* Whether a role's input stages feed its own training steps: not the evaluator's (it does not
+ * train), not the data workers' (reported apart, behind the trainers' `service` stage). */
+static bool feeds_training(const char *role) {
+    return strcmp(role, "evaluator") != 0 && strcmp(role, "data_worker") != 0;
+}
+
 /* Counts, totals (and threads, for stages) by name of the events of `kind` into *rows, of the
- * dumps of role `only` (NULL: every role). The stages are those that feed training: the
- * evaluator's pipeline is left out of the verdict. */
+ * dumps of role `only` (NULL: every role; for stages, those that feed training). */
 static ct_status add_named(const ct__prof_dump *const *dumps, int n_dumps, int kind,
                            const char *only, ct__prof_op_row **rows, int *n_rows, int **threads) {
     int cap = 0;
     for (int k = 0; k < n_dumps; k++) {
-        if ((only && strcmp(dumps[k]->role, only) != 0) ||
-            (kind == CT__PROF_INPUT_STAGE && !strcmp(dumps[k]->role, "evaluator"))) {
+        if (only ? strcmp(dumps[k]->role, only) != 0
+                 : kind == CT__PROF_INPUT_STAGE && !feeds_training(dumps[k]->role)) {
             continue;
         }
         for (int64_t i = 0; i < dumps[k]->n_events; i++) {
@@ -207,8 +213,8 @@ static int by_self_per_thread(const void *pa, const void *pb) {
     return (x < y) - (x > y);
 }
 
-/* The input stages of role `only` (NULL: every role but the evaluator) into *ret, by self time
- * per thread, largest first. */
+/* The input stages of role `only` (NULL: the roles that train, see feeds_training) into *ret, by
+ * self time per thread, largest first. */
 static ct_status add_stages(const ct__prof_dump *const *dumps, int n_dumps, const char *only,
                             ct__prof_stage_row **ret, int *ret_n) {
     int *threads = NULL, n_stages = 0;
