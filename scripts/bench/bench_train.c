@@ -5,40 +5,21 @@
  *   bench_train JOB BATCH [--iters N] [--reps N] [--set k=v ...]   (threads: --set train.threads=1)
  * --iters: steps per round (default 200000 / BATCH, at least 20; 10 for convolutional models);
  * --reps: rounds (default 7). train_step_rounds_s lists every round's seconds per step, so a
- * driver can take the median as well as the best (peers.py). */
+ * driver can take the median as well as the best (peers.py); solo_steps_per_round, how many of
+ * each round's steps the adaptive executor ran on one thread (graph/exec_adapt.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "ctrain/ctrain.h"
-#include "graph/op_impl.h" /* ct__sgemm: the GEMM the kernels use */
+#include "graph/op_impl.h"          /* ct__sgemm: the GEMM the kernels use */
+#include "train/trainer_internal.h" /* ct__thread_use_take: the executor's solo runs */
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Seconds per call of fn(user): the fastest of `reps` rounds of `iters` calls, after a warm-up.
- * The minimum is the estimate least disturbed by other load on a shared machine. */
-static double best_time(void (*fn)(void *), void *user, int iters, int reps, double *ret_rounds) {
-    for (int w = 0; w < iters / 4 + 1; w++) {
-        fn(user);
-    }
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double start = now_s();
-        for (int i = 0; i < iters; i++) {
-            fn(user);
-        }
-        double t = (now_s() - start) / iters;
-        best = t < best ? t : best;
-        if (ret_rounds) {
-            ret_rounds[r] = t;
-        }
-    }
-    return best;
 }
 
 typedef struct step_ctx {
@@ -48,6 +29,39 @@ typedef struct step_ctx {
     float *logits;
     int64_t batch;
 } step_ctx;
+
+/* The training step's solo runs so far (the adaptive executor's runs on one thread). */
+static int64_t solo_runs(void *user) {
+    ct__thread_use u;
+    ct__thread_use_take(((step_ctx *)user)->t, &u);
+    return u.solo;
+}
+
+/* Seconds per call of fn(user): the fastest of `reps` rounds of `iters` calls, after a warm-up.
+ * The minimum is the estimate least disturbed by other load on a shared machine. */
+static double best_time(void (*fn)(void *), void *user, int iters, int reps, double *ret_rounds,
+                        int64_t *ret_solo) {
+    for (int w = 0; w < iters / 4 + 1; w++) {
+        fn(user);
+    }
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        int64_t solo = ret_solo ? solo_runs(user) : 0;
+        double start = now_s();
+        for (int i = 0; i < iters; i++) {
+            fn(user);
+        }
+        double t = (now_s() - start) / iters;
+        best = t < best ? t : best;
+        if (ret_rounds) {
+            ret_rounds[r] = t;
+        }
+        if (ret_solo) {
+            ret_solo[r] = solo_runs(user) - solo;
+        }
+    }
+    return best;
+}
 
 static void train_step(void *user) {
     step_ctx *c = user;
@@ -151,13 +165,18 @@ int main(int argc, char **argv) {
         iters = iters_flag;
     }
     double step_rounds[1000];
-    double step_s = best_time(train_step, &c, iters, reps, step_rounds);
-    double predict_s = best_time(predict, &c, iters, reps, NULL);
+    int64_t solo_rounds[1000];
+    double step_s = best_time(train_step, &c, iters, reps, step_rounds, solo_rounds);
+    double predict_s = best_time(predict, &c, iters, reps, NULL, NULL);
     printf("{\"impl\": \"ctrain\", \"job\": \"%s\", \"batch\": %lld, \"iters\": %d, "
            "\"train_step_s\": %.9f, \"predict_s\": %.9f, \"train_step_rounds_s\": [",
            job_path, (long long)batch, iters, step_s, predict_s);
     for (int r = 0; r < reps; r++) {
         printf("%s%.9f", r ? ", " : "", step_rounds[r]);
+    }
+    printf("], \"solo_steps_per_round\": [");
+    for (int r = 0; r < reps; r++) {
+        printf("%s%lld", r ? ", " : "", (long long)solo_rounds[r]);
     }
     printf("]");
 
@@ -182,8 +201,8 @@ int main(int argc, char **argv) {
                 gc.dw[l] = filled(gc.dims[l] * gc.dims[l + 1], 0.0f);
             }
         }
-        double floor_s = best_time(gemm_floor, &gc, iters, reps, NULL);
-        double forward_floor_s = best_time(gemm_forward, &gc, iters, reps, NULL);
+        double floor_s = best_time(gemm_floor, &gc, iters, reps, NULL, NULL);
+        double forward_floor_s = best_time(gemm_forward, &gc, iters, reps, NULL, NULL);
         printf(", \"gemm_floor_s\": %.9f, \"forward_floor_s\": %.9f", floor_s, forward_floor_s);
     }
     printf(", \"gemm\": \"%s\"}\n", ct__gemm_library());

@@ -35,13 +35,16 @@ static int64_t drive_tail(ct__exec_adapt *a, int64_t runs, int every, int first,
 
 TestSuite(exec_adapt);
 
+/* Runs left out of a window after a change of mode when each run takes over CT__ADAPT_SKIP_S
+ * (as the tests' runs of a second do): the first one only. */
+#define SKIP_LONG 1
+
 /* A quiet machine: the pool is faster; solo probes are rare (doubling gaps), under 2% of runs. */
 Test(exec_adapt, a_faster_pool_keeps_the_pool) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    /* the first window: its first runs (page faults) are not counted */
-    cr_expect_eq(drive(&a, CT__ADAPT_SKIP + CT__ADAPT_WINDOW, 1.0, 1.9), 0,
-                 "probed during the warm-up");
+    /* the first window: its first run (page faults) is not counted */
+    cr_expect_eq(drive(&a, SKIP_LONG + CT__ADAPT_WINDOW, 1.0, 1.9), 0, "probed during the warm-up");
     cr_expect_eq(a.mode, CT__RUN_SOLO, "no probe right after the warm-up window");
     int64_t solo = drive(&a, 20000, 1.0, 1.9);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL);
@@ -55,7 +58,7 @@ Test(exec_adapt, a_faster_pool_keeps_the_pool) {
 Test(exec_adapt, a_slowed_pool_goes_solo) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, 2 * (CT__ADAPT_SKIP + CT__ADAPT_WINDOW), 2.5, 1.0);
+    drive(&a, 2 * (SKIP_LONG + CT__ADAPT_WINDOW), 2.5, 1.0);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after the warm-up window and a probe");
     int64_t solo = drive(&a, 20000, 2.5, 1.0);
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
@@ -77,20 +80,24 @@ Test(exec_adapt, probes_of_a_much_slower_pool_stay_cheap) {
 }
 
 /* The machine changes: the pool slows down (two slow windows later the executor probes and goes
- * solo),
- * then the other process ends (a later probe brings the pool back). A probe that wins by less
- * than the margin does not switch. */
+ * solo), then the other process ends (a later probe brings the pool back). A pool that is faster
+ * by less than the margin gives its core back, and does not win it back. */
 Test(exec_adapt, it_follows_the_machine) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
     drive(&a, 5000, 1.0, 1.8);
     cr_assert_eq(a.chosen, CT__RUN_PARALLEL);
-    drive(&a, 2 * CT__ADAPT_WINDOW + CT__ADAPT_SKIP + CT__ADAPT_WINDOW, 3.0, 1.8);
+    /* the window in progress, two slow ones, a probe */
+    drive(&a, 3 * CT__ADAPT_WINDOW + SKIP_LONG + CT__ADAPT_WINDOW, 3.0, 1.8);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "the pool slowed 3x and the executor stayed on it");
     drive(&a, 200 * CT__ADAPT_WINDOW, 1.0, 1.8);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL, "the core came back and the pool did not");
-    drive(&a, 5000, 1.0, 0.99);
-    cr_expect_eq(a.chosen, CT__RUN_PARALLEL, "switched for a 1% gain");
+    int64_t switches = a.switches;
+    drive(&a, 5000, 1.0, 1.02);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO, "a pool 2%% faster kept its second core");
+    drive(&a, 5000, 1.0, 1.02);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO, "a pool 2%% faster won its core back");
+    cr_expect_eq(a.switches, switches + 1, "switched back and forth between close means");
 }
 
 /* A rare slow run (a page fault, the host's hiccup) costs one slow window: the executor does not
@@ -114,14 +121,41 @@ Test(exec_adapt, a_pool_with_a_slow_tail_goes_solo) {
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
 }
 
-/* Windows span CT__ADAPT_WINDOW_S at least: runs of 1 ms fill a window in 10 runs, not 8. */
+/* Windows span CT__ADAPT_WINDOW_S at least: runs of 1.1 ms fill a window in 10 runs, not 8.
+ * After a change, runs are left out until CT__ADAPT_SKIP_S have passed: 3 of them here. */
 Test(exec_adapt, a_window_spans_the_scheduler_slices) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, CT__ADAPT_SKIP + CT__ADAPT_WINDOW, 1e-3, 2e-3);
-    cr_expect_eq(a.mode, CT__RUN_PARALLEL, "a window of 8 runs of 1 ms ended");
-    drive(&a, 2, 1e-3, 2e-3);
-    cr_expect_eq(a.mode, CT__RUN_SOLO, "a window of 10 runs of 1 ms did not end");
+    drive(&a, 3 + CT__ADAPT_WINDOW, 1.1e-3, 2e-3);
+    cr_expect_eq(a.mode, CT__RUN_PARALLEL, "a window of 8 runs of 1.1 ms ended");
+    drive(&a, 1, 1.1e-3, 2e-3);
+    cr_expect_eq(a.mode, CT__RUN_PARALLEL, "a window of 9 runs of 1.1 ms ended");
+    drive(&a, 1, 1.1e-3, 2e-3);
+    cr_expect_eq(a.mode, CT__RUN_SOLO, "a window of 10 runs of 1.1 ms did not end");
+}
+
+/* Runs of a fraction of CT__ADAPT_SKIP_S: CT__ADAPT_SKIP of them are left out (a woken worker's
+ * first runs), however many it takes to reach the seconds. */
+Test(exec_adapt, short_runs_leave_out_a_few_runs) {
+    ct__exec_adapt a;
+    ct__exec_adapt_init(&a);
+    drive(&a, CT__ADAPT_SKIP + 33, 3e-4, 6e-4);
+    cr_expect_eq(a.mode, CT__RUN_PARALLEL, "the warm-up window ended before 34 counted runs");
+    drive(&a, 1, 3e-4, 6e-4);
+    cr_expect_eq(a.mode, CT__RUN_SOLO, "the warm-up window did not end at 34 counted runs");
+}
+
+/* A pool about as fast as one thread (a CNN step on a shared core: 1.02x): after the warm-up
+ * window and one solo probe the runs go solo, and the pool's probes lose (within the margin). */
+Test(exec_adapt, a_pool_that_barely_pays_goes_solo) {
+    ct__exec_adapt a;
+    ct__exec_adapt_init(&a);
+    drive(&a, 2 * (SKIP_LONG + CT__ADAPT_WINDOW), 1.0, 1.02);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after the warm-up window and a probe");
+    int64_t solo = drive(&a, 20000, 0.995, 1.02);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO);
+    cr_expect_eq(a.switches, 1);
+    cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
 }
 
 /* ---- a real executor with a slowed worker ---- */

@@ -13,19 +13,21 @@
  * median: on a shared core most parallel runs are as fast as on a quiet one and a few wait
  * milliseconds for the scheduler (measured under `yes`: MLP windows' medians 115 us against
  * 182 us solo, their means 4x that), and the span lets a window see the scheduler's time slices.
- * A window after a change of mode leaves out its first CT__ADAPT_SKIP runs: the first run's
- * page faults; a probe of the pool wakes a sleeping worker (whose core the host may have
- * halted) and moves its rows into that core's cache (measured: 5 runs after a solo stretch,
- * 570 us against 170 us later). The mode in use is probed
- * against the other one window at a time: right after the first window, then after gaps that
- * double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a lost
- * probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs can
- * be 10x the solo ones); a probe stops once its first CT__ADAPT_WINDOW measured runs are not
+ * A window after a change of mode leaves out its first runs, up to CT__ADAPT_SKIP of them
+ * and until CT__ADAPT_SKIP_S have passed: the first run's page faults; a probe of the pool wakes
+ * a sleeping worker (whose core the host may have halted) and moves its rows into that core's
+ * cache (measured: 5 MLP runs after a solo stretch, 570 us against 170 us later; a CNN step of
+ * 27 ms is past that in one run, and 3 more left out would cost a probe a third more). The mode in
+ * use is probed against the other one window at a time: right after the first window, then after
+ * gaps that double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a
+ * lost probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs
+ * can be 10x the solo ones); a probe stops once its first CT__ADAPT_WINDOW measured runs are not
  * faster on average than the mode in use, or half as many twice as slow (it is losing), and
  * comes at once when two windows
  * in a row of the mode in use are CT__ADAPT_CHANGED times slower than the one before them (the
- * machine changed; one slow window is a hiccup). A probe that is faster by CT__ADAPT_MARGIN takes
- * over. Both modes compute the same bits (exec_pool.c).
+ * machine changed; one slow window is a hiccup). A probe takes over when it beats the mode in use
+ * (to_beat): the pool must be faster by CT__ADAPT_MARGIN, solo runs must not be slower by as
+ * much. Both modes compute the same bits (exec_pool.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,7 +38,7 @@
 #define CT__ADAPT_MIN_GAP 2     /* windows in a mode after a switch before the next probe */
 #define CT__ADAPT_MAX_GAP 512   /* at most this many windows between probes */
 #define CT__ADAPT_BUDGET 0.02   /* lost probes cost at most this share of the time between them */
-#define CT__ADAPT_MARGIN 0.97   /* a probe wins when its mean is below this share */
+#define CT__ADAPT_MARGIN 0.97   /* the pool wins when its mean is below this share of solo's */
 #define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
 
 void ct__exec_adapt_init(ct__exec_adapt *a) {
@@ -47,8 +49,21 @@ void ct__exec_adapt_init(ct__exec_adapt *a) {
 /* The next run is in mode `mode`: a window starts, its first runs not counted when the mode
  * changed. */
 static void set_mode(ct__exec_adapt *a, int mode) {
-    a->skip = mode != a->mode ? CT__ADAPT_SKIP : a->skip;
+    if (mode != a->mode) {
+        a->skip = CT__ADAPT_SKIP;
+        a->skipped_s = 0.0;
+    }
     a->mode = mode;
+}
+
+/* The mean a window of the other mode must beat to take over: the pool must be CT__ADAPT_MARGIN
+ * faster than solo runs, and solo runs take over unless they are that much slower. Within the
+ * margin a run leaves the second core to the host: a pool that does not pay for it, as on a core
+ * shared with another process, gives its core back (and between two close means the executor
+ * does not switch back and forth). */
+static double to_beat(const ct__exec_adapt *a) {
+    const double m = a->mean[a->chosen];
+    return a->chosen == CT__RUN_SOLO ? CT__ADAPT_MARGIN * m : m / CT__ADAPT_MARGIN;
 }
 
 /* A window of the mode in use (not a probe) ended at mean m. */
@@ -75,7 +90,7 @@ static void probe_window(ct__exec_adapt *a, double m) {
     a->mean[a->mode] = m;
     a->filled = 0;
     a->sum = 0.0;
-    if (m < CT__ADAPT_MARGIN * a->mean[a->chosen]) {
+    if (m < to_beat(a)) {
         a->chosen = a->mode;
         a->switches++;
         a->gap = CT__ADAPT_MIN_GAP;
@@ -95,8 +110,9 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->runs[a->mode]++;
     const int probing = !a->warmup && a->mode != a->chosen;
     a->probe_cost += probing ? seconds - a->mean[a->chosen] : 0.0;
-    if (a->skip > 0) {
+    if (a->skip > 0 && a->skipped_s < CT__ADAPT_SKIP_S) {
         a->skip--;
+        a->skipped_s += seconds;
         return;
     }
     a->filled++;
@@ -105,7 +121,7 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     const double lost = a->filled >= CT__ADAPT_WINDOW       ? 1.0
                         : a->filled >= CT__ADAPT_WINDOW / 2 ? 2.0
                                                             : INFINITY;
-    if (probing && a->sum >= lost * a->filled * a->mean[a->chosen]) {
+    if (probing && a->sum >= lost * a->filled * to_beat(a)) {
         probe_window(a, a->sum / a->filled);
         return;
     }

@@ -23,14 +23,16 @@ enum { CT__MM_ROWS, CT__MM_COLS, CT__MM_INNER };
 /* How a run uses the pool (exec_adapt.c): every thread, or the calling thread alone. */
 enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
 #define CT__ADAPT_WINDOW 8 /* runs per measured window, at least */
-#define CT__ADAPT_SKIP 4   /* runs not measured after a change of mode (first touches) */
+#define CT__ADAPT_SKIP 4   /* runs not measured after a change of mode (first touches), at most */
+#define CT__ADAPT_SKIP_S 0.003 /* and no more once they took this many seconds */
 
 /* exec_adapt.c's state: the window in progress, each mode's last mean, when to probe. */
 typedef struct ct__exec_adapt {
     int mode;          /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
     int chosen;        /* the mode in use between probes */
     int warmup;        /* 1 during the first window (the parallel runs' first mean) */
-    int skip;          /* runs of the window in progress still to leave out */
+    int skip;          /* runs of the window in progress still to leave out, at most */
+    double skipped_s;  /* the seconds of the runs left out since the last change of mode */
     int filled;        /* runs in the window in progress */
     double sum;        /* their seconds */
     double probe_cost; /* seconds the probe in progress took beyond the chosen mode's mean */
