@@ -53,12 +53,15 @@ Test(exec_adapt, a_faster_pool_keeps_the_pool) {
     cr_expect_eq(a.switches, 0);
 }
 
+/* The warm-up window (a run left out, a window), then a probe's two windows. */
+#define TO_FIRST_SWITCH (2 * SKIP_LONG + 3 * CT__ADAPT_WINDOW)
+
 /* A core taken: the calling thread alone is faster; after the warm-up window and one solo
- * probe it runs solo, probing the pool rarely. */
+ * probe (two windows) it runs solo, probing the pool rarely. */
 Test(exec_adapt, a_slowed_pool_goes_solo) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, 2 * (SKIP_LONG + CT__ADAPT_WINDOW), 2.5, 1.0);
+    drive(&a, TO_FIRST_SWITCH, 2.5, 1.0);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after the warm-up window and a probe");
     int64_t solo = drive(&a, 20000, 2.5, 1.0);
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
@@ -66,7 +69,7 @@ Test(exec_adapt, a_slowed_pool_goes_solo) {
 }
 
 /* A pool slowed 20x (a part waits a time slice on a descheduled thread): after the first probes
- * the time lost to probing it again stays within 2% (budget) + a margin of the run time. */
+ * the time lost to probing it again stays within 1% (budget) + a margin of the run time. */
 Test(exec_adapt, probes_of_a_much_slower_pool_stay_cheap) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
@@ -75,7 +78,7 @@ Test(exec_adapt, probes_of_a_much_slower_pool_stay_cheap) {
     int64_t before = a.runs[CT__RUN_PARALLEL];
     int64_t solo = drive(&a, 50000, 20.0, 1.0);
     double spent = (double)solo + 20.0 * (double)(50000 - solo);
-    cr_expect_lt(spent, 1.05 * 50000.0, "%.0f run-times for 50000 solo runs' work (%lld probes)",
+    cr_expect_lt(spent, 1.03 * 50000.0, "%.0f run-times for 50000 solo runs' work (%lld probes)",
                  spent, (long long)(a.runs[CT__RUN_PARALLEL] - before));
 }
 
@@ -87,8 +90,8 @@ Test(exec_adapt, it_follows_the_machine) {
     ct__exec_adapt_init(&a);
     drive(&a, 5000, 1.0, 1.8);
     cr_assert_eq(a.chosen, CT__RUN_PARALLEL);
-    /* the window in progress, two slow ones, a probe */
-    drive(&a, 3 * CT__ADAPT_WINDOW + SKIP_LONG + CT__ADAPT_WINDOW, 3.0, 1.8);
+    /* the window in progress, two slow ones, a probe's two */
+    drive(&a, 3 * CT__ADAPT_WINDOW + SKIP_LONG + 2 * CT__ADAPT_WINDOW, 3.0, 1.8);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "the pool slowed 3x and the executor stayed on it");
     drive(&a, 200 * CT__ADAPT_WINDOW, 1.0, 1.8);
     cr_expect_eq(a.chosen, CT__RUN_PARALLEL, "the core came back and the pool did not");
@@ -121,6 +124,25 @@ Test(exec_adapt, a_pool_with_a_slow_tail_goes_solo) {
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
 }
 
+/* On a shared core one window can be lucky: a probe of a pool 25% slower whose first window is
+ * 10% faster than solo runs does not take over when its second window is as slow as the pool. */
+Test(exec_adapt, one_lucky_window_does_not_switch) {
+    ct__exec_adapt a;
+    ct__exec_adapt_init(&a);
+    drive(&a, TO_FIRST_SWITCH, 1.25, 1.0);
+    cr_assert_eq(a.chosen, CT__RUN_SOLO);
+    int runs = 0;
+    while (a.mode == CT__RUN_SOLO && runs++ < 100000) {
+        ct__exec_adapt_record(&a, 1.0);
+    }
+    cr_assert_eq(a.mode, CT__RUN_PARALLEL, "never probed the pool");
+    drive(&a, SKIP_LONG + CT__ADAPT_WINDOW, 0.9, 1.0);
+    cr_expect_eq(a.mode, CT__RUN_PARALLEL, "no second window after a winning one");
+    drive(&a, CT__ADAPT_WINDOW, 1.25, 1.0);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO, "one lucky window took the pool back");
+    cr_expect_eq(a.switches, 1);
+}
+
 /* Windows span CT__ADAPT_WINDOW_S at least: runs of 1.1 ms fill a window in 10 runs, not 8.
  * After a change, runs are left out until CT__ADAPT_SKIP_S have passed: 3 of them here. */
 Test(exec_adapt, a_window_spans_the_scheduler_slices) {
@@ -150,7 +172,7 @@ Test(exec_adapt, short_runs_leave_out_a_few_runs) {
 Test(exec_adapt, a_pool_that_barely_pays_goes_solo) {
     ct__exec_adapt a;
     ct__exec_adapt_init(&a);
-    drive(&a, 2 * (SKIP_LONG + CT__ADAPT_WINDOW), 1.0, 1.02);
+    drive(&a, TO_FIRST_SWITCH, 1.0, 1.02);
     cr_expect_eq(a.chosen, CT__RUN_SOLO, "still parallel after the warm-up window and a probe");
     int64_t solo = drive(&a, 20000, 0.995, 1.02);
     cr_expect_eq(a.chosen, CT__RUN_SOLO);

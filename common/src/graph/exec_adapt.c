@@ -26,8 +26,9 @@
  * comes at once when two windows
  * in a row of the mode in use are CT__ADAPT_CHANGED times slower than the one before them (the
  * machine changed; one slow window is a hiccup). A probe takes over when it beats the mode in use
- * (to_beat): the pool must be faster by CT__ADAPT_MARGIN, solo runs must not be slower by as
- * much. Both modes compute the same bits (exec_pool.c).
+ * (to_beat) in two windows in a row: the pool must be faster by CT__ADAPT_MARGIN, solo runs
+ * must not be slower by as much; the mode in use's mean is that of its last windows. Both modes
+ * compute the same bits (exec_pool.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,7 +38,7 @@
 #define CT__ADAPT_WINDOW_S 0.01 /* a window spans at least this: several scheduler slices */
 #define CT__ADAPT_MIN_GAP 2     /* windows in a mode after a switch before the next probe */
 #define CT__ADAPT_MAX_GAP 512   /* at most this many windows between probes */
-#define CT__ADAPT_BUDGET 0.02   /* lost probes cost at most this share of the time between them */
+#define CT__ADAPT_BUDGET 0.01   /* lost probes cost at most this share of the time between them */
 #define CT__ADAPT_MARGIN 0.97   /* the pool wins when its mean is below this share of solo's */
 #define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
 
@@ -74,7 +75,9 @@ static void chosen_window(ct__exec_adapt *a, double m) {
     if (a->changed == 1) {
         return; /* one slow window: a hiccup, unless the next one is slow too */
     }
-    a->mean[a->chosen] = m;
+    /* the mode in use: the mean of its recent windows, so that one lucky or unlucky window does
+     * not decide the next probe (after a change, the new mean) */
+    a->mean[a->chosen] = last > 0.0 && !a->changed ? 0.5 * (last + m) : m;
     if (a->mean[other] <= 0.0 || a->changed) { /* the machine changed: probe now */
         a->changed = 0;
         a->gap = CT__ADAPT_MIN_GAP;
@@ -85,11 +88,18 @@ static void chosen_window(ct__exec_adapt *a, double m) {
     set_mode(a, a->probe_in == 0 ? other : a->chosen);
 }
 
-/* A probe window of the other mode ended at mean m (or lost early): it takes over when faster. */
+/* A probe window of the other mode ended at mean m (or lost early): it takes over when it beats
+ * the mode in use in two windows in a row (on a shared core one window of 8 CNN steps can be 10%
+ * off either way: a lucky window alone switched to a pool 25% slower). */
 static void probe_window(ct__exec_adapt *a, double m) {
-    a->mean[a->mode] = m;
+    const int confirming = a->won;
+    a->mean[a->mode] = confirming ? 0.5 * (a->mean[a->mode] + m) : m;
     a->filled = 0;
     a->sum = 0.0;
+    a->won = !confirming && m < to_beat(a);
+    if (a->won) {
+        return; /* one more window of the probe */
+    }
     if (m < to_beat(a)) {
         a->chosen = a->mode;
         a->switches++;

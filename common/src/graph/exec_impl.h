@@ -39,6 +39,7 @@ typedef struct ct__exec_adapt {
     int gap;           /* windows between probes, doubled after each lost probe */
     int probe_in;      /* windows of the chosen mode left before the next probe */
     int changed;       /* windows in a row of the chosen mode CT__ADAPT_CHANGED times slower */
+    int won;           /* 1: the probe in progress beat the mode in use in its first window */
     double mean[2];    /* per mode, its last window's mean run time; 0: not measured */
     int64_t runs[2];   /* runs per mode */
     int64_t switches;  /* probes that took over */
