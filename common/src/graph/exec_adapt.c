@@ -21,8 +21,8 @@
  * use is probed against the other one window at a time: right after the first window, then after
  * gaps that double each time the probe loses (up to CT__ADAPT_MAX_GAP windows), and longer when a
  * lost probe cost more than CT__ADAPT_BUDGET of the time until the next one (a slowed pool's runs
- * can be 10x the solo ones); a probe stops once its first CT__ADAPT_WINDOW measured runs are not
- * faster on average than the mode in use, or half as many twice as slow (it is losing), and
+ * can be 10x the solo ones); a probe stops once its first CT__ADAPT_WINDOW measured runs do not
+ * beat the mode in use on average (to_beat), or half as many are twice as slow (it is losing), and
  * comes at once when two windows
  * in a row of the mode in use are CT__ADAPT_CHANGED times slower than the one before them (the
  * machine changed; one slow window is a hiccup). A probe takes over when it beats the mode in use
@@ -96,11 +96,12 @@ static void probe_window(ct__exec_adapt *a, double m) {
     a->mean[a->mode] = confirming ? 0.5 * (a->mean[a->mode] + m) : m;
     a->filled = 0;
     a->sum = 0.0;
-    a->won = !confirming && m < to_beat(a);
+    const int wins = m < to_beat(a);
+    a->won = wins && !confirming;
     if (a->won) {
         return; /* one more window of the probe */
     }
-    if (m < to_beat(a)) {
+    if (wins) {
         a->chosen = a->mode;
         a->switches++;
         a->gap = CT__ADAPT_MIN_GAP;

@@ -40,7 +40,8 @@ typedef struct ct__exec_adapt {
     int probe_in;      /* windows of the chosen mode left before the next probe */
     int changed;       /* windows in a row of the chosen mode CT__ADAPT_CHANGED times slower */
     int won;           /* 1: the probe in progress beat the mode in use in its first window */
-    double mean[2];    /* per mode, its last window's mean run time; 0: not measured */
+    double mean[2];    /* per mode, its mean run time (the mode in use: its last windows'; a
+                        * probe: its one or two windows'); 0: not measured */
     int64_t runs[2];   /* runs per mode */
     int64_t switches;  /* probes that took over */
 } ct__exec_adapt;
