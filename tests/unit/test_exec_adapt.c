@@ -180,6 +180,107 @@ Test(exec_adapt, a_pool_that_barely_pays_goes_solo) {
     cr_expect_gt(solo, 20000 - 20000 / 50, "%lld solo runs of 20000", (long long)solo);
 }
 
+/* ---- readings of the host ---- */
+
+/* A host as the policy reads it: the pool's one worker waits on a run queue `queued` of each
+ * parallel run's time, the host's CPUs idle `spare` cores; the clock advances by each run. */
+typedef struct host {
+    double now, idle, waited;
+    double queued, spare;
+    int says; /* 0: the host does not say (as where /proc is not readable) */
+    int readings;
+} host;
+
+static int read_host(void *user, int what, ct__host_reading *r) {
+    host *h = user;
+    h->readings++;
+    r->now_s = h->now;
+    r->idle_cpu_s = what & CT__HOST_IDLE ? h->idle : -1.0;
+    r->queued_s = what & CT__HOST_QUEUED ? h->waited : -1.0;
+    return h->says ? 0 : -1;
+}
+
+static void adapt_init_on(ct__exec_adapt *a, host *h) {
+    ct__exec_adapt_init(a);
+    a->sense = read_host;
+    a->sense_user = h;
+    a->workers = 1;
+}
+
+/* As drive, on host h; returns the parallel runs. */
+static int64_t drive_on(ct__exec_adapt *a, host *h, int64_t runs, double parallel, double solo) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < runs; r++) {
+        const int par = a->mode == CT__RUN_PARALLEL;
+        const double t = par ? parallel : solo;
+        n += par;
+        h->now += t;
+        h->idle += h->spare * t;
+        h->waited += par ? h->queued * t : 0.0;
+        ct__exec_adapt_record(a, t);
+    }
+    return n;
+}
+
+/* CNN steps of 30 ms on a shared core: the warm-up's worker waits for its core 70% of the time.
+ * The executor probes solo runs after 2 steps (the first reading is where the waits count from),
+ * not after a warm-up window; and while the host's CPUs are never idle, it does not probe the
+ * pool again. */
+Test(exec_adapt, a_pool_waiting_for_its_cores_is_probed_at_once) {
+    ct__exec_adapt a;
+    host h = {.queued = 0.7, .spare = 0.0, .says = 1};
+    adapt_init_on(&a, &h);
+    cr_expect_eq(drive_on(&a, &h, 2, 0.033, 0.03), 2);
+    cr_expect_eq(a.mode, CT__RUN_SOLO, "no solo probe after 2 steps whose worker waited");
+    cr_expect_eq(a.warmup, 0);
+    cr_expect_eq(drive_on(&a, &h, 20000, 0.033, 0.03), 0, "probed the pool on a full host");
+    cr_expect_eq(a.chosen, CT__RUN_SOLO);
+    cr_expect_eq(a.switches, 1);
+    cr_expect_lt(h.readings, 20000 * 0.03 / 0.05 + 10, "%d readings", h.readings);
+}
+
+/* A quiet host (the worker hardly waits, a core idles): the warm-up window runs its course, as
+ * without readings. */
+Test(exec_adapt, a_quiet_host_keeps_the_warm_up_window) {
+    ct__exec_adapt a;
+    host h = {.queued = 0.01, .spare = 1.0, .says = 1};
+    adapt_init_on(&a, &h);
+    drive_on(&a, &h, SKIP_LONG + CT__ADAPT_WINDOW, 0.015, 0.03);
+    cr_expect_eq(a.warmup, 0, "the warm-up window did not end");
+    cr_expect_eq(a.mode, CT__RUN_SOLO, "no probe after the warm-up window");
+    cr_expect_eq(drive_on(&a, &h, CT__ADAPT_WINDOW, 0.015, 0.03), 0, "the probe ended early");
+    drive_on(&a, &h, 20000, 0.015, 0.03);
+    cr_expect_eq(a.chosen, CT__RUN_PARALLEL);
+    cr_expect_eq(a.switches, 0);
+}
+
+/* The other process ends: the host's CPUs idle a core again, and the probe of the pool that
+ * waited for it comes within a few windows; the pool takes over. */
+Test(exec_adapt, the_pool_is_probed_when_the_host_has_a_core_again) {
+    ct__exec_adapt a;
+    host h = {.queued = 0.7, .spare = 0.0, .says = 1};
+    adapt_init_on(&a, &h);
+    drive_on(&a, &h, 5000, 0.033, 0.03);
+    cr_assert_eq(a.chosen, CT__RUN_SOLO);
+    h.queued = 0.01;
+    h.spare = 1.0;
+    drive_on(&a, &h, 6 * CT__ADAPT_WINDOW, 0.015, 0.03);
+    cr_expect_eq(a.chosen, CT__RUN_PARALLEL,
+                 "the host has a core again and the pool did not "
+                 "take over within 6 windows");
+}
+
+/* Where the host does not say, the run times alone decide: the slowed pool's probes go on, as in
+ * a_slowed_pool_goes_solo. */
+Test(exec_adapt, a_host_that_does_not_say_leaves_the_run_times_to_decide) {
+    ct__exec_adapt a;
+    host h = {.queued = 0.7, .spare = 0.0, .says = 0};
+    adapt_init_on(&a, &h);
+    cr_expect_eq(drive_on(&a, &h, TO_FIRST_SWITCH, 0.075, 0.03), SKIP_LONG + CT__ADAPT_WINDOW);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO);
+    cr_expect_gt(drive_on(&a, &h, 20000, 0.075, 0.03), 0, "never probed the pool");
+}
+
 /* ---- a real executor with a slowed worker ---- */
 
 /* A chain of 16 split elementwise nodes on 2 threads; the worker sleeps 2 ms after every node

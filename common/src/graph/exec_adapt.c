@@ -41,6 +41,12 @@
 #define CT__ADAPT_BUDGET 0.01   /* lost probes cost at most this share of the time between them */
 #define CT__ADAPT_MARGIN 0.97   /* the pool wins when its mean is below this share of solo's */
 #define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
+#define CT__ADAPT_SENSE_S                                                                          \
+    0.02                       /* warm-up: the workers' run-queue waits read after these seconds   \
+                                */
+#define CT__ADAPT_QUEUED 0.25  /* ... and this share of them waited: probe solo runs at once */
+#define CT__ADAPT_SPARE_S 0.05 /* solo: the host's idle CPU time read after these seconds */
+#define CT__ADAPT_SPARE 0.3    /* ... and the pool is probed only when this many cores idled */
 
 void ct__exec_adapt_init(ct__exec_adapt *a) {
     *a = (ct__exec_adapt){
@@ -67,6 +73,54 @@ static double to_beat(const ct__exec_adapt *a) {
     return a->chosen == CT__RUN_SOLO ? CT__ADAPT_MARGIN * m : m / CT__ADAPT_MARGIN;
 }
 
+/* Reads the host (a->sense) after a stretch of runs where a reading can change a decision: in
+ * the warm-up window, the workers' run-queue waits; in solo runs, the idle time of the host's
+ * CPUs (sets a->host_full). A stretch is in one mode: other runs start a new one. Returns 1 when
+ * the warm-up window's workers waited for their cores CT__ADAPT_QUEUED of the time: the host runs
+ * something else on them, and solo runs are measured at once (a CNN step under `yes`: after 2
+ * runs, not 9). */
+static int sense(ct__exec_adapt *a, double seconds) {
+    const int what = a->warmup ? CT__HOST_QUEUED : a->mode == CT__RUN_SOLO ? CT__HOST_IDLE : 0;
+    if (!a->sense || !what) { /* nothing to read: the next reading starts afresh */
+        a->seen.now_s = 0.0;
+        a->sense_runs_s = 0.0;
+        return 0;
+    }
+    a->sense_runs_s += seconds;
+    if (a->sense_runs_s < (what == CT__HOST_IDLE ? CT__ADAPT_SPARE_S : CT__ADAPT_SENSE_S)) {
+        return 0;
+    }
+    const ct__host_reading was = a->seen;
+    ct__host_reading now = {0};
+    a->sense_runs_s = 0.0;
+    a->seen.now_s = 0.0;
+    if (a->sense(a->sense_user, what, &now) != 0) {
+        a->host_full = 0; /* the host does not say: the run times alone decide */
+        return 0;
+    }
+    a->seen = now;
+    const double wall = now.now_s - was.now_s;
+    if (was.now_s <= 0.0 || wall <= 0.0) {
+        return 0;
+    }
+    if (what == CT__HOST_IDLE && was.idle_cpu_s >= 0.0) {
+        a->host_full = now.idle_cpu_s - was.idle_cpu_s < CT__ADAPT_SPARE * wall;
+    }
+    return what == CT__HOST_QUEUED && was.queued_s >= 0.0 &&
+           now.queued_s - was.queued_s >= CT__ADAPT_QUEUED * wall * a->workers;
+}
+
+/* The warm-up window ended at mean m: the pool's first mean, and solo runs are probed at once. */
+static void end_warmup(ct__exec_adapt *a, double m) {
+    a->filled = 0;
+    a->sum = 0.0;
+    a->warmup = 0;
+    a->mean[a->chosen] = m;
+    a->gap = CT__ADAPT_MIN_GAP;
+    a->probe_in = 0;
+    set_mode(a, !a->chosen);
+}
+
 /* A window of the mode in use (not a probe) ended at mean m. */
 static void chosen_window(ct__exec_adapt *a, double m) {
     const int other = !a->chosen;
@@ -85,7 +139,10 @@ static void chosen_window(ct__exec_adapt *a, double m) {
     } else if (a->probe_in > 0) {
         a->probe_in--;
     }
-    set_mode(a, a->probe_in == 0 ? other : a->chosen);
+    /* a probe of the pool waits while the host has no core to spare for it (under `yes` a
+     * probe of the CNN's pool cost 9 steps 15% slower, and the gaps did not stop them) */
+    const int waits = a->chosen == CT__RUN_SOLO && a->host_full != 0;
+    set_mode(a, a->probe_in == 0 && !waits ? other : a->chosen);
 }
 
 /* A probe window of the other mode ended at mean m (or lost early): it takes over when it beats
@@ -103,6 +160,7 @@ static void probe_window(ct__exec_adapt *a, double m) {
     }
     if (wins) {
         a->chosen = a->mode;
+        a->host_full = a->sense ? -1 : 0; /* solo: no probe of the pool before a reading */
         a->switches++;
         a->gap = CT__ADAPT_MIN_GAP;
     } else { /* double the gap, and more when the probe was costly (a slowed pool's runs can
@@ -111,6 +169,7 @@ static void probe_window(ct__exec_adapt *a, double m) {
             CT__ADAPT_BUDGET * fmax(a->mean[a->chosen] * CT__ADAPT_WINDOW, CT__ADAPT_WINDOW_S);
         double gap = fmax(2.0 * a->gap, base > 0.0 ? ceil(a->probe_cost / base) : 0.0);
         a->gap = gap < CT__ADAPT_MAX_GAP ? (int)gap : CT__ADAPT_MAX_GAP;
+        a->host_full = a->sense && a->chosen == CT__RUN_SOLO ? -1 : a->host_full; /* read again */
     }
     a->probe_cost = 0.0;
     a->probe_in = a->gap;
@@ -121,7 +180,8 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->runs[a->mode]++;
     const int probing = !a->warmup && a->mode != a->chosen;
     a->probe_cost += probing ? seconds - a->mean[a->chosen] : 0.0;
-    if (a->skip > 0 && a->skipped_s < CT__ADAPT_SKIP_S) {
+    const int queued = sense(a, seconds);
+    if (a->skip > 0 && a->skipped_s < CT__ADAPT_SKIP_S && !queued) {
         a->skip--;
         a->skipped_s += seconds;
         return;
@@ -132,6 +192,10 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     const double lost = a->filled >= CT__ADAPT_WINDOW       ? 1.0
                         : a->filled >= CT__ADAPT_WINDOW / 2 ? 2.0
                                                             : INFINITY;
+    if (queued) { /* the warm-up's workers wait for their cores: solo runs are measured now */
+        end_warmup(a, a->sum / a->filled);
+        return;
+    }
     if (probing && a->sum >= lost * a->filled * to_beat(a)) {
         probe_window(a, a->sum / a->filled);
         return;
@@ -143,11 +207,7 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     a->filled = 0;
     a->sum = 0.0;
     if (a->warmup) { /* the parallel runs' first mean: probe solo at once */
-        a->warmup = 0;
-        a->mean[a->chosen] = m;
-        a->gap = CT__ADAPT_MIN_GAP;
-        a->probe_in = 0;
-        set_mode(a, !a->chosen);
+        end_warmup(a, m);
         return;
     }
     if (a->mode == a->chosen) {
@@ -155,28 +215,4 @@ void ct__exec_adapt_record(ct__exec_adapt *a, double seconds) {
     } else {
         probe_window(a, m);
     }
-}
-
-/* Seconds thread `tid` of this process has waited on a run queue (runnable, not running), from
- * /proc's schedstat; -1 when the kernel does not say. */
-static double run_queue_wait(int tid) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
-    FILE *f = fopen(path, "r");
-    unsigned long long on_cpu = 0, waited = 0;
-    int got = f ? fscanf(f, "%llu %llu", &on_cpu, &waited) : 0;
-    if (f) {
-        fclose(f);
-    }
-    return got == 2 ? 1e-9 * (double)waited : -1.0;
-}
-
-int ct_graph_thread_waits(const ct_graph *g, double *seconds, int cap) {
-    const ct_exec *e = ct__graph_exec(g);
-    const int threads = e ? e->threads : 1;
-    for (int t = 0; t < threads && t < cap; t++) {
-        int tid = e && e->tids ? atomic_load(&e->tids[t]) : 0;
-        seconds[t] = tid > 0 ? run_queue_wait(tid) : -1.0;
-    }
-    return threads;
 }

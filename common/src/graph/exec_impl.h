@@ -26,6 +26,17 @@ enum { CT__RUN_PARALLEL = 0, CT__RUN_SOLO = 1 };
 #define CT__ADAPT_SKIP 4   /* runs not measured after a change of mode (first touches), at most */
 #define CT__ADAPT_SKIP_S 0.003 /* and no more once they took this many seconds */
 
+/* What the host did, read by exec_host.c for exec_adapt.c: cumulative figures, -1 when not read
+ * (or not readable here). */
+enum { CT__HOST_IDLE = 1, CT__HOST_QUEUED = 2 }; /* what a reading reads */
+typedef struct ct__host_reading {
+    double now_s;      /* the wall clock */
+    double idle_cpu_s; /* CPU-seconds the CPUs this process may run on were idle */
+    double queued_s;   /* seconds the pool's workers waited on run queues (runnable, not running) */
+} ct__host_reading;
+/* Fills r with what `what` asks; returns 0, or -1 when the host does not say. */
+typedef int (*ct__host_sense_fn)(void *user, int what, ct__host_reading *r);
+
 /* exec_adapt.c's state: the window in progress, each mode's last mean, when to probe. */
 typedef struct ct__exec_adapt {
     int mode;          /* the next run's: CT__RUN_PARALLEL or CT__RUN_SOLO */
@@ -44,6 +55,15 @@ typedef struct ct__exec_adapt {
                         * probe: its one or two windows'); 0: not measured */
     int64_t runs[2];   /* runs per mode */
     int64_t switches;  /* probes that took over */
+    /* readings of the host (none when sense is NULL): why the pool is slow, whether it could
+     * be faster now */
+    ct__host_sense_fn sense;
+    void *sense_user;
+    int workers;           /* the pool's threads besides the caller */
+    double sense_runs_s;   /* the seconds of the runs since the last reading */
+    ct__host_reading seen; /* the last reading (now_s 0: none to compare with) */
+    int host_full;         /* the last solo stretch: 1 the host had no core to spare, 0 it had
+                            * one (or does not say), -1 not read since solo runs took over */
 } ct__exec_adapt;
 
 /* A task queue's positions, on their own cache line. */
@@ -274,6 +294,14 @@ void ct__exec_sum_updates(ct_exec *e);
 void ct__exec_adapt_init(ct__exec_adapt *a);
 /* exec_adapt.c: a run in mode a->mode took `seconds`; sets a->mode for the next run. */
 void ct__exec_adapt_record(ct__exec_adapt *a, double seconds);
+/* exec_host.c: a ct__host_sense_fn for executor `user` (a ct_exec): /proc's figures. */
+int ct__exec_sense_host(void *user, int what, ct__host_reading *r);
+/* exec_host.c: CPU-seconds the CPUs this thread may run on have been idle since boot; -1 when
+ * /proc/stat does not say. */
+double ct__host_idle_cpu_s(void);
+/* exec_host.c: seconds kernel thread `tid` of this process has waited on a run queue; -1 when
+ * /proc does not say. */
+double ct__thread_queued_s(int tid);
 /* exec_pool.c: stops and joins the worker threads (none started: nothing). */
 void ct__exec_stop_pool(ct_exec *e);
 

@@ -377,6 +377,9 @@ ct_status ct__exec_start_pool(ct_exec *e, const ct__exec_build *b, ct_err *err) 
             break;
         }
     }
+    e->adapt.sense = ct__exec_sense_host; /* /proc: the workers' waits, the host's idle CPUs */
+    e->adapt.sense_user = e;
+    e->adapt.workers = e->threads - 1;
     return CT_OK;
 }
 
