@@ -29,6 +29,11 @@
  * (to_beat) in two windows in a row: the pool must be faster by CT__ADAPT_MARGIN, solo runs
  * must not be slower by as much; the mode in use's mean is that of its last windows. Both modes
  * compute the same bits (exec_pool.c).
+ *
+ * The host's own figures (exec_host.c, /proc) choose when to measure, never the winner: a warm-up
+ * window whose workers waited on run queues (their core runs another process) gives way to a
+ * solo probe at once, and a solo executor probes the pool only when the host's CPUs idled a core's
+ * share (under `yes` each probe of the CNN's pool cost 9 steps 15% slower; see sense()).
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,12 +46,10 @@
 #define CT__ADAPT_BUDGET 0.01   /* lost probes cost at most this share of the time between them */
 #define CT__ADAPT_MARGIN 0.97   /* the pool wins when its mean is below this share of solo's */
 #define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
-#define CT__ADAPT_SENSE_S                                                                          \
-    0.02                       /* warm-up: the workers' run-queue waits read after these seconds   \
-                                */
-#define CT__ADAPT_QUEUED 0.25  /* ... and this share of them waited: probe solo runs at once */
-#define CT__ADAPT_SPARE_S 0.05 /* solo: the host's idle CPU time read after these seconds */
-#define CT__ADAPT_SPARE 0.3    /* ... and the pool is probed only when this many cores idled */
+#define CT__ADAPT_SENSE_S 0.02  /* warm-up: workers' run-queue waits read after this */
+#define CT__ADAPT_QUEUED 0.25   /* ... and this share of them waited: probe solo runs at once */
+#define CT__ADAPT_SPARE_S 0.05  /* solo: the host's idle CPU time read after these seconds */
+#define CT__ADAPT_SPARE 0.3     /* ... and the pool is probed only when this many cores idled */
 
 void ct__exec_adapt_init(ct__exec_adapt *a) {
     *a = (ct__exec_adapt){
