@@ -1,8 +1,12 @@
 /* A steady-state training step allocates nothing: after warm-up steps (graphs compiled,
  * arenas planned, executor threads started), 50 more steps of the MLP and the CNN in graph mode,
- * at 1 and 2 threads, make no heap allocation from libctrain. Run with LD_PRELOAD of the
- * malloc_count shim (tests/meson.build does). It also reports the allocations oneDNN's
- * dnnl_sgemm makes inside each GEMM (its packing buffers), which are outside ctrain's reach. */
+ * at 1 and 2 threads, make no heap allocation from libctrain. One exception, once: a pool's
+ * executor builds the plan its solo runs use the first time a step runs solo (a core taken by
+ * another process; exec_solo.c), which can come at any step. So 3 windows of 50 steps are
+ * counted, and at most one of them may allocate: an allocation per step, or per few steps,
+ * fails. Run with LD_PRELOAD of the malloc_count shim (tests/meson.build does). It also reports
+ * the allocations oneDNN's dnnl_sgemm makes inside each GEMM (its packing buffers), which are
+ * outside ctrain's reach. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +15,11 @@
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
 
-/* Returns 0 when graph mode allocated nothing (or, for eager mode, the negative control, when
- * it did allocate: eager builds a tape every step, so the counter must see it). */
+enum { WINDOWS = 3 };
+
+/* Returns 0 when graph mode allocated in no window, or in one (or, for eager mode, the negative
+ * control, when it allocated in every window: eager builds a tape every step, so the counter
+ * must see it). */
 static int check(const char *job, int threads, int batch, int eager) {
     void (*count_allocs)(int);
     long (*allocations)(void), (*other_allocations)(void);
@@ -44,25 +51,29 @@ static int check(const char *job, int threads, int batch, int eager) {
         y[i] = i % 10;
     }
     float loss, acc;
-    int rc = 0;
-    for (int s = 0; s < 55 && rc == 0; s++) {
-        if (s == 5) {
-            count_allocs(1); /* warmed up */
-        }
+    int rc = 0, allocating = 0;
+    for (int s = 0; s < 5 && rc == 0; s++) { /* warm-up */
         rc = ct_trainer_step(t, x, y, batch, &loss, &acc, &err) != CT_OK;
     }
-    count_allocs(0);
     static long seen_ours, seen_others; /* the shim's counters only grow */
-    long n = allocations() - seen_ours, o = other_allocations() - seen_others;
-    seen_ours += n;
-    seen_others += o;
-    printf("%s, %d thread(s)%s: %ld allocations by libctrain in 50 steady-state steps (%ld by "
-           "other libraries, e.g. oneDNN's GEMM)\n",
-           job, threads, eager ? ", eager" : "", n, o);
+    for (int w = 0; w < WINDOWS && rc == 0; w++) {
+        count_allocs(1);
+        for (int s = 0; s < 50 && rc == 0; s++) {
+            rc = ct_trainer_step(t, x, y, batch, &loss, &acc, &err) != CT_OK;
+        }
+        count_allocs(0);
+        long n = allocations() - seen_ours, o = other_allocations() - seen_others;
+        seen_ours += n;
+        seen_others += o;
+        allocating += n != 0;
+        printf("%s, %d thread(s)%s, window %d: %ld allocations by libctrain in 50 steady-state "
+               "steps (%ld by other libraries, e.g. oneDNN's GEMM)\n",
+               job, threads, eager ? ", eager" : "", w + 1, n, o);
+    }
     ct_trainer_destroy(t);
     free(x);
     free(y);
-    return rc || (eager ? n == 0 : n != 0);
+    return rc || (eager ? allocating < WINDOWS : allocating > 1);
 }
 
 int main(void) {

@@ -275,6 +275,7 @@ static ct_job resume_job(void) {
     job.batch_size = 32; /* 240 = 7 * 32 + 16: a short last batch */
     job.epochs = 4;
     job.threads = 2;
+    job.deterministic = 1; /* exact under any load: solo steps keep the pool's sums */
     return job;
 }
 

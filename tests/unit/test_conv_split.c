@@ -47,9 +47,12 @@ typedef struct net_out {
  * windows: the scatter gradient) -> conv 2x2 valid (20: a filter copy and no grid; its filter
  * gradient pads dy by example) -> avg pool 2x2 stride 1 same -> loss
  * sum(q * k). Runs it `runs` times on `threads` threads (split_min 1: everything splits), with
- * the pool's workers slowed when `slowed`; out holds the last run, and the filter gradients must
- * be the same bits in every run, parallel or solo. */
-static void run_net(int batch, int threads, int runs, int slowed, net_out *out) {
+ * the pool's workers slowed when `slowed`; out holds the last run. Without `one_thread`
+ * (deterministic), the filter gradients must be the same bits in every run, parallel or solo;
+ * with it, a solo run's filter gradients and loss must be one_thread's bits, and a parallel
+ * run's the first run's. */
+static void run_net(int batch, int threads, int runs, int slowed, const net_out *one_thread,
+                    net_out *out) {
     static float x[N_X], w1[N_W1], w2[N_W2], k[N_Q];
     ct_rng_uniform(3, 1, 0, x, N_X);
     ct_rng_uniform(3, 2, 0, w1, N_W1);
@@ -71,6 +74,7 @@ static void run_net(int batch, int threads, int runs, int slowed, net_out *out) 
     ct_graph_options o = ct_graph_default_options();
     o.threads = threads;
     o.split_min = 1;
+    o.deterministic = one_thread == NULL;
     ct_graph *cg = NULL;
     cr_assert_eq(ct_graph_compile(g, &o, 6, keep, &cg, &err), CT_OK, "%s", err.msg);
     out->conv_splits = ct_graph_get_stats(cg)->conv_splits;
@@ -81,16 +85,24 @@ static void run_net(int batch, int threads, int runs, int slowed, net_out *out) 
     }
     const size_t n_p = (size_t)batch * 5 * 5 * OC1, n_x = (size_t)batch * H * W * C;
     for (int run = 0; run < runs; run++) {
-        float dw1[N_W1], dw2[N_W2];
+        float dw1[N_W1], dw2[N_W2], loss;
+        const int64_t solo_before = ct_graph_get_stats(cg)->solo_runs;
         cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(ct_graph_read(cg, keep[1], &loss, sizeof loss, &err), CT_OK, "%s", err.msg);
         cr_assert_eq(ct_graph_read(cg, keep[4], dw1, sizeof dw1, &err), CT_OK, "%s", err.msg);
         cr_assert_eq(ct_graph_read(cg, keep[5], dw2, sizeof dw2, &err), CT_OK, "%s", err.msg);
-        cr_assert(run == 0 || (memcmp(dw1, out->dw1, sizeof dw1) == 0 &&
-                               memcmp(dw2, out->dw2, sizeof dw2) == 0),
-                  "batch %d, %d threads: run %d's filter gradients differ from run 0's", batch,
-                  threads, run);
-        memcpy(out->dw1, dw1, sizeof dw1);
-        memcpy(out->dw2, dw2, sizeof dw2);
+        const int solo = ct_graph_get_stats(cg)->solo_runs > solo_before;
+        const net_out *want = one_thread && solo ? one_thread : run > 0 ? out : NULL;
+        cr_assert(!want || (memcmp(dw1, want->dw1, sizeof dw1) == 0 &&
+                            memcmp(dw2, want->dw2, sizeof dw2) == 0 &&
+                            (want == out || memcmp(&loss, &want->loss, sizeof loss) == 0)),
+                  "batch %d, %d threads: run %d's (%s) filter gradients or loss differ from %s",
+                  batch, threads, run, solo ? "solo" : "parallel",
+                  want == out ? "run 0's" : "one thread's");
+        if (!solo || !one_thread) { /* out keeps the parallel runs' bits */
+            memcpy(out->dw1, dw1, sizeof dw1);
+            memcpy(out->dw2, dw2, sizeof dw2);
+        }
     }
     out->solo_runs = ct_graph_get_stats(cg)->solo_runs;
     cr_assert_eq(ct_graph_read(cg, keep[1], &out->loss, sizeof out->loss, &err), CT_OK);
@@ -128,10 +140,10 @@ static void small_net_matches_one_thread(void) {
     static net_out one, many;
     for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
         const int batch = batches[b];
-        run_net(batch, 1, 1, 0, &one);
+        run_net(batch, 1, 1, 0, NULL, &one);
         cr_expect_eq(one.conv_splits, 0);
         for (int threads = 2; threads <= 4; threads++) {
-            run_net(batch, threads, 3, 0, &many);
+            run_net(batch, threads, 3, 0, NULL, &many);
             /* conv, max pool, conv, avg pool and the six gradient nodes */
             cr_expect_eq(many.conv_splits, batch > 1 ? 10 : 0, "batch %d, %d threads: %d split",
                          batch, threads, many.conv_splits);
@@ -163,28 +175,32 @@ Test(conv_split, small_net_by_winograd_matches_one_thread) {
     ct__conv_set_algo(-1);
 }
 
-/* A slowed pool: within a few windows the executor runs solo (the caller runs every part, and
- * the parts of a node share one filter copy and Winograd scratch), and every run, parallel or
- * solo, gives the same filter gradients (run_net checks) and the one-thread forward values and
- * dx. */
-static void solo_runs_give_the_parallel_bits(const char *algo) {
+/* A slowed pool: within a few windows the executor runs solo. Deterministic, the caller runs
+ * the pool's plan (every part; the parts of a node share one filter copy and Winograd scratch),
+ * and every run, parallel or solo, gives the same filter gradients (run_net checks) and the
+ * one-thread forward values and dx. By default a solo run runs the one-thread plan: its filter
+ * gradients and loss are the one-thread bits, and the parallel runs between solo runs (the
+ * pool's probes) keep the pool's bits, the arenas taking turns. */
+static void solo_runs_give_the_bits_they_promise(const char *algo) {
     enum { BATCH = 16, RUNS = 96 };
     static net_out one, many;
-    run_net(BATCH, 1, 1, 0, &one);
-    run_net(BATCH, 2, RUNS, 1, &many);
-    cr_expect_gt(many.solo_runs, RUNS / 2, "%s: %lld solo runs of %d", algo,
-                 (long long)many.solo_runs, RUNS);
-    cr_expect_eq(memcmp(many.p, one.p, (size_t)BATCH * 5 * 5 * OC1 * sizeof(float)), 0,
-                 "%s: max pool output differs", algo);
-    cr_expect_eq(memcmp(many.dx, one.dx, (size_t)BATCH * H * W * C * sizeof(float)), 0,
-                 "%s: dx differs", algo);
-    expect_close(many.dw1, one.dw1, N_W1, "dw1", BATCH, 2);
+    run_net(BATCH, 1, 1, 0, NULL, &one);
+    for (int deterministic = 1; deterministic >= 0; deterministic--) {
+        run_net(BATCH, 2, RUNS, 1, deterministic ? NULL : &one, &many);
+        cr_expect_gt(many.solo_runs, RUNS / 2, "%s: %lld solo runs of %d", algo,
+                     (long long)many.solo_runs, RUNS);
+        cr_expect_eq(memcmp(many.p, one.p, (size_t)BATCH * 5 * 5 * OC1 * sizeof(float)), 0,
+                     "%s: max pool output differs", algo);
+        cr_expect_eq(memcmp(many.dx, one.dx, (size_t)BATCH * H * W * C * sizeof(float)), 0,
+                     "%s: dx differs", algo);
+        expect_close(many.dw1, one.dw1, N_W1, "dw1", BATCH, 2);
+    }
 }
 
-Test(conv_split, solo_runs_give_the_parallel_bits) {
-    solo_runs_give_the_parallel_bits("direct");
+Test(conv_split, solo_runs_give_the_bits_they_promise) {
+    solo_runs_give_the_bits_they_promise("direct");
     ct__conv_set_algo(CT__CONV_WINOGRAD);
-    solo_runs_give_the_parallel_bits("winograd");
+    solo_runs_give_the_bits_they_promise("winograd");
     ct__conv_set_algo(-1);
 }
 
@@ -301,12 +317,13 @@ static float *train_cnn(int batch, int threads, int steps, float *losses, int64_
     char set_threads[64], set_algo[64];
     snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
     snprintf(set_algo, sizeof set_algo, "train.conv_algorithm=%s", cnn_conv_algorithm);
-    const char *sets[] = {set_threads, set_algo};
+    /* deterministic: a solo step (a core taken by another test) keeps the pool's bits */
+    const char *sets[] = {set_threads, set_algo, "train.deterministic=true"};
     ct_trainer *t;
     ct_err err = {0};
     char path[512];
     snprintf(path, sizeof path, "%s/examples/fashion_mnist_cnn.yaml", CT_SOURCE_ROOT);
-    cr_assert_eq(ct_trainer_load(path, sets, 2, &t, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_trainer_load(path, sets, 3, &t, &err), CT_OK, "%s", err.msg);
     float *x = malloc((size_t)batch * 784 * sizeof *x);
     int32_t *y = malloc((size_t)batch * sizeof *y);
     cr_assert(x && y);

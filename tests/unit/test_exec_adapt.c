@@ -1,8 +1,9 @@
 /* Graph mode's adaptive thread use (common/src/graph/exec_adapt.c): the policy on run times it
  * is given, then a real executor whose worker thread is slowed (as when the host gives its core
- * to another process), which must move its runs to the calling thread and keep the results; and
- * compilation paying the backend's one-time library setup, so that a first epoch runs as fast as
- * the next ones. */
+ * to another process), which must move its runs to the calling thread and keep the results (the
+ * pool's bits when deterministic; by default the one-thread plan's, exec_solo.c, the two plans
+ * taking turns); and compilation paying the backend's one-time library setup, so that a first
+ * epoch runs as fast as the next ones. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -341,22 +342,50 @@ Test(exec_adapt, a_slowed_worker_moves_runs_to_the_caller) {
     ct_backend_destroy(be);
 }
 
-/* What RUNS training steps of train_mlp give: every step's loss, then the weights and the
- * optimizer's sum of squares after the last. */
+/* What RUNS training steps of train_mlp give: every step's loss and whether it ran solo, then
+ * the weights and the optimizer's sum of squares after the last. */
 enum { TRAIN_ROWS = 40, TRAIN_IN = 256, TRAIN_HID = 64, TRAIN_OUT = 10, TRAIN_RUNS = 48 };
 typedef struct trained_mlp {
     float loss[TRAIN_RUNS], g2;
+    char solo[TRAIN_RUNS];
     float w[TRAIN_IN * TRAIN_HID + TRAIN_HID + TRAIN_HID * TRAIN_OUT + TRAIN_OUT];
     int64_t solo_runs;
 } trained_mlp;
 
-/* Trains x W1 + b1 -> relu -> dropout -> W2 + b2 -> softmax cross-entropy with Adam fused into
- * the gradients' writers for TRAIN_RUNS steps on `threads` threads; with `slowed`, adaptively
- * with a slowed pool (test_slow_pool), so most steps run solo. Its split plan has every kind
- * of part: x W1 over k (the weight rows), W2's gradient over the pipeline's rows, W1's over
- * its rows or columns, elementwise ops and dropout by example rows, the cross-entropy's mean,
- * deferred and fused updates. */
-static void train_mlp(int threads, int slowed, trained_mlp *out) {
+/* How train_mlp runs its steps: on a pool (threads, not adaptive); adaptively with a slowed pool
+ * (test_slow_pool), so most steps run solo, deterministic or not; adaptively with each step's
+ * mode set as `replay` says (1: solo); or replaying `replay`'s sequence of solo and pool steps
+ * on two graphs, a pool's and a one-thread graph. */
+enum { TRAIN_POOL, TRAIN_SLOWED, TRAIN_SLOWED_DETERMINISTIC, TRAIN_FORCED, TRAIN_REPLAY };
+
+/* x W1 + b1 -> relu -> dropout -> W2 + b2 -> softmax cross-entropy, with Adam fused into the
+ * gradients' writers, compiled on `threads` threads. Its split plan has every kind of part:
+ * x W1 over k (the weight rows), W2's gradient over the pipeline's rows, W1's over its rows or
+ * columns, elementwise ops and dropout by example rows, the cross-entropy's mean, deferred and
+ * fused updates. traced: x, labels, loss, the update in g; keep: the same in the compiled
+ * graph. */
+static ct_graph *compile_mlp(ct_graph *g, int threads, int adapt, int deterministic,
+                             const int *traced, int *keep) {
+    memcpy(keep, traced, 4 * sizeof *keep);
+    ct_graph_options o = ct_graph_default_options();
+    o.threads = threads;
+    o.split_min = 4096;
+    o.adapt = adapt;
+    o.deterministic = deterministic;
+    ct_graph *cg = NULL;
+    ct_err err = {0};
+    cr_assert_eq(ct_graph_compile(g, &o, 4, keep, &cg, &err), CT_OK, "%s", err.msg);
+    const ct_graph_stats *st = ct_graph_get_stats(cg);
+    cr_assert(threads == 1 || (st->inner_splits > 0 && st->batch_splits > 0),
+              "%d threads: %d k splits of x W, %d of x^T dy", threads, st->inner_splits,
+              st->batch_splits);
+    cr_assert_gt(st->fused_updates, 0, "%d threads: no fused update", threads);
+    return cg;
+}
+
+/* Trains the MLP for TRAIN_RUNS steps as `how` says (replay: per step, 1 to run it on one
+ * thread). */
+static void train_mlp(int threads, int how, const char *replay, trained_mlp *out) {
     static float x[TRAIN_ROWS * TRAIN_IN];
     int32_t labels[TRAIN_ROWS];
     ct_rng_uniform(9, 1, 0, x, TRAIN_ROWS * TRAIN_IN);
@@ -391,58 +420,111 @@ static void train_mlp(int threads, int slowed, trained_mlp *out) {
     int upd = ct_apply_optimizer(g);
     ct_graph_ctx(g)->params = &p;
     ct_graph_ctx(g)->optimizer = opt;
-    int keep[4] = {xi, yi, loss, upd};
-    ct_graph_options o = ct_graph_default_options();
-    o.threads = threads;
-    o.split_min = 4096;
-    o.adapt = slowed;
-    ct_graph *cg = NULL;
-    ct_err err = {0};
-    cr_assert_eq(ct_graph_compile(g, &o, 4, keep, &cg, &err), CT_OK, "%s", err.msg);
-    const ct_graph_stats *st = ct_graph_get_stats(cg);
-    cr_assert(st->inner_splits > 0 && st->batch_splits > 0 && st->fused_updates > 0,
-              "%d threads: %d k splits of x W, %d of x^T dy, %d fused updates", threads,
-              st->inner_splits, st->batch_splits, st->fused_updates);
-    ct_graph_bind(cg, keep[0], x);
-    ct_graph_bind(cg, keep[1], labels);
-    ct_graph_ctx(cg)->seed = 11;
+    const int traced[4] = {xi, yi, loss, upd};
+    const int slowed = how == TRAIN_SLOWED || how == TRAIN_SLOWED_DETERMINISTIC;
+    int keep[2][4];
+    ct_graph *cg[2] = {compile_mlp(g, threads, slowed || how == TRAIN_FORCED,
+                                   how == TRAIN_SLOWED_DETERMINISTIC, traced, keep[0]),
+                       how == TRAIN_REPLAY ? compile_mlp(g, 1, 0, 0, traced, keep[1]) : NULL};
+    for (int k = 0; k < 2 && cg[k]; k++) {
+        ct_graph_bind(cg[k], keep[k][0], x);
+        ct_graph_bind(cg[k], keep[k][1], labels);
+        ct_graph_ctx(cg[k])->seed = 11;
+    }
     if (slowed) {
-        test_slow_pool(cg);
+        test_slow_pool(cg[0]);
     }
+    ct_err err = {0};
     for (int r = 0; r < TRAIN_RUNS; r++) {
-        ct_graph_ctx(cg)->step = (uint64_t)r;
-        cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
-        cr_assert_eq(ct_graph_read(cg, keep[2], &out->loss[r], sizeof(float), &err), CT_OK);
+        const int k = how == TRAIN_REPLAY && replay[r];
+        const int64_t solo_before = ct_graph_get_stats(cg[k])->solo_runs;
+        if (how == TRAIN_FORCED) { /* the policy chose after the last run: overruled */
+            ct__graph_exec(cg[0])->adapt.mode = replay[r] ? CT__RUN_SOLO : CT__RUN_PARALLEL;
+        }
+        ct_graph_ctx(cg[k])->step = (uint64_t)r;
+        cr_assert_eq(ct_graph_run(cg[k], 0, ct_graph_size(cg[k]), &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(ct_graph_read(cg[k], keep[k][2], &out->loss[r], sizeof(float), &err), CT_OK);
+        cr_assert_eq(ct_graph_read(cg[k], keep[k][3], &out->g2, sizeof(float), &err), CT_OK);
+        out->solo[r] = (char)(ct_graph_get_stats(cg[k])->solo_runs > solo_before);
+        if (how == TRAIN_FORCED) { /* the graph points into the arena of the plan that ran */
+            const ct_exec *e = ct__graph_exec(cg[0]), *ran = out->solo[r] ? e->solo_plan : e;
+            const char *at = ct_graph_node(cg[0], keep[0][2])->out.data;
+            cr_assert(ran && at >= (const char *)ran->arena &&
+                          at < (const char *)ran->arena + ran->arena_bytes,
+                      "step %d: the loss is not in the %s plan's arena", r,
+                      out->solo[r] ? "solo" : "pool");
+        }
     }
-    cr_assert_eq(ct_graph_read(cg, keep[3], &out->g2, sizeof(float), &err), CT_OK);
     memcpy(out->w, ct_params_data(&p, 0), sizeof out->w);
-    out->solo_runs = st->solo_runs;
-    ct_graph_destroy(cg);
+    out->solo_runs = ct_graph_get_stats(cg[0])->solo_runs;
+    for (int k = 0; k < 2; k++) {
+        ct_graph_destroy(cg[k]);
+    }
     ct_graph_destroy(g);
     ct_optimizer_destroy(opt);
     ct_params_finish(&p);
     ct_backend_destroy(be);
 }
 
-/* A slowed pool moves most training steps to the caller, where the nodes whose parts add
- * nothing up run whole: every step's loss, the weights and the sum of squares after them are
- * the bits of the pool's runs. */
-Test(exec_adapt, solo_training_steps_give_the_parallel_bits, .timeout = 120) {
+/* Every step's loss, the weights and the sum of squares after the last: the same bits. */
+static void expect_same_training(const trained_mlp *got, const trained_mlp *want, int threads,
+                                 const char *what) {
+    for (int r = 0; r < TRAIN_RUNS; r++) {
+        cr_expect(memcmp(&got->loss[r], &want->loss[r], sizeof(float)) == 0,
+                  "%d threads, step %d: loss %.9g %s, %.9g", threads, r, got->loss[r], what,
+                  want->loss[r]);
+    }
+    cr_expect(memcmp(got->w, want->w, sizeof got->w) == 0, "%d threads: the weights differ (%s)",
+              threads, what);
+    cr_expect(memcmp(&got->g2, &want->g2, sizeof(float)) == 0, "%d threads: g2 %.9g vs %.9g (%s)",
+              threads, got->g2, want->g2, what);
+}
+
+/* Deterministic: a slowed pool moves most training steps to the caller, which runs the pool's
+ * plan in order, the nodes whose parts add nothing up whole: every step's loss, the weights and
+ * the sum of squares after them are the bits of the pool's runs. */
+Test(exec_adapt, deterministic_solo_training_steps_give_the_parallel_bits, .timeout = 120) {
     static trained_mlp pool, solo;
     for (int threads = 2; threads <= 3; threads++) {
-        train_mlp(threads, 0, &pool);
-        train_mlp(threads, 1, &solo);
+        train_mlp(threads, TRAIN_POOL, NULL, &pool);
+        train_mlp(threads, TRAIN_SLOWED_DETERMINISTIC, NULL, &solo);
         cr_expect_gt(solo.solo_runs, TRAIN_RUNS / 2, "%d threads: %lld solo runs of %d", threads,
                      (long long)solo.solo_runs, TRAIN_RUNS);
-        for (int r = 0; r < TRAIN_RUNS; r++) {
-            cr_expect(memcmp(&solo.loss[r], &pool.loss[r], sizeof(float)) == 0,
-                      "%d threads, step %d: loss %.9g solo, %.9g in the pool", threads, r,
-                      solo.loss[r], pool.loss[r]);
-        }
-        cr_expect(memcmp(solo.w, pool.w, sizeof solo.w) == 0, "%d threads: the weights differ",
+        expect_same_training(&solo, &pool, threads, "solo, in the pool");
+    }
+}
+
+/* By default a solo step runs the plan made for one thread (exec_solo.c): its sums round as one
+ * thread's. Replaying the steps that ran solo on a one-thread graph, and the others on a pool
+ * that is not adaptive, both graphs updating the same weights and optimizer state, gives every
+ * step's loss and the final weights bit for bit: the two plans' arenas take turns without
+ * carrying anything over. */
+Test(exec_adapt, solo_training_steps_give_the_one_thread_bits, .timeout = 120) {
+    static trained_mlp adaptive, replayed;
+    for (int threads = 2; threads <= 3; threads++) {
+        train_mlp(threads, TRAIN_SLOWED, NULL, &adaptive);
+        cr_expect_gt(adaptive.solo_runs, TRAIN_RUNS / 2, "%d threads: %lld solo runs of %d",
+                     threads, (long long)adaptive.solo_runs, TRAIN_RUNS);
+        cr_expect_eq(adaptive.solo[0], 0, "%d threads: the first step ran solo", threads);
+        train_mlp(threads, TRAIN_REPLAY, adaptive.solo, &replayed);
+        expect_same_training(&adaptive, &replayed, threads, "adaptive, replayed");
+    }
+}
+
+/* The same with the modes set step by step, so that the plans take turns both ways, over and
+ * over (solo after the pool, the pool after solo, in stretches of 1 to 4 steps). */
+Test(exec_adapt, the_pool_and_the_one_thread_plan_take_turns, .timeout = 120) {
+    static trained_mlp forced, replayed;
+    char modes[TRAIN_RUNS];
+    for (int r = 0; r < TRAIN_RUNS; r++) {
+        modes[r] = (char)((r * 7 / 5 + r / 11) % 2);
+    }
+    for (int threads = 2; threads <= 3; threads++) {
+        train_mlp(threads, TRAIN_FORCED, modes, &forced);
+        cr_expect(memcmp(forced.solo, modes, sizeof modes) == 0, "%d threads: other modes ran",
                   threads);
-        cr_expect(memcmp(&solo.g2, &pool.g2, sizeof(float)) == 0, "%d threads: g2 %.9g vs %.9g",
-                  threads, solo.g2, pool.g2);
+        train_mlp(threads, TRAIN_REPLAY, modes, &replayed);
+        expect_same_training(&forced, &replayed, threads, "forced, replayed");
     }
 }
 

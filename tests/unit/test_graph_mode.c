@@ -41,7 +41,8 @@ static ct_graph *compile(ct_graph *g, unsigned passes, int threads, int n_keep, 
     ct_graph_options o = ct_graph_default_options();
     o.passes = passes;
     o.threads = threads;
-    o.split_min = 1; /* split even tiny nodes, so the tests exercise the parts */
+    o.split_min = 1;     /* split even tiny nodes, so the tests exercise the parts */
+    o.deterministic = 1; /* a solo run (a core taken by another test) keeps the pool's bits */
     ct_graph *c = NULL;
     ct_err err = {0};
     cr_assert_eq(ct_graph_compile(g, &o, n_keep, keep, &c, &err), CT_OK, "%s", err.msg);
@@ -559,18 +560,18 @@ Test(graph_mode, random_graphs_agree_with_eager, .timeout = 300) {
 
 /* ---- example jobs: graph and eager give the same losses ---- */
 
-/* A trainer for job_path with `set` and train.threads, after `steps` steps on seeded batches of
- * 16 (losses into out when not NULL); the caller destroys it. */
+/* A trainer for job_path with `set` and train.threads (deterministic), after `steps` steps on
+ * seeded batches of 16 (losses into out when not NULL); the caller destroys it. */
 static ct_trainer *trained(const char *job_path, const char *set, int threads, int steps,
                            float *out) {
     char set_threads[64];
     snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
-    const char *sets[] = {set, set_threads};
+    const char *sets[] = {set, set_threads, "train.deterministic=true"};
     ct_trainer *t;
     ct_err err = {0};
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CT_SOURCE_ROOT, job_path);
-    cr_assert_eq(ct_trainer_load(path, sets, 2, &t, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_trainer_load(path, sets, 3, &t, &err), CT_OK, "%s", err.msg);
     enum { B = 16 };
     static float x[B * 784];
     int32_t y[B];
@@ -938,6 +939,7 @@ Test(graph_mode, small_weight_gradient_splits_over_pipeline_rows) {
         ct_graph_options o = ct_graph_default_options();
         o.threads = threads;
         o.split_min = 4096;
+        o.deterministic = 1;
         ct_graph *cg = NULL;
         cr_assert_eq(ct_graph_compile(g, &o, 4, keep, &cg, &err), CT_OK, "%s", err.msg);
         const ct_graph_stats *st = ct_graph_get_stats(cg);

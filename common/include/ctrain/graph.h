@@ -161,6 +161,10 @@ typedef struct ct_graph_options {
     int64_t split_min; /* least work split across threads (elements, GEMM flops / 64); 0: 16384 */
     int adapt;         /* 1 (default): a run uses the calling thread alone when runs measure
                         * faster that way (a pool thread's core is taken by another process) */
+    int deterministic; /* 1: the bits of a run do not depend on the load: a solo run runs the
+                        * pool's plan in order (its sums by parts). 0 (default): a solo run runs
+                        * a plan made for one thread, 1-5% faster, whose sums round as one
+                        * thread's do */
 } ct_graph_options;
 
 /* What compilation did and what the plan costs. */
@@ -192,6 +196,7 @@ typedef struct ct_graph_stats {
     /* adaptive thread use (options.adapt): runs on the whole pool, and on the calling thread
      * alone because that measured faster; probes that changed the mode */
     int64_t parallel_runs, solo_runs, mode_switches;
+    int64_t bytes_solo_plan; /* the arena of the one-thread plan solo runs use, once built */
 } ct_graph_stats;
 
 /* Parses "all", "none" or a comma list of pass names (const_fold, cse, dce, simplify, fuse,

@@ -334,6 +334,8 @@ typedef struct ct_job {
     int plan_memory;          /* train.plan_memory: reuse buffers by liveness; default true */
     int adapt_threads;        /* train.adapt_threads: a step runs on one thread when that
                                  measures faster (a core taken by another process); true */
+    int deterministic;        /* train.deterministic: a step's bits do not depend on the load
+                                 (solo steps keep the pool's sums); false */
     ct_conv_algorithm conv_algorithm; /* train.conv_algorithm: auto (default), direct, winograd */
     ct_strategy_type strategy; /* strategy.type: local (default), mirrored, parameter_server */
     struct {

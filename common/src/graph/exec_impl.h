@@ -143,6 +143,16 @@ struct ct_exec {
     unsigned mxcsr;
     const char **prof_detail; /* per node: "name dtype[shape]" for the profiler, built on the first
                                * run it records (ct__exec_name_nodes); NULL until then */
+    /* the arena's binding (exec_solo.c): per node, the out and aux pointers this plan set
+     * (NULL: not its), and the plan a solo run uses, built on the first one */
+    int64_t arena_bytes;
+    void **bound_out, **bound_aux;
+    int64_t *bound_aux_rows; /* per node with bound aux: its first dimension in this plan */
+    ct_exec *solo_plan;
+    int solo_plan_failed; /* 1: building it failed; solo runs run this plan in order */
+    int bound_solo;       /* 1: the graph points into the solo plan's arena */
+    ct_graph_options solo_opts;
+    int n_keep, *keep; /* what ct__exec_create was given, to build the solo plan */
 };
 
 /* A dependency edge, collected before the successor lists are built. A data edge (to = a reader
@@ -302,6 +312,15 @@ double ct__host_idle_cpu_s(void);
 /* exec_host.c: seconds kernel thread `tid` of this process has waited on a run queue; -1 when
  * /proc does not say. */
 double ct__thread_queued_s(int tid);
+/* exec_solo.c: records the pointers bind_arena set (e->bound_out, e->bound_aux). */
+ct_status ct__exec_keep_binding(ct_graph *g, ct_exec *e, const ct__exec_build *b, ct_err *err);
+/* exec_solo.c: points the graph's tensors into e's arena. */
+void ct__exec_bind(ct_graph *g, const ct_exec *e);
+/* exec_solo.c: keeps what building the solo plan needs; -1 on out of memory. */
+int ct__exec_save_for_solo(ct_exec *e, const ct_graph_options *opts, int n_keep, const int *keep);
+/* exec_solo.c: the one-thread plan pool executor e's solo runs use, built (and the graph bound
+ * to it) the first time; NULL when it cannot be built (the graph stays bound to e). */
+ct_exec *ct__exec_solo_plan(ct_graph *g, ct_exec *e);
 /* exec_pool.c: stops and joins the worker threads (none started: nothing). */
 void ct__exec_stop_pool(ct_exec *e);
 

@@ -352,6 +352,7 @@ ct_status ct__exec_bind_arena(ct_graph *g, ct_exec *e, ct__exec_build *b, ct_err
     const int n = e->n;
     const int64_t arena_bytes = b->arena_bytes;
     ct__graph_stats(g)->bytes_planned = arena_bytes;
+    e->arena_bytes = arena_bytes;
     e->arena = arena_bytes ? ct_backend_alloc(e->be, (size_t)arena_bytes) : NULL;
     if (arena_bytes && !e->arena) {
         return ct_err_set(err, CT_ENOMEM, "graph: cannot allocate the %lld-byte arena",
@@ -375,5 +376,6 @@ ct_status ct__exec_bind_arena(ct_graph *g, ct_exec *e, ct__exec_build *b, ct_err
         }
     }
     /* remaining buffers of nodes that run but were not planned (none today) */
-    return ct_graph_prepare(g, err);
+    ct_status st = ct_graph_prepare(g, err);
+    return st == CT_OK ? ct__exec_keep_binding(g, e, b, err) : st;
 }

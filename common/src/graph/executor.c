@@ -125,6 +125,11 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         (st = ct__exec_start_pool(e, &b, err)) != CT_OK) {
         goto fail;
     }
+    if (e->threads > 1 && opts->adapt && !opts->deterministic &&
+        ct__exec_save_for_solo(e, opts, n_keep, keep) < 0) {
+        st = out_of_memory(err);
+        goto fail;
+    }
     free_build(&b);
     *ret = e;
     return CT_OK;
@@ -139,6 +144,7 @@ void ct__exec_destroy(ct_exec *e) {
         return;
     }
     ct__exec_stop_pool(e);
+    ct__exec_destroy(e->solo_plan);
     if (e->be) {
         ct_backend_free(e->be, e->arena);
         ct_backend_free(e->be, e->inner);
@@ -175,6 +181,10 @@ void ct__exec_destroy(ct_exec *e) {
     free(e->ran_on);
     free((void *)e->tids);
     free((void *)e->prof_detail);
+    free(e->bound_out);
+    free(e->bound_aux);
+    free(e->bound_aux_rows);
+    free(e->keep);
     free(e);
 }
 

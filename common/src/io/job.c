@@ -89,7 +89,7 @@ static const char *const split_keys[] = {"format", "images", "labels", "limit", 
 static const char *const train_keys[] = {
     "epochs",         "batch_size", "eval_batch_size", "shuffle",     "threads",       "prefetch",
     "max_steps",      "eager",      "graph_passes",    "plan_memory", "adapt_threads", "profile",
-    "conv_algorithm", NULL};
+    "conv_algorithm", "deterministic", NULL};
 static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
                                             "bucket_bytes",
@@ -547,6 +547,7 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_bool(&s, "eager", &job->eager);
     ct__job_sec_bool(&s, "plan_memory", &job->plan_memory);
     ct__job_sec_bool(&s, "adapt_threads", &job->adapt_threads);
+    ct__job_sec_bool(&s, "deterministic", &job->deterministic);
     static const ct__job_name conv_names[] = {{"auto", CT_CONV_AUTO},
                                               {"direct", CT_CONV_DIRECT},
                                               {"winograd", CT_CONV_WINOGRAD},

@@ -48,6 +48,7 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     o.plan_memory = t->job.plan_memory;
     o.threads = t->reducer ? 1 : 0; /* the reducer's hooks and MPI stay on this thread */
     o.adapt = t->job.adapt_threads;
+    o.deterministic = t->job.deterministic;
     /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
     int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
     int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;
