@@ -15,8 +15,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTRAIN = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "coordinator", "ctrain")
 # 2 epochs of the MLP on 12000 examples: about a second, enough to be interrupted mid-run
+# deterministic: a step run solo (a core taken by another process) keeps the pool's sums, so
+# that runs compare bit for bit whatever the load
 SMALL = ["--set", "train.epochs=2", "--set", "data.train.limit=12000", "--set",
-         "data.eval.limit=2000", "--quiet"]
+         "data.eval.limit=2000", "--set", "train.deterministic=true", "--quiet"]
 
 
 def ctrain(*args, timeout=600):
