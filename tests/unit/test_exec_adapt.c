@@ -240,6 +240,18 @@ Test(exec_adapt, a_pool_waiting_for_its_cores_is_probed_at_once) {
     cr_expect_lt(h.readings, 20000 * 0.03 / 0.05 + 10, "%d readings", h.readings);
 }
 
+/* MLP steps of 0.3 ms solo, 1 ms on a pool whose worker waits for its core 70% of the time: the
+ * waits are judged after 5 ms of steps, so the solo probe comes after 7 parallel steps, not
+ * after a warm-up window of 10 ms and its left-out runs (the first epoch under `yes` ran 19). */
+Test(exec_adapt, short_runs_waiting_for_their_cores_are_probed_soon) {
+    ct__exec_adapt a;
+    host h = {.queued = 0.7, .spare = 0.0, .says = 1};
+    adapt_init_on(&a, &h);
+    const int64_t parallel = drive_on(&a, &h, 1000, 0.001, 0.0003);
+    cr_expect_leq(parallel, 7, "%lld parallel runs", (long long)parallel);
+    cr_expect_eq(a.chosen, CT__RUN_SOLO);
+}
+
 /* A quiet host (the worker hardly waits, a core idles): the warm-up window runs its course, as
  * without readings. */
 Test(exec_adapt, a_quiet_host_keeps_the_warm_up_window) {

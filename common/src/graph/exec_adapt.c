@@ -46,7 +46,7 @@
 #define CT__ADAPT_BUDGET 0.01   /* lost probes cost at most this share of the time between them */
 #define CT__ADAPT_MARGIN 0.97   /* the pool wins when its mean is below this share of solo's */
 #define CT__ADAPT_CHANGED 1.3   /* two windows this much slower than the one before: probe now */
-#define CT__ADAPT_SENSE_S 0.02  /* warm-up: workers' run-queue waits read after this */
+#define CT__ADAPT_SENSE_S 0.005 /* warm-up: workers' run-queue waits read after this */
 #define CT__ADAPT_QUEUED 0.25   /* ... and this share of them waited: probe solo runs at once */
 #define CT__ADAPT_SPARE_S 0.05  /* solo: the host's idle CPU time read after these seconds */
 #define CT__ADAPT_SPARE 0.3     /* ... and the pool is probed only when this many cores idled */
@@ -90,7 +90,12 @@ static int sense(ct__exec_adapt *a, double seconds) {
         return 0;
     }
     a->sense_runs_s += seconds;
-    if (a->sense_runs_s < (what == CT__HOST_IDLE ? CT__ADAPT_SPARE_S : CT__ADAPT_SENSE_S)) {
+    /* the warm-up's first reading is where the waits count from: after the first run (its page
+     * faults), so that short runs (MLP steps of 0.3 ms) are judged after a few */
+    const double stretch = what == CT__HOST_IDLE  ? CT__ADAPT_SPARE_S
+                           : a->seen.now_s <= 0.0 ? 0.0
+                                                  : CT__ADAPT_SENSE_S;
+    if (a->sense_runs_s < stretch) {
         return 0;
     }
     const ct__host_reading was = a->seen;
