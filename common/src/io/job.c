@@ -87,9 +87,9 @@ static const char *const schedule_keys[] = {"type",        "warmup_steps", "step
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {
-    "epochs",         "batch_size", "eval_batch_size", "shuffle",     "threads",       "prefetch",
-    "max_steps",      "eager",      "graph_passes",    "plan_memory", "adapt_threads", "profile",
-    "conv_algorithm", "deterministic", NULL};
+    "epochs",        "batch_size", "eval_batch_size", "shuffle",       "threads",
+    "prefetch",      "max_steps",  "eager",           "graph_passes",  "plan_memory",
+    "adapt_threads", "profile",    "conv_algorithm",  "deterministic", NULL};
 static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
                                             "bucket_bytes",
