@@ -109,6 +109,7 @@ Test(job, full_valid_job) {
         "  prefetch: 4\n"
         "  max_steps: 900\n"
         "  eager: yes\n"
+        "  deterministic: true\n"
         "strategy: {type: local}\n"
         "run_dir: /tmp/ctrain-run\n";
     ct_job job;
@@ -185,6 +186,7 @@ Test(job, full_valid_job) {
     cr_expect_eq(job.prefetch, 4);
     cr_expect_eq(job.max_steps, 900);
     cr_expect_eq(job.eager, 1);
+    cr_expect_eq(job.deterministic, 1);
     cr_expect_eq(job.strategy, CT_STRATEGY_LOCAL);
     cr_expect_str_eq(job.run_dir, "/tmp/ctrain-run");
 }
@@ -295,6 +297,7 @@ Test(job, defaults) {
     cr_expect_eq(job.eval_batch_size, 1000);
     cr_expect_eq(job.shuffle, 1);
     cr_expect_eq(job.threads, 0, "all cores");
+    cr_expect_eq(job.deterministic, 0, "solo steps run the one-thread plan");
     cr_expect_eq(job.prefetch, 16);
     cr_expect_eq(job.max_steps, 0);
     cr_expect_eq(job.eager, 0);
