@@ -27,16 +27,17 @@
 
 #include "ctrain/optim.h"
 #include "ctrain/profile.h"
+#include "net/link.h"
 #include "prof/prof.h"
 #include "ps_role.h"
-#include "strategy/ps_link.h"
+#include "strategy/ps_shared.h"
 
 #define MAX_WORKERS 1024
 #define MAX_SNAPSHOT_REQUESTS 8
 #define POLL_MS 100
 
 typedef struct parked {
-    unsigned char peer[CT_PS_ROUTING_ID_MAX];
+    unsigned char peer[CT_WIRE_ROUTING_ID_MAX];
     size_t peer_len;
     int worker;
     uint64_t want;       /* sync: the version asked for */
@@ -76,7 +77,7 @@ typedef struct server {
     uint64_t staleness[CT_PS_STALENESS_BUCKETS];
     /* sockets */
     void *router;
-    char endpoint[CT_PS_ENDPOINT_MAX];
+    char endpoint[CT_NET_ENDPOINT_MAX];
     ct__link link;
     ct__msg msg;
     char who[32];
@@ -84,17 +85,17 @@ typedef struct server {
 } server;
 
 /* An envelope from this server: kind, role, index and generation filled in. */
-static ct__env server_env(const server *s, Ctrain__Ps__Kind kind) {
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
+static ct__env server_env(const server *s, Ctrain__Wire__Kind kind) {
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
     env.kind = kind;
-    env.role = CTRAIN__PS__ROLE__PS;
+    env.role = CTRAIN__WIRE__ROLE__PS;
     env.index = s->o->index;
     env.generation = s->generation;
     return env;
 }
 
 static void reply_error(server *s, const ct__msg *m, const char *why) {
-    ct__env env = server_env(s, CTRAIN__PS__KIND__ERROR);
+    ct__env env = server_env(s, CTRAIN__WIRE__KIND__ERROR);
     env.error = (char *)why;
     ct__msg_send(s->router, m->peer, m->peer_len, &env, s->job_id, NULL, NULL, 0, NULL);
 }
@@ -109,7 +110,7 @@ static int check_tensors(server *s, const ct__env *env, int per_shard, char *why
     }
     for (int k = 0; k < s->n_local; k++) {
         for (int j = 0; j < per_shard; j++) {
-            const Ctrain__Ps__TensorRef *t = env->tensors[k * per_shard + j];
+            const Ctrain__Wire__TensorRef *t = env->tensors[k * per_shard + j];
             int global = (int)(s->shards - s->plan.shards) + k;
             if ((int)t->shard != global || (int)t->slot != j ||
                 t->bytes != (uint64_t)s->shards[k].size * sizeof(float)) {
@@ -129,8 +130,8 @@ static int check_tensors(server *s, const ct__env *env, int per_shard, char *why
 /* Sends PARAMS: every shard newer than the worker holds (all of them across generations). */
 static void send_params(server *s, const unsigned char *peer, size_t peer_len, uint64_t generation,
                         const uint64_t *held) {
-    Ctrain__Ps__TensorRef refs[s->n_local > 0 ? s->n_local : 1];
-    Ctrain__Ps__TensorRef *ptrs[s->n_local > 0 ? s->n_local : 1];
+    Ctrain__Wire__TensorRef refs[s->n_local > 0 ? s->n_local : 1];
+    Ctrain__Wire__TensorRef *ptrs[s->n_local > 0 ? s->n_local : 1];
     const void *data[s->n_local > 0 ? s->n_local : 1];
     size_t bytes[s->n_local > 0 ? s->n_local : 1];
     int n = 0;
@@ -138,7 +139,7 @@ static void send_params(server *s, const unsigned char *peer, size_t peer_len, u
         if (generation == s->generation && held[k] >= s->shard_version[k]) {
             continue;
         }
-        refs[n] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+        refs[n] = (Ctrain__Wire__TensorRef)CTRAIN__WIRE__TENSOR_REF__INIT;
         refs[n].shard = (uint32_t)(s->shards - s->plan.shards) + (uint32_t)k;
         refs[n].version = s->shard_version[k];
         refs[n].bytes = (uint64_t)s->shards[k].size * sizeof(float);
@@ -147,7 +148,7 @@ static void send_params(server *s, const unsigned char *peer, size_t peer_len, u
         bytes[n] = refs[n].bytes;
         n++;
     }
-    ct__env env = server_env(s, CTRAIN__PS__KIND__PARAMS);
+    ct__env env = server_env(s, CTRAIN__WIRE__KIND__PARAMS);
     env.version = s->version;
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
@@ -264,8 +265,8 @@ static void on_pull(server *s, ct__msg *m) {
 
 static void tell_chief(server *s, const char *why);
 
-static void fill_stats(server *s, Ctrain__Ps__Stats *stats) {
-    *stats = (Ctrain__Ps__Stats)CTRAIN__PS__STATS__INIT;
+static void fill_stats(server *s, Ctrain__Wire__Stats *stats) {
+    *stats = (Ctrain__Wire__Stats)CTRAIN__WIRE__STATS__INIT;
     stats->version = s->version;
     stats->applied = s->applied;
     stats->dropped_late = s->dropped_late;
@@ -280,15 +281,15 @@ static void fill_stats(server *s, Ctrain__Ps__Stats *stats) {
 static void send_snapshot(server *s, int k) {
     int n_slots = ct_optimizer_slot_count(s->opt), per = 1 + n_slots;
     int n = s->n_local * per;
-    Ctrain__Ps__TensorRef *refs = calloc((size_t)(n ? n : 1), sizeof *refs);
-    Ctrain__Ps__TensorRef **ptrs = calloc((size_t)(n ? n : 1), sizeof *ptrs);
+    Ctrain__Wire__TensorRef *refs = calloc((size_t)(n ? n : 1), sizeof *refs);
+    Ctrain__Wire__TensorRef **ptrs = calloc((size_t)(n ? n : 1), sizeof *ptrs);
     const void **data = calloc((size_t)(n ? n : 1), sizeof *data);
     size_t *bytes = calloc((size_t)(n ? n : 1), sizeof *bytes);
     if (refs && ptrs && data && bytes) {
         for (int i = 0; i < s->n_local; i++) {
             for (int j = 0; j < per; j++) {
-                Ctrain__Ps__TensorRef *r = &refs[i * per + j];
-                *r = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+                Ctrain__Wire__TensorRef *r = &refs[i * per + j];
+                *r = (Ctrain__Wire__TensorRef)CTRAIN__WIRE__TENSOR_REF__INIT;
                 r->shard = (uint32_t)(s->shards - s->plan.shards) + (uint32_t)i;
                 r->slot = (uint32_t)j;
                 r->version = s->shard_version[i];
@@ -300,10 +301,10 @@ static void send_snapshot(server *s, int k) {
                 bytes[i * per + j] = r->bytes;
             }
         }
-        ct__env env = server_env(s, CTRAIN__PS__KIND__SNAPSHOT);
+        ct__env env = server_env(s, CTRAIN__WIRE__KIND__SNAPSHOT);
         env.version = s->version;
         env.request_id = s->snap[k].id;
-        Ctrain__Ps__Stats stats;
+        Ctrain__Wire__Stats stats;
         fill_stats(s, &stats);
         env.stats = &stats;
         env.n_tensors = (size_t)n;
@@ -353,7 +354,7 @@ static void apply(server *s, const float *const *grads, float lr_scale) {
                 }
             }
         }
-        ct__env env = server_env(s, CTRAIN__PS__KIND__ERROR);
+        ct__env env = server_env(s, CTRAIN__WIRE__KIND__ERROR);
         env.error = why[0] ? why : "an update was not finite";
         ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
         s->fatal = CT_ENUMERIC;
@@ -510,13 +511,13 @@ static void tell_chief(server *s, const char *why) {
     char msg[600];
     snprintf(msg, sizeof msg, "ps %d: %s", s->o->index, why);
     ct_log(CT_LOG_WARN, "%s", msg);
-    ct__env env = server_env(s, CTRAIN__PS__KIND__ERROR);
+    ct__env env = server_env(s, CTRAIN__WIRE__KIND__ERROR);
     env.error = msg;
     ct__msg_send(s->link.sock, NULL, 0, &env, s->job_id, NULL, NULL, 0, NULL);
 }
 
 static void send_restored(server *s) {
-    ct__env reply = server_env(s, CTRAIN__PS__KIND__RESTORED);
+    ct__env reply = server_env(s, CTRAIN__WIRE__KIND__RESTORED);
     reply.version = s->version;
     ct__msg_send(s->link.sock, NULL, 0, &reply, s->job_id, NULL, NULL, 0, NULL);
 }
@@ -597,10 +598,10 @@ static void handle_worker(server *s) {
             continue;
         }
         switch (s->msg.env->kind) {
-        case CTRAIN__PS__KIND__PULL:
+        case CTRAIN__WIRE__KIND__PULL:
             on_pull(s, &s->msg);
             break;
-        case CTRAIN__PS__KIND__PUSH:
+        case CTRAIN__WIRE__KIND__PUSH:
             on_push(s, &s->msg);
             break;
         default:
@@ -633,7 +634,7 @@ static ct_status handle_chief(server *s, int *done, ct_err *err) {
             if (link_st != CT_OK) {
                 return link_st;
             }
-            if (s->link.view.state == CTRAIN__PS__STATE__DONE) {
+            if (s->link.view.state == CTRAIN__WIRE__STATE__DONE) {
                 *done = 1;
                 return CT_OK;
             }
@@ -644,10 +645,10 @@ static ct_status handle_chief(server *s, int *done, ct_err *err) {
             continue;
         }
         switch (s->msg.env->kind) {
-        case CTRAIN__PS__KIND__RESTORE:
+        case CTRAIN__WIRE__KIND__RESTORE:
             on_restore(s, &s->msg);
             break;
-        case CTRAIN__PS__KIND__SNAPSHOT_REQUEST:
+        case CTRAIN__WIRE__KIND__SNAPSHOT_REQUEST:
             on_snapshot_request(s, s->msg.env);
             break;
         default:
@@ -735,7 +736,7 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
                          sizeof s->endpoint, err);
     }
     if (st == CT_OK) {
-        st = ct__link_init(&s->link, o->keys, o->chief, CTRAIN__PS__ROLE__PS, o->index, s->job_id,
+        st = ct__link_init(&s->link, o->keys, o->chief, CTRAIN__WIRE__ROLE__PS, o->index, s->job_id,
                            s->endpoint, err);
         s->link.timeout_s = job->ps.chief_timeout;
     }
@@ -782,7 +783,7 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
                             o->index);
             break;
         }
-        Ctrain__Ps__Stats stats;
+        Ctrain__Wire__Stats stats;
         fill_stats(s, &stats);
         if (st == CT_OK) {
             st = ct__link_tick(&s->link, s->restored ? s->generation : 0, &stats, err);

@@ -19,12 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "ctrain/data.h"
 #include "ctrain/optim.h"
 #include "ctrain/pipeline.h"
 #include "ctrain/profile.h"
+#include "net/link.h"
 #include "prof/prof.h"
-#include "strategy/ps_link.h"
 #include "worker_role.h"
 
 #define MAX_SERVERS 64
@@ -48,7 +49,7 @@ typedef struct worker {
     int64_t steps_per_epoch, total_steps;
     /* per server */
     void *sock[MAX_SERVERS];
-    char endpoint[MAX_SERVERS][CT_PS_ENDPOINT_MAX];
+    char endpoint[MAX_SERVERS][CT_NET_ENDPOINT_MAX];
     uint64_t version[MAX_SERVERS]; /* of the parameters held */
     uint64_t *held;                /* [n_shards]: version of each shard held */
     int pending[MAX_SERVERS];      /* a pull is out */
@@ -69,9 +70,9 @@ typedef struct worker {
 
 static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
     int first = w->plan.first[s], n = w->plan.first[s + 1] - first;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PULL;
-    env.role = CTRAIN__PS__ROLE__WORKER;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PULL;
+    env.role = CTRAIN__WIRE__ROLE__WORKER;
     env.index = w->o->index;
     env.generation = w->generation;
     env.version = want;
@@ -83,7 +84,7 @@ static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
     }
     w->pending[s] = st == CT_OK;
     w->want[s] = want;
-    w->pull_sent[s] = ct__now();
+    w->pull_sent[s] = ct__now_s();
     return st;
 }
 
@@ -99,7 +100,7 @@ static void record_pull(const worker *w, int s, const ct__msg *m) {
     for (size_t k = 0; k < m->env->n_tensors; k++) {
         bytes += (int64_t)m->env->tensors[k]->bytes;
     }
-    int64_t start = now - (int64_t)((ct__now() - w->pull_sent[s]) * 1e9);
+    int64_t start = now - (int64_t)((ct__now_s() - w->pull_sent[s]) * 1e9);
     start = w->prof_step_t0 > start ? w->prof_step_t0 : start;
     int64_t moved = w->have[s] && m->env->version > w->version[s] + 1
                         ? (int64_t)(m->env->version - w->version[s] - 1)
@@ -137,7 +138,7 @@ static void take_params(worker *w, int s, ct__msg *m) {
         }
     }
     for (size_t k = 0; k < env->n_tensors; k++) {
-        const Ctrain__Ps__TensorRef *t = env->tensors[k];
+        const Ctrain__Wire__TensorRef *t = env->tensors[k];
         if ((int)t->shard < first || (int)t->shard >= last ||
             t->bytes != (uint64_t)w->plan.shards[t->shard].size * sizeof(float)) {
             ct_log(CT_LOG_WARN,
@@ -158,21 +159,21 @@ static void take_params(worker *w, int s, ct__msg *m) {
 static ct_status push(worker *w, int64_t examples, uint64_t version, ct_err *err) {
     for (int s = 0; s < w->n_servers; s++) {
         int first = w->plan.first[s], n = w->plan.first[s + 1] - first;
-        Ctrain__Ps__TensorRef refs[n > 0 ? n : 1], *ptrs[n > 0 ? n : 1];
+        Ctrain__Wire__TensorRef refs[n > 0 ? n : 1], *ptrs[n > 0 ? n : 1];
         const void *data[n > 0 ? n : 1];
         size_t bytes[n > 0 ? n : 1];
         for (int k = 0; k < n; k++) {
             const ct_ps_shard *sh = &w->plan.shards[first + k];
-            refs[k] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+            refs[k] = (Ctrain__Wire__TensorRef)CTRAIN__WIRE__TENSOR_REF__INIT;
             refs[k].shard = (uint32_t)(first + k);
             refs[k].bytes = (uint64_t)sh->size * sizeof(float);
             ptrs[k] = &refs[k];
             data[k] = w->p->grad + sh->offset;
             bytes[k] = refs[k].bytes;
         }
-        ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-        env.kind = CTRAIN__PS__KIND__PUSH;
-        env.role = CTRAIN__PS__ROLE__WORKER;
+        ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+        env.kind = CTRAIN__WIRE__KIND__PUSH;
+        env.role = CTRAIN__WIRE__ROLE__WORKER;
         env.index = w->o->index;
         env.generation = w->generation;
         /* sync: the step computed, so a server already past it drops it as late; async: the
@@ -208,9 +209,9 @@ static ct_status report(worker *w, const task *tk, int64_t examples, double loss
     r.accuracy = acc;
     r.version = version;
     r.compute_s = compute_s;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__REPORT;
-    env.role = CTRAIN__PS__ROLE__WORKER;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__REPORT;
+    env.role = CTRAIN__WIRE__ROLE__WORKER;
     env.index = w->o->index;
     env.generation = w->generation; /* the state the step was computed on */
     env.report = &r;
@@ -274,7 +275,7 @@ static ct_status drain(worker *w, ct_err *err) {
                 }
                 st = connect_servers(w, err);
             }
-        } else if (w->msg.env->kind == CTRAIN__PS__KIND__TASK && w->msg.env->task &&
+        } else if (w->msg.env->kind == CTRAIN__WIRE__KIND__TASK && w->msg.env->task &&
                    w->msg.env->generation >= w->generation) {
             const Ctrain__Ps__Task *tk = w->msg.env->task;
             if (w->msg.env->generation > w->generation) {
@@ -288,7 +289,7 @@ static ct_status drain(worker *w, ct_err *err) {
                        "batch %lld of epoch %lld dropped",
                        w->who, w->n_tasks, (long long)tk->index, (long long)tk->epoch);
             }
-        } else if (w->msg.env->kind == CTRAIN__PS__KIND__ERROR) {
+        } else if (w->msg.env->kind == CTRAIN__WIRE__KIND__ERROR) {
             ct_log(CT_LOG_WARN, "%s: the chief says: %s", w->who, w->msg.env->error);
         }
         ct__msg_free(&w->msg);
@@ -300,9 +301,9 @@ static ct_status drain(worker *w, ct_err *err) {
                 ct_log(CT_LOG_WARN, "%s: dropped a bad message from ps %d: %s", w->who, s, bad.msg);
                 continue;
             }
-            if (w->msg.env->kind == CTRAIN__PS__KIND__PARAMS) {
+            if (w->msg.env->kind == CTRAIN__WIRE__KIND__PARAMS) {
                 take_params(w, s, &w->msg);
-            } else if (w->msg.env->kind == CTRAIN__PS__KIND__ERROR) {
+            } else if (w->msg.env->kind == CTRAIN__WIRE__KIND__ERROR) {
                 /* a server refused what we sent: a bug or a mismatched build; say it loudly */
                 st = ct_err_set(err, CT_EPROTO, "%s: ps %d refused a message: %s", w->who, s,
                                 w->msg.env->error);
@@ -363,19 +364,19 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     ct_trainer_set_position(w->t, pos);
     ct__prof_step(pos[0] + 1);
     float loss = NAN, acc = NAN;
-    double start = ct__now();
+    double start = ct__now_s();
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
         return st;
     }
     clip_gradient(w);
-    double compute = ct__now() - start;
+    double compute = ct__now_s() - start;
     if (w->o->slow_factor > 1.0) { /* benchmarks: a straggler, still sending heartbeats */
-        double until = ct__now() + compute * (w->o->slow_factor - 1.0);
-        while (ct__now() < until &&
+        double until = ct__now_s() + compute * (w->o->slow_factor - 1.0);
+        while (ct__now_s() < until &&
                (st = ct__link_tick(&w->link, w->generation, NULL, err)) == CT_OK) {
-            double left = until - ct__now();
-            ct__sleep(left < 0.05 ? (left > 0 ? left : 0) : 0.05);
+            double left = until - ct__now_s();
+            ct__sleep_s(left < 0.05 ? (left > 0 ? left : 0) : 0.05);
         }
         if (st != CT_OK) {
             return st;
@@ -416,7 +417,7 @@ static int next_task(worker *w, uint64_t version, task *ret) {
 /* Names a server that has owed us parameters for too long (sync waits may be long: the chief
  * decides how long a lost worker is waited for, and tells us through the view). */
 static ct_status check_pulls(worker *w, ct_err *err) {
-    double now = ct__now(), limit = w->job->ps.register_timeout + w->job->ps.heartbeat_timeout;
+    double now = ct__now_s(), limit = w->job->ps.register_timeout + w->job->ps.heartbeat_timeout;
     for (int s = 0; s < w->n_servers; s++) {
         if (w->pending[s] && now - w->pull_sent[s] > limit) {
             return ct_err_set(err, CT_ETIMEDOUT,
@@ -456,10 +457,10 @@ static ct_status run(worker *w, ct_err *err) {
             break;
         }
         const ct__view *v = &w->link.view;
-        if (v->state == CTRAIN__PS__STATE__DONE) {
+        if (v->state == CTRAIN__WIRE__STATE__DONE) {
             return CT_OK;
         }
-        if (v->state != CTRAIN__PS__STATE__RUNNING || !w->link.registered) {
+        if (v->state != CTRAIN__WIRE__STATE__RUNNING || !w->link.registered) {
             continue;
         }
         /* the first pull of a generation, or after a server came back */
@@ -473,10 +474,10 @@ static ct_status run(worker *w, ct_err *err) {
          * is gone is held until the view names its replacement and the socket is replaced,
          * which this loop does meanwhile) */
         if (st == CT_OK && atomic_load(&w->inflight.frames) > 0) {
-            held_since = held_since > 0 ? held_since : ct__now();
-            if (ct__now() - held_since > w->job->ps.register_timeout) {
+            held_since = held_since > 0 ? held_since : ct__now_s();
+            if (ct__now_s() - held_since > w->job->ps.register_timeout) {
                 st = ct_err_set(err, CT_ETIMEDOUT, "%s: the last push was not sent in %.0f s",
-                                w->who, ct__now() - held_since);
+                                w->who, ct__now_s() - held_since);
             }
             continue;
         }
@@ -519,7 +520,7 @@ static void worker_free(worker *w) {
 
 /* Registers and waits for the chief's first view (the number of servers and workers). */
 static ct_status join(worker *w, ct_err *err) {
-    ct_status st = ct__link_init(&w->link, w->o->keys, w->o->chief, CTRAIN__PS__ROLE__WORKER,
+    ct_status st = ct__link_init(&w->link, w->o->keys, w->o->chief, CTRAIN__WIRE__ROLE__WORKER,
                                  w->o->index, w->job_id, "", err);
     w->link.timeout_s = w->job->ps.chief_timeout;
     if (st == CT_OK) {

@@ -5,10 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../coordinator/chief_role.h"
-#include "../ps/ps_role.h"
+#include "common/role/role_run.h"
+#include "coordinator/chief/chief.h"
 #include "ctrain/job.h"
 #include "ctrain/role.h"
+#include "ps/ps_role.h"
 #include "worker_role.h"
 
 #define ROLE "ctrain-worker"
@@ -31,7 +32,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    static const ct_ps_task_runners runners = {ct_ps_server_run_task, ct_ps_worker_run_task};
+    static const ct_ps_task_runners runners = {ct_chief_run_task, ct_ps_server_run_task,
+                                               ct_ps_worker_run_task};
     ct_role_flags f;
     ct_err err = {0};
     if (ct_role_flags_parse(argc, argv, &f, &err) != CT_OK) {

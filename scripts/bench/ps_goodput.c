@@ -180,21 +180,21 @@ static int recv_kind(ours *o, void *sock, int router, int kind, double timeout_s
 }
 
 static void send_view(ours *o, int s, int kind, int state) {
-    Ctrain__Ps__View v = CTRAIN__PS__VIEW__INIT;
+    Ctrain__Wire__View v = CTRAIN__WIRE__VIEW__INIT;
     int32_t live[1] = {0};
     char *eps[MAX_SERVERS];
     for (int k = 0; k < o->servers; k++) {
         eps[k] = o->ps_ep[k];
     }
-    v.state = (Ctrain__Ps__State)state;
+    v.state = (Ctrain__Wire__State)state;
     v.n_ps = (uint32_t)o->servers;
     v.n_workers = 1;
     v.n_live_workers = 1;
     v.live_workers = live;
     v.n_ps_endpoints = (size_t)o->servers;
     v.ps_endpoints = eps;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = (Ctrain__Ps__Kind)kind;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = (Ctrain__Wire__Kind)kind;
     env.generation = 1;
     env.view = &v;
     ct__msg_send(o->chief, o->peer[s], o->peer_len[s], &env, o->job_id, NULL, NULL, 0, NULL);
@@ -204,12 +204,12 @@ static void send_view(ours *o, int s, int kind, int state) {
 static void send_shards(ours *o, int s, void *sock, const unsigned char *peer, size_t peer_len,
                         int kind, const float *flat, uint64_t version) {
     int first = o->plan.first[s], n = o->plan.first[s + 1] - first;
-    Ctrain__Ps__TensorRef refs[64], *ptrs[64];
+    Ctrain__Wire__TensorRef refs[64], *ptrs[64];
     const void *data[64];
     size_t bytes[64];
     for (int k = 0; k < n && k < 64; k++) {
         const ct_ps_shard *sh = &o->plan.shards[first + k];
-        refs[k] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+        refs[k] = (Ctrain__Wire__TensorRef)CTRAIN__WIRE__TENSOR_REF__INIT;
         refs[k].shard = (uint32_t)(first + k);
         refs[k].bytes = (uint64_t)sh->size * sizeof(float);
         ptrs[k] = &refs[k];
@@ -219,14 +219,14 @@ static void send_shards(ours *o, int s, void *sock, const unsigned char *peer, s
     Ctrain__Ps__Restore rs = CTRAIN__PS__RESTORE__INIT;
     rs.total_steps = 1u << 30;
     rs.n_workers = 1;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = (Ctrain__Ps__Kind)kind;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = (Ctrain__Wire__Kind)kind;
     env.generation = 1;
     env.version = version;
     env.examples = 1;
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
-    if (kind == CTRAIN__PS__KIND__RESTORE) {
+    if (kind == CTRAIN__WIRE__KIND__RESTORE) {
         env.restore = &rs;
         ct__msg_send(sock, peer, peer_len, &env, o->job_id, data, bytes, n, NULL);
     } else { /* a push: from the gradient buffer, as the worker sends it */
@@ -258,7 +258,7 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
         o->pid[s] = spawn(argv);
     }
     for (int got = 0; got < servers; got++) {
-        if (!recv_kind(o, o->chief, 1, CTRAIN__PS__KIND__REGISTER, 60)) {
+        if (!recv_kind(o, o->chief, 1, CTRAIN__WIRE__KIND__REGISTER, 60)) {
             die("servers", "a ctrain-ps did not register within 60 s");
         }
         int s = o->m.env->index;
@@ -268,12 +268,12 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
     }
     ct_params *p = ct_model_params(o->model);
     for (int s = 0; s < servers; s++) {
-        send_view(o, s, CTRAIN__PS__KIND__REGISTERED, CTRAIN__PS__STATE__RUNNING);
-        send_shards(o, s, o->chief, o->peer[s], o->peer_len[s], CTRAIN__PS__KIND__RESTORE, p->data,
-                    0);
+        send_view(o, s, CTRAIN__WIRE__KIND__REGISTERED, CTRAIN__WIRE__STATE__RUNNING);
+        send_shards(o, s, o->chief, o->peer[s], o->peer_len[s], CTRAIN__WIRE__KIND__RESTORE,
+                    p->data, 0);
     }
     for (int s = 0; s < servers; s++) {
-        if (!recv_kind(o, o->chief, 1, CTRAIN__PS__KIND__RESTORED, 60)) {
+        if (!recv_kind(o, o->chief, 1, CTRAIN__WIRE__KIND__RESTORED, 60)) {
             die("servers", "a ctrain-ps did not restore within 60 s");
         }
         if (ct_net_socket(ZMQ_DEALER, NULL, 0, &o->worker[s], &err) != CT_OK ||
@@ -285,7 +285,7 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
 
 static void ours_stop(ours *o) {
     for (int s = 0; s < o->servers; s++) {
-        send_view(o, s, CTRAIN__PS__KIND__VIEW, CTRAIN__PS__STATE__DONE);
+        send_view(o, s, CTRAIN__WIRE__KIND__VIEW, CTRAIN__WIRE__STATE__DONE);
     }
     for (int s = 0; s < o->servers; s++) {
         waitpid(o->pid[s], NULL, 0);
@@ -306,10 +306,10 @@ static double ours_round(ours *o, int iters) {
     for (int i = 0; i < iters + 2; i++) {
         double t0 = now_s();
         for (int s = 0; s < o->servers; s++) {
-            send_shards(o, s, o->worker[s], NULL, 0, CTRAIN__PS__KIND__PUSH, p->grad, version);
+            send_shards(o, s, o->worker[s], NULL, 0, CTRAIN__WIRE__KIND__PUSH, p->grad, version);
             int first = o->plan.first[s], n = o->plan.first[s + 1] - first;
-            ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-            env.kind = CTRAIN__PS__KIND__PULL;
+            ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+            env.kind = CTRAIN__WIRE__KIND__PULL;
             env.generation = 1;
             env.version = version + 1;
             env.n_held = (size_t)n;
@@ -317,11 +317,11 @@ static double ours_round(ours *o, int iters) {
             ct__msg_send(o->worker[s], NULL, 0, &env, o->job_id, NULL, NULL, 0, NULL);
         }
         for (int s = 0; s < o->servers; s++) {
-            if (!recv_kind(o, o->worker[s], 0, CTRAIN__PS__KIND__PARAMS, 60)) {
+            if (!recv_kind(o, o->worker[s], 0, CTRAIN__WIRE__KIND__PARAMS, 60)) {
                 die("pull", "no PARAMS within 60 s");
             }
             for (size_t k = 0; k < o->m.env->n_tensors; k++) { /* into the variables */
-                const Ctrain__Ps__TensorRef *t = o->m.env->tensors[k];
+                const Ctrain__Wire__TensorRef *t = o->m.env->tensors[k];
                 memcpy(p->data + o->plan.shards[t->shard].offset, ct__msg_tensor(&o->m, (int)k),
                        (size_t)t->bytes);
                 held[t->shard] = t->version;

@@ -262,7 +262,7 @@ def test_garbage_and_foreign_messages_are_dropped(tmp_path, service):
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(endpoint)
         sock.send(b"\x00garbage\xff" * 10)                  # not an envelope
-        sock.send_multipart([b"\x08\x01\x18\x1a", b"xyz"])  # a DS_BATCH with a frame too many
+        sock.send_multipart([b"\x08\x02\x18\x1a", b"xyz"])  # a DS_BATCH with a frame too many
         sock.send(os.urandom(2 << 20))                      # oversized
         sock.send(b"")                                      # empty
         time.sleep(0.2)

@@ -27,8 +27,8 @@ def field(num, wire, payload):
 
 
 def envelope(kind, tensors=(), held=(), version=0):
-    """A ctrain.ps.Envelope (common/proto/ps.proto), written by hand."""
-    e = field(1, 0, varint(1)) + field(2, 1, struct.pack("<Q", 0x2A)) + field(3, 0, varint(kind))
+    """A ctrain.wire.Envelope (common/proto/envelope.proto), written by hand."""
+    e = field(1, 0, varint(2)) + field(2, 1, struct.pack("<Q", 0x2A)) + field(3, 0, varint(kind))
     e += field(4, 0, varint(3)) + field(7, 0, varint(version))
     for shard, nbytes in tensors:
         ref = field(1, 0, varint(shard)) + field(4, 0, varint(nbytes))
@@ -50,7 +50,7 @@ def frames(*fs):
 @pytest.mark.skipif(not shutil.which("clang"), reason="clang is not installed (libFuzzer)")
 def test_wire_decoder_under_libfuzzer(tmp_path):
     exe = tmp_path / "fuzz_wire"
-    header = os.path.join(BUILD, "common", "ps.pb-c.h")
+    header = os.path.join(BUILD, "common", "envelope.pb-c.h")
     assert os.path.exists(header), "build first: the generated protobuf-c code is needed"
     cmd = ["clang", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",
            "-fno-sanitize-recover=undefined", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE",
@@ -58,7 +58,9 @@ def test_wire_decoder_under_libfuzzer(tmp_path):
            "-I", os.path.join(BUILD, "common"),
            os.path.join(ROOT, "tests", "fuzz", "fuzz_wire.c"),
            os.path.join(ROOT, "common", "src", "net", "wire.c"),
+           os.path.join(BUILD, "common", "envelope.pb-c.c"),
            os.path.join(BUILD, "common", "ps.pb-c.c"),
+           os.path.join(BUILD, "common", "data_service.pb-c.c"),
            os.path.join(ROOT, "common", "src", "core", "status.c"),
            os.path.join(ROOT, "common", "src", "core", "clock.c"),
            "-lprotobuf-c", "-lzmq", "-o", str(exe)]

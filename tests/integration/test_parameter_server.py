@@ -258,7 +258,7 @@ def test_a_worker_restarted_at_once_waits_for_its_predecessor_to_be_declared_los
     # a supervisor restarts a killed worker immediately: the chief has not noticed the old one
     # is gone, so the new one is told "busy" and asks again (each second) until the old one is
     # declared lost. The chief would also let a registration take over a slot silent for
-    # TAKEOVER_S (1.5 s, coordinator/ps_chief.c) before the heartbeat timeout: with 2 s, a retry
+    # TAKEOVER_S (1.5 s, coordinator/chief/ps_chief.c) before the heartbeat timeout: with 2 s, a retry
     # landing 1.5-2 s into the silence printed "registered again" instead (about half the runs),
     # so here the timeout (1.2 s) is shorter and the only way in is the declaration. Worker 0
     # takes 100x its compute time a step (about 30 ms), so the kill after epoch 1 lands with 153
@@ -494,7 +494,7 @@ def test_bad_messages_are_dropped_and_the_servers_go_on(cluster):
         s.setsockopt(zmq.LINGER, 0)
         s.connect(f"tcp://127.0.0.1:{port}")
         s.send(b"\x00garbage\xff" * 10)                 # not an envelope
-        s.send_multipart([b"\x08\x01\x18\x07", b"xx"])  # a PULL with a frame it did not promise
+        s.send_multipart([b"\x08\x02\x18\x07", b"xx"])  # a PULL with a frame it did not promise
         s.send(os.urandom(2 << 20))                     # oversized
         s.send(b"")                                     # empty
         time.sleep(0.3)
@@ -502,7 +502,7 @@ def test_bad_messages_are_dropped_and_the_servers_go_on(cluster):
     ctx.term()
     assert c.finish() == 0, c.log("chief")
     assert done_line(c.log("chief"))["steps"] == 300
-    assert re.search(r"ps 0: dropped a bad message from \S+: .*not a ctrain.ps.Envelope",
+    assert re.search(r"ps 0: dropped a bad message from \S+: .*not a ctrain.wire.Envelope",
                      c.log("ps0"))
     assert re.search(r"chief: dropped a bad message", c.log("chief"))
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "data/ds_impl.h"
+#include "data/core/dataset_impl.h"
 #include "helpers.h"
 
 /* A scratch file path (static storage: one slot per call site is enough for these tests). */
@@ -93,7 +93,7 @@ void ds_check_skip_and_access(const ct_dataset *ds, int64_t epoch) {
         for (int i = 0; i < n; i++) {
             ct_element e = {0};
             ct_err err = {0};
-            cr_assert_eq(ct__ds_get(ds, epoch, i, &e, &err), CT_OK, "%s", err.msg);
+            cr_assert_eq(ct__dataset_get(ds, epoch, i, &e, &err), CT_OK, "%s", err.msg);
             ds_expect_same(&e, &all[i], "random access");
             ct_element_clear(&e);
         }

@@ -27,7 +27,7 @@ void ds_expect_same(const ct_element *a, const ct_element *b, const char *what);
 
 /* Keys are 0, 1, ...; starting an iterator at k (a skip) leaves the same elements as reading
  * k first, for several k up to past the end; ct_iterator_skip reports the count; and when ds is
- * random-access, element i by ct__ds_get is element i of the iteration. */
+ * random-access, element i by ct__dataset_get is element i of the iteration. */
 void ds_check_skip_and_access(const ct_dataset *ds, int64_t epoch);
 
 /* st is `code` and err's message holds every string of the NULL-terminated `needles`. */

@@ -14,12 +14,12 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "chief_role.h"
+#include "coordinator/chief/chief.h"
 #include "ctrain/net.h"
 #include "ctrain/ps.h"
 #include "net/wire.h"
-#include "ps_role.h"
-#include "worker_role.h"
+#include "ps/ps_role.h"
+#include "worker/worker_role.h"
 
 /* ---- the partition plan ---- */
 
@@ -158,9 +158,9 @@ Test(ps, job_id_covers_what_roles_must_agree_on) {
 
 /* Packs an envelope into buf; returns its size. */
 static size_t pack(ct__env *env, uint64_t job_id, unsigned char *buf) {
-    env->protocol = env->protocol ? env->protocol : CT_PS_PROTOCOL;
+    env->protocol = env->protocol ? env->protocol : CT_WIRE_PROTOCOL;
     env->job_id = job_id;
-    return ctrain__ps__envelope__pack(env, buf);
+    return ctrain__wire__envelope__pack(env, buf);
 }
 
 static ct_status decode(const unsigned char *head, size_t head_len, const void *t, size_t t_len,
@@ -176,11 +176,11 @@ static ct_status decode(const unsigned char *head, size_t head_len, const void *
 Test(ps, decoder_names_every_malformed_input) {
     unsigned char buf[4096];
     float data[8] = {0};
-    Ctrain__Ps__TensorRef ref = CTRAIN__PS__TENSOR_REF__INIT, *refs[1] = {&ref};
+    Ctrain__Wire__TensorRef ref = CTRAIN__WIRE__TENSOR_REF__INIT, *refs[1] = {&ref};
     ref.shard = 3;
     ref.bytes = sizeof data;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PUSH;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PUSH;
     env.n_tensors = 1;
     env.tensors = refs;
     size_t len = pack(&env, 42, buf);
@@ -197,10 +197,10 @@ Test(ps, decoder_names_every_malformed_input) {
     } cases[] = {
         {CT_EPROTO, buf, len, sizeof data, 0, 42, "no envelope frame"},
         {CT_EPROTO, buf, 0, sizeof data, 2, 42, "an envelope of 0 bytes"},
-        {CT_EPROTO, buf, CT_PS_MAX_ENVELOPE_BYTES + 1, 0, 1, 42, "allowed: 1 to"},
-        {CT_EPROTO, buf, len - 3, sizeof data, 2, 42, "not a ctrain.ps.Envelope"},
+        {CT_EPROTO, buf, CT_WIRE_MAX_ENVELOPE_BYTES + 1, 0, 1, 42, "allowed: 1 to"},
+        {CT_EPROTO, buf, len - 3, sizeof data, 2, 42, "not a ctrain.wire.Envelope"},
         {CT_EPROTO, (const unsigned char *)"\xff\xff\xff garbage", 12, 0, 1, 42,
-         "not a ctrain.ps.Envelope"},
+         "not a ctrain.wire.Envelope"},
         {CT_EPROTO, buf, len, sizeof data, 1, 42, "promises 1 tensor frames, 0 came (truncated)"},
         {CT_EPROTO, buf, len, sizeof data - 4, 2, 42, "promises 32 bytes of f32, the frame has 28"},
         {CT_EPROTO, buf, len, sizeof data, 2, 43, "job id 000000000000002a, this job is"},
@@ -215,16 +215,17 @@ Test(ps, decoder_names_every_malformed_input) {
                   cases[k].says);
     }
     /* another protocol version, an unknown kind, a tensor that is not whole floats */
-    env.protocol = 2;
+    env.protocol = 1; /* a build from before the envelope had its own .proto */
     len = pack(&env, 42, buf);
     cr_expect_eq(decode(buf, len, data, sizeof data, 2, 42, &err), CT_EPROTO);
-    cr_expect(strstr(err.msg, "protocol version 2, this build speaks 1"), "%s", err.msg);
-    env.protocol = 1;
-    env.kind = (Ctrain__Ps__Kind)99;
+    cr_expect(strstr(err.msg, "another ctrain build: wire protocol version 1, this build speaks 2"),
+              "%s", err.msg);
+    env.protocol = CT_WIRE_PROTOCOL;
+    env.kind = (Ctrain__Wire__Kind)99;
     len = pack(&env, 42, buf);
     cr_expect_eq(decode(buf, len, data, sizeof data, 2, 42, &err), CT_EPROTO);
     cr_expect(strstr(err.msg, "unknown message kind 99"), "%s", err.msg);
-    env.kind = CTRAIN__PS__KIND__PUSH;
+    env.kind = CTRAIN__WIRE__KIND__PUSH;
     ref.bytes = 7;
     len = pack(&env, 42, buf);
     cr_expect_eq(decode(buf, len, data, 7, 2, 42, &err), CT_EPROTO);
@@ -240,13 +241,14 @@ Test(ps, sockets_drain_a_bad_message_and_go_on) {
     zmq_send(dealer, "more", 4, ZMQ_SNDMORE);
     zmq_send(dealer, "end", 3, 0);
     float a[3] = {1, 2, 3}, b[1] = {4};
-    Ctrain__Ps__TensorRef r0 = CTRAIN__PS__TENSOR_REF__INIT, r1 = CTRAIN__PS__TENSOR_REF__INIT;
+    Ctrain__Wire__TensorRef r0 = CTRAIN__WIRE__TENSOR_REF__INIT,
+                            r1 = CTRAIN__WIRE__TENSOR_REF__INIT;
     r0.bytes = sizeof a;
     r1.bytes = sizeof b;
     r1.shard = 1;
-    Ctrain__Ps__TensorRef *refs[2] = {&r0, &r1};
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PARAMS;
+    Ctrain__Wire__TensorRef *refs[2] = {&r0, &r1};
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PARAMS;
     env.version = 17;
     env.n_tensors = 2;
     env.tensors = refs;
@@ -322,15 +324,15 @@ static int recv_kind(harness *h, void *sock, int router, int kind, int timeout_m
 }
 
 static void send_view(harness *h, int kind, int state, int n_workers) {
-    Ctrain__Ps__View v = CTRAIN__PS__VIEW__INIT;
+    Ctrain__Wire__View v = CTRAIN__WIRE__VIEW__INIT;
     int32_t live[3] = {0, 1, 2};
-    v.state = (Ctrain__Ps__State)state;
+    v.state = (Ctrain__Wire__State)state;
     v.n_ps = 1;
     v.n_workers = (uint32_t)n_workers;
     v.n_live_workers = (size_t)n_workers;
     v.live_workers = live;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = (Ctrain__Ps__Kind)kind;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = (Ctrain__Wire__Kind)kind;
     env.generation = h->generation;
     env.view = &v;
     cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job),
@@ -346,13 +348,13 @@ static void restore(harness *h, float w, int n_workers) {
         vals[i] = w;
     }
     int per = 1 + (h->job.optimizer.momentum > 0 ? 1 : 0);
-    Ctrain__Ps__TensorRef refs[16], *ptrs[16];
+    Ctrain__Wire__TensorRef refs[16], *ptrs[16];
     const void *data[16];
     size_t bytes[16];
     int n = 0;
     for (int k = 0; k < h->n_shards; k++) {
         for (int j = 0; j < per; j++) {
-            refs[n] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+            refs[n] = (Ctrain__Wire__TensorRef)CTRAIN__WIRE__TENSOR_REF__INIT;
             refs[n].shard = (uint32_t)k;
             refs[n].slot = (uint32_t)j;
             refs[n].bytes = (uint64_t)h->shard_size[k] * sizeof(float);
@@ -365,8 +367,8 @@ static void restore(harness *h, float w, int n_workers) {
     Ctrain__Ps__Restore rs = CTRAIN__PS__RESTORE__INIT;
     rs.total_steps = 1000;
     rs.n_workers = (uint32_t)n_workers;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__RESTORE;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__RESTORE;
     env.generation = h->generation;
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
@@ -374,7 +376,7 @@ static void restore(harness *h, float w, int n_workers) {
     cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job),
                               data, bytes, n, NULL),
                  CT_OK);
-    cr_assert(recv_kind(h, h->chief, 1, CTRAIN__PS__KIND__RESTORED, 5000), "no RESTORED");
+    cr_assert(recv_kind(h, h->chief, 1, CTRAIN__WIRE__KIND__RESTORED, 5000), "no RESTORED");
     free(zeros);
     free(vals);
 }
@@ -391,12 +393,12 @@ static void start(harness *h, const char *extra, int n_workers) {
                  CT_OK);
     h->o = (ct_ps_server_options){.index = 0, .chief = h->chief_ep};
     pthread_create(&h->thread, NULL, server_main, h);
-    cr_assert(recv_kind(h, h->chief, 1, CTRAIN__PS__KIND__REGISTER, 10000), "no REGISTER");
+    cr_assert(recv_kind(h, h->chief, 1, CTRAIN__WIRE__KIND__REGISTER, 10000), "no REGISTER");
     memcpy(h->ps_peer, h->m.peer, h->m.peer_len);
     h->ps_peer_len = h->m.peer_len;
     char ep[256];
     snprintf(ep, sizeof ep, "%s", h->m.env->reg->endpoint);
-    send_view(h, CTRAIN__PS__KIND__REGISTERED, CTRAIN__PS__STATE__RUNNING, n_workers);
+    send_view(h, CTRAIN__WIRE__KIND__REGISTERED, CTRAIN__WIRE__STATE__RUNNING, n_workers);
     /* the dense layer: kernel [4, 2] and bias [2], one server: two shards */
     h->n_shards = 2;
     h->shard_size[0] = 8;
@@ -409,7 +411,7 @@ static void start(harness *h, const char *extra, int n_workers) {
 }
 
 static void stop(harness *h) {
-    send_view(h, CTRAIN__PS__KIND__VIEW, CTRAIN__PS__STATE__DONE, 1);
+    send_view(h, CTRAIN__WIRE__KIND__VIEW, CTRAIN__WIRE__STATE__DONE, 1);
     pthread_join(h->thread, NULL);
     cr_expect_eq(h->result, CT_OK, "%s", h->err.msg);
     for (int w = 0; w < 3; w++) {
@@ -425,18 +427,18 @@ static void push(harness *h, int w, float g, uint64_t version, int64_t examples)
     for (int i = 0; i < 8; i++) {
         grad[i] = g;
     }
-    Ctrain__Ps__TensorRef refs[2], *ptrs[2];
+    Ctrain__Wire__TensorRef refs[2], *ptrs[2];
     const void *data[2] = {grad, grad};
     size_t bytes[2];
     for (int k = 0; k < 2; k++) {
-        refs[k] = (Ctrain__Ps__TensorRef)CTRAIN__PS__TENSOR_REF__INIT;
+        refs[k] = (Ctrain__Wire__TensorRef)CTRAIN__WIRE__TENSOR_REF__INIT;
         refs[k].shard = (uint32_t)k;
         refs[k].bytes = (uint64_t)h->shard_size[k] * sizeof(float);
         ptrs[k] = &refs[k];
         bytes[k] = refs[k].bytes;
     }
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PUSH;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PUSH;
     env.index = w;
     env.generation = h->generation;
     env.version = version;
@@ -450,8 +452,8 @@ static void push(harness *h, int w, float g, uint64_t version, int64_t examples)
 
 static void pull(harness *h, int w, uint64_t want, uint64_t held) {
     uint64_t held_v[2] = {held, held};
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PULL;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PULL;
     env.index = w;
     env.generation = h->generation;
     env.version = want;
@@ -464,7 +466,7 @@ static void pull(harness *h, int w, uint64_t want, uint64_t held) {
 
 /* Worker w's next PARAMS (waiting up to timeout_ms): the version and the first float. */
 static int params(harness *h, int w, int timeout_ms, uint64_t *version, float *first) {
-    if (!recv_kind(h, h->worker[w], 0, CTRAIN__PS__KIND__PARAMS, timeout_ms)) {
+    if (!recv_kind(h, h->worker[w], 0, CTRAIN__WIRE__KIND__PARAMS, timeout_ms)) {
         return 0;
     }
     *version = h->m.env->version;
@@ -478,8 +480,8 @@ static void flush(harness *h, int w) {
     uint64_t v;
     float first;
     uint64_t held[2] = {UINT64_MAX, UINT64_MAX};
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PULL;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PULL;
     env.index = w;
     env.generation = h->generation;
     env.n_held = 2;
@@ -489,15 +491,15 @@ static void flush(harness *h, int w) {
 }
 
 /* The server's stats, through a snapshot. */
-static Ctrain__Ps__Stats stats(harness *h) {
+static Ctrain__Wire__Stats stats(harness *h) {
     static uint64_t id = 100;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__SNAPSHOT_REQUEST;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__SNAPSHOT_REQUEST;
     env.generation = h->generation;
     env.request_id = ++id;
     ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job), NULL, NULL, 0,
                  NULL);
-    cr_assert(recv_kind(h, h->chief, 1, CTRAIN__PS__KIND__SNAPSHOT, 5000), "no SNAPSHOT");
+    cr_assert(recv_kind(h, h->chief, 1, CTRAIN__WIRE__KIND__SNAPSHOT, 5000), "no SNAPSHOT");
     cr_assert_eq(h->m.env->request_id, id);
     cr_assert_not_null(h->m.env->stats);
     return *h->m.env->stats;
@@ -519,7 +521,7 @@ Test(ps, sync_averages_by_examples_and_drops_late_and_duplicate_gradients, .time
     /* SGD, lr 1: w = 1 - (1 * 1 + 3 * 3) / 4 */
     cr_expect_float_eq(w, 1.0f - 2.5f, 1e-6);
     push(&h, 1, 9.0f, 0, 1); /* late: computed on version 0 */
-    Ctrain__Ps__Stats s = stats(&h);
+    Ctrain__Wire__Stats s = stats(&h);
     cr_expect_eq(s.version, 1);
     cr_expect_eq(s.applied, 2, "two gradients went into version 1");
     cr_expect_eq(s.duplicates, 1);
@@ -543,7 +545,7 @@ Test(ps, sync_with_a_backup_worker_applies_the_first_n_minus_b, .timeout = 60) {
     cr_expect_eq(v, 1);
     cr_expect_float_eq(w, -1.0f, 1e-6);
     push(&h, 0, 7.0f, 0, 4); /* the straggler's gradient for version 0 */
-    Ctrain__Ps__Stats s = stats(&h);
+    Ctrain__Wire__Stats s = stats(&h);
     cr_expect_eq(s.applied, 1);
     cr_expect_eq(s.dropped_late, 1);
     stop(&h);
@@ -562,7 +564,7 @@ Test(ps, async_drop_rejects_gradients_older_than_the_bound, .timeout = 60) {
     cr_assert(params(&h, 0, 5000, &v, &w));
     cr_expect_eq(v, 2);
     cr_expect_float_eq(w, 0.0f, 1e-6);
-    Ctrain__Ps__Stats s = stats(&h);
+    Ctrain__Wire__Stats s = stats(&h);
     cr_expect_eq(s.dropped_stale, 1);
     cr_expect_eq(s.staleness[0], 1);
     cr_expect_eq(s.staleness[1], 1);
@@ -608,26 +610,26 @@ Test(ps, bad_messages_get_an_error_and_the_server_goes_on, .timeout = 60) {
     harness h;
     start(&h, "", 1);
     zmq_send(h.worker[0], "\x01\x02garbage", 9, 0);
-    cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__PS__KIND__ERROR, 5000));
-    cr_expect(strstr(h.m.env->error, "not a ctrain.ps.Envelope"), "%s", h.m.env->error);
+    cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__WIRE__KIND__ERROR, 5000));
+    cr_expect(strstr(h.m.env->error, "not a ctrain.wire.Envelope"), "%s", h.m.env->error);
     /* a push with one tensor too few */
     float g[8] = {0};
-    Ctrain__Ps__TensorRef r = CTRAIN__PS__TENSOR_REF__INIT, *refs[1] = {&r};
+    Ctrain__Wire__TensorRef r = CTRAIN__WIRE__TENSOR_REF__INIT, *refs[1] = {&r};
     r.bytes = sizeof g;
-    ct__env env = CTRAIN__PS__ENVELOPE__INIT;
-    env.kind = CTRAIN__PS__KIND__PUSH;
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    env.kind = CTRAIN__WIRE__KIND__PUSH;
     env.generation = h.generation;
     env.n_tensors = 1;
     env.tensors = refs;
     const void *data[1] = {g};
     size_t bytes[1] = {sizeof g};
     ct__msg_send(h.worker[0], NULL, 0, &env, ct_ps_job_id(&h.job), data, bytes, 1, NULL);
-    cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__PS__KIND__ERROR, 5000));
+    cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__WIRE__KIND__ERROR, 5000));
     cr_expect(strstr(h.m.env->error, "PUSH carries 1 tensors, ps 0 expects 2"), "%s",
               h.m.env->error);
     /* a message of another job: refused by the decoder */
     ct__msg_send(h.worker[0], NULL, 0, &env, 12345, data, bytes, 1, NULL);
-    cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__PS__KIND__ERROR, 5000));
+    cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__WIRE__KIND__ERROR, 5000));
     cr_expect(strstr(h.m.env->error, "job id"), "%s", h.m.env->error);
     /* and the server still serves */
     push(&h, 0, 1.0f, 0, 2);

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "ctrain/dataset.h"
-#include "data/ds_impl.h"
+#include "data/core/dataset_impl.h"
 #include "dataset_checks.h"
 #include "helpers.h"
 

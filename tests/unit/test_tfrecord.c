@@ -12,7 +12,7 @@
 #include "ctrain/crc32c.h"
 #include "ctrain/dataset.h"
 #include "ctrain/tfrecord.h"
-#include "data/ds_impl.h"
+#include "data/core/dataset_impl.h"
 #include "dataset_checks.h"
 #include "helpers.h"
 

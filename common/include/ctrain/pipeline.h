@@ -2,7 +2,7 @@
  * (ct_data_spec, ctrain/job.h) into a ct_dataset (ctrain/dataset.h).
  *
  * The pipeline form builds its stages in order, the source first. The short form (format: idx,
- * images, labels, limit) builds what the loader does (data/loader.c): idx -> take(limit) ->
+ * images, labels, limit) builds what the loader does (data/job/loader.c): idx -> take(limit) ->
  * global_shuffle(job seed) when shuffling -> shard_blocks -> map(scale 1/255) -> batch ->
  * prefetch, so a job's batches, and so its training results, stay what they were.
  *

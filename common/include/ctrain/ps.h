@@ -2,7 +2,7 @@
  *
  * This header holds what every role shares (the partition plan, the job id, which task a process
  * is); each role's own entry point is in its folder: ps/ps_role.h (the server),
- * worker/worker_role.h (the worker), coordinator/chief_role.h (the chief).
+ * worker/worker_role.h (the worker), common/role/role_run.h (the chief).
  *
  * Roles: one chief (registration, the global step, task dispatch in async mode, metrics,
  * checkpoints, TensorBoard, failure detection and restarts), M parameter servers (each holds

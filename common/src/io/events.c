@@ -16,7 +16,7 @@
 
 #include "ctrain/graph.h"
 #include "ctrain/tensor.h"
-#include "data/tfrecord_frame.h"
+#include "data/formats/tfrecord_frame.h"
 #include "tensorboard.pb-c.h"
 
 /* TensorFlow's default histogram has 774 limits on each side of 0, then +-DBL_MAX: 1551. */
@@ -88,7 +88,7 @@ static ct_status write_failed(ct_events *w, ct_err *err) {
     return ct_err_set(err, CT_EIO, "cannot write %s: %s", w->path, strerror(errno));
 }
 
-/* One TFRecord: the frame (data/tfrecord_frame.h) around the data. */
+/* One TFRecord: the frame (data/formats/tfrecord_frame.h) around the data. */
 static ct_status write_record(ct_events *w, const void *data, size_t len, ct_err *err) {
     unsigned char head[CT__TFRECORD_HEAD_BYTES], foot[CT__TFRECORD_FOOT_BYTES];
     ct__tfrecord_frame(data, len, head, foot);

@@ -1,7 +1,7 @@
 /* The data pipeline of a job file: `pipeline:` under data.train or data.eval, a list of one-key
  * mappings (stages), the first a source. This file reads the list, the transformations and the
  * maps; job_pipeline_src.c reads the sources. What each stage means is ct_pipeline_build's
- * business (data/pipeline_build.c); here every parameter is checked and every error names the
+ * business (data/job/pipeline_build.c); here every parameter is checked and every error names the
  * file, the line and the dotted key: "job.yaml:14: data.train.pipeline[2].shuffle.buffer: must
  * be a positive integer, got 0".
  *

@@ -2,7 +2,7 @@
  * tools. TensorBoard runs train/ (scalars, histograms, the job text, the step graph) and
  * validation/ (the epoch's test figures), and metrics.jsonl (one JSON object per line). The
  * trainer's fit (common/src/train/trainer_log.c) and the parameter-server chief
- * (coordinator/ps_chief_log.c) both write through it, so the files come out of one writer.
+ * (coordinator/chief/ps_chief_log.c) both write through it, so the files come out of one writer.
  *
  * Errors after opening: one policy for every driver. A write that fails during the run (a full
  * disk, a quota, a file made unwritable) does not stop training. The first failure is reported

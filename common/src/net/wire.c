@@ -41,7 +41,7 @@ const char *ct__kind_name(int kind) {
 
 void ct__env_destroy(ct__env *env) {
     if (env) {
-        ctrain__ps__envelope__free_unpacked(env, NULL);
+        ctrain__wire__envelope__free_unpacked(env, NULL);
     }
 }
 
@@ -50,25 +50,27 @@ ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, 
     if (n < 1) {
         return ct_err_set(err, CT_EPROTO, "empty message (no envelope frame)");
     }
-    if (n > CT_PS_MAX_FRAMES) {
+    if (n > CT_WIRE_MAX_FRAMES) {
         return ct_err_set(err, CT_EPROTO, "%d frames, more than the %d allowed", n,
-                          CT_PS_MAX_FRAMES);
+                          CT_WIRE_MAX_FRAMES);
     }
-    if (sizes[0] == 0 || sizes[0] > CT_PS_MAX_ENVELOPE_BYTES) {
+    if (sizes[0] == 0 || sizes[0] > CT_WIRE_MAX_ENVELOPE_BYTES) {
         return ct_err_set(err, CT_EPROTO, "frame 0: an envelope of %zu bytes (allowed: 1 to %u)",
-                          sizes[0], CT_PS_MAX_ENVELOPE_BYTES);
+                          sizes[0], CT_WIRE_MAX_ENVELOPE_BYTES);
     }
-    ct__env *env = ctrain__ps__envelope__unpack(NULL, sizes[0], frames[0]);
+    ct__env *env = ctrain__wire__envelope__unpack(NULL, sizes[0], frames[0]);
     if (!env) {
         return ct_err_set(err, CT_EPROTO,
-                          "frame 0: %zu bytes that are not a ctrain.ps.Envelope (garbage, or "
+                          "frame 0: %zu bytes that are not a ctrain.wire.Envelope (garbage, or "
                           "truncated)",
                           sizes[0]);
     }
     ct_status st = CT_OK;
-    if (env->protocol != CT_PS_PROTOCOL) {
-        st = ct_err_set(err, CT_EPROTO, "protocol version %u, this build speaks %d", env->protocol,
-                        CT_PS_PROTOCOL);
+    if (env->protocol != CT_WIRE_PROTOCOL) {
+        st = ct_err_set(err, CT_EPROTO,
+                        "a peer of another ctrain build: wire protocol version %u, this build "
+                        "speaks %d (run one ctrain build on every host)",
+                        env->protocol, CT_WIRE_PROTOCOL);
     } else if (job_id && env->job_id != job_id) {
         st = ct_err_set(err, CT_EPROTO,
                         "job id %016llx, this job is %016llx (another job's process, or another "
@@ -82,9 +84,9 @@ ct_status ct__msg_decode(const void *const *frames, const size_t *sizes, int n, 
                         (size_t)(n - 1) < env->n_tensors ? " (truncated)" : "");
     }
     for (size_t k = 0; st == CT_OK && k < env->n_tensors; k++) {
-        const Ctrain__Ps__TensorRef *t = env->tensors[k];
+        const Ctrain__Wire__TensorRef *t = env->tensors[k];
         if (t->bytes != sizes[k + 1] || t->bytes % sizeof(float) != 0 ||
-            t->bytes > CT_PS_MAX_TENSOR_BYTES) {
+            t->bytes > CT_WIRE_MAX_TENSOR_BYTES) {
             st = ct_err_set(err, CT_EPROTO,
                             "frame %zu: tensor %zu (shard %u) promises %llu bytes of f32, the "
                             "frame has %zu",
@@ -137,7 +139,7 @@ static int reserve(ct__msg *m, int k) {
         return 0;
     }
     int cap = m->cap ? 2 * m->cap : 16;
-    cap = cap > CT_PS_MAX_FRAMES ? CT_PS_MAX_FRAMES : cap;
+    cap = cap > CT_WIRE_MAX_FRAMES ? CT_WIRE_MAX_FRAMES : cap;
     zmq_msg_t *f = realloc(m->frames, (size_t)cap * sizeof *f);
     if (!f) {
         return -1;
@@ -162,7 +164,7 @@ ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_e
     }
     if (router) { /* the routing id, then the envelope */
         size_t len = zmq_msg_size(&head);
-        m->peer_len = len < CT_PS_ROUTING_ID_MAX ? len : CT_PS_ROUTING_ID_MAX;
+        m->peer_len = len < CT_WIRE_ROUTING_ID_MAX ? len : CT_WIRE_ROUTING_ID_MAX;
         memcpy(m->peer, zmq_msg_data(&head), m->peer_len);
         int more = zmq_msg_more(&head);
         zmq_msg_close(&head);
@@ -176,10 +178,10 @@ ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_e
     int n = 0, more = zmq_msg_more(&head);
     ct_status st = CT_OK;
     while (more) {
-        if (n >= CT_PS_MAX_FRAMES - 1 || reserve(m, n) != 0) {
+        if (n >= CT_WIRE_MAX_FRAMES - 1 || reserve(m, n) != 0) {
             drain(sock);
             st = ct_err_set(err, CT_EPROTO, "more than %d frames (or out of memory)",
-                            CT_PS_MAX_FRAMES);
+                            CT_WIRE_MAX_FRAMES);
             break;
         }
         zmq_msg_init(&m->frames[n]);
@@ -193,8 +195,8 @@ ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_e
     }
     m->n_frames = n;
     if (st == CT_OK) {
-        const void *ptrs[CT_PS_MAX_FRAMES];
-        size_t sizes[CT_PS_MAX_FRAMES];
+        const void *ptrs[CT_WIRE_MAX_FRAMES];
+        size_t sizes[CT_WIRE_MAX_FRAMES];
         ptrs[0] = zmq_msg_data(&head);
         sizes[0] = zmq_msg_size(&head);
         for (int k = 0; k < n; k++) {
@@ -243,7 +245,7 @@ int ct__inflight_wait(ct__inflight *inflight, double timeout_s) {
 /* One tensor frame: copied, or borrowed when it is large and the caller tracks it. */
 static int send_tensor(void *sock, const void *data, size_t bytes, int flags,
                        ct__inflight *inflight) {
-    if (!inflight || bytes < CT_PS_ZERO_COPY_BYTES) {
+    if (!inflight || bytes < CT_WIRE_ZERO_COPY_BYTES) {
         return zmq_send(sock, data, bytes, flags) < 0 ? -1 : 0;
     }
     zmq_msg_t m;
@@ -262,14 +264,14 @@ static int send_tensor(void *sock, const void *data, size_t bytes, int flags,
 static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
                              uint64_t job_id, const void *const *data, const size_t *bytes, int n,
                              ct__inflight *inflight, ct_err *err) {
-    env->protocol = CT_PS_PROTOCOL;
+    env->protocol = CT_WIRE_PROTOCOL;
     env->job_id = job_id;
-    size_t len = ctrain__ps__envelope__get_packed_size(env);
+    size_t len = ctrain__wire__envelope__get_packed_size(env);
     zmq_msg_t head;
     if (zmq_msg_init_size(&head, len) != 0) {
         return ct_err_set(err, CT_ENOMEM, "send %s: out of memory", ct__kind_name(env->kind));
     }
-    ctrain__ps__envelope__pack(env, zmq_msg_data(&head));
+    ctrain__wire__envelope__pack(env, zmq_msg_data(&head));
     /* the first frame never waits: a DEALER with no peer (its server is gone, or refused our
      * keys) would block forever; once it is queued, the other frames of the message follow */
     int rc = 0;

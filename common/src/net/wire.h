@@ -13,15 +13,15 @@
 #include <zmq.h>
 
 #include "ctrain/status.h"
-#include "ps.pb-c.h"
+#include "envelope.pb-c.h"
 
-#define CT_PS_PROTOCOL 1
-#define CT_PS_MAX_FRAMES 4097 /* an envelope and up to 4096 tensors */
-#define CT_PS_MAX_ENVELOPE_BYTES (1u << 20)
-#define CT_PS_MAX_TENSOR_BYTES ((uint64_t)1 << 33) /* 8 GiB: one shard */
-#define CT_PS_ROUTING_ID_MAX 256
+#define CT_WIRE_PROTOCOL 2      /* 2: the envelope and one .proto per service (was 1: ps.proto) */
+#define CT_WIRE_MAX_FRAMES 4097 /* an envelope and up to 4096 tensors */
+#define CT_WIRE_MAX_ENVELOPE_BYTES (1u << 20)
+#define CT_WIRE_MAX_TENSOR_BYTES ((uint64_t)1 << 33) /* 8 GiB: one shard */
+#define CT_WIRE_ROUTING_ID_MAX 256
 
-typedef Ctrain__Ps__Envelope ct__env;
+typedef Ctrain__Wire__Envelope ct__env;
 
 /* A received message: the decoded envelope and its tensor frames (owned). The frame array grows
  * as needed and is kept between messages (ct__msg_finish frees it). Zero-initialize. */
@@ -29,7 +29,7 @@ typedef struct ct__msg {
     ct__env *env;
     zmq_msg_t *frames;
     int n_frames, cap;
-    unsigned char peer[CT_PS_ROUTING_ID_MAX]; /* ROUTER: the sender's routing id */
+    unsigned char peer[CT_WIRE_ROUTING_ID_MAX]; /* ROUTER: the sender's routing id */
     size_t peer_len;
 } ct__msg;
 
@@ -70,9 +70,9 @@ typedef struct ct__inflight {
     atomic_int frames;
 } ct__inflight;
 
-#define CT_PS_ZERO_COPY_BYTES (64 * 1024) /* smaller frames are copied: cheaper than tracking */
+#define CT_WIRE_ZERO_COPY_BYTES (64 * 1024) /* smaller frames are copied: cheaper than tracking */
 
-/* As ct__msg_send (no routing id), but frames of CT_PS_ZERO_COPY_BYTES or more are sent from
+/* As ct__msg_send (no routing id), but frames of CT_WIRE_ZERO_COPY_BYTES or more are sent from
  * the caller's memory, which must stay unchanged until inflight->frames is back to zero. */
 ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id, const void *const *data,
                                 const size_t *bytes, int n, ct__inflight *inflight, ct_err *err);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ctrain/ps.h"
+#include "strategy/ps_shared.h"
 
 #define ALIGN_FLOATS 16 /* 64 bytes: shard buffers start on cache lines, as parameters do */
 
@@ -209,4 +210,14 @@ uint64_t ct_ps_job_id(const ct_job *job) {
                         job->checkpoint.every_steps};
     h = fnv(h, fields, sizeof fields);
     return h ? h : 1; /* 0 means "any job" in the decoder */
+}
+
+void ct__shard_name(const ct_params *p, const ct_ps_shard *s, char *buf, size_t cap) {
+    const ct_param *v = &p->items[s->param];
+    if (s->size == v->size) {
+        snprintf(buf, cap, "%s", v->name);
+    } else {
+        long long lo = (long long)(s->offset - v->offset);
+        snprintf(buf, cap, "%s[%lld:%lld]", v->name, lo, lo + (long long)s->size);
+    }
 }

@@ -1,0 +1,93 @@
+/* A rank of a mirrored job (see role_run.h): the cluster spec, MPI, ct_mirrored_train with the
+ * console's lines, the done line on rank 0, and MPI_Abort when a rank fails or stalls (the
+ * others may wait in a collective). The only file of the role runtime that calls MPI. */
+#include <stdio.h>
+
+#include "ctrain/cluster.h"
+#include "ctrain/mirrored.h"
+#include "role_run.h"
+
+#if CT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#if CT_HAVE_MPI
+/* Prints the run's end on this rank and returns the exit code; a failed rank ends the job with
+ * MPI_Abort (the others may wait in a collective): exit code 3 for a stall, whose message keeps
+ * the words users and scripts know ("ctrain: stall: step ..."). */
+static int end_rank(const char *role, const ct_cluster_spec *spec, ct_status st,
+                    ct_mirrored_result *r, const ct_err *err) {
+    int rc = ct_exit_code(st, ct_role_stop_signal, r->stalled);
+    if (st == CT_OK) {
+        if (spec->rank == 0) {
+            char extra[32];
+            snprintf(extra, sizeof extra, "replicas=%d", spec->world_size);
+            r->train.samples_per_s *= spec->world_size;
+            ct_role_print_done(&r->train, extra);
+        }
+        return rc;
+    }
+    if (r->stalled) {
+        fprintf(stderr, "ctrain: %s\n", err->msg);
+    } else {
+        fprintf(stderr, "%s: rank %d: %s\n", role, spec->rank, err->msg);
+    }
+    if (st != CT_EINTR) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+    return rc;
+}
+
+int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
+                         const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    /* everything that can be checked without MPI first: a bad job or environment never
+     * reaches a collective */
+    ct_err err = {0};
+    ct_cluster_spec spec;
+    if (ct_cluster_spec_read(f->rank, f->world_size, f->local_rank, NULL, NULL, &spec, &err) !=
+        CT_OK) {
+        fprintf(stderr, "%s: %s\n", role, err.msg);
+        return 2;
+    }
+    if (chief_only && spec.rank != 0) {
+        fprintf(stderr,
+                "%s: the chief must be rank 0, this is rank %d (%s); list it first: "
+                "mpirun -np 1 ctrain-chief ... : -np N ctrain-worker ...\n",
+                role, spec.rank, spec.source);
+        return 2;
+    }
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "%s: MPI_Init_thread failed (start me with mpirun)\n", role);
+        return 1;
+    }
+    ct_role_catch_signals();
+    ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain"); /* "ctrain: warning: ..." while resuming */
+    ct_mirrored_options o = {.job_text = job_text,
+                             .no_resume = f->no_resume,
+                             .report = ct_role_console_reporter(f->quiet, ""),
+                             .stop = &ct_role_stop_requested,
+                             .slow_factor = f->ps.slow_factor};
+    ct_mirrored_result r;
+    ct_status st = ct_mirrored_train(job, &spec, &o, &r, &err);
+    int rc = end_rank(role, &spec, st, &r, &err);
+    MPI_Finalize();
+    return rc;
+}
+#else
+int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
+                         const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    (void)chief_only;
+    (void)f;
+    (void)job;
+    (void)job_text;
+    (void)argc;
+    (void)argv;
+    ct_err err = {0};
+    ct_mirrored_check_build(&err); /* this build has no MPI: the one line that says so */
+    fprintf(stderr, "%s: %s\n", role, err.msg);
+    return 2;
+}
+#endif

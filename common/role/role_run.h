@@ -1,0 +1,64 @@
+/* The role runtime (libctrain_role.a): the steps every role main shares and libctrain may not
+ * take, since they print and decide exit codes: signals, the console's epoch lines and notices,
+ * the log sink, the options text, running a mirrored rank under MPI (MPI_Abort on a failed
+ * rank), and running whichever parameter-server task this process is, with the task runners
+ * its main passes in (so that ctrain-chief carries no server and ctrain-ps no MPI). */
+#ifndef CTRAIN_ROLE_RUN_H
+#define CTRAIN_ROLE_RUN_H
+
+#include <stdio.h>
+
+#include "ctrain/job.h"
+#include "ctrain/ps.h"
+#include "ctrain/report.h"
+#include "ctrain/role.h"
+#include "ctrain/status.h"
+#include "ctrain/train.h"
+
+/* Prints the options, strategy keys and exit codes that ctrain-chief and ctrain-worker share
+ * (each prints its own first lines). */
+void ct_role_print_options(FILE *f);
+
+/* Raised by SIGINT/SIGTERM once ct_role_catch_signals ran; the signal in ct_role_stop_signal. */
+extern volatile int ct_role_stop_requested;
+extern volatile int ct_role_stop_signal;
+void ct_role_catch_signals(void);
+
+/* Runs this process as a rank of a mirrored job: the cluster spec (checked before MPI starts),
+ * MPI, ct_mirrored_train with the chief's epoch lines and notices on stdout (none with --quiet),
+ * the done line on rank 0, MPI_Abort when a rank fails (the others may wait in a collective):
+ * exit code 3 after a stall, whose "ctrain: stall: ..." line names the missing ranks. In a build
+ * without MPI it prints the one line that says so and returns 2. chief_only: the binary must be
+ * rank 0 (ctrain-chief). Returns the exit code. */
+int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
+                         const ct_job *job, const char *job_text, int *argc, char ***argv);
+
+/* The epoch lines and notices of a training driver on stdout (each notice after notice_prefix, a
+ * static string); none when quiet (--quiet: only the done line). */
+ct_train_reporter ct_role_console_reporter(int quiet, const char *notice_prefix);
+
+/* A log sink (ct_log_set) that prints "<user>: message" on stderr; user is a static string. */
+void ct_role_log_line(ct_log_level level, const char *msg, void *user);
+
+/* Prints the done line of a result, with `extra` fields ("replicas=2"). */
+void ct_role_print_done(const ct_train_result *r, const char *extra);
+
+/* The chief's, the server's and the worker's task runners (coordinator/chief/chief.h,
+ * ps/ps_role.h, worker/worker_role.h), passed in by a main that links them, so that this
+ * library does not, and each binary carries only the roles it can be. */
+typedef struct ct_ps_task_runners {
+    ct_status (*chief)(const ct_job *job, const ct_ps_task *t, const ct_role_flags *f,
+                       const char *job_text, ct_err *err);
+    ct_status (*server)(const ct_job *job, const ct_ps_task *t, volatile int *stop, ct_err *err);
+    ct_status (*worker)(const ct_job *job, const ct_ps_task *t, double slow_factor,
+                        volatile int *stop, ct_err *err);
+} ct_ps_task_runners;
+
+/* Runs this process's parameter-server task: type is the binary's task type (CT_TASK_CHIEF for
+ * ctrain-chief); with any_task (ctrain-worker) a launcher's rank may make it a server or the
+ * chief. runners: the tasks this binary can run (NULL members: it cannot). Prints errors and
+ * the chief's done line; returns the exit code. */
+int ct_role_run_ps(const char *role, int type, int any_task, const ct_ps_task_runners *runners,
+                   const ct_role_flags *f, ct_job *job, const char *job_text);
+
+#endif

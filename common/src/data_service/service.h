@@ -1,0 +1,67 @@
+/* The data service's shared pieces (internal; docs/data-service.md): where the dispatcher is.
+ * The consumer (service_*.c) extends this header; the dispatcher (coordinator/dispatcher*.c)
+ * and the data worker (worker/data_worker*.c) include it. */
+#ifndef CTRAIN_DATA_SERVICE_H
+#define CTRAIN_DATA_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/cluster.h"
+#include "ctrain/job.h"
+#include "ctrain/status.h"
+
+#define CT_DSVC_ENV_DISPATCHER "CTRAIN_DISPATCHER" /* set by `ctrain train --data-workers N` */
+
+/* The data service's job id (the Envelope's job_id): what every batch depends on, and nothing
+ * else: the seed, the model's input shape, data.train and data.eval, the batch sizes, shuffle,
+ * epochs and max_steps, and data.service's mode and split size. A trainer's checkpoint or
+ * logging settings, its strategy or its optimizer do not change it, so an evaluator and a
+ * trainer with different --set options share one pool. Never 0. */
+uint64_t ct__dsvc_job_id(const ct_job *job);
+
+/* The dispatcher's "host:port": data.service.dispatcher, else $CTRAIN_DISPATCHER, else the
+ * `dispatcher` task of the cluster spec (flags may be NULL: TF_CONFIG and nothing else).
+ * CT_EINVAL, saying how to name one, when none does. */
+ct_status ct__dsvc_dispatcher_address(const ct_job *job, const ct_cluster_flags *flags, char *buf,
+                                      size_t cap, ct_err *err);
+
+/* ---- the consumer (client.c, source.c) ---- */
+
+typedef struct ct__dsvc_client ct__dsvc_client;
+typedef struct ct_dataset ct_dataset;
+typedef struct ct_element ct_element;
+typedef struct ct_loader ct_loader;
+typedef struct ct_service_stats ct_service_stats;
+
+/* What the dispatcher said about a consumer's stream (DS_INFO). */
+typedef struct ct__dsvc_stream_info {
+    int64_t steps_per_epoch, examples, global_batch;
+    int mode;
+} ct__dsvc_stream_info;
+
+/* Joins the data service as the consumer of the stream (eval, shard, shards) of `job`: starts
+ * the I/O thread (a DEALER to the dispatcher, one to each data worker), sends DS_CONSUMER at
+ * (epoch 0, step 0) and waits (up to data.service.timeout) for the DS_INFO. */
+ct_status ct__dsvc_client_create(const ct_job *job, int eval, int shard, int shards,
+                                 ct__dsvc_client **ret, ct_err *err);
+void ct__dsvc_client_info(const ct__dsvc_client *c, ct__dsvc_stream_info *ret);
+/* The batch at (epoch, step) into *ret (x f32 [size, input dims...], y i32 [size]; empty on
+ * entry). Acknowledges the step handed out before when this is the next one, else moves the
+ * consumer there (DS_CONSUMER). Waits up to data.service.timeout (CT_ETIMEDOUT naming the data
+ * workers), re-seeking every lost_after * heartbeat seconds of waiting. */
+ct_status ct__dsvc_client_batch(ct__dsvc_client *c, int64_t epoch, int64_t step, ct_element *ret,
+                                ct_err *err);
+/* The numbers of ct_loader_service_stats. */
+void ct__dsvc_client_stats(ct__dsvc_client *c, ct_service_stats *ret);
+/* Sends DS_ACK closed, stops the I/O thread, frees everything; accepts NULL. */
+void ct__dsvc_client_destroy(ct__dsvc_client *c);
+/* Remembers that loader `l` reads from `c` (ct_loader_service_stats); forgotten when c is
+ * destroyed. */
+void ct__dsvc_client_attach(ct__dsvc_client *c, const ct_loader *l);
+
+/* The source of a consumer's batches: kind "service", elements (f32 [-1, input dims...],
+ * i32 [-1]), steps_per_epoch batches per epoch. Takes ownership of c (also on failure). */
+ct_status ct__dataset_service(ct__dsvc_client *c, const ct_job *job, ct_dataset **ret, ct_err *err);
+
+#endif

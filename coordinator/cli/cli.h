@@ -1,0 +1,45 @@
+/* The standalone launcher's shared pieces (ctrain.c, cmd_train.c, cmd_inspect.c): the flags of
+ * train/summary/graph, the stop flag its signal handler raises, and exit codes. */
+#ifndef CTRAIN_COORDINATOR_CLI_H
+#define CTRAIN_COORDINATOR_CLI_H
+
+#include <stdio.h>
+
+#define EXIT_RUNTIME 1
+#define EXIT_BAD_INPUT 2
+#define MAX_SETS 64
+
+typedef struct cli {
+    const char *job_path;
+    const char *sets[MAX_SETS + 2];
+    int n_sets;
+    int quiet;
+    int no_resume;
+    int replicas;
+    int ps, workers;  /* --ps M --workers N: a local parameter-server cluster */
+    int data_workers; /* --data-workers N: a local data service */
+    double straggler;
+    const char *init_from;
+    char threads_set[64];
+    char profile_set[64]; /* --profile FIRST:LAST as its --set override */
+} cli;
+
+/* Raised by SIGINT/SIGTERM once cli_catch_signals ran; the signal in cli_stop_signal. */
+extern volatile int cli_stop_requested;
+extern volatile int cli_stop_signal;
+void cli_catch_signals(void);
+
+/* Parses train/summary/graph flags into c; returns 0, -1 after --help (printed by help), or the
+ * exit code to leave with (the message printed). */
+int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *));
+
+/* ctrain train, summary and graph (argv without the command name). */
+int cmd_train(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
+int cmd_graph(int argc, char **argv);
+/* ctrain data inspect|bench|convert (argv from the subcommand on; coordinator/cli/cmd_data.c). */
+int cmd_data(int argc, char **argv);
+/* ctrain profile RUN_DIR (coordinator/cli/cmd_profile.c). */
+int cmd_profile(int argc, char **argv);
+
+#endif

@@ -1,0 +1,192 @@
+/* ctrain-data-worker: a data worker of the data service (docs/data-service.md): runs the job's
+ * input pipeline for the consumers the dispatcher leases to it (data_worker.c). A thin main:
+ * flags, the job, the dispatcher's address, the keys, the exit code. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/cluster.h"
+#include "ctrain/job.h"
+#include "data_service/service.h"
+#include "data_worker.h"
+
+#define MAX_SETS 64
+
+static volatile int stop_requested = 0;
+static volatile int stop_signal = 0;
+
+static void on_signal(int sig) {
+    stop_signal = sig;
+    stop_requested = 1;
+}
+
+static void log_line(ct_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    fprintf(stderr, "ctrain-data-worker: %s\n", msg);
+}
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: ctrain-data-worker --job JOB.yaml [--dispatcher HOST:PORT] [--index N]\n"
+        "\n"
+        "A data worker of the data service (data.service in the job): it registers with the\n"
+        "dispatcher, runs the job's input pipeline (data.train, data.eval) for the batches the\n"
+        "dispatcher leases to it and sends them to the trainers that consume them.\n"
+        "\n"
+        "options:\n"
+        "  --job FILE             the job file (required; the same as the trainers')\n"
+        "  --set KEY=VALUE        override a job field (repeatable; the same as the trainers')\n"
+        "  --dispatcher HOST:PORT the dispatcher (default: data.service.dispatcher,\n"
+        "                         $CTRAIN_DISPATCHER or the cluster spec's dispatcher task)\n"
+        "  --index N              this data worker's index (default: --task, the cluster\n"
+        "                         spec, else the rank under srun or mpirun, else 0)\n"
+        "  --task data_worker:N   the same, in the cluster spec's form\n"
+        "  --cluster FILE         a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
+        "  --bind HOST:PORT       where consumers connect (default *:0: any free port)\n"
+        "  --keys DIR             CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
+        "  -h, --help             show this help\n"
+        "\n"
+        "exit codes: 0 the job is done, 1 runtime failure, 2 bad input (or the dispatcher\n"
+        "refused us), 3 the dispatcher silent for data.service.timeout, 130 SIGINT, 143 SIGTERM\n");
+}
+
+typedef struct flags {
+    const char *job, *dispatcher, *bind, *keys, *cluster, *task;
+    const char *sets[MAX_SETS];
+    int n_sets, index, help;
+} flags;
+
+static int parse_index(const char *s, int *ret) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 0 || v > 1000000) {
+        return -1;
+    }
+    *ret = (int)v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, flags *f) {
+    memset(f, 0, sizeof *f);
+    f->index = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            f->help = 1;
+            return 0;
+        }
+        const char **slot = !strcmp(a, "--job")          ? &f->job
+                            : !strcmp(a, "--dispatcher") ? &f->dispatcher
+                            : !strcmp(a, "--bind")       ? &f->bind
+                            : !strcmp(a, "--keys")       ? &f->keys
+                            : !strcmp(a, "--cluster")    ? &f->cluster
+                            : !strcmp(a, "--task")       ? &f->task
+                                                         : NULL;
+        int is_set = !strcmp(a, "--set"), is_index = !strcmp(a, "--index");
+        if ((!slot && !is_set && !is_index) || v == NULL) {
+            fprintf(stderr, "ctrain-data-worker: unknown or incomplete option '%s' (see --help)\n",
+                    a);
+            return -1;
+        }
+        i++;
+        if (slot) {
+            *slot = v;
+        } else if (is_set && f->n_sets < MAX_SETS) {
+            f->sets[f->n_sets++] = v;
+        } else if (is_index && parse_index(v, &f->index) != 0) {
+            fprintf(stderr, "ctrain-data-worker: --index needs a non-negative integer, got '%s'\n",
+                    v);
+            return -1;
+        }
+    }
+    if (!f->job) {
+        fprintf(stderr, "ctrain-data-worker: --job is required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The index from --index, else --task / the cluster spec (data_worker:N), else the launcher's
+ * rank (srun, mpirun: every task of the step is a data worker), else 0. */
+static ct_status resolve_index(flags *f, ct_err *err) {
+    ct_cluster_flags cf = {.task = f->task, .chief = NULL, .cluster_file = f->cluster};
+    ct_cluster c;
+    ct_status st = ct_cluster_init(&cf, NULL, NULL, &c, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (c.task_type >= 0 && c.task_type != CT_TASK_DATA_WORKER) {
+        st = ct_err_set(err, CT_EINVAL, "%s names this process a %s task, not a data_worker",
+                        c.source, ct_task_type_name(c.task_type));
+    } else if (f->index < 0 && c.task_index >= 0) {
+        f->index = c.task_index;
+    } else if (f->index < 0) {
+        ct_cluster_spec spec;
+        st = ct_cluster_spec_read(-1, -1, -1, NULL, NULL, &spec, err);
+        f->index = st == CT_OK ? spec.rank : 0;
+    }
+    ct_cluster_finish(&c);
+    return st;
+}
+
+static void on_listening(const char *endpoint, void *user) {
+    printf("ctrain-data-worker %d: listening on %s\n", *(const int *)user, endpoint);
+    fflush(stdout);
+}
+
+static int serve(flags *f, ct_job *job) {
+    ct_err err = {0};
+    char dispatcher[512] = "";
+    ct_cluster_flags cf = {.task = f->task, .chief = NULL, .cluster_file = f->cluster};
+    ct_net_keys keys = {0};
+    ct_status st = resolve_index(f, &err);
+    if (st == CT_OK && f->dispatcher) {
+        snprintf(dispatcher, sizeof dispatcher, "%s", f->dispatcher);
+    } else if (st == CT_OK) {
+        st = ct__dsvc_dispatcher_address(job, &cf, dispatcher, sizeof dispatcher, &err);
+    }
+    if (st == CT_OK) {
+        st = ct_net_keys_load(f->keys ? f->keys : job->ps.keys, &keys, &err);
+    }
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
+        return 2;
+    }
+    ct_log_set(CT_LOG_WARN, log_line, NULL);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    ct_data_worker_options o = {.index = f->index,
+                                .dispatcher = dispatcher,
+                                .bind = f->bind,
+                                .keys = &keys,
+                                .stop = &stop_requested,
+                                .on_listening = on_listening,
+                                .user = &f->index};
+    st = ct_data_worker_run(job, &o, &err);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
+    }
+    ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
+    return ct_exit_code(st, stop_signal, st == CT_ETIMEDOUT);
+}
+
+int main(int argc, char **argv) {
+    flags f;
+    if (parse(argc, argv, &f) != 0) {
+        return 2;
+    }
+    if (f.help) {
+        usage(stdout);
+        return 0;
+    }
+    ct_job job;
+    ct_err err = {0};
+    if (ct_job_load(f.job, f.sets, f.n_sets, &job, &err) != CT_OK) {
+        fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
+        return 2;
+    }
+    return serve(&f, &job);
+}
