@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "core/clock.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/dataset.h"
 #include "ctrain/job.h"
@@ -254,9 +255,7 @@ static int cmd_inspect(int argc, char **argv) {
 }
 
 static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return ct__now_s();
 }
 
 /* The elements the first stage has produced in `it`'s epoch so far (0 when unknown). */

@@ -23,6 +23,7 @@
 #include "ctrain/report.h"
 #include "ds_launch.h"
 #include "ps_launch.h"
+#include "core/clock.h"
 
 static void train_usage(FILE *f) {
     fprintf(
@@ -203,7 +204,7 @@ static int move_aside(const cli *c, const ct_job *job) {
     }
     /* a free name: two runs in the same second must not collide (rename would replace an
      * empty directory, or fail on a full one) */
-    long now = (long)time(NULL);
+    long now = (long)ct__wall_s();
     snprintf(old, sizeof old, "%s.previous-%ld", dir, now);
     for (int k = 1; k < 1000 && access(old, F_OK) == 0; k++) {
         snprintf(old, sizeof old, "%s.previous-%ld.%d", dir, now, k);

@@ -336,11 +336,12 @@ typedef struct direct_graph {
 } direct_graph;
 
 static void direct_open(const ct_backend *be, const conv3x3 *fwd, int same, float *x, float *w,
-                        float *dy, direct_graph *d) {
+                        float *dy, ct_conv_algorithm algo, direct_graph *d) {
     ct_err err = {0};
     if (ct_graph_create(be, 0, &d->g, &err) != CT_OK) {
         die("graph", &err);
     }
+    ct_graph_set_conv_algorithm(d->g, algo);
     ct_shape xs = {4, {fwd->batch, fwd->in_h, fwd->in_w, fwd->in_c}};
     ct_shape ws = {4, {3, 3, fwd->in_c, fwd->out_c}};
     ct_shape ys = {4, {fwd->batch, fwd->out_h, fwd->out_w, fwd->out_c}};
@@ -622,11 +623,8 @@ static int run_layer(const ct_backend *be, const layer *l, int64_t batch, int64_
         }
     }
     direct_graph d, lib;
-    ct__conv_set_algo(CT__CONV_DIRECT);
-    direct_open(be, &fwd, l->same, x, w, dy, &d);
-    ct__conv_set_algo(CT__CONV_WINOGRAD);
-    direct_open(be, &fwd, l->same, x, w, dy, &lib);
-    ct__conv_set_algo(-1);
+    direct_open(be, &fwd, l->same, x, w, dy, CT_CONV_DIRECT, &d);
+    direct_open(be, &fwd, l->same, x, w, dy, CT_CONV_WINOGRAD, &lib);
     ct_err err = {0};
     if (ct_graph_run(d.g, d.y, d.dx + 1, &err) != CT_OK) {
         die("run", &err);

@@ -17,6 +17,10 @@
 #include "graph/op_impl.h"
 #include "helpers.h"
 
+/* The 3x3 convolutions of this file's graphs: auto, or Winograd forced for small channel
+ * counts (each Criterion test runs in its own process). */
+static ct_conv_algorithm forced_algo = CT_CONV_AUTO;
+
 static ct_backend *be;
 
 static void setup(void) {
@@ -60,6 +64,7 @@ static void run_net(int batch, int threads, int runs, int slowed, const net_out 
     ct_rng_uniform(3, 4, 0, k, N_Q);
     ct_graph *g;
     cr_assert_eq(ct_graph_create(be, 0, &g, NULL), CT_OK);
+    ct_graph_set_conv_algorithm(g, forced_algo);
     int xi = ct_placeholder(g, CT_F32, &S(batch, H, W, C), "x");
     int w[2] = {ct_variable(g, &S(3, 3, C, OC1), w1, "w1"),
                 ct_variable(g, &S(2, 2, OC1, OC2), w2, "w2")};
@@ -170,9 +175,9 @@ Test(conv_split, small_net_matches_one_thread) {
  * library chooses for 32 or more channels (forced here for 3 and 24): its tiles of 4x4 outputs
  * meet the parts' example ranges and the grid's edge (9 = 2 tiles + 1 row). */
 Test(conv_split, small_net_by_winograd_matches_one_thread) {
-    ct__conv_set_algo(CT__CONV_WINOGRAD);
+    forced_algo = CT_CONV_WINOGRAD;
     small_net_matches_one_thread();
-    ct__conv_set_algo(-1);
+    forced_algo = CT_CONV_AUTO;
 }
 
 /* A slowed pool: within a few windows the executor runs solo. Deterministic, the caller runs
@@ -199,9 +204,9 @@ static void solo_runs_give_the_bits_they_promise(const char *algo) {
 
 Test(conv_split, solo_runs_give_the_bits_they_promise) {
     solo_runs_give_the_bits_they_promise("direct");
-    ct__conv_set_algo(CT__CONV_WINOGRAD);
+    forced_algo = CT_CONV_WINOGRAD;
     solo_runs_give_the_bits_they_promise("winograd");
-    ct__conv_set_algo(-1);
+    forced_algo = CT_CONV_AUTO;
 }
 
 /* ---- bias and relu in the convolution's epilogue ---- */
@@ -232,6 +237,7 @@ static int run_epilogue(int kh, int oc, int same2, int relu, unsigned passes, in
     }
     ct_graph *g;
     cr_assert_eq(ct_graph_create(be, 0, &g, NULL), CT_OK);
+    ct_graph_set_conv_algorithm(g, forced_algo);
     int xi = ct_placeholder(g, CT_F32, &S(EB, EH, EW, EC), "x");
     int wi = ct_variable(g, &S(kh, kh, EC, oc), w, "w"), bi = ct_variable(g, &S(oc), b, "b");
     int w2i = ct_variable(g, &S(kh, kh, oc, OC2), w2, "w2");
@@ -300,9 +306,9 @@ Test(conv_split, bias_and_relu_in_the_epilogue_give_the_same_bits) {
 /* The same with the 3x3 convolutions and input gradients by Winograd (forced for 3, 16 and 24
  * channels): its output transform adds the bias and applies relu or relu's gradient. */
 Test(conv_split, winograd_epilogues_give_the_same_bits) {
-    ct__conv_set_algo(CT__CONV_WINOGRAD);
+    forced_algo = CT_CONV_WINOGRAD;
     epilogues_give_the_same_bits();
-    ct__conv_set_algo(-1);
+    forced_algo = CT_CONV_AUTO;
 }
 
 /* ---- the example CNN ---- */

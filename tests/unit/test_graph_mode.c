@@ -562,16 +562,17 @@ Test(graph_mode, random_graphs_agree_with_eager, .timeout = 300) {
 
 /* A trainer for job_path with `set` and train.threads (deterministic), after `steps` steps on
  * seeded batches of 16 (losses into out when not NULL); the caller destroys it. */
-static ct_trainer *trained(const char *job_path, const char *set, int threads, int steps,
-                           float *out) {
-    char set_threads[64];
+static ct_trainer *trained_algo(const char *job_path, const char *set, const char *conv_algorithm,
+                                int threads, int steps, float *out) {
+    char set_threads[64], set_algo[64];
     snprintf(set_threads, sizeof set_threads, "train.threads=%d", threads);
-    const char *sets[] = {set, set_threads, "train.deterministic=true"};
+    snprintf(set_algo, sizeof set_algo, "train.conv_algorithm=%s", conv_algorithm);
+    const char *sets[] = {set, set_threads, "train.deterministic=true", set_algo};
     ct_trainer *t;
     ct_err err = {0};
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CT_SOURCE_ROOT, job_path);
-    cr_assert_eq(ct_trainer_load(path, sets, 3, &t, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_trainer_load(path, sets, 4, &t, &err), CT_OK, "%s", err.msg);
     enum { B = 16 };
     static float x[B * 784];
     int32_t y[B];
@@ -589,18 +590,24 @@ static ct_trainer *trained(const char *job_path, const char *set, int threads, i
     return t;
 }
 
-static void losses(const char *job_path, int eager, int threads, int steps, float *out) {
-    ct_trainer_destroy(
-        trained(job_path, eager ? "train.eager=true" : "train.eager=false", threads, steps, out));
+static ct_trainer *trained(const char *job_path, const char *set, int threads, int steps,
+                           float *out) {
+    return trained_algo(job_path, set, "auto", threads, steps, out);
+}
+
+static void losses(const char *job_path, int eager, const char *conv_algorithm, int threads,
+                   int steps, float *out) {
+    ct_trainer_destroy(trained_algo(job_path, eager ? "train.eager=true" : "train.eager=false",
+                                    conv_algorithm, threads, steps, out));
 }
 
 /* Losses of graph mode on 1 and 2 threads within tol2 (2 threads) of eager mode's; 1 thread
- * within 1e-6. */
-static void same_losses(const char *job, int steps, float tol2) {
+ * within 1e-6; convolutions by conv_algorithm (train.conv_algorithm). */
+static void same_losses(const char *job, const char *conv_algorithm, int steps, float tol2) {
     float eager[8], graph[8], graph2[8];
-    losses(job, 1, 1, steps, eager);
-    losses(job, 0, 1, steps, graph);
-    losses(job, 0, 2, steps, graph2);
+    losses(job, 1, conv_algorithm, 1, steps, eager);
+    losses(job, 0, conv_algorithm, 1, steps, graph);
+    losses(job, 0, conv_algorithm, 2, steps, graph2);
     for (int s = 0; s < steps; s++) {
         cr_expect(fabsf(graph[s] - eager[s]) <= 1e-6f * fabsf(eager[s]),
                   "%s step %d: graph %.9g eager %.9g", job, s, graph[s], eager[s]);
@@ -610,17 +617,15 @@ static void same_losses(const char *job, int steps, float tol2) {
 }
 
 Test(graph_mode, example_mlp_same_losses_in_graph_and_eager) {
-    same_losses("examples/fashion_mnist_mlp.yaml", 4, 1e-6f);
+    same_losses("examples/fashion_mnist_mlp.yaml", "auto", 4, 1e-6f);
 }
 
 /* With the direct convolution kernels; with Winograd (the library's choice for the 32- and
  * 64-channel layers) the 2-thread run's filter-gradient rounding comes back from the next
  * forward pass at Winograd's rounding level (test_conv_split.c says why): within 1e-4. */
 Test(graph_mode, example_cnn_same_losses_in_graph_and_eager, .timeout = 300) {
-    ct__conv_set_algo(CT__CONV_DIRECT);
-    same_losses("examples/fashion_mnist_cnn.yaml", 3, 1e-6f);
-    ct__conv_set_algo(-1);
-    same_losses("examples/fashion_mnist_cnn.yaml", 3, 1e-4f);
+    same_losses("examples/fashion_mnist_cnn.yaml", "direct", 3, 1e-6f);
+    same_losses("examples/fashion_mnist_cnn.yaml", "auto", 3, 1e-4f);
 }
 
 /* ---- optimizer fusion and split dropout ---- */

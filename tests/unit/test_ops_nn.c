@@ -11,7 +11,7 @@
 
 #include "ctrain/rng.h"
 #include "gradcheck.h"
-#include "graph/op_impl.h" /* ct__conv_set_algo */
+#include "graph/op_impl.h" /* CT__CONV_ALGO */
 #include "helpers.h"
 
 /* Finite differences in f32 with step 1e-2: |analytic - numeric| <= ATOL + RTOL * |numeric|. */
@@ -54,10 +54,12 @@ typedef struct op_ctx {
     ct_op op;
     ct_attrs attrs;
     int n_in;
+    ct_conv_algorithm conv_algorithm; /* convolutions: the graph's choice (0: auto) */
 } op_ctx;
 
 static int build_op(ct_graph *g, const int *ins, void *user) {
     op_ctx *c = user;
+    ct_graph_set_conv_algorithm(g, c->conv_algorithm);
     return ct_graph_add(g, c->op, c->n_in, ins, &c->attrs);
 }
 
@@ -136,7 +138,7 @@ ParameterizedTestParameters(ops_nn, conv2d) {
 }
 
 ParameterizedTest(conv_case *p, ops_nn, conv2d) {
-    ct__conv_set_algo(p->wino ? CT__CONV_WINOGRAD : -1);
+    const ct_conv_algorithm algo = p->wino ? CT_CONV_WINOGRAD : CT_CONV_AUTO;
     ct_shape xs = S(p->n, p->h, p->w, p->c), ws = S(p->kh, p->kw, p->c, p->oc);
     float *x = new_uniform(ct_shape_numel(&xs), -1, 1, 21);
     float *w = new_uniform(ct_shape_numel(&ws), -1, 1, 22);
@@ -144,6 +146,7 @@ ParameterizedTest(conv_case *p, ops_nn, conv2d) {
     int64_t ow = tf_out(p->w, p->kw, p->sw, p->same, &pl);
 
     test_graph e = test_graph_open(1);
+    ct_graph_set_conv_algorithm(e.g, algo);
     int y = ct_conv2d(e.g, ct_constant(e.g, CT_F32, &xs, x), ct_constant(e.g, CT_F32, &ws, w),
                       p->sh, p->sw, p->same);
     float *got = out_f32(&e, y);
@@ -159,9 +162,11 @@ ParameterizedTest(conv_case *p, ops_nn, conv2d) {
 
     gc_input in[2] = {{.shape = xs, .dtype = CT_F32, .value = x, .check = 1},
                       {.shape = ws, .dtype = CT_F32, .value = w, .check = 1}};
-    op_ctx c = {.op = CT_OP_CONV2D, .attrs = {.i = {p->sh, p->sw, p->same}}, .n_in = 2};
+    op_ctx c = {.op = CT_OP_CONV2D,
+                .attrs = {.i = {p->sh, p->sw, p->same}},
+                .n_in = 2,
+                .conv_algorithm = algo};
     expect_grads(c, 2, in, "conv2d");
-    ct__conv_set_algo(-1);
     free(x);
     free(w);
 }

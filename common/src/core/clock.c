@@ -19,6 +19,10 @@ int64_t ct__wall_ns(void) {
     return read_ns(CLOCK_REALTIME);
 }
 
+time_t ct__wall_s(void) {
+    return (time_t)(read_ns(CLOCK_REALTIME) / 1000000000);
+}
+
 void ct__sleep_s(double seconds) {
     if (seconds <= 0.0) {
         return;

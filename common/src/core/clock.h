@@ -18,6 +18,10 @@ int64_t ct__now_ns(void);
  * and files read (event files, the wire's clock_ns, profile clock offsets). */
 int64_t ct__wall_ns(void);
 
+/* Whole seconds since the Unix epoch on CLOCK_REALTIME, as time(NULL) gives them (comparable
+ * with a file's st_mtime). */
+time_t ct__wall_s(void);
+
 /* Sleeps for `seconds` (short waits in loops that must not spin); returns early on a signal. */
 void ct__sleep_s(double seconds);
 

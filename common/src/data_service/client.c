@@ -394,11 +394,7 @@ static ct_status wait_info(ct__dsvc_client *c, ct_err *err) {
                               c->name, c->dispatcher, (long long)c->seek_epoch,
                               (long long)c->seek_step, c->timeout_s);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double until = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (left < 0.1 ? left : 0.1);
-        ts.tv_sec = (time_t)until;
-        ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+        struct timespec ts = ct__deadline_s(left < 0.1 ? left : 0.1);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
     return c->fatal != CT_OK ? ct_err_set(err, c->fatal, "%s", c->fatal_msg) : CT_OK;
@@ -538,13 +534,7 @@ static ct_status wait_batch(ct__dsvc_client *c, int64_t epoch, int64_t step, int
             asked = now;
             every *= 2; /* a slow first batch is not restarted over and over */
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = ct__deadline_s(0.05);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
     if (c->fatal != CT_OK) {
@@ -598,25 +588,7 @@ ct_status ct__dsvc_client_batch(ct__dsvc_client *c, int64_t epoch, int64_t step,
     return st;
 }
 
-/* ---- statistics and the loaders that read from a client ---- */
-
-static pthread_mutex_t attached_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    const ct_loader *loader;
-    ct__dsvc_client *client;
-} attached[64];
-
-void ct__dsvc_client_attach(ct__dsvc_client *c, const ct_loader *l) {
-    pthread_mutex_lock(&attached_mu);
-    for (int k = 0; k < 64; k++) {
-        if (attached[k].client == NULL) {
-            attached[k].loader = l;
-            attached[k].client = c;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&attached_mu);
-}
+/* ---- statistics ---- */
 
 void ct__dsvc_client_stats(ct__dsvc_client *c, ct_service_stats *ret) {
     pthread_mutex_lock(&c->mu);
@@ -628,32 +600,10 @@ void ct__dsvc_client_stats(ct__dsvc_client *c, ct_service_stats *ret) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int ct_loader_service_stats(const ct_loader *l, ct_service_stats *ret) {
-    memset(ret, 0, sizeof *ret);
-    int found = 0;
-    pthread_mutex_lock(&attached_mu);
-    for (int k = 0; k < 64 && !found; k++) {
-        if (l != NULL && attached[k].loader == l) {
-            ct__dsvc_client_stats(attached[k].client, ret);
-            found = 1;
-        }
-    }
-    pthread_mutex_unlock(&attached_mu);
-    return found;
-}
-
 void ct__dsvc_client_destroy(ct__dsvc_client *c) {
     if (c == NULL) {
         return;
     }
-    pthread_mutex_lock(&attached_mu);
-    for (int k = 0; k < 64; k++) {
-        if (attached[k].client == c) {
-            attached[k].client = NULL;
-            attached[k].loader = NULL;
-        }
-    }
-    pthread_mutex_unlock(&attached_mu);
     if (c->dealer) { /* DS_ACK closed gets a moment to leave */
         int linger = 1000;
         zmq_setsockopt(c->dealer, ZMQ_LINGER, &linger, sizeof linger);

@@ -56,9 +56,6 @@ ct_status ct__dsvc_client_batch(ct__dsvc_client *c, int64_t epoch, int64_t step,
 void ct__dsvc_client_stats(ct__dsvc_client *c, ct_service_stats *ret);
 /* Sends DS_ACK closed, stops the I/O thread, frees everything; accepts NULL. */
 void ct__dsvc_client_destroy(ct__dsvc_client *c);
-/* Remembers that loader `l` reads from `c` (ct_loader_service_stats); forgotten when c is
- * destroyed. */
-void ct__dsvc_client_attach(ct__dsvc_client *c, const ct_loader *l);
 
 /* The source of a consumer's batches: kind "service", elements (f32 [-1, input dims...],
  * i32 [-1]), steps_per_epoch batches per epoch. Takes ownership of c (also on failure). */

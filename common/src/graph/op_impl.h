@@ -88,15 +88,10 @@ static inline int ct__conv_winograd_fits(int64_t kh, int64_t kw, int64_t sh, int
     return kh == 3 && kw == 3 && sh == 1 && sw == 1 && out_h >= 4 && out_w >= 4 && in_c > 0 &&
            out_c > 0;
 }
-/* g's choice (ct_graph_set_conv_algorithm), else the process-wide one (ct__conv_set_algo), else
- * by channel count. */
+/* g's choice (ct_graph_set_conv_algorithm), else by channel count. */
 int ct__conv_winograd_chosen(const ct_graph *g, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                              int64_t in_c, int64_t out_c, int64_t out_h, int64_t out_w);
 ct_conv_algorithm ct__graph_conv_algorithm(const ct_graph *g);
-/* Tests and benchmarks: -1 (default) chooses by shape, CT__CONV_DIRECT or CT__CONV_WINOGRAD
- * force one for the shapes it fits, in graphs whose own choice is CT_CONV_AUTO; nodes added
- * afterwards follow it. */
-void ct__conv_set_algo(int algo);
 
 /* Accumulating kernels write out = beta*out + result: beta is 1 with CT_NODE_ACCUMULATE. */
 static inline float ct__beta(const ct_node *n) {

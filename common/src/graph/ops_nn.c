@@ -97,12 +97,6 @@ static int64_t conv_grid_floats(const ct_shape *x, const ct_shape *w, const ct_s
     return inside || empty ? 0 : x->dims[0] * grid_h * grid_w * x->dims[3];
 }
 
-static int conv_algo = -1; /* ct__conv_set_algo: -1 chooses by shape */
-
-void ct__conv_set_algo(int algo) {
-    conv_algo = algo;
-}
-
 /* Winograd where scripts/bench/conv_algos.c measured it faster: 3x3 stride-1 layers with at
  * least 32 channels on both sides (F(4x4,3x3) won every such layer of the seed CNNs by
  * 1.05-1.6x, the direct kernel the layers with 1 or 3 input channels). */
@@ -114,9 +108,6 @@ int ct__conv_winograd_chosen(const ct_graph *g, int64_t kh, int64_t kw, int64_t 
     ct_conv_algorithm own = ct__graph_conv_algorithm(g);
     if (own != CT_CONV_AUTO) {
         return own == CT_CONV_WINOGRAD;
-    }
-    if (conv_algo >= 0) {
-        return conv_algo == CT__CONV_WINOGRAD;
     }
     return in_c >= CT__WINOGRAD_MIN_CHANNELS && out_c >= CT__WINOGRAD_MIN_CHANNELS;
 }

@@ -17,6 +17,7 @@
 #include "atomic_file.h"
 #include "checkpoint.pb-c.h"
 #include "ctrain/crc32c.h"
+#include "core/clock.h"
 
 #define HEADER_BYTES 16 /* magic, version, index length */
 #define MAX_INDEX_BYTES (64u << 20)
@@ -392,7 +393,7 @@ static int leased(const char *path) {
     char lease[PATH_MAX + 8];
     struct stat sb;
     snprintf(lease, sizeof lease, "%s.lease", path);
-    return stat(lease, &sb) == 0 && time(NULL) - sb.st_mtime < CT_CKPT_LEASE_SECONDS;
+    return stat(lease, &sb) == 0 && ct__wall_s() - sb.st_mtime < CT_CKPT_LEASE_SECONDS;
 }
 
 ct_status ct_ckpt_lease(const char *path, ct_err *err) {

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "ctrain/graph.h"
 #include "ctrain/tensor.h"
 #include "data/formats/tfrecord_frame.h"
@@ -41,9 +42,7 @@ struct ct_events {
 };
 
 static double wall_time(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return 1e-9 * (double)ct__wall_ns();
 }
 
 /* mkdir -p. On failure errno is set and `failed` holds the component that could not be made. */

@@ -4,6 +4,7 @@
  * its own buffer and a release store of the count, which ct__prof_take reads with acquire. */
 #define _GNU_SOURCE /* gettid, pthread_getname_np */
 #include "prof/prof.h"
+#include "core/clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -56,9 +57,7 @@ static _Thread_local unsigned tl_generation, tl_side_generation;
 static _Thread_local char tl_name[32];
 
 int64_t ct__prof_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return ct__wall_ns();
 }
 
 static void free_session(void) {

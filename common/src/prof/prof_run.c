@@ -18,6 +18,7 @@
 #include "prof/prof.h"
 #include "prof/prof_file.h"
 
+#include "core/clock.h"
 #include "prof/xplane_write.h"
 
 /* A merge takes well under a second: one that holds the lock longer hangs. */
@@ -164,7 +165,7 @@ static void xspace_run_name(const char *run_dir, ct__prof_dump **dumps, int n, c
         return;
     }
     int64_t first_ns = ct__prof_earliest_ns((const ct__prof_dump *const *)dumps, n);
-    time_t start = first_ns > 0 ? (time_t)(first_ns / 1000000000LL) : time(NULL);
+    time_t start = first_ns > 0 ? (time_t)(first_ns / 1000000000LL) : ct__wall_s();
     struct tm tm;
     strftime(run, 32, "%Y_%m_%d_%H_%M_%S", localtime_r(&start, &tm));
 }
@@ -218,12 +219,10 @@ static ct_status lock_merge(const char *run_dir, int *ret_fd, ct_err *err) {
                           "train.profile.steps)",
                           path, strerror(errno));
     }
-    struct timespec start, now, pause = {0, 10000000};
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    struct timespec pause = {0, 10000000};
+    const double start = ct__now_s();
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double waited =
-            (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+        double waited = ct__now_s() - start;
         if (errno != EWOULDBLOCK || waited > MERGE_LOCK_S) {
             close(fd);
             return ct_err_set(

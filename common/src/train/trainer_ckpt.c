@@ -10,6 +10,7 @@
 #include "ctrain/checkpoint.h"
 #include "prof/prof.h"
 #include "train/trainer_internal.h"
+#include "core/clock.h"
 
 int64_t ct__trainer_last_saved_step(const ct_trainer *t) {
     const char *base = strrchr(t->last_ckpt, '/');
@@ -93,7 +94,7 @@ ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
                          .epoch_step = t->epoch_step,
                          .total_steps = t->total_steps,
                          .seed = t->job.seed,
-                         .wall_time = (double)time(NULL),
+                         .wall_time = (double)ct__wall_s(),
                          .job_text = t->job_text};
     snprintf(meta.job_path, sizeof meta.job_path, "%s", t->job.path);
     ct_ckpt_policy policy = {.keep_last = t->job.checkpoint.keep_last,

@@ -155,14 +155,7 @@ static ct_status wait_done(ct__async *a, ct__async_slot *slot, ct_err *err) {
         return CT_OK;
     }
     double limit = a->w.base.ctx.root->wait_timeout_s;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)limit;
-    deadline.tv_nsec += (long)((limit - (double)(time_t)limit) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = ct__deadline_s(limit);
     while (slot->state != 2) {
         a->filled_waiters++;
         int rc = pthread_cond_timedwait(&a->filled, &a->mutex, &deadline);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "data/core/autotune.h"
 
 #define SMOOTHING 0.5 /* weight of the newest window in the smoothed per-element times */
@@ -201,10 +202,7 @@ static int tuner_step(ct__autotune *a) {
 
 /* The CLOCK_REALTIME time ms from now. */
 static void deadline_after_ms(struct timespec *ts, int ms) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_nsec += (long)ms * 1000000L;
-    ts->tv_sec += ts->tv_nsec / 1000000000L;
-    ts->tv_nsec %= 1000000000L;
+    *ts = ct__deadline_s(1e-3 * ms);
 }
 
 /* The tuner's thread: a step every period until stopped. */

@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "ctrain/dataset.h"
 #include "data/core/dataset_impl.h"
+#include "data/job/loader_impl.h"
 
 struct ct_loader {
     ct_dataset *ds;       /* batches of (x, y) */
@@ -28,6 +29,8 @@ struct ct_loader {
     double wait_seconds;
     int64_t example_size;
     int64_t global_n, global_batch; /* examples per epoch and per step across ranks; -1 unknown */
+    void (*service_stats)(void *user, ct_service_stats *ret); /* NULL: not the data service */
+    void *service_user;
 };
 
 static ct_status build_pipeline(const ct_examples *ex, const ct_loader_options *opt,
@@ -178,6 +181,21 @@ ct_status ct_loader_create(const ct_examples *ds, const ct_loader_options *opt, 
 void ct_loader_set_global(ct_loader *l, int64_t examples_per_epoch, int64_t global_batch) {
     l->global_n = examples_per_epoch;
     l->global_batch = global_batch;
+}
+
+void ct__loader_set_service_stats(ct_loader *l, void (*stats)(void *user, ct_service_stats *ret),
+                                  void *user) {
+    l->service_stats = stats;
+    l->service_user = user;
+}
+
+int ct_loader_service_stats(const ct_loader *l, ct_service_stats *ret) {
+    memset(ret, 0, sizeof *ret);
+    if (l == NULL || l->service_stats == NULL) {
+        return 0;
+    }
+    l->service_stats(l->service_user, ret);
+    return 1;
 }
 
 int64_t ct_loader_examples(const ct_loader *l) {

@@ -6,10 +6,16 @@
  */
 #include "ctrain/data.h"
 #include "ctrain/pipeline.h"
+#include "data/job/loader_impl.h"
 #include "data_service/service.h"
 
 /* The consumer's loader: the service source, no prefetch above it (asking for a step
  * acknowledges the one before), the dispatcher's step count and global sizes. */
+/* ct_loader_service_stats of a loader over the data service: the client's figures. */
+static void service_stats(void *client, ct_service_stats *ret) {
+    ct__dsvc_client_stats(client, ret);
+}
+
 static ct_status service_loader(const ct_job *job, int eval, int shard_index, int shard_count,
                                 ct_loader **ret, ct_err *err) {
     ct__dsvc_client *c = NULL;
@@ -26,7 +32,7 @@ static ct_status service_loader(const ct_job *job, int eval, int shard_index, in
     st = ct_loader_create_pipeline(ds, info.steps_per_epoch, ret, err);
     if (st == CT_OK) {
         ct_loader_set_global(*ret, info.examples, info.global_batch);
-        ct__dsvc_client_attach(c, *ret);
+        ct__loader_set_service_stats(*ret, service_stats, c);
     }
     ct_dataset_destroy(ds);
     return st;

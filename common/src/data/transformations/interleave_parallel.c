@@ -202,10 +202,7 @@ static int wait_ready(ilv_par *p, const struct timespec *deadline) {
 
 /* The CLOCK_REALTIME time `seconds` from now (for pthread_cond_timedwait). */
 static void deadline_in(struct timespec *ts, double seconds) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    int64_t ns = (int64_t)ts->tv_nsec + (int64_t)(seconds * 1e9);
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec = (long)(ns % 1000000000LL);
+    *ts = ct__deadline_s(seconds);
 }
 
 /* CT_ETIMEDOUT: the consumer waited wait_timeout_s for input element `index`'s iterator. */

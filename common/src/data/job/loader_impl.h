@@ -1,0 +1,13 @@
+/* What the loader's builders tell it beyond the public setters (ctrain/data.h): where its
+ * service statistics come from, for a loader over the data service (pipeline_loader.c). */
+#ifndef CTRAIN_DATA_JOB_LOADER_IMPL_H
+#define CTRAIN_DATA_JOB_LOADER_IMPL_H
+
+#include "ctrain/data.h"
+
+/* ct_loader_service_stats(l) calls stats(user, ret) from now on; user must outlive l (the data
+ * service's client, owned by l's pipeline). */
+void ct__loader_set_service_stats(ct_loader *l, void (*stats)(void *user, ct_service_stats *ret),
+                                  void *user);
+
+#endif
