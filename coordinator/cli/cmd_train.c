@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "cmd_ckpt.h"
+#include "core/clock.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/mirrored.h"
 #include "ctrain/net.h"
@@ -23,7 +24,6 @@
 #include "ctrain/report.h"
 #include "ds_launch.h"
 #include "ps_launch.h"
-#include "core/clock.h"
 
 static void train_usage(FILE *f) {
     fprintf(

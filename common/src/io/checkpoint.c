@@ -16,8 +16,8 @@
 
 #include "atomic_file.h"
 #include "checkpoint.pb-c.h"
-#include "ctrain/crc32c.h"
 #include "core/clock.h"
+#include "ctrain/crc32c.h"
 
 #define HEADER_BYTES 16 /* magic, version, index length */
 #define MAX_INDEX_BYTES (64u << 20)

@@ -7,10 +7,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "ctrain/checkpoint.h"
 #include "prof/prof.h"
 #include "train/trainer_internal.h"
-#include "core/clock.h"
 
 int64_t ct__trainer_last_saved_step(const ct_trainer *t) {
     const char *base = strrchr(t->last_ckpt, '/');
