@@ -74,20 +74,20 @@ static ct_status train_layer_stack(const char *data_dir, int64_t limit, int epoc
     }
     ct_job_defaults(job); /* Adam(1e-3), sparse softmax cross-entropy, seed 42, all cores */
     snprintf(job->path, sizeof job->path, "custom_model.c");
-    job->input_rank = 3;
-    job->input_shape[0] = 28, job->input_shape[1] = 28, job->input_shape[2] = 1;
-    ct_layer_spec *l = job->layers;
+    job->model.input_rank = 3;
+    job->model.input_shape[0] = 28, job->model.input_shape[1] = 28, job->model.input_shape[2] = 1;
+    ct_layer_spec *l = job->model.layers;
     l[0] = layer(CT_LAYER_CONV2D, 16, CT_ACT_RELU); /* 16 filters 3x3 -> [28, 28, 16] */
     l[0].padding_same = 1;
     l[1] = layer(CT_LAYER_MAX_POOL2D, 0, CT_ACT_NONE); /* 2x2 -> [14, 14, 16] */
     l[2] = layer(CT_LAYER_FLATTEN, 0, CT_ACT_NONE);    /* -> [3136] */
     l[3] = layer(CT_LAYER_DENSE, 64, CT_ACT_RELU);
     l[4] = layer(CT_LAYER_DENSE, 10, CT_ACT_NONE); /* logits: the loss applies the softmax */
-    job->n_layers = 5;
-    job->metric_accuracy = 1;
+    job->model.n_layers = 5;
+    job->model.metric_accuracy = 1;
     job->optimizer.learning_rate = 1e-3f;
-    job->batch_size = 32;
-    job->epochs = epochs;
+    job->train.batch_size = 32;
+    job->train.epochs = epochs;
 
     if ((st = ct_trainer_create(job, &trainer, err)) != CT_OK) {
         goto done;

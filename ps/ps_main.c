@@ -84,10 +84,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    ct_job job;
-    if (ct_job_load(f.job_path, f.sets, f.n_sets, &job, &err) != CT_OK) {
+    ct_job *job = NULL;
+    if (ct_job_create(f.job_path, f.sets, f.n_sets, &job, NULL, &err) != CT_OK) {
         fprintf(stderr, "ctrain-ps: %s\n", err.msg);
         return 2;
     }
-    return serve(&f, &job);
+    int rc = serve(&f, job);
+    ct_job_destroy(job);
+    return rc;
 }

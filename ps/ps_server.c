@@ -719,11 +719,11 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
     }
     s->job = job;
     s->o = o;
-    s->job_id = ct_ps_job_id(job);
+    s->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
     snprintf(s->who, sizeof s->who, "ps %d", o->index);
-    ct_status st = ct_profile_start(job, "ps", o->index, err);
+    ct_status st = ct_profile_start(job->train.profile_steps, "ps", o->index, err);
     if (st == CT_OK) {
-        st = ct_model_create(job, &s->model, err);
+        st = ct_model_create(&job->model, job->seed, job->path, &s->model, err);
     }
     if (st == CT_OK) {
         st = ct_net_socket(ZMQ_ROUTER, o->keys, 1, &s->router, err);

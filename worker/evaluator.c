@@ -129,7 +129,7 @@ ct_status ct_evaluator_run(const ct_job *job, const ct_evaluator_options *opts,
         st = ct_events_create(eval_dir, &ev, err);
     }
     if (st == CT_OK) {
-        st = ct_profile_start(job, "evaluator", 0, err);
+        st = ct_profile_start(job->train.profile_steps, "evaluator", 0, err);
     }
     double last_new = ct__now_s();
     while (st == CT_OK && !r.reached_final) {

@@ -98,9 +98,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctrain-evaluator: --job is required (see --help)\n");
         return 2;
     }
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
-    if (ct_job_load(job_path, sets, n_sets, &job, &err) != CT_OK) {
+    if (ct_job_create(job_path, sets, n_sets, &job, NULL, &err) != CT_OK) {
         fprintf(stderr, "ctrain-evaluator: %s\n", err.msg);
         return 2;
     }
@@ -108,7 +108,8 @@ int main(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     ct_log_set(CT_LOG_WARN, log_line, NULL);
     ct_evaluator_result r;
-    ct_status st = ct_evaluator_run(&job, &o, &r, &err);
+    ct_status st = ct_evaluator_run(job, &o, &r, &err);
+    ct_job_destroy(job);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-evaluator: %s\n", err.msg);
         return ct_exit_code(st, stop_signal, 0);

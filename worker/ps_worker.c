@@ -554,12 +554,13 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
         return ct_err_set(err, CT_ENOMEM, "worker: out of memory");
     }
     *job = *job_in;
-    job->threads = job->threads ? job->threads : 1; /* workers share the machine's cores */
+    job->train.threads =
+        job->train.threads ? job->train.threads : 1; /* workers share the machine's cores */
     w->job = job;
     w->o = o;
-    w->job_id = ct_ps_job_id(job);
+    w->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
     snprintf(w->who, sizeof w->who, "worker %d", o->index);
-    ct_status st = ct_profile_start(job, "worker", o->index, err);
+    ct_status st = ct_profile_start(job->train.profile_steps, "worker", o->index, err);
     if (st == CT_OK) {
         st = ct_trainer_create(job, &w->t, err);
     }
@@ -579,9 +580,10 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     }
     if (st == CT_OK) {
         w->steps_per_epoch = ct_loader_batches_per_epoch(w->loader);
-        w->total_steps = w->steps_per_epoch * job->epochs; /* the chief's count, exactly */
-        w->total_steps =
-            job->max_steps > 0 && job->max_steps < w->total_steps ? job->max_steps : w->total_steps;
+        w->total_steps = w->steps_per_epoch * job->train.epochs; /* the chief's count, exactly */
+        w->total_steps = job->train.max_steps > 0 && job->train.max_steps < w->total_steps
+                             ? job->train.max_steps
+                             : w->total_steps;
         w->held = calloc((size_t)(w->plan.n_shards ? w->plan.n_shards : 1), sizeof *w->held);
         if (!w->held) {
             st = ct_err_set(err, CT_ENOMEM, "worker: out of memory");

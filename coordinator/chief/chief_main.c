@@ -41,15 +41,16 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    ct_job job;
+    ct_job *job = NULL;
     char *text = NULL;
-    if (ct_job_load_text(f.job_path, f.sets, f.n_sets, &job, &text, &err) != CT_OK) {
+    if (ct_job_create(f.job_path, f.sets, f.n_sets, &job, &text, &err) != CT_OK) {
         fprintf(stderr, "%s: %s\n", ROLE, err.msg);
         return 2;
     }
-    int rc = job.strategy == CT_STRATEGY_PARAMETER_SERVER
-                 ? ct_role_run_ps(ROLE, TASK_TYPE, ANY_TASK, &runners, &f, &job, text)
-                 : ct_role_run_mirrored(ROLE, CHIEF_ONLY, &f, &job, text, &argc, &argv);
+    int rc = job->strategy == CT_STRATEGY_PARAMETER_SERVER
+                 ? ct_role_run_ps(ROLE, TASK_TYPE, ANY_TASK, &runners, &f, job, text)
+                 : ct_role_run_mirrored(ROLE, CHIEF_ONLY, &f, job, text, &argc, &argv);
     free(text);
+    ct_job_destroy(job);
     return rc;
 }

@@ -48,8 +48,8 @@ static void merge_ps_profile(const ct_job *job, const ct_ps_task *t, int quiet) 
     } else if (!quiet) {
         printf("profile: steps %lld-%lld -> %s/trace.json.gz ('ctrain profile %s' for the "
                "report)\n",
-               (long long)job->profile_steps[0], (long long)job->profile_steps[1], job->run_dir,
-               job->run_dir);
+               (long long)job->train.profile_steps[0], (long long)job->train.profile_steps[1],
+               job->run_dir, job->run_dir);
     }
 }
 
@@ -65,7 +65,7 @@ ct_status ct_chief_run_task(const ct_job *job, const ct_ps_task *t, const ct_rol
                              .stop = &ct_role_stop_requested};
     ct_train_result r;
     ct_status st = ct_ps_chief_run(job, &o, &r, err);
-    if (st == CT_OK && job->profile_steps[0] > 0) {
+    if (st == CT_OK && job->train.profile_steps[0] > 0) {
         merge_ps_profile(job, t, f->quiet);
     }
     if (st == CT_OK) {

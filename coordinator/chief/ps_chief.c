@@ -220,13 +220,13 @@ static void on_register(chief *c) {
 /* A worker's step report: the epoch's and the log interval's sums, the job's step, and what
  * follows from it (logs, async tasks and snapshots). */
 static ct_status take_report(chief *c, slot *s, const Ctrain__Ps__Report *r) {
-    if (r->epoch < 0 || r->epoch >= c->job->epochs || r->index < 0 ||
+    if (r->epoch < 0 || r->epoch >= c->job->train.epochs || r->index < 0 ||
         r->index >= c->steps_per_epoch || r->examples < 0) {
         ct_log(CT_LOG_WARN,
                "chief: dropped a report of batch %lld of epoch %lld (%lld examples): "
                "outside the job's %d epochs of %lld batches",
-               (long long)r->index, (long long)r->epoch, (long long)r->examples, c->job->epochs,
-               (long long)c->steps_per_epoch);
+               (long long)r->index, (long long)r->epoch, (long long)r->examples,
+               c->job->train.epochs, (long long)c->steps_per_epoch);
         return CT_OK;
     }
     if (r->examples > 0) {
@@ -592,8 +592,8 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
                 /* a finished run: evaluate it once more, save nothing new */
                 ct__chief_say(c, "the run already finished at step %lld; evaluating only",
                               (long long)c->step);
-                c->evaluated_epochs = c->job->epochs - 1;
-                st = ct__chief_end_epoch(c, c->job->epochs - 1, err);
+                c->evaluated_epochs = c->job->train.epochs - 1;
+                st = ct__chief_end_epoch(c, c->job->train.epochs - 1, err);
                 c->state = CTRAIN__WIRE__STATE__DONE;
             } else if (!c->job->ps.async) {
                 ct__chief_request_snapshot(c, ct__chief_next_sync_point(c, c->step));
@@ -712,9 +712,10 @@ static ct_status setup(chief *c, ct_err *err) {
     if (c->steps_per_epoch < 1) {
         return ct_err_set(err, CT_EINVAL, "%s: data.train is empty", job->path);
     }
-    c->total_steps = job->max_steps > 0 && job->max_steps < c->steps_per_epoch * job->epochs
-                         ? job->max_steps
-                         : c->steps_per_epoch * job->epochs;
+    c->total_steps =
+        job->train.max_steps > 0 && job->train.max_steps < c->steps_per_epoch * job->train.epochs
+            ? job->train.max_steps
+            : c->steps_per_epoch * job->train.epochs;
     ct_trainer_set_run(c->t, c->n_train, c->total_steps);
     if (job->checkpoint.dir[0]) {
         snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", job->checkpoint.dir);
@@ -728,8 +729,8 @@ static ct_status setup(chief *c, ct_err *err) {
     c->workers = calloc((size_t)c->n_workers, sizeof *c->workers);
     c->requeued = calloc((size_t)c->n_workers * MAX_OUT + 1, sizeof *c->requeued);
     c->finished = calloc((size_t)c->total_steps, 1);
-    c->epoch_done = calloc((size_t)job->epochs, sizeof *c->epoch_done);
-    c->epochs = calloc((size_t)job->epochs, sizeof *c->epochs);
+    c->epoch_done = calloc((size_t)job->train.epochs, sizeof *c->epoch_done);
+    c->epochs = calloc((size_t)job->train.epochs, sizeof *c->epochs);
     if (!c->ps || !c->workers || !c->requeued || !c->finished || !c->epoch_done || !c->epochs) {
         return ct_err_set(err, CT_ENOMEM, "chief: out of memory");
     }
@@ -756,13 +757,13 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
     }
     c->job = job;
     c->o = o;
-    c->job_id = ct_ps_job_id(job);
+    c->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
     c->n_ps = o->n_servers;
     c->n_workers = o->n_workers;
     c->state = CTRAIN__WIRE__STATE__WAITING;
     c->result = (ct_train_result){.test_loss = NAN, .test_accuracy = NAN};
     int profiling = !ct_profile_started(); /* a process that runs the chief and more records them */
-    ct_status st = profiling ? ct_profile_start(job, "chief", 0, err) : CT_OK;
+    ct_status st = profiling ? ct_profile_start(job->train.profile_steps, "chief", 0, err) : CT_OK;
     profiling = profiling && ct_profile_started();
     if (st == CT_OK && profiling) { /* before any role of this run writes its file */
         st = ct_profile_clear(job->run_dir, err);

@@ -107,7 +107,7 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     double acc = s->examples > 0 ? s->accuracy / s->examples : NAN;
     if (c->o->report.progress) {
         ct_train_progress p = {.epoch = (int)e,
-                               .epochs = c->job->epochs,
+                               .epochs = c->job->train.epochs,
                                .step = steps,
                                .steps = steps,
                                .global_step = c->step,

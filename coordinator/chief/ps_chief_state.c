@@ -162,7 +162,7 @@ static ct_status snapshot_done(chief *c, ct_err *err) {
         c->ckpt_due = k > 0 ? (step / k + 1) * k : INT64_MAX;
     }
     /* epochs that ended by this step (sync: by the version; async: all tasks finished) */
-    while (!c->stopping && c->evaluated_epochs < c->job->epochs) {
+    while (!c->stopping && c->evaluated_epochs < c->job->train.epochs) {
         int64_t e = c->evaluated_epochs;
         int ended = c->job->ps.async ? c->epoch_done[e] >= c->steps_per_epoch
                                      : step >= (e + 1) * c->steps_per_epoch;
@@ -308,7 +308,7 @@ void ct__chief_maybe_async_snapshot(chief *c) {
     if (!c->job->ps.async || c->snap_active || c->state != CTRAIN__WIRE__STATE__RUNNING) {
         return;
     }
-    int epoch_ended = c->evaluated_epochs < c->job->epochs &&
+    int epoch_ended = c->evaluated_epochs < c->job->train.epochs &&
                       c->epoch_done[c->evaluated_epochs] >= c->steps_per_epoch;
     if (c->completed >= c->total_steps) {
         /* the last pushes travel on other connections than the reports: give them a moment to
@@ -339,7 +339,7 @@ static void reset_progress(chief *c, int64_t step, int64_t open) {
     if (c->job->ps.async) {
         memset(c->finished, 0, (size_t)c->total_steps);
         memset(c->finished, 1, (size_t)open);
-        memset(c->epoch_done, 0, (size_t)c->job->epochs * sizeof *c->epoch_done);
+        memset(c->epoch_done, 0, (size_t)c->job->train.epochs * sizeof *c->epoch_done);
         for (int64_t id = 0; id < open; id++) {
             c->epoch_done[id / c->steps_per_epoch]++;
         }
@@ -352,8 +352,8 @@ static void reset_progress(chief *c, int64_t step, int64_t open) {
         c->workers[w].n_out = 0; /* the workers drop the old generation's tasks too */
     }
     int64_t epoch = open / c->steps_per_epoch;
-    c->evaluated_epochs = (int)(epoch < c->job->epochs ? epoch : c->job->epochs);
-    for (int64_t e = epoch; e < c->job->epochs; e++) {
+    c->evaluated_epochs = (int)(epoch < c->job->train.epochs ? epoch : c->job->train.epochs);
+    for (int64_t e = epoch; e < c->job->train.epochs; e++) {
         c->epochs[e] = (epoch_sums){0};
     }
 }

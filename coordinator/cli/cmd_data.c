@@ -136,15 +136,16 @@ static int parse_data_flags(int argc, char **argv, const char *count_flag, void 
     return rc;
 }
 
-/* Loads the job and builds the chosen split's pipeline; prints the error and returns an exit
- * code on failure. */
-static int load_pipeline(const data_flags *f, ct_job *job, ct_dataset **ret) {
+/* Loads the job (*ret_job, owned: the caller destroys it, also on failure) and builds the
+ * chosen split's pipeline; prints the error and returns an exit code on failure. */
+static int load_pipeline(const data_flags *f, ct_job **ret_job, ct_dataset **ret) {
     ct_err err = {0};
     ct_pipeline_context ctx;
-    if (ct_job_load(f->c.job_path, f->c.sets, f->c.n_sets, job, &err) != CT_OK) {
+    if (ct_job_create(f->c.job_path, f->c.sets, f->c.n_sets, ret_job, NULL, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
+    const ct_job *job = *ret_job;
     if (f->eval && !job->has_eval_data) {
         fprintf(stderr, "ctrain: %s: the job has no data.eval\n", job->path);
         return EXIT_BAD_INPUT;
@@ -231,19 +232,21 @@ static int print_elements(const ct_dataset *ds, long long take) {
 
 static int cmd_inspect(int argc, char **argv) {
     data_flags f = {.count = 3};
-    ct_job job;
+    ct_job *job = NULL;
     ct_dataset *ds = NULL;
     int rc = parse_data_flags(argc, argv, "--take", inspect_usage, &f);
     if (rc || (rc = load_pipeline(&f, &job, &ds)) != 0) {
+        ct_job_destroy(job);
         return rc < 0 ? 0 : rc;
     }
     char *text = malloc(1 << 16), spec[512], card[32];
     if (!text) {
         ct_dataset_destroy(ds);
+        ct_job_destroy(job);
         return EXIT_RUNTIME;
     }
     printf("pipeline of %s (%s), from the source down:\n%s", f.eval ? "data.eval" : "data.train",
-           job.path, ct_dataset_describe(ds, text, 1 << 16));
+           job->path, ct_dataset_describe(ds, text, 1 << 16));
     printf("element spec: %s\n", ct_element_spec_str(ct_dataset_spec(ds), spec, sizeof spec));
     printf("cardinality: %s elements per epoch\n",
            cardinality_str(ct_dataset_cardinality(ds), card, sizeof card));
@@ -251,6 +254,7 @@ static int cmd_inspect(int argc, char **argv) {
     free(text);
     rc = print_elements(ds, f.count);
     ct_dataset_destroy(ds);
+    ct_job_destroy(job);
     return rc;
 }
 
@@ -320,10 +324,10 @@ static ct_status bench_trainer(const ct_job *job, long long steps, double *ret_e
     ct_trainer *t = NULL;
     ct_status st = ct_trainer_create(job, &t, err);
     int64_t example = 1;
-    for (int i = 0; i < job->input_rank; i++) {
-        example *= job->input_shape[i];
+    for (int i = 0; i < job->model.input_rank; i++) {
+        example *= job->model.input_shape[i];
     }
-    int64_t b = job->batch_size;
+    int64_t b = job->train.batch_size;
     float *x = calloc((size_t)(b * example), sizeof *x);
     int32_t *y = calloc((size_t)b, sizeof *y);
     if (st == CT_OK && (!x || !y)) {
@@ -352,7 +356,7 @@ static int bench_verdict(const data_flags *f, const ct_job *job, double pipeline
         return EXIT_RUNTIME;
     }
     printf("trainer on synthetic input: %.1f elements/s (batch %d, %lld steps)\n", trainer_eps,
-           job->batch_size, f->count);
+           job->train.batch_size, f->count);
     printf("verdict: %s (the pipeline gives %.0f elements/s, the step takes %.0f)\n",
            pipeline_eps < trainer_eps ? "input-bound: the pipeline is slower than the step"
                                       : "not input-bound: the step is the limit",
@@ -362,12 +366,13 @@ static int bench_verdict(const data_flags *f, const ct_job *job, double pipeline
 
 static int cmd_bench(int argc, char **argv) {
     data_flags f = {.count = 100};
-    ct_job job;
+    ct_job *job = NULL;
     ct_dataset *ds = NULL;
     ct_iterator *it = NULL;
     ct_err err = {0};
     int rc = parse_data_flags(argc, argv, "--steps", bench_usage, &f);
     if (rc || (rc = load_pipeline(&f, &job, &ds)) != 0) {
+        ct_job_destroy(job);
         return rc < 0 ? 0 : rc;
     }
     long long outputs = 0;
@@ -382,16 +387,17 @@ static int cmd_bench(int argc, char **argv) {
     } else {
         printf("%s of %s: %lld outputs in %.3f s: %.1f batches/s, %.1f elements/s (the first "
                "stage's %lld elements)\n",
-               f.eval ? "data.eval" : "data.train", job.path, outputs, seconds,
+               f.eval ? "data.eval" : "data.train", job->path, outputs, seconds,
                seconds > 0 ? (double)outputs / seconds : 0.0,
                seconds > 0 ? (double)source / seconds : 0.0, (long long)source);
         print_stats(it);
         /* the pipeline's batches are the trainer's elements: examples per second */
-        double eps = seconds > 0 ? (double)outputs * job.batch_size / seconds : 0.0;
-        rc = f.trainer ? bench_verdict(&f, &job, eps) : 0;
+        double eps = seconds > 0 ? (double)outputs * job->train.batch_size / seconds : 0.0;
+        rc = f.trainer ? bench_verdict(&f, job, eps) : 0;
     }
     ct_iterator_destroy(it);
     ct_dataset_destroy(ds);
+    ct_job_destroy(job);
     return rc;
 }
 

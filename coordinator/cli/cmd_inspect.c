@@ -31,16 +31,18 @@ int cmd_summary(int argc, char **argv) {
     if (rc) {
         return rc < 0 ? 0 : rc;
     }
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
     ct_model *m = NULL;
-    if (ct_job_load(c.job_path, c.sets, c.n_sets, &job, &err) != CT_OK ||
-        ct_model_create(&job, &m, &err) != CT_OK) {
+    if (ct_job_create(c.job_path, c.sets, c.n_sets, &job, NULL, &err) != CT_OK ||
+        ct_model_create(&job->model, job->seed, job->path, &m, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
+        ct_job_destroy(job);
         return EXIT_BAD_INPUT;
     }
     ct_model_summary(m, stdout);
     ct_model_destroy(m);
+    ct_job_destroy(job);
     return 0;
 }
 
@@ -113,27 +115,29 @@ int cmd_graph(int argc, char **argv) {
     if (rc) {
         return rc < 0 ? 0 : rc;
     }
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
     ct_trainer *t = NULL;
     ct_graph *g = NULL;
-    if (ct_job_load(c.job_path, c.sets, c.n_sets, &job, &err) != CT_OK ||
-        ct_trainer_create(&job, &t, &err) != CT_OK) {
+    if (ct_job_create(c.job_path, c.sets, c.n_sets, &job, NULL, &err) != CT_OK ||
+        ct_trainer_create(job, &t, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         ct_trainer_destroy(t);
+        ct_job_destroy(job);
         return EXIT_BAD_INPUT;
     }
-    if (ct_trainer_step_graph(t, batch ? batch : job.batch_size,
+    if (ct_trainer_step_graph(t, batch ? batch : job->train.batch_size,
                               eval ? CT_GRAPH_EVAL : CT_GRAPH_TRAIN, &g, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         ct_trainer_destroy(t);
+        ct_job_destroy(job);
         return EXIT_RUNTIME;
     }
     const ct_graph_stats *st = ct_graph_get_stats(g);
     char names[128];
     printf("# %s graph of %s, batch %lld; passes: %s\n", eval ? "inference" : "training-step",
-           job.path, batch ? batch : (long long)job.batch_size,
-           ct_graph_passes_str(job.graph_passes, names, sizeof names));
+           job->path, batch ? batch : (long long)job->train.batch_size,
+           ct_graph_passes_str(job->train.graph_passes, names, sizeof names));
     ct_graph_print(g, stdout);
     printf("# nodes: %d traced, %d after passes (folded %d, merged %d, simplified %d, removed "
            "%d)\n",
@@ -144,7 +148,7 @@ int cmd_graph(int argc, char **argv) {
     printf("# memory: intermediates %lld bytes unplanned, %lld bytes planned (%s; %.2fx less), "
            "%d in place\n",
            (long long)st->bytes_unplanned, (long long)st->bytes_planned,
-           job.plan_memory ? "liveness plan" : "planning off",
+           job->train.plan_memory ? "liveness plan" : "planning off",
            st->bytes_planned ? (double)st->bytes_unplanned / (double)st->bytes_planned : 1.0,
            st->in_place);
     printf("# executor: %d threads, %d nodes split across them, %d edges linked part to part "
@@ -164,6 +168,7 @@ int cmd_graph(int argc, char **argv) {
         if (!f) {
             fprintf(stderr, "ctrain: cannot write %s (check the directory exists)\n", dot);
             ct_trainer_destroy(t);
+            ct_job_destroy(job);
             return EXIT_BAD_INPUT;
         }
         ct_graph_write_dot(g, f);
@@ -171,6 +176,7 @@ int cmd_graph(int argc, char **argv) {
         printf("# wrote %s\n", dot);
     }
     ct_trainer_destroy(t);
+    ct_job_destroy(job);
     return 0;
 }
 

@@ -247,7 +247,8 @@ static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, 
     }
     int64_t pos[3];
     ct_trainer_get_position(t, pos);
-    if (resumed && (pos[1] >= job->epochs || (job->max_steps > 0 && pos[0] >= job->max_steps))) {
+    if (resumed && (pos[1] >= job->train.epochs ||
+                    (job->train.max_steps > 0 && pos[0] >= job->train.max_steps))) {
         fprintf(stderr,
                 "ctrain: %s: the run already finished at step %lld; evaluating only "
                 "(--no-resume trains again)\n",
@@ -370,8 +371,8 @@ static void merge_profile(const ct_job *job, int quiet) {
     } else if (!quiet) {
         printf("profile: steps %lld-%lld -> %s/trace.json.gz ('ctrain profile %s' for the "
                "report)\n",
-               (long long)job->profile_steps[0], (long long)job->profile_steps[1], job->run_dir,
-               job->run_dir);
+               (long long)job->train.profile_steps[0], (long long)job->train.profile_steps[1],
+               job->run_dir, job->run_dir);
     }
 }
 
@@ -387,10 +388,10 @@ static int run_local_cluster(cli *c) {
         return EXIT_BAD_INPUT;
     }
     c->sets[c->n_sets++] = "strategy.type=parameter_server";
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
     char *text = NULL;
-    if (ct_job_load_text(c->job_path, c->sets, c->n_sets, &job, &text, &err) != CT_OK) {
+    if (ct_job_create(c->job_path, c->sets, c->n_sets, &job, &text, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
@@ -408,21 +409,24 @@ static int run_local_cluster(cli *c) {
                            .no_resume = c->no_resume,
                            .report = c->quiet ? (ct_train_reporter){0} : report,
                            .stop = &cli_stop_requested};
-    if (move_aside(c, &job) != 0) {
+    if (move_aside(c, job) != 0) {
         free(text);
+        ct_job_destroy(job);
         return EXIT_RUNTIME;
     }
-    if (job.profile_steps[0] > 0 && ct_profile_clear(job.run_dir, &err) != CT_OK) {
+    if (job->train.profile_steps[0] > 0 && ct_profile_clear(job->run_dir, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         free(text);
+        ct_job_destroy(job);
         return EXIT_RUNTIME;
     }
     ct_train_result r;
-    ct_status st = ct_run_local_cluster(&lc, &job, &r, &err);
+    ct_status st = ct_run_local_cluster(&lc, job, &r, &err);
     free(text);
-    if (st == CT_OK && job.profile_steps[0] > 0) { /* every worker has written its file */
-        merge_profile(&job, c->quiet);
+    if (st == CT_OK && job->train.profile_steps[0] > 0) { /* every worker has written its file */
+        merge_profile(job, c->quiet);
     }
+    ct_job_destroy(job);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return ct_exit_code(st, cli_stop_signal, 0);
@@ -452,28 +456,28 @@ static void write_profile(const ct_job *job, int quiet, int newline) {
     if (!quiet) {
         printf("profile: steps %lld-%lld, %lld events%s -> %s/trace.json.gz ('ctrain profile %s' "
                "for the report)\n",
-               (long long)job->profile_steps[0], (long long)job->profile_steps[1], events, lost,
-               job->run_dir, job->run_dir);
+               (long long)job->train.profile_steps[0], (long long)job->train.profile_steps[1],
+               events, lost, job->run_dir, job->run_dir);
     }
 }
 
 /* Trains in this process. */
 static int train_here(cli c) {
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
     char *text = NULL;
-    if (ct_job_load_text(c.job_path, c.sets, c.n_sets, &job, &text, &err) != CT_OK) {
+    if (ct_job_create(c.job_path, c.sets, c.n_sets, &job, &text, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return EXIT_BAD_INPUT;
     }
     ct_trainer *t = NULL;
     ct_loader *train = NULL, *eval = NULL;
     int rc = EXIT_BAD_INPUT;
-    if (ct_trainer_create(&job, &t, &err) != CT_OK) {
+    if (ct_trainer_create(job, &t, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         goto done;
     }
-    if (!(train = open_split(&job, 0)) || (job.has_eval_data && !(eval = open_split(&job, 1)))) {
+    if (!(train = open_split(job, 0)) || (job->has_eval_data && !(eval = open_split(job, 1)))) {
         goto done;
     }
     if (!c.quiet) {
@@ -485,22 +489,22 @@ static int train_here(cli c) {
         }
         printf("job %s: %s training and %s test examples, %lld parameters, %d epochs of "
                "%s batches\n",
-               job.path, count_str(ct_loader_examples(train), n1, sizeof n1),
+               job->path, count_str(ct_loader_examples(train), n1, sizeof n1),
                count_str(eval ? ct_loader_examples(eval) : 0, n2, sizeof n2), (long long)count,
-               job.epochs, count_str(ct_loader_batches_per_epoch(train), n3, sizeof n3));
+               job->train.epochs, count_str(ct_loader_batches_per_epoch(train), n3, sizeof n3));
         fflush(stdout);
     }
-    if ((rc = setup_checkpoints(&c, &job, text, t)) != 0) {
+    if ((rc = setup_checkpoints(&c, job, text, t)) != 0) {
         goto done;
     }
-    if (ct_trainer_set_logging(t, job.run_dir, &err) != CT_OK) {
+    if (ct_trainer_set_logging(t, job->run_dir, &err) != CT_OK) {
         fprintf(stderr, "ctrain: %s (set run_dir to a writable directory)\n", err.msg);
         rc = EXIT_BAD_INPUT;
         goto done;
     }
     cli_catch_signals();
-    if (ct_profile_start(&job, "chief", 0, &err) != CT_OK ||
-        (ct_profile_started() && ct_profile_clear(job.run_dir, &err) != CT_OK)) {
+    if (ct_profile_start(job->train.profile_steps, "chief", 0, &err) != CT_OK ||
+        (ct_profile_started() && ct_profile_clear(job->run_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         rc = err.code == CT_EINVAL ? EXIT_BAD_INPUT : EXIT_RUNTIME;
         goto done;
@@ -510,7 +514,7 @@ static int train_here(cli c) {
     ct_status st =
         ct_trainer_fit_loaders(t, train, eval, print_progress, &ps, &cli_stop_requested, &r, &err);
     if (ct_profile_started()) {
-        write_profile(&job, c.quiet, ps.tty && st != CT_OK);
+        write_profile(job, c.quiet, ps.tty && st != CT_OK);
     }
     if (st != CT_OK) {
         fprintf(stderr, "%sctrain: %s\n", ps.tty ? "\n" : "", err.msg);
@@ -525,25 +529,28 @@ done:
     ct_trainer_destroy(t);
     ct_profile_stop(); /* after the loaders' and graphs' threads are gone */
     free(text);
+    ct_job_destroy(job);
     return rc;
 }
 
 /* After the data service stopped: the dispatcher and the data workers wrote their profile files
  * as they exited, after the trainer's merge; merge again with them. */
 static void merge_data_service_profile(const cli *c) {
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
-    if (ct_job_load(c->job_path, c->sets, c->n_sets, &job, &err) != CT_OK ||
-        job.profile_steps[0] <= 0) {
+    if (ct_job_create(c->job_path, c->sets, c->n_sets, &job, NULL, &err) != CT_OK ||
+        job->train.profile_steps[0] <= 0) {
+        ct_job_destroy(job);
         return;
     }
-    if (ct_profile_merge(job.run_dir, &err) != CT_OK) {
+    if (ct_profile_merge(job->run_dir, &err) != CT_OK) {
         fprintf(stderr, "ctrain: warning: profile: %s\n", err.msg);
     } else if (!c->quiet) {
         printf("profile: the data service's dispatcher and %d data workers merged into "
                "%s/trace.json.gz\n",
-               c->data_workers, job.run_dir);
+               c->data_workers, job->run_dir);
     }
+    ct_job_destroy(job);
 }
 
 int cmd_train(int argc, char **argv) {

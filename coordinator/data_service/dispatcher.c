@@ -25,7 +25,6 @@
 
 typedef struct disp {
     const ct_job *job;
-    ct_job counting_job; /* the job without data.service: the loader that counts a stream */
     ct__dsvc_state st;
     ct_net_keys keys;
     ct_net_auth *auth;
@@ -85,7 +84,7 @@ static const char *prof_name(disp *d, const ct__dsvc_consumer *c) {
  * window) that began at t0 (the profiler's clock; 0: now, an instant). */
 static void record_steps(disp *d, int64_t first, int64_t last, int64_t t0, ct__prof_kind kind,
                          const char *name, const ct__dsvc_consumer *c, int64_t v0, int64_t v1) {
-    int64_t at = first > d->job->profile_steps[0] ? first : d->job->profile_steps[0];
+    int64_t at = first > d->job->train.profile_steps[0] ? first : d->job->train.profile_steps[0];
     if (first < 0 || last < at || !ct__prof_armed()) {
         return;
     }
@@ -263,7 +262,12 @@ static ct_status count_stream(disp *d, int eval, uint32_t shards, ct_err *err) {
         return ct_err_set(err, CT_EINVAL, "%s: the job has no data.eval", d->job->path);
     }
     ct_loader *l = NULL;
-    ct_status st = ct_pipeline_loader(&d->counting_job, eval, 0, (int)shards, &l, err);
+    ct_pipeline_context ctx; /* the in-process loader, whatever data.service says */
+    ct_pipeline_context_init(&ctx, d->job, eval);
+    ctx.num_shards = shards > 1 ? shards : 1;
+    ctx.shard_index = 0;
+    ct_status st =
+        ct_pipeline_loader_from(eval ? &d->job->eval_data : &d->job->train_data, &ctx, &l, err);
     if (st == CT_OK) {
         st = ct_loader_count_steps(l, err);
     }
@@ -434,19 +438,17 @@ static ct_status serve(disp *d, volatile int *stop, ct_err *err) {
 static ct_status start(disp *d, const ct_job *job, const ct_dispatcher_options *o, ct_err *err) {
     const ct_data_service_spec *ds = &job->data_service;
     d->job = job;
-    d->counting_job = *job;
-    d->counting_job.data_service.enabled = 0;
-    d->job_id = ct__dsvc_job_id(job);
+    d->job_id = ct_job_id(job, CT_JOB_ID_INPUT);
     d->heartbeat_s = ds->heartbeat_s > 0 ? ds->heartbeat_s : 0.5;
     ct__dsvc_config cfg = {.parallel_epochs = ds->mode == CT_DS_PARALLEL_EPOCHS,
                            .split_steps = ds->split_steps > 0 ? ds->split_steps : 8,
                            .window = ds->window > 0 ? ds->window : 4,
-                           .epochs = job->epochs,
-                           .max_steps = job->max_steps,
+                           .epochs = job->train.epochs,
+                           .max_steps = job->train.max_steps,
                            .lost_s = d->heartbeat_s * (ds->lost_after > 0 ? ds->lost_after : 4)};
     cfg.consumer_lost_s = 4 * cfg.lost_s;
     ct__dsvc_state_init(&d->st, &cfg);
-    d->st.fingerprint = ct__dsvc_job_fingerprint(job);
+    d->st.fingerprint = ct_job_id(job, CT_JOB_ID_INPUT);
     d->st.emit = emit;
     d->st.emit_user = d;
     char work_dir[PATH_MAX];
@@ -496,7 +498,7 @@ ct_status ct_dispatcher_run(const ct_job *job, const ct_dispatcher_options *o, v
     }
     ct_status st = start(d, job, o, err);
     if (st == CT_OK) {
-        st = ct_profile_start(job, "dispatcher", 0, err);
+        st = ct_profile_start(job->train.profile_steps, "dispatcher", 0, err);
     }
     if (st == CT_OK) {
         ct_log(CT_LOG_INFO, "dispatcher: listening on %s", d->endpoint);

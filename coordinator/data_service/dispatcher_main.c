@@ -95,12 +95,13 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    ct_job job;
+    ct_job *job = NULL;
     char address[1024];
-    if (ct_job_load(f.job_path, f.sets, f.n_sets, &job, &err) != CT_OK ||
-        (!f.ps.bind && ct__dsvc_dispatcher_address(&job, &f.ps.cluster, address, sizeof address,
-                                                   &err) != CT_OK)) {
+    if (ct_job_create(f.job_path, f.sets, f.n_sets, &job, NULL, &err) != CT_OK ||
+        (!f.ps.bind &&
+         ct__dsvc_dispatcher_address(job, &f.ps.cluster, address, sizeof address, &err) != CT_OK)) {
         fprintf(stderr, "ctrain-dispatcher: %s\n", err.msg);
+        ct_job_destroy(job);
         return 2;
     }
     ct_dispatcher_options o = {.bind = f.ps.bind ? f.ps.bind : address,
@@ -110,10 +111,11 @@ int main(int argc, char **argv) {
     ct_log_set(CT_LOG_INFO, log_line, NULL);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    ct_status st = ct_dispatcher_run(&job, &o, &stop_requested, &err);
+    ct_status st = ct_dispatcher_run(job, &o, &stop_requested, &err);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-dispatcher: %s\n", err.msg);
     }
     ct_net_shutdown();
+    ct_job_destroy(job);
     return ct_exit_code(st, stop_signal, 0);
 }

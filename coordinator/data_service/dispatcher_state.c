@@ -549,9 +549,3 @@ int ct__dsvc_done(const ct__dsvc_state *s) {
     }
     return 1;
 }
-
-/* What a journal must agree on to be resumed: the data service's job id covers the streams'
- * batches and how far the job goes. */
-uint64_t ct__dsvc_job_fingerprint(const ct_job *job) {
-    return ct__dsvc_job_id(job);
-}

@@ -131,9 +131,9 @@ typedef struct ct__dsvc_state {
     void *emit_user;
 } ct__dsvc_state;
 
-/* What a journal must agree on to be resumed (ct__dsvc_state.fingerprint): the job id and
- * everything that decides the streams' batches and how far the job goes. */
-uint64_t ct__dsvc_job_fingerprint(const ct_job *job);
+/* What a journal must agree on to be resumed (ct__dsvc_state.fingerprint) is the job's input id,
+ * ct_job_id(job, CT_JOB_ID_INPUT): everything that decides the streams' batches and how far the
+ * job goes. */
 
 /* Initializes an empty state (no journal; generation 0). */
 void ct__dsvc_state_init(ct__dsvc_state *s, const ct__dsvc_config *cfg);

@@ -136,17 +136,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: --reps must be 1..1000 and --iters positive\n");
         return 2;
     }
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err;
     ct_trainer *t;
-    if (ct_job_load(job_path, sets, n_sets, &job, &err) != CT_OK ||
-        ct_trainer_create(&job, &t, &err) != CT_OK) {
+    if (ct_job_create(job_path, sets, n_sets, &job, NULL, &err) != CT_OK ||
+        ct_trainer_create(job, &t, &err) != CT_OK) {
         fprintf(stderr, "bench: %s\n", err.msg);
         return 2;
     }
     int64_t example = 1;
-    for (int k = 0; k < job.input_rank; k++) {
-        example *= job.input_shape[k];
+    for (int k = 0; k < job->model.input_rank; k++) {
+        example *= job->model.input_shape[k];
     }
     step_ctx c = {.t = t,
                   .batch = batch,
@@ -158,7 +158,7 @@ int main(int argc, char **argv) {
         c.y[i] = (int32_t)(i % 10);
     }
     int iters = (int)(200000 / batch) > 20 ? (int)(200000 / batch) : 20;
-    if (job.layers[0].type == CT_LAYER_CONV2D) {
+    if (job->model.layers[0].type == CT_LAYER_CONV2D) {
         iters = 10;
     }
     if (iters_flag > 0) {
@@ -184,11 +184,11 @@ int main(int argc, char **argv) {
     gemm_ctx gc = {.batch = batch};
     int dense_only = 1;
     gc.dims[0] = example;
-    for (int i = 0; i < job.n_layers; i++) {
-        if (job.layers[i].type == CT_LAYER_DENSE) {
-            gc.dims[++gc.n_layers] = job.layers[i].units;
-        } else if (job.layers[i].type != CT_LAYER_FLATTEN &&
-                   job.layers[i].type != CT_LAYER_DROPOUT) {
+    for (int i = 0; i < job->model.n_layers; i++) {
+        if (job->model.layers[i].type == CT_LAYER_DENSE) {
+            gc.dims[++gc.n_layers] = job->model.layers[i].units;
+        } else if (job->model.layers[i].type != CT_LAYER_FLATTEN &&
+                   job->model.layers[i].type != CT_LAYER_DROPOUT) {
             dense_only = 0;
         }
     }
@@ -207,5 +207,6 @@ int main(int argc, char **argv) {
     }
     printf(", \"gemm\": \"%s\"}\n", ct__gemm_library());
     ct_trainer_destroy(t);
+    ct_job_destroy(job);
     return 0;
 }

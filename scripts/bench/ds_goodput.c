@@ -26,11 +26,11 @@ static double now_s(void) {
 }
 
 static int consume(const char *job_path, long steps, const char **sets, int n_sets) {
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
     ct_loader *l = NULL;
-    if (ct_job_load(job_path, sets, n_sets, &job, &err) != CT_OK ||
-        ct_pipeline_loader(&job, 0, 0, 1, &l, &err) != CT_OK) {
+    if (ct_job_create(job_path, sets, n_sets, &job, NULL, &err) != CT_OK ||
+        ct_pipeline_loader(job, 0, 0, 1, &l, &err) != CT_OK) {
         fprintf(stderr, "bench_ds_goodput: %s\n", err.msg);
         return 2;
     }
@@ -54,6 +54,7 @@ static int consume(const char *job_path, long steps, const char **sets, int n_se
     }
     printf("{\"bytes\": %lld, \"seconds\": %.6f}\n", (long long)bytes, now_s() - start);
     ct_loader_destroy(l);
+    ct_job_destroy(job);
     return 0;
 }
 

@@ -110,17 +110,18 @@ static ct_trainer *load(const char *job, int threads, const char *extra1, const 
 
 /* Per-example input shape of JOB (dims[0..rank)); returns the element count. */
 static int64_t example_size(const char *job_path, int64_t *dims, int *rank) {
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err;
-    if (ct_job_load(job_path, NULL, 0, &job, &err) != CT_OK) {
+    if (ct_job_create(job_path, NULL, 0, &job, NULL, &err) != CT_OK) {
         die(job_path, &err);
     }
     int64_t n = 1;
-    *rank = job.input_rank;
-    for (int k = 0; k < job.input_rank; k++) {
-        dims[k] = job.input_shape[k];
+    *rank = job->model.input_rank;
+    for (int k = 0; k < job->model.input_rank; k++) {
+        dims[k] = job->model.input_shape[k];
         n *= dims[k];
     }
+    ct_job_destroy(job);
     return n;
 }
 

@@ -146,7 +146,7 @@ static double raw_round(const char *self, size_t bytes, int servers, int iters) 
 /* ---- ours: real parameter servers ---- */
 
 typedef struct ours {
-    ct_job job;
+    ct_job *job;
     uint64_t job_id;
     ct_model *model;
     ct_ps_plan plan;
@@ -239,14 +239,14 @@ static void ours_start(ours *o, const char *ps_bin, const char *job_path, int se
     ct_err err = {0};
     memset(o, 0, sizeof *o);
     o->servers = servers;
-    if (ct_job_load(job_path, NULL, 0, &o->job, &err) != CT_OK ||
-        ct_model_create(&o->job, &o->model, &err) != CT_OK ||
+    if (ct_job_create(job_path, NULL, 0, &o->job, NULL, &err) != CT_OK ||
+        ct_model_create(&o->job->model, o->job->seed, o->job->path, &o->model, &err) != CT_OK ||
         ct_ps_plan_init(ct_model_params(o->model), servers, 0, &o->plan, &err) != CT_OK ||
         ct_net_socket(ZMQ_ROUTER, NULL, 1, &o->chief, &err) != CT_OK ||
         ct_net_bind(o->chief, "127.0.0.1:0", o->chief_ep, sizeof o->chief_ep, &err) != CT_OK) {
         die("setup", err.msg);
     }
-    o->job_id = ct_ps_job_id(&o->job);
+    o->job_id = ct_job_id(o->job, CT_JOB_ID_TRAINING);
     if (o->plan.n_shards > 256) {
         die("plan", "more than 256 shards");
     }
@@ -296,6 +296,7 @@ static void ours_stop(ours *o) {
     ct__msg_finish(&o->m);
     ct_ps_plan_finish(&o->plan);
     ct_model_destroy(o->model);
+    ct_job_destroy(o->job);
 }
 
 /* One worker step's communication: push every server its gradients, pull the new version. */

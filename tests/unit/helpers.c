@@ -172,13 +172,13 @@ ct_job test_dense_job(const char *name, int inputs, int hidden, ct_activation ac
     ct_job job;
     ct_job_defaults(&job);
     snprintf(job.path, sizeof job.path, "%s", name);
-    job.input_rank = 1;
-    job.input_shape[0] = inputs;
-    job.layers[0] = (ct_layer_spec){
+    job.model.input_rank = 1;
+    job.model.input_shape[0] = inputs;
+    job.model.layers[0] = (ct_layer_spec){
         .type = CT_LAYER_DENSE, .units = hidden, .use_bias = 1, .activation = activation};
-    job.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = dropout};
-    job.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = classes, .use_bias = 1};
-    job.n_layers = 3;
+    job.model.layers[1] = (ct_layer_spec){.type = CT_LAYER_DROPOUT, .rate = dropout};
+    job.model.layers[2] = (ct_layer_spec){.type = CT_LAYER_DENSE, .units = classes, .use_bias = 1};
+    job.model.n_layers = 3;
     return job;
 }
 

@@ -272,10 +272,10 @@ static ct_job resume_job(void) {
     ct_job job = test_dense_job("resume.yaml", D, 16, CT_ACT_RELU, 0.2f, 3);
     job.optimizer.type = CT_OPT_ADAM;
     job.optimizer.learning_rate = 0.01f;
-    job.batch_size = 32; /* 240 = 7 * 32 + 16: a short last batch */
-    job.epochs = 4;
-    job.threads = 2;
-    job.deterministic = 1; /* exact under any load: solo steps keep the pool's sums */
+    job.train.batch_size = 32; /* 240 = 7 * 32 + 16: a short last batch */
+    job.train.epochs = 4;
+    job.train.threads = 2;
+    job.train.deterministic = 1; /* exact under any load: solo steps keep the pool's sums */
     return job;
 }
 
@@ -338,13 +338,12 @@ Test(checkpoint, resume_is_exact) {
         ct_trainer_destroy(c);
     }
     /* a job with another batch size refuses the checkpoint */
-    ct_job other = job;
-    other.batch_size = 16;
+    job.train.batch_size = 16; /* the same job otherwise */
     ct_trainer *d;
     int resumed = 0;
     char ckdir[PATH_MAX + 32];
     test_path(test_scratch, "run5", ckdir, sizeof ckdir);
-    cr_assert_eq(ct_trainer_create(&other, &d, NULL), CT_OK);
+    cr_assert_eq(ct_trainer_create(&job, &d, NULL), CT_OK);
     cr_expect_eq(ct_trainer_resume(d, ckdir, &resumed, NULL, NULL, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "batch size 32") != NULL, "%s", err.msg);
     ct_trainer_destroy(d);

@@ -458,7 +458,7 @@ static void start_server(server *srv, pthread_t *thread) {
     ct_job *job = &srv->job;
     ct_job_defaults(job);
     snprintf(job->path, sizeof job->path, "test.yaml");
-    job->epochs = 2;
+    job->train.epochs = 2;
     job->data_service.enabled = 1;
     job->data_service.split_steps = 8;
     job->data_service.window = 4;
@@ -469,7 +469,7 @@ static void start_server(server *srv, pthread_t *thread) {
     /* the stream's counts are in the journal already: no loader needed */
     ct__dsvc_state s;
     outbox o;
-    open_journal_of(&s, &o, dir, NULL, ct__dsvc_job_fingerprint(job));
+    open_journal_of(&s, &o, dir, NULL, ct_job_id(job, CT_JOB_ID_INPUT));
     ct__dsvc_add_stream(&s, 0, 1, 20, 640, 32, NULL);
     ct__dsvc_journal_close(&s);
     ct__dsvc_state_finish(&s);
@@ -489,7 +489,7 @@ Test(dispatcher, serves_workers_and_consumers_over_sockets_and_drops_garbage) {
     static server srv;
     pthread_t thread;
     start_server(&srv, &thread);
-    uint64_t job_id = ct__dsvc_job_id(&srv.job);
+    uint64_t job_id = ct_job_id(&srv.job, CT_JOB_ID_INPUT);
     void *worker = dealer(srv.endpoint, "data_worker", 0);
     void *consumer = dealer(srv.endpoint, "consumer", 0);
     void *stranger = dealer(srv.endpoint, "stranger", 0);

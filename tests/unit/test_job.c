@@ -117,13 +117,13 @@ Test(job, full_valid_job) {
     cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
     cr_expect_str_eq(job.path, "job.yaml");
     cr_expect_eq(job.seed, 7);
-    cr_expect_eq(job.input_rank, 3);
-    cr_expect_eq(job.input_shape[0], 28);
-    cr_expect_eq(job.input_shape[2], 1);
-    cr_assert_eq(job.n_layers, 10);
-    cr_expect_eq(job.layers_line, 5);
+    cr_expect_eq(job.model.input_rank, 3);
+    cr_expect_eq(job.model.input_shape[0], 28);
+    cr_expect_eq(job.model.input_shape[2], 1);
+    cr_assert_eq(job.model.n_layers, 10);
+    cr_expect_eq(job.model.layers_line, 5);
 
-    const ct_layer_spec *conv = &job.layers[0];
+    const ct_layer_spec *conv = &job.model.layers[0];
     cr_expect_eq(conv->type, CT_LAYER_CONV2D);
     cr_expect_eq(conv->line, 6);
     cr_expect_eq(conv->filters, 8);
@@ -137,27 +137,27 @@ Test(job, full_valid_job) {
     cr_expect_eq(conv->kernel_init, CT_INIT_HE_NORMAL);
     cr_expect_eq(conv->bias_init, CT_INIT_ONES);
 
-    cr_expect_eq(job.layers[1].type, CT_LAYER_MAX_POOL2D);
-    cr_expect_eq(job.layers[1].pool_size[0], 3);
-    cr_expect_eq(job.layers[1].strides[1], 3, "pool strides default to pool_size");
-    cr_expect_eq(job.layers[2].type, CT_LAYER_AVG_POOL2D);
-    cr_expect_eq(job.layers[2].strides[0], 1);
-    cr_expect_eq(job.layers[2].padding_same, 0);
-    cr_expect_float_eq(job.layers[3].momentum, 0.9f, 1e-7);
-    cr_expect_float_eq(job.layers[3].epsilon, 1e-3f, 1e-9, "Keras default");
-    cr_expect_eq(job.layers[4].type, CT_LAYER_FLATTEN);
-    cr_expect_eq(job.layers[5].units, 64);
-    cr_expect_eq(job.layers[5].activation, CT_ACT_TANH);
-    cr_expect_eq(job.layers[5].line, 13);
-    cr_expect_eq(job.layers[6].type, CT_LAYER_ACTIVATION);
-    cr_expect_eq(job.layers[6].activation, CT_ACT_SIGMOID);
-    cr_expect_eq(job.layers[7].activation, CT_ACT_SOFTMAX);
-    cr_expect_eq(job.layers[8].type, CT_LAYER_DROPOUT);
-    cr_expect_float_eq(job.layers[8].rate, 0.0f, 0.0);
-    cr_expect_eq(job.layers[9].units, 10);
+    cr_expect_eq(job.model.layers[1].type, CT_LAYER_MAX_POOL2D);
+    cr_expect_eq(job.model.layers[1].pool_size[0], 3);
+    cr_expect_eq(job.model.layers[1].strides[1], 3, "pool strides default to pool_size");
+    cr_expect_eq(job.model.layers[2].type, CT_LAYER_AVG_POOL2D);
+    cr_expect_eq(job.model.layers[2].strides[0], 1);
+    cr_expect_eq(job.model.layers[2].padding_same, 0);
+    cr_expect_float_eq(job.model.layers[3].momentum, 0.9f, 1e-7);
+    cr_expect_float_eq(job.model.layers[3].epsilon, 1e-3f, 1e-9, "Keras default");
+    cr_expect_eq(job.model.layers[4].type, CT_LAYER_FLATTEN);
+    cr_expect_eq(job.model.layers[5].units, 64);
+    cr_expect_eq(job.model.layers[5].activation, CT_ACT_TANH);
+    cr_expect_eq(job.model.layers[5].line, 13);
+    cr_expect_eq(job.model.layers[6].type, CT_LAYER_ACTIVATION);
+    cr_expect_eq(job.model.layers[6].activation, CT_ACT_SIGMOID);
+    cr_expect_eq(job.model.layers[7].activation, CT_ACT_SOFTMAX);
+    cr_expect_eq(job.model.layers[8].type, CT_LAYER_DROPOUT);
+    cr_expect_float_eq(job.model.layers[8].rate, 0.0f, 0.0);
+    cr_expect_eq(job.model.layers[9].units, 10);
 
-    cr_expect_eq(job.loss, CT_LOSS_SPARSE_SOFTMAX_XENT);
-    cr_expect_eq(job.metric_accuracy, 1);
+    cr_expect_eq(job.model.loss, CT_LOSS_SPARSE_SOFTMAX_XENT);
+    cr_expect_eq(job.model.metric_accuracy, 1);
     const ct_optimizer_spec *o = &job.optimizer;
     cr_expect_eq(o->type, CT_OPT_SGD);
     cr_expect_float_eq(o->learning_rate, 0.05f, 1e-9);
@@ -178,15 +178,15 @@ Test(job, full_valid_job) {
     cr_expect_eq(job.has_eval_data, 1);
     cr_expect_str_eq(job.eval_data.labels, "t10k labels.gz");
     cr_expect_eq(job.eval_data.limit, 0);
-    cr_expect_eq(job.epochs, 3);
-    cr_expect_eq(job.batch_size, 128);
-    cr_expect_eq(job.eval_batch_size, 500);
-    cr_expect_eq(job.shuffle, 0);
-    cr_expect_eq(job.threads, 2);
-    cr_expect_eq(job.prefetch, 4);
-    cr_expect_eq(job.max_steps, 900);
-    cr_expect_eq(job.eager, 1);
-    cr_expect_eq(job.deterministic, 1);
+    cr_expect_eq(job.train.epochs, 3);
+    cr_expect_eq(job.train.batch_size, 128);
+    cr_expect_eq(job.train.eval_batch_size, 500);
+    cr_expect_eq(job.train.shuffle, 0);
+    cr_expect_eq(job.train.threads, 2);
+    cr_expect_eq(job.train.prefetch, 4);
+    cr_expect_eq(job.train.max_steps, 900);
+    cr_expect_eq(job.train.eager, 1);
+    cr_expect_eq(job.train.deterministic, 1);
     cr_expect_eq(job.strategy, CT_STRATEGY_LOCAL);
     cr_expect_str_eq(job.run_dir, "/tmp/ctrain-run");
 }
@@ -285,24 +285,24 @@ Test(job, defaults) {
     ct_job job;
     ct_job_defaults(&job);
     cr_expect_eq(job.seed, 42);
-    cr_expect_eq(job.n_layers, 0);
+    cr_expect_eq(job.model.n_layers, 0);
     cr_expect_eq(job.has_eval_data, 0);
     cr_expect_eq(job.optimizer.type, CT_OPT_ADAM);
     cr_expect_float_eq(job.optimizer.learning_rate, 1e-3f, 1e-12);
     cr_expect_float_eq(job.optimizer.beta1, 0.9f, 1e-9);
     cr_expect_float_eq(job.optimizer.beta2, 0.999f, 1e-9);
     cr_expect_float_eq(job.optimizer.epsilon, 1e-7f, 1e-15);
-    cr_expect_eq(job.epochs, 1);
-    cr_expect_eq(job.batch_size, 32);
-    cr_expect_eq(job.eval_batch_size, 1000);
-    cr_expect_eq(job.shuffle, 1);
-    cr_expect_eq(job.threads, 0, "all cores");
-    cr_expect_eq(job.deterministic, 0, "solo steps run the one-thread plan");
-    cr_expect_eq(job.prefetch, 16);
-    cr_expect_eq(job.max_steps, 0);
-    cr_expect_eq(job.eager, 0);
-    cr_expect_eq(job.graph_passes, CT_PASS_ALL);
-    cr_expect_eq(job.plan_memory, 1);
+    cr_expect_eq(job.train.epochs, 1);
+    cr_expect_eq(job.train.batch_size, 32);
+    cr_expect_eq(job.train.eval_batch_size, 1000);
+    cr_expect_eq(job.train.shuffle, 1);
+    cr_expect_eq(job.train.threads, 0, "all cores");
+    cr_expect_eq(job.train.deterministic, 0, "solo steps run the one-thread plan");
+    cr_expect_eq(job.train.prefetch, 16);
+    cr_expect_eq(job.train.max_steps, 0);
+    cr_expect_eq(job.train.eager, 0);
+    cr_expect_eq(job.train.graph_passes, CT_PASS_ALL);
+    cr_expect_eq(job.train.plan_memory, 1);
     cr_expect_eq(job.strategy, CT_STRATEGY_LOCAL);
 
     /* a minimal file gets the same defaults, layer defaults and a run_dir from its stem */
@@ -312,13 +312,13 @@ Test(job, defaults) {
                  CT_OK, "%s", err.msg);
     cr_expect_str_eq(job.run_dir, "runs/my.run");
     cr_expect_eq(job.seed, 42);
-    cr_expect_eq(job.metric_accuracy, 0);
-    cr_expect_eq(job.layers[0].type, CT_LAYER_FLATTEN);
-    cr_expect_eq(job.layers[0].line, 4);
-    cr_expect_eq(job.layers[3].activation, CT_ACT_NONE);
-    cr_expect_eq(job.layers[3].use_bias, 1);
-    cr_expect_eq(job.layers[3].kernel_init, CT_INIT_GLOROT_UNIFORM);
-    cr_expect_eq(job.layers[3].bias_init, CT_INIT_ZEROS);
+    cr_expect_eq(job.model.metric_accuracy, 0);
+    cr_expect_eq(job.model.layers[0].type, CT_LAYER_FLATTEN);
+    cr_expect_eq(job.model.layers[0].line, 4);
+    cr_expect_eq(job.model.layers[3].activation, CT_ACT_NONE);
+    cr_expect_eq(job.model.layers[3].use_bias, 1);
+    cr_expect_eq(job.model.layers[3].kernel_init, CT_INIT_GLOROT_UNIFORM);
+    cr_expect_eq(job.model.layers[3].bias_init, CT_INIT_ZEROS);
     cr_expect_eq(job.has_eval_data, 0);
     cr_expect_eq(job.train_data.limit, 0);
     cr_expect_eq(ct_job_parse(text, strlen(text), NULL, NULL, 0, &job, &err), CT_OK);
@@ -358,14 +358,14 @@ Test(job, layer_forms) {
     ct_job job;
     ct_err err = {0};
     cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
-    cr_assert_eq(job.n_layers, 7);
-    cr_expect_eq(job.input_rank, 1);
-    cr_expect_eq(job.layers[0].input_dim, 1000);
-    cr_expect_eq(job.layers[0].output_dim, 16);
-    cr_expect_eq(job.layers[1].type, CT_LAYER_FLATTEN);
-    cr_expect_eq(job.layers[3].activation, CT_ACT_NONE);
-    cr_expect_eq(job.layers[4].activation, CT_ACT_RELU);
-    cr_expect_float_eq(job.layers[6].momentum, 0.99f, 1e-9);
+    cr_assert_eq(job.model.n_layers, 7);
+    cr_expect_eq(job.model.input_rank, 1);
+    cr_expect_eq(job.model.layers[0].input_dim, 1000);
+    cr_expect_eq(job.model.layers[0].output_dim, 16);
+    cr_expect_eq(job.model.layers[1].type, CT_LAYER_FLATTEN);
+    cr_expect_eq(job.model.layers[3].activation, CT_ACT_NONE);
+    cr_expect_eq(job.model.layers[4].activation, CT_ACT_RELU);
+    cr_expect_float_eq(job.model.layers[6].momentum, 0.99f, 1e-9);
 }
 
 Test(job, names) {
@@ -388,11 +388,11 @@ Test(job, json_input) {
     ct_err err = {0};
     cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(job.seed, 1);
-    cr_expect_eq(job.n_layers, 1);
-    cr_expect_eq(job.layers[0].activation, CT_ACT_SOFTMAX);
+    cr_expect_eq(job.model.n_layers, 1);
+    cr_expect_eq(job.model.layers[0].activation, CT_ACT_SOFTMAX);
     cr_expect_float_eq(job.optimizer.learning_rate, 0.01f, 1e-9);
-    cr_expect_eq(job.epochs, 2);
-    cr_expect_eq(job.shuffle, 0);
+    cr_expect_eq(job.train.epochs, 2);
+    cr_expect_eq(job.train.shuffle, 0);
     /* JSON strings are strings: a quoted number is not an integer */
     EXPECT_ERROR(MINIMAL_JOB "train: {\"epochs\": \"3\"}", "job.yaml:12: train.epochs",
                  "must be a positive integer, got \"3\"");
@@ -540,8 +540,8 @@ Test(job, type_errors) {
                  err.msg);
     cr_expect_eq(job.seed, UINT64_MAX);
     cr_assert_eq(parse(MINIMAL_JOB "train: {shuffle: No, eager: ON}\n", &job, &err), CT_OK);
-    cr_expect_eq(job.shuffle, 0);
-    cr_expect_eq(job.eager, 1);
+    cr_expect_eq(job.train.shuffle, 0);
+    cr_expect_eq(job.train.eager, 1);
 }
 
 Test(job, input_shape_errors) {
@@ -611,7 +611,7 @@ Test(job, conv_algorithm) {
     ct_err err = {0};
     cr_assert_eq(ct_job_parse(MINIMAL_JOB, strlen(MINIMAL_JOB), "job.yaml", NULL, 0, &job, &err),
                  CT_OK, "%s", err.msg);
-    cr_expect_eq(job.conv_algorithm, CT_CONV_AUTO);
+    cr_expect_eq(job.train.conv_algorithm, CT_CONV_AUTO);
     const char *names[] = {"direct", "winograd"};
     const ct_conv_algorithm want[] = {CT_CONV_DIRECT, CT_CONV_WINOGRAD};
     for (int k = 0; k < 2; k++) {
@@ -619,7 +619,7 @@ Test(job, conv_algorithm) {
         snprintf(text, sizeof text, MINIMAL_JOB "train: {conv_algorithm: %s}\n", names[k]);
         cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &job, &err), CT_OK, "%s",
                      err.msg);
-        cr_expect_eq(job.conv_algorithm, want[k], "%s", names[k]);
+        cr_expect_eq(job.train.conv_algorithm, want[k], "%s", names[k]);
     }
 }
 
@@ -667,12 +667,12 @@ Test(job, overrides) {
     ct_job job;
     ct_err err = {0};
     cr_assert_eq(parse_sets(MINIMAL_JOB, sets, 8, &job, &err), CT_OK, "%s", err.msg);
-    cr_expect_eq(job.epochs, 3);
-    cr_expect_eq(job.layers[1].units, 64);
-    cr_expect_eq(job.layers[1].activation, CT_ACT_RELU, "siblings of an override stay");
-    cr_expect_eq(job.layers[3].activation, CT_ACT_SOFTMAX);
-    cr_expect_eq(job.input_rank, 3);
-    cr_expect_eq(job.input_shape[2], 3);
+    cr_expect_eq(job.train.epochs, 3);
+    cr_expect_eq(job.model.layers[1].units, 64);
+    cr_expect_eq(job.model.layers[1].activation, CT_ACT_RELU, "siblings of an override stay");
+    cr_expect_eq(job.model.layers[3].activation, CT_ACT_SOFTMAX);
+    cr_expect_eq(job.model.input_rank, 3);
+    cr_expect_eq(job.model.input_shape[2], 3);
     cr_expect_float_eq(job.optimizer.learning_rate, 1e-4f, 1e-12);
     cr_expect_eq(job.has_eval_data, 1);
     cr_expect_str_eq(job.eval_data.images, "e.gz");
@@ -682,8 +682,8 @@ Test(job, overrides) {
     const char *all[] = {"model.input_shape=[2]", "model.layers=[{dense: {units: 2}}]",
                          "data.train.images=a", "data.train.labels=b"};
     cr_assert_eq(parse_sets("", all, 4, &job, &err), CT_OK, "%s", err.msg);
-    cr_expect_eq(job.layers[0].units, 2);
-    cr_expect_eq(job.layers[0].line, 0);
+    cr_expect_eq(job.model.layers[0].units, 2);
+    cr_expect_eq(job.model.layers[0].line, 0);
 }
 
 Test(job, override_errors) {
@@ -736,32 +736,32 @@ Test(job, examples_parse) {
     cr_assert_eq(ct_job_load(mlp, NULL, 0, &job, &err), CT_OK, "%s", err.msg);
     cr_expect_str_eq(job.path, mlp);
     cr_expect_eq(job.seed, 42);
-    cr_expect_eq(job.n_layers, 4);
-    cr_expect_eq(job.layers[1].units, 128);
-    cr_expect_eq(job.layers[1].activation, CT_ACT_RELU);
-    cr_expect_float_eq(job.layers[2].rate, 0.2f, 1e-9);
-    cr_expect_eq(job.layers[3].activation, CT_ACT_NONE);
-    cr_expect_eq(job.metric_accuracy, 1);
+    cr_expect_eq(job.model.n_layers, 4);
+    cr_expect_eq(job.model.layers[1].units, 128);
+    cr_expect_eq(job.model.layers[1].activation, CT_ACT_RELU);
+    cr_expect_float_eq(job.model.layers[2].rate, 0.2f, 1e-9);
+    cr_expect_eq(job.model.layers[3].activation, CT_ACT_NONE);
+    cr_expect_eq(job.model.metric_accuracy, 1);
     cr_expect_eq(job.optimizer.type, CT_OPT_ADAM);
     cr_expect_eq(job.has_eval_data, 1);
     cr_expect_str_eq(job.eval_data.labels,
                      "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
-    cr_expect_eq(job.epochs, 5);
-    cr_expect_eq(job.batch_size, 32);
+    cr_expect_eq(job.train.epochs, 5);
+    cr_expect_eq(job.train.batch_size, 32);
     cr_expect_str_eq(job.run_dir, "runs/fashion_mnist_mlp");
 
     const char *cnn = CT_SOURCE_ROOT "/examples/fashion_mnist_cnn.yaml";
     const char *seed_optimizer[] = {"optimizer.type=rmsprop", "optimizer.learning_rate=1e-4",
                                     "optimizer.decay=1e-6"};
     cr_assert_eq(ct_job_load(cnn, NULL, 0, &job, &err), CT_OK, "%s", err.msg);
-    cr_expect_eq(job.n_layers, 12);
-    cr_expect_eq(job.layers[0].padding_same, 1);
-    cr_expect_eq(job.layers[1].padding_same, 0);
-    cr_expect_eq(job.layers[4].filters, 64);
-    cr_expect_eq(job.layers[6].strides[0], 2);
-    cr_expect_float_eq(job.layers[10].rate, 0.5f, 1e-9);
-    cr_expect_eq(job.layers[9].units, 512);
-    cr_expect_eq(job.batch_size, 64);
+    cr_expect_eq(job.model.n_layers, 12);
+    cr_expect_eq(job.model.layers[0].padding_same, 1);
+    cr_expect_eq(job.model.layers[1].padding_same, 0);
+    cr_expect_eq(job.model.layers[4].filters, 64);
+    cr_expect_eq(job.model.layers[6].strides[0], 2);
+    cr_expect_float_eq(job.model.layers[10].rate, 0.5f, 1e-9);
+    cr_expect_eq(job.model.layers[9].units, 512);
+    cr_expect_eq(job.train.batch_size, 64);
     cr_expect_str_eq(job.run_dir, "runs/fashion_mnist_cnn");
     cr_assert_eq(ct_job_load(cnn, seed_optimizer, 3, &job, &err), CT_OK, "%s", err.msg);
     cr_expect_eq(job.optimizer.type, CT_OPT_RMSPROP);
@@ -807,4 +807,108 @@ Test(job, bad_input_files) {
     closedir(dir);
     cr_expect_eq(seen_required, 8, "all required bad inputs exist");
     cr_expect_geq(checked, 8);
+}
+
+/* ---- the job's identity ---- */
+
+/* A job with a pipeline, in YAML; and the same job written as JSON, keys in another order. */
+#define ID_JOB_YAML                                                                                \
+    "# a comment\n"                                                                                \
+    "seed: 5\n"                                                                                    \
+    "model:\n"                                                                                     \
+    "  input_shape: [4]\n"                                                                         \
+    "  layers:\n"                                                                                  \
+    "    - dense: {units: 3}\n"                                                                    \
+    "data:\n"                                                                                      \
+    "  train:\n"                                                                                   \
+    "    pipeline:\n"                                                                              \
+    "      - range: {stop: 64}\n"                                                                  \
+    "      - shuffle: {buffer: 16}\n"                                                              \
+    "      - map: {scale: {factor: 0.5}, parallel: 2}\n"                                           \
+    "      - batch: {size: 8}\n"                                                                   \
+    "optimizer: {type: sgd, learning_rate: 0.1}\n"
+#define ID_JOB_JSON                                                                                \
+    "{\"optimizer\": {\"learning_rate\": 0.1, \"type\": \"sgd\"},\n"                               \
+    " \"data\": {\"train\": {\"pipeline\": [{\"range\": {\"stop\": 64}},\n"                        \
+    "   {\"shuffle\": {\"buffer\": 16}}, {\"map\": {\"parallel\": 2, \"scale\": {\"factor\": "     \
+    "0.5}}},\n"                                                                                    \
+    "   {\"batch\": {\"size\": 8}}]}},\n"                                                          \
+    " \"model\": {\"layers\": [{\"dense\": {\"units\": 3}}], \"input_shape\": [4]},\n"             \
+    " \"seed\": 5}\n"
+
+static uint64_t id_of(const char *text, const char *set, ct_job_id_scope scope) {
+    ct_job job;
+    ct_err err = {0};
+    const char *sets[1] = {set};
+    cr_assert_eq(parse_sets(text, sets, set ? 1 : 0, &job, &err), CT_OK, "%s: %s", set, err.msg);
+    return ct_job_id(&job, scope);
+}
+
+Test(job, job_id_is_the_same_however_the_file_is_written) {
+    for (ct_job_id_scope scope = CT_JOB_ID_INPUT; scope <= CT_JOB_ID_TRAINING; scope++) {
+        uint64_t yaml = id_of(ID_JOB_YAML, NULL, scope);
+        cr_expect_neq(yaml, 0);
+        cr_expect_eq(id_of(ID_JOB_JSON, NULL, scope), yaml, "scope %d: JSON differs", scope);
+        cr_expect_eq(id_of(ID_JOB_YAML, "seed=5", scope), yaml, "scope %d: --set of the same",
+                     scope);
+        cr_expect_neq(id_of(ID_JOB_YAML, "seed=6", scope), yaml, "scope %d: another seed", scope);
+    }
+}
+
+/* Each scope changes with what it covers and with nothing else. */
+Test(job, job_id_covers_its_scope_only) {
+    static const struct {
+        const char *set;
+        int input, training; /* 1: the scope's id changes */
+    } cases[] = {
+        {"train.batch_size=16", 1, 1},
+        {"data.train.pipeline[1].shuffle.buffer=32", 1, 0},
+        {"data.train.pipeline[2].map.scale.factor=0.25", 1, 0},
+        {"train.epochs=3", 1, 1},
+        {"model.layers[0].dense.units=5", 0, 1},
+        {"optimizer.learning_rate=0.2", 0, 1},
+        {"strategy.mode=async", 0, 1},
+        {"checkpoint.every_steps=10", 0, 1},
+        /* speed, paths and logs: the same job */
+        {"data.train.pipeline[2].map.parallel=4", 0, 0},
+        {"train.threads=1", 0, 0},
+        {"train.prefetch=2", 0, 0},
+        {"run_dir=/tmp/elsewhere", 0, 0},
+        {"logs.every_steps=7", 0, 0},
+        {"checkpoint.keep_last=2", 0, 0},
+    };
+    uint64_t input = id_of(ID_JOB_YAML, NULL, CT_JOB_ID_INPUT);
+    uint64_t training = id_of(ID_JOB_YAML, NULL, CT_JOB_ID_TRAINING);
+    cr_expect_neq(input, training);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint64_t i = id_of(ID_JOB_YAML, cases[k].set, CT_JOB_ID_INPUT);
+        uint64_t t = id_of(ID_JOB_YAML, cases[k].set, CT_JOB_ID_TRAINING);
+        cr_expect_eq(i != input, cases[k].input, "%s: input id %s", cases[k].set,
+                     i != input ? "changed" : "did not change");
+        cr_expect_eq(t != training, cases[k].training, "%s: training id %s", cases[k].set,
+                     t != training ? "changed" : "did not change");
+    }
+}
+
+/* The canonical form is text that names the fields; truncation still counts the whole length,
+ * and the id is the same whichever buffer (or none) the form was written to. */
+Test(job, job_canonical_form_names_its_fields) {
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse(ID_JOB_YAML, &job, &err), CT_OK, "%s", err.msg);
+    char text[4096], tiny[16];
+    size_t len = ct_job_canonical(&job, CT_JOB_ID_INPUT, text, sizeof text);
+    cr_assert_lt(len, sizeof text);
+    cr_expect_eq(strlen(text), len);
+    cr_expect(strstr(text, "seed=5\n") != NULL, "%s", text);
+    cr_expect(strstr(text, "data.train.pipeline[1]=shuffle count=16") != NULL, "%s", text);
+    cr_expect(strstr(text, "train.batch_size=32") != NULL, "%s", text);
+    cr_expect_null(strstr(text, "optimizer"), "%s", text);
+    cr_expect_eq(ct_job_canonical(&job, CT_JOB_ID_INPUT, tiny, sizeof tiny), len);
+    cr_expect_eq(strlen(tiny), sizeof tiny - 1);
+    cr_expect_eq(ct_job_canonical(&job, CT_JOB_ID_INPUT, NULL, 0), len);
+    size_t tlen = ct_job_canonical(&job, CT_JOB_ID_TRAINING, text, sizeof text);
+    cr_expect(strstr(text, "optimizer=sgd lr=") != NULL, "%s", text);
+    cr_expect(strstr(text, "model.layers[0]=dense units=3") != NULL, "%s", text);
+    cr_expect_gt(tlen, 0);
 }

@@ -79,10 +79,10 @@ static ct_job cnn_job(void) {
     ct_job job;
     ct_job_defaults(&job);
     snprintf(job.path, sizeof job.path, "cnn.yaml");
-    job.input_rank = 3;
-    job.input_shape[0] = 28;
-    job.input_shape[1] = 28;
-    job.input_shape[2] = 1;
+    job.model.input_rank = 3;
+    job.model.input_shape[0] = 28;
+    job.model.input_shape[1] = 28;
+    job.model.input_shape[2] = 1;
     ct_layer_spec conv = {.type = CT_LAYER_CONV2D,
                           .kernel_size = {3, 3},
                           .strides = {1, 1},
@@ -106,10 +106,10 @@ static ct_job cnn_job(void) {
     layers[0].filters = layers[1].filters = 32;
     layers[4].filters = layers[5].filters = 64;
     layers[0].padding_same = layers[4].padding_same = 1;
-    job.n_layers = (int)(sizeof layers / sizeof layers[0]);
-    for (int i = 0; i < job.n_layers; i++) {
-        job.layers[i] = layers[i];
-        job.layers[i].line = 10 + i;
+    job.model.n_layers = (int)(sizeof layers / sizeof layers[0]);
+    for (int i = 0; i < job.model.n_layers; i++) {
+        job.model.layers[i] = layers[i];
+        job.model.layers[i].line = 10 + i;
     }
     return job;
 }
@@ -118,7 +118,7 @@ Test(nn, cnn_shapes_and_parameter_count) {
     ct_job job = cnn_job();
     ct_model *m;
     ct_err err = {0};
-    cr_assert_eq(ct_model_create(&job, &m, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_model_create(&job.model, job.seed, job.path, &m, &err), CT_OK, "%s", err.msg);
     ct_params *p = ct_model_params(m);
     cr_expect_eq(p->n, 12);
     int64_t total = 0;
@@ -157,18 +157,18 @@ Test(nn, layer_errors_name_file_line_and_layer) {
     ct_job job = cnn_job();
     ct_model *m = NULL;
     ct_err err = {0};
-    job.layers[2] = (ct_layer_spec){.type = CT_LAYER_FLATTEN, .line = 12};
-    cr_expect_eq(ct_model_create(&job, &m, &err), CT_EINVAL);
+    job.model.layers[2] = (ct_layer_spec){.type = CT_LAYER_FLATTEN, .line = 12};
+    cr_expect_eq(ct_model_create(&job.model, job.seed, job.path, &m, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "cnn.yaml:14: model.layers[4] (conv2d)") != NULL, "%s", err.msg);
     cr_expect_null(m);
 
     job = cnn_job();
-    job.input_shape[0] = job.input_shape[1] = 4;
-    cr_expect_eq(ct_model_create(&job, &m, &err), CT_EINVAL);
+    job.model.input_shape[0] = job.model.input_shape[1] = 4;
+    cr_expect_eq(ct_model_create(&job.model, job.seed, job.path, &m, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "model.layers[5] (conv2d)") && strstr(err.msg, "larger than input"),
               "%s", err.msg);
 
     job = cnn_job();
-    job.n_layers = 0;
-    cr_expect_eq(ct_model_create(&job, &m, &err), CT_EINVAL);
+    job.model.n_layers = 0;
+    cr_expect_eq(ct_model_create(&job.model, job.seed, job.path, &m, &err), CT_EINVAL);
 }

@@ -213,8 +213,8 @@ Test(prof, graph_steps_record_ops) {
     ct_job job = test_dense_job("small.yaml", 8, 64, CT_ACT_RELU, 0.0f, 3);
     job.optimizer.type = CT_OPT_SGD;
     job.optimizer.learning_rate = 0.1f;
-    job.threads = 2;
-    job.batch_size = 64;
+    job.train.threads = 2;
+    job.train.batch_size = 64;
     ct_trainer *t = NULL;
     ct_err err = {0};
     cr_assert_eq(ct_trainer_create(&job, &t, &err), CT_OK, "%s", err.msg);

@@ -139,18 +139,19 @@ static ct_job parse_job(const char *text, const char *name, const char *set) {
 }
 
 Test(ps, job_id_covers_what_roles_must_agree_on) {
-    uint64_t base = ct_ps_job_id(&(ct_job){0});
+    uint64_t base = ct_job_id(&(ct_job){0}, CT_JOB_ID_TRAINING);
     ct_job a = parse_job(JOB(""), "a.yaml", NULL);
     ct_job b = parse_job(JOB(""), "elsewhere/b.yaml", "train.threads=7"); /* per machine */
     ct_job c = parse_job(JOB(""), "a.yaml", "run_dir=/tmp/other");
-    cr_expect_eq(ct_ps_job_id(&a), ct_ps_job_id(&b));
-    cr_expect_eq(ct_ps_job_id(&a), ct_ps_job_id(&c));
-    cr_expect_neq(ct_ps_job_id(&a), base);
+    cr_expect_eq(ct_job_id(&a, CT_JOB_ID_TRAINING), ct_job_id(&b, CT_JOB_ID_TRAINING));
+    cr_expect_eq(ct_job_id(&a, CT_JOB_ID_TRAINING), ct_job_id(&c, CT_JOB_ID_TRAINING));
+    cr_expect_neq(ct_job_id(&a, CT_JOB_ID_TRAINING), base);
     const char *differ[] = {"optimizer.learning_rate=0.5", "model.layers[0].dense.units=3",
                             "seed=7", "train.batch_size=64", "strategy.mode=async"};
     for (size_t k = 0; k < sizeof differ / sizeof differ[0]; k++) {
         ct_job d = parse_job(JOB(""), "a.yaml", differ[k]);
-        cr_expect_neq(ct_ps_job_id(&a), ct_ps_job_id(&d), "%s", differ[k]);
+        cr_expect_neq(ct_job_id(&a, CT_JOB_ID_TRAINING), ct_job_id(&d, CT_JOB_ID_TRAINING), "%s",
+                      differ[k]);
     }
 }
 
@@ -335,8 +336,8 @@ static void send_view(harness *h, int kind, int state, int n_workers) {
     env.kind = (Ctrain__Wire__Kind)kind;
     env.generation = h->generation;
     env.view = &v;
-    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job),
-                              NULL, NULL, 0, NULL),
+    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env,
+                              ct_job_id(&h->job, CT_JOB_ID_TRAINING), NULL, NULL, 0, NULL),
                  CT_OK);
 }
 
@@ -373,8 +374,8 @@ static void restore(harness *h, float w, int n_workers) {
     env.n_tensors = (size_t)n;
     env.tensors = ptrs;
     env.restore = &rs;
-    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job),
-                              data, bytes, n, NULL),
+    cr_assert_eq(ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env,
+                              ct_job_id(&h->job, CT_JOB_ID_TRAINING), data, bytes, n, NULL),
                  CT_OK);
     cr_assert(recv_kind(h, h->chief, 1, CTRAIN__WIRE__KIND__RESTORED, 5000), "no RESTORED");
     free(zeros);
@@ -445,9 +446,9 @@ static void push(harness *h, int w, float g, uint64_t version, int64_t examples)
     env.examples = examples;
     env.n_tensors = 2;
     env.tensors = ptrs;
-    cr_assert_eq(
-        ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), data, bytes, 2, NULL),
-        CT_OK);
+    cr_assert_eq(ct__msg_send(h->worker[w], NULL, 0, &env, ct_job_id(&h->job, CT_JOB_ID_TRAINING),
+                              data, bytes, 2, NULL),
+                 CT_OK);
 }
 
 static void pull(harness *h, int w, uint64_t want, uint64_t held) {
@@ -459,9 +460,9 @@ static void pull(harness *h, int w, uint64_t want, uint64_t held) {
     env.version = want;
     env.n_held = 2;
     env.held = held_v;
-    cr_assert_eq(
-        ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), NULL, NULL, 0, NULL),
-        CT_OK);
+    cr_assert_eq(ct__msg_send(h->worker[w], NULL, 0, &env, ct_job_id(&h->job, CT_JOB_ID_TRAINING),
+                              NULL, NULL, 0, NULL),
+                 CT_OK);
 }
 
 /* Worker w's next PARAMS (waiting up to timeout_ms): the version and the first float. */
@@ -486,7 +487,8 @@ static void flush(harness *h, int w) {
     env.generation = h->generation;
     env.n_held = 2;
     env.held = held;
-    ct__msg_send(h->worker[w], NULL, 0, &env, ct_ps_job_id(&h->job), NULL, NULL, 0, NULL);
+    ct__msg_send(h->worker[w], NULL, 0, &env, ct_job_id(&h->job, CT_JOB_ID_TRAINING), NULL, NULL, 0,
+                 NULL);
     cr_assert(params(h, w, 5000, &v, &first), "no answer to a flushing pull");
 }
 
@@ -497,8 +499,8 @@ static Ctrain__Wire__Stats stats(harness *h) {
     env.kind = CTRAIN__WIRE__KIND__SNAPSHOT_REQUEST;
     env.generation = h->generation;
     env.request_id = ++id;
-    ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_ps_job_id(&h->job), NULL, NULL, 0,
-                 NULL);
+    ct__msg_send(h->chief, h->ps_peer, h->ps_peer_len, &env, ct_job_id(&h->job, CT_JOB_ID_TRAINING),
+                 NULL, NULL, 0, NULL);
     cr_assert(recv_kind(h, h->chief, 1, CTRAIN__WIRE__KIND__SNAPSHOT, 5000), "no SNAPSHOT");
     cr_assert_eq(h->m.env->request_id, id);
     cr_assert_not_null(h->m.env->stats);
@@ -623,7 +625,8 @@ Test(ps, bad_messages_get_an_error_and_the_server_goes_on, .timeout = 60) {
     env.tensors = refs;
     const void *data[1] = {g};
     size_t bytes[1] = {sizeof g};
-    ct__msg_send(h.worker[0], NULL, 0, &env, ct_ps_job_id(&h.job), data, bytes, 1, NULL);
+    ct__msg_send(h.worker[0], NULL, 0, &env, ct_job_id(&h.job, CT_JOB_ID_TRAINING), data, bytes, 1,
+                 NULL);
     cr_assert(recv_kind(&h, h.worker[0], 0, CTRAIN__WIRE__KIND__ERROR, 5000));
     cr_expect(strstr(h.m.env->error, "PUSH carries 1 tensors, ps 0 expects 2"), "%s",
               h.m.env->error);

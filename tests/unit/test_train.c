@@ -33,9 +33,9 @@ static ct_job small_job(ct_optimizer_type opt, float dropout) {
     ct_job job = test_dense_job("small.yaml", D, 32, CT_ACT_TANH, dropout, 3);
     job.optimizer.type = opt;
     job.optimizer.learning_rate = opt == CT_OPT_SGD ? 0.5f : 0.01f;
-    job.threads = 1;
-    job.batch_size = 32;
-    job.epochs = 30;
+    job.train.threads = 1;
+    job.train.batch_size = 32;
+    job.train.epochs = 30;
     return job;
 }
 
@@ -64,7 +64,7 @@ Test(train, learns_a_separable_problem) {
 /* Runs 6 steps with dropout and returns the final loss; the weights go into `w`. */
 static float six_steps(int eager, float *w, int64_t n) {
     ct_job job = small_job(CT_OPT_SGD, 0.3f);
-    job.eager = eager;
+    job.train.eager = eager;
     ct_trainer *t;
     cr_assert_eq(ct_trainer_create(&job, &t, NULL), CT_OK);
     float loss = 0, acc;
@@ -126,8 +126,8 @@ static void count_progress(const ct_train_progress *p, void *user) {
 
 Test(train, fit_over_a_dataset) {
     ct_job job = small_job(CT_OPT_ADAM, 0.0f);
-    job.epochs = 20;
-    job.batch_size = 50; /* 256 = 5 * 50 + 6: a smaller last batch each epoch */
+    job.train.epochs = 20;
+    job.train.batch_size = 50; /* 256 = 5 * 50 + 6: a smaller last batch each epoch */
     ct_examples *ds;
     int64_t shape[1] = {D};
     cr_assert_eq(ct_examples_from_memory(xs, ys, N, 1, shape, &ds, NULL), CT_OK);
@@ -174,7 +174,7 @@ Test(train, fit_goes_on_when_its_logs_cannot_be_written) {
     log_errors errors = {0};
     ct_log_set(CT_LOG_WARN, count_errors, &errors);
     ct_job job = small_job(CT_OPT_ADAM, 0.0f);
-    job.epochs = 3;
+    job.train.epochs = 3;
     job.logs.every_steps = 1;
     ct_examples *ds;
     int64_t shape[1] = {D};

@@ -215,7 +215,7 @@ ct_status ct_data_worker_run(const ct_job *job, const ct_data_worker_options *o,
     dw_link k = {0};
     k.keys = o->keys;
     k.index = o->index;
-    k.job_id = ct__dsvc_job_id(job);
+    k.job_id = ct_job_id(job, CT_JOB_ID_INPUT);
     k.heartbeat_s = job->data_service.heartbeat_s > 0 ? job->data_service.heartbeat_s : 0.5;
     k.timeout_s = job->data_service.timeout_s > 0 ? job->data_service.timeout_s : 60.0;
     k.last_heard = ct__now_s();
@@ -240,7 +240,7 @@ ct_status ct_data_worker_run(const ct_job *job, const ct_data_worker_options *o,
     dw_state s;
     dw_state_init(&s, job, k.job_id, o->index);
     if (st == CT_OK) {
-        st = ct_profile_start(job, "data_worker", o->index, err);
+        st = ct_profile_start(job->train.profile_steps, "data_worker", o->index, err);
     }
     if (st == CT_OK) {
         st = serve(&k, &s, o->stop, err);

@@ -34,7 +34,6 @@ typedef struct dw_peer {
 typedef struct dw_pipe {
     int eval;
     uint32_t shard, shards, salt;
-    ct_job *job; /* the copy the loader was built from (data.service off, seed salted) */
     ct_loader *loader;
     uint64_t used; /* for eviction: the tick it was last used */
 } dw_pipe;

@@ -182,11 +182,13 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    ct_job job;
+    ct_job *job = NULL;
     ct_err err = {0};
-    if (ct_job_load(f.job, f.sets, f.n_sets, &job, &err) != CT_OK) {
+    if (ct_job_create(f.job, f.sets, f.n_sets, &job, NULL, &err) != CT_OK) {
         fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
         return 2;
     }
-    return serve(&f, &job);
+    int rc = serve(&f, job);
+    ct_job_destroy(job);
+    return rc;
 }

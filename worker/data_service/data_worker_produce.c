@@ -23,7 +23,6 @@ void dw_state_init(dw_state *s, const ct_job *job, uint64_t job_id, int index) {
 
 static void pipe_clear(dw_pipe *p) {
     ct_loader_destroy(p->loader);
-    free(p->job);
     memset(p, 0, sizeof *p);
 }
 
@@ -153,24 +152,21 @@ static ct_status pipe_get(dw_state *s, const dw_lease *l, ct_loader **ret, ct_er
         }
     }
     pipe_clear(victim);
-    ct_job *copy = malloc(sizeof *copy);
-    if (copy == NULL) {
-        return ct_err_set(err, CT_ENOMEM, "data worker: out of memory");
-    }
-    memcpy(copy, s->job, sizeof *copy);
-    copy->data_service.enabled = 0; /* else the pipeline would read from the service */
-    copy->prefetch = 0; /* a lease jumps to another split: batches read ahead would be lost */
+    /* the in-process loader, whatever data.service says */
+    ct_pipeline_context ctx;
+    ct_pipeline_context_init(&ctx, s->job, l->eval);
+    ctx.num_shards = l->shards > 1 ? l->shards : 1;
+    ctx.shard_index = l->shards > 1 ? l->shard : 0;
+    ctx.prefetch = 0;   /* a lease jumps to another split: batches read ahead would be lost */
     if (l->salt != 0) { /* parallel_epochs: this worker's own order */
-        copy->seed = ct__mix64(s->job->seed, 0x73616c7400000000ULL | l->salt);
+        ctx.seed = ct__mix64(s->job->seed, 0x73616c7400000000ULL | l->salt);
     }
-    ct_status st =
-        ct_pipeline_loader(copy, l->eval, (int)l->shard, (int)l->shards, &victim->loader, err);
+    ct_status st = ct_pipeline_loader_from(l->eval ? &s->job->eval_data : &s->job->train_data, &ctx,
+                                           &victim->loader, err);
     if (st != CT_OK) {
-        free(copy);
         victim->loader = NULL;
         return st;
     }
-    victim->job = copy;
     victim->eval = l->eval;
     victim->shard = l->shard;
     victim->shards = l->shards;
@@ -181,10 +177,10 @@ static ct_status pipe_get(dw_state *s, const dw_lease *l, ct_loader **ret, ct_er
 }
 
 static int64_t example_dims(const dw_state *s, const ct_batch *b, int64_t *dims, int *ret_rank) {
-    int rank = b->size > 0 ? b->rank : s->job->input_rank;
+    int rank = b->size > 0 ? b->rank : s->job->model.input_rank;
     int64_t n = 1;
     for (int d = 0; d < rank; d++) {
-        dims[d] = b->size > 0 ? b->example_shape[d] : s->job->input_shape[d];
+        dims[d] = b->size > 0 ? b->example_shape[d] : s->job->model.input_shape[d];
         n *= dims[d];
     }
     *ret_rank = rank;

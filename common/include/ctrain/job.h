@@ -302,26 +302,25 @@ typedef struct ct_data_service_spec {
 /* "local", "mirrored", "parameter_server"; "?" for other values. */
 CT_API const char *ct_strategy_name(ct_strategy_type type);
 
-typedef struct ct_job {
-    char path[CT_JOB_PATH_MAX]; /* the file it came from ("<string>" when parsed from memory) */
-    uint64_t seed;              /* seed: default 42 */
-    int input_rank;             /* model.input_shape: 1..3 dims, per example (no batch dim) */
+/* model: the layer stack and what is computed from its output: the model module's options
+ * (ct_model_create). */
+typedef struct ct_model_spec {
+    int input_rank; /* model.input_shape: 1..3 dims, per example (no batch dim) */
     int64_t input_shape[CT_JOB_MAX_RANK];
     int n_layers;
     ct_layer_spec layers[CT_JOB_MAX_LAYERS];
     int layers_line;     /* line of model.layers, for errors about the whole stack */
     ct_loss_type loss;   /* loss: sparse_categorical_crossentropy (from logits) */
     int metric_accuracy; /* metrics: [accuracy] */
-    ct_optimizer_spec optimizer;
-    ct_data_spec train_data; /* data.train */
-    ct_data_spec eval_data;  /* data.eval */
-    int has_eval_data;
-    ct_data_service_spec data_service; /* data.service */
-    int epochs;                        /* train.epochs: default 1 */
-    int batch_size;                    /* train.batch_size: default 32 */
-    int eval_batch_size;               /* train.eval_batch_size: default 1000 */
-    int shuffle;                       /* train.shuffle: default true */
-    int threads;                       /* train.threads: default 0 = all cores */
+} ct_model_spec;
+
+/* train: how the training loop runs a step and an epoch: the trainer's options. */
+typedef struct ct_train_spec {
+    int epochs;               /* train.epochs: default 1 */
+    int batch_size;           /* train.batch_size: default 32 */
+    int eval_batch_size;      /* train.eval_batch_size: default 1000 */
+    int shuffle;              /* train.shuffle: default true */
+    int threads;              /* train.threads: default 0 = all cores */
     int prefetch;             /* train.prefetch: batches prepared ahead; default 16 (deep enough
                                  that the producer is woken once per 8 batches: a wake-up costs
                                  the step ~15 us on a VM) */
@@ -337,45 +336,74 @@ typedef struct ct_job {
     int deterministic;        /* train.deterministic: a step's bits do not depend on the load
                                  (solo steps keep the pool's sums); false */
     ct_conv_algorithm conv_algorithm; /* train.conv_algorithm: auto (default), direct, winograd */
+} ct_train_spec;
+
+/* strategy.* of a mirrored job: the mirrored strategy's options. */
+typedef struct ct_mirrored_spec {
+    int64_t bucket_bytes;          /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
+    float stall_timeout;           /* strategy.stall_timeout: seconds before a stall (60) */
+    int64_t check_every;           /* strategy.check_every: replica checksums every K steps; 0 */
+    ct_compression compression;    /* strategy.compression: none, fp16, bf16 */
+    ct_allreduce_engine allreduce; /* strategy.allreduce: auto, ring, shared */
+} ct_mirrored_spec;
+
+/* strategy.* of a parameter_server job: the parameter-server roles' options. */
+typedef struct ct_ps_spec {
+    int async;                  /* strategy.mode: sync (0, the default) or async (1) */
+    int backup_workers;         /* strategy.backup_workers: sync: apply the first N - b; 0 */
+    int staleness_policy;       /* strategy.staleness.policy: CT_STALENESS_* (none) */
+    int staleness_max;          /* strategy.staleness.max: the bound s of drop and ssp; 4 */
+    int64_t max_shard_bytes;    /* strategy.max_shard_bytes: split larger variables; 0: the
+                                   fair share (total / servers) */
+    float heartbeat_timeout;    /* strategy.heartbeat_timeout: seconds without a heartbeat
+                                   before a role counts as lost; 5 */
+    float register_timeout;     /* strategy.register_timeout: seconds for every role to
+                                   register (or a lost one to come back); 120 */
+    float chief_timeout;        /* strategy.chief_timeout: seconds a role waits for a silent
+                                   chief to come back before it gives up; 120 */
+    int pull_ahead;             /* strategy.pull_ahead: ask for the next parameters before
+                                   computing (overlaps the pull with compute); true */
+    char keys[CT_JOB_PATH_MAX]; /* strategy.keys: CURVE key directory (ctrain keygen);
+                                   "": plain TCP */
+} ct_ps_spec;
+
+/* checkpoint: the checkpoint writer's options. */
+typedef struct ct_checkpoint_spec {
+    char dir[CT_JOB_PATH_MAX]; /* checkpoint.dir: default "<run_dir>/checkpoints" */
+    int64_t every_steps;       /* checkpoint.every_steps: 0 = at the end (and on signals) */
+    int keep_last;             /* checkpoint.keep_last: default 5 */
+    float keep_every_hours;    /* checkpoint.keep_every_hours: one per H hours too; 0 off */
+    int resume;                /* checkpoint.resume: continue from the latest; default true */
+} ct_checkpoint_spec;
+
+/* logs: the run log's options. */
+typedef struct ct_logs_spec {
+    int tensorboard;               /* logs.tensorboard: event files in run_dir; default true */
+    int64_t every_steps;           /* logs.every_steps: scalars and metrics lines; default 20 */
+    int64_t histogram_every_steps; /* logs.histogram_every_steps: default 200; 0 off */
+} ct_logs_spec;
+
+/* A parsed job file: one section per module, each the options struct that module takes
+ * (ct_model_spec for the model, ct_optimizer_spec for the optimizer, ct_data_spec for a
+ * pipeline, ct_train_spec for the training loop, ...). Large (tens of KB, mostly file paths):
+ * load it once per process (ct_job_load_new) and hand modules their section; nothing keeps a
+ * copy of the whole job. */
+typedef struct ct_job {
+    char path[CT_JOB_PATH_MAX]; /* the file it came from ("<string>" when parsed from memory) */
+    uint64_t seed;              /* seed: default 42 (initial weights, shuffles, random maps) */
+    ct_model_spec model;        /* model: input_shape, layers; loss; metrics */
+    ct_optimizer_spec optimizer;
+    ct_data_spec train_data; /* data.train */
+    ct_data_spec eval_data;  /* data.eval */
+    int has_eval_data;
+    ct_data_service_spec data_service; /* data.service */
+    ct_train_spec train;               /* train */
     ct_strategy_type strategy; /* strategy.type: local (default), mirrored, parameter_server */
-    struct {
-        int64_t bucket_bytes; /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
-        float stall_timeout;  /* strategy.stall_timeout: seconds before a stall is reported (60) */
-        int64_t check_every;  /* strategy.check_every: replica checksums every K steps; 0 off */
-        ct_compression compression;    /* strategy.compression: none, fp16, bf16 */
-        ct_allreduce_engine allreduce; /* strategy.allreduce: auto, ring, shared */
-    } mirrored;
-    struct {
-        int async;                  /* strategy.mode: sync (0, the default) or async (1) */
-        int backup_workers;         /* strategy.backup_workers: sync: apply the first N - b; 0 */
-        int staleness_policy;       /* strategy.staleness.policy: CT_STALENESS_* (none) */
-        int staleness_max;          /* strategy.staleness.max: the bound s of drop and ssp; 4 */
-        int64_t max_shard_bytes;    /* strategy.max_shard_bytes: split larger variables; 0: the
-                                       fair share (total / servers) */
-        float heartbeat_timeout;    /* strategy.heartbeat_timeout: seconds without a heartbeat
-                                       before a role counts as lost; 5 */
-        float register_timeout;     /* strategy.register_timeout: seconds for every role to
-                                       register (or a lost one to come back); 120 */
-        float chief_timeout;        /* strategy.chief_timeout: seconds a role waits for a silent
-                                       chief to come back before it gives up; 120 */
-        int pull_ahead;             /* strategy.pull_ahead: ask for the next parameters before
-                                       computing (overlaps the pull with compute); true */
-        char keys[CT_JOB_PATH_MAX]; /* strategy.keys: CURVE key directory (ctrain keygen);
-                                       "": plain TCP */
-    } ps;
+    ct_mirrored_spec mirrored;
+    ct_ps_spec ps;
     char run_dir[CT_JOB_PATH_MAX]; /* run_dir: default "runs/<job file stem>" */
-    struct {
-        char dir[CT_JOB_PATH_MAX]; /* checkpoint.dir: default "<run_dir>/checkpoints" */
-        int64_t every_steps;       /* checkpoint.every_steps: 0 = at the end (and on signals) */
-        int keep_last;             /* checkpoint.keep_last: default 5 */
-        float keep_every_hours;    /* checkpoint.keep_every_hours: one per H hours too; 0 off */
-        int resume;                /* checkpoint.resume: continue from the latest; default true */
-    } checkpoint;
-    struct {
-        int tensorboard;               /* logs.tensorboard: event files in run_dir; default true */
-        int64_t every_steps;           /* logs.every_steps: scalars and metrics lines; default 20 */
-        int64_t histogram_every_steps; /* logs.histogram_every_steps: default 200; 0 off */
-    } logs;
+    ct_checkpoint_spec checkpoint;
+    ct_logs_spec logs;
 } ct_job;
 
 /* Fills `job` with the defaults listed above (no layers, no data). */
@@ -396,9 +424,38 @@ CT_API ct_status ct_job_load(const char *path, const char *const *sets, int n_se
 CT_API ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets,
                                   ct_job *ret_job, char **ret_text, ct_err *err);
 
+/* As ct_job_load_text, into a job on the heap (*ret_job, owned: ct_job_destroy): what a role
+ * loads once per process and hands its modules' sections from. ret_text may be NULL. */
+CT_API ct_status ct_job_create(const char *path, const char *const *sets, int n_sets,
+                               ct_job **ret_job, char **ret_text, ct_err *err);
+/* Frees a job from ct_job_create; accepts NULL. */
+CT_API void ct_job_destroy(ct_job *job);
+
 /* As ct_job_load, for text in memory; `name` stands in for the path in messages. */
 CT_API ct_status ct_job_parse(const char *text, size_t len, const char *name,
                               const char *const *sets, int n_sets, ct_job *ret_job, ct_err *err);
+
+/* What a job id covers. */
+typedef enum ct_job_id_scope {
+    /* What every batch depends on (the seed, the input shape, data.train and data.eval, the batch
+     * sizes, shuffle, epochs, max_steps, data.service's mode and split size): the data service's
+     * members share a pool by it, whatever their optimizer, checkpoint or log settings. */
+    CT_JOB_ID_INPUT = 1,
+    /* What every role of a parameter-server job must agree on (the seed, the model, the
+     * optimizer, epochs, batch size, shuffle, max_steps, data.train.limit, the strategy's mode,
+     * backup workers and staleness rules, the shard size, checkpoint.every_steps). */
+    CT_JOB_ID_TRAINING = 2,
+} ct_job_id_scope;
+
+/* The job's id for `scope`: a 64-bit hash of its canonical form (ct_job_canonical), never 0.
+ * The same for the same job however its file is written (YAML or JSON, comments, key order,
+ * --set or in the file), on every machine. Every role computes its job id here. Thread-safe. */
+CT_API uint64_t ct_job_id(const ct_job *job, ct_job_id_scope scope);
+
+/* The canonical form that ct_job_id hashes: one "key=value" line per field the scope covers, in
+ * a fixed order, values printed exactly; written into buf (NUL-terminated, truncated at cap).
+ * Returns its full length. Thread-safe. */
+CT_API size_t ct_job_canonical(const ct_job *job, ct_job_id_scope scope, char *buf, size_t cap);
 
 /* Names used in job files, for messages and `ctrain` output. */
 CT_API const char *ct_layer_type_name(ct_layer_type type);

@@ -63,11 +63,13 @@ CT_API void ct_params_zero_grad(ct_params *p);
 
 typedef struct ct_model ct_model;
 
-/* Builds a model from a layer stack on inputs of `input_shape` (per example), validating every
- * layer's shape; errors name the job file, the layer's line and index ("job.yaml:14:
- * model.layers[3] (conv2d): window 3x3 larger than input 2x2 with valid padding"). `job` supplies
- * layers, input shape, seed and the file name. Returns an owned model with allocated parameters. */
-CT_API ct_status ct_model_create(const ct_job *job, ct_model **ret, ct_err *err);
+/* Builds a model from a layer stack (spec: layers and the per-example input shape; copied),
+ * validating every layer's shape; its parameters are initialized from `seed`. Errors name
+ * `source` (the job file; NULL: "model"), the layer's line and index ("job.yaml:14:
+ * model.layers[3] (conv2d): window 3x3 larger than input 2x2 with valid padding"). Returns an
+ * owned model with allocated parameters. */
+CT_API ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *source,
+                                 ct_model **ret, ct_err *err);
 CT_API void ct_model_destroy(ct_model *m);
 
 CT_API ct_params *ct_model_params(ct_model *m);

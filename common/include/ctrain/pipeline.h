@@ -64,11 +64,19 @@ CT_API ct_status ct_pipeline_build(const ct_data_spec *spec, const ct_pipeline_c
 typedef struct ct_loader ct_loader;
 
 /* The loader of `job`'s training (eval 0) or evaluation (eval 1) data for data-parallel rank
- * shard_index of shard_count (1: the whole data): ct_pipeline_build, then
- * ct_loader_create_pipeline, so every rank takes the same number of steps. Errors name the job
- * file and the stage. Thread-safe. */
+ * shard_index of shard_count (1: the whole data): from the data service when data.service is
+ * set, else ct_pipeline_loader_from with the job's context. Errors name the job file and the
+ * stage. Thread-safe. */
 CT_API ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int shard_count,
                                     ct_loader **ret, ct_err *err);
+
+/* The in-process loader of `spec` built with ctx (ct_pipeline_build: seed, batch size, shuffle,
+ * shards), with an autotuned prefetch appended to a pipeline form that does not end in one when
+ * ctx->prefetch > 0, and its steps counted (ct_loader_count_steps) so every rank takes the same
+ * number. What ct_pipeline_loader does for a job that does not read from the data service; the
+ * data service's members call it with their own context. Thread-safe. */
+CT_API ct_status ct_pipeline_loader_from(const ct_data_spec *spec, const ct_pipeline_context *ctx,
+                                         ct_loader **ret, ct_err *err);
 
 /* The seed of a random map without its own: a mix of the job's seed and the stage's position in
  * the pipeline (0 the source). */

@@ -18,10 +18,11 @@
  * ("--profile needs FIRST:LAST ..., got '...'"). Thread-safe. */
 CT_API ct_status ct_profile_parse_flag(const char *value, char *ret_set, size_t size, ct_err *err);
 
-/* Arms this process's recorder for the job's window (job->profile_steps) as task `task` of role
- * `role` ("chief", "worker", "ps", "evaluator"); does nothing when the job records no steps.
- * Call before training, from the role's main thread. Returns CT_EINVAL or CT_ENOMEM. */
-CT_API ct_status ct_profile_start(const ct_job *job, const char *role, int task, ct_err *err);
+/* Arms this process's recorder for the window of training steps [steps[0], steps[1]] (the job's
+ * train.profile.steps, 1-based, inclusive) as task `task` of role `role` ("chief", "worker",
+ * "ps", "evaluator"); does nothing when steps[0] is 0 (the job records no steps). Call before
+ * training, from the role's main thread. Returns CT_EINVAL or CT_ENOMEM. */
+CT_API ct_status ct_profile_start(const int64_t steps[2], const char *role, int task, ct_err *err);
 /* 1 when ct_profile_start armed the recorder. */
 CT_API int ct_profile_started(void);
 /* Stops recording and writes what this process recorded to

@@ -61,11 +61,6 @@ CT_API void ct_ps_plan_finish(ct_ps_plan *plan);
  * imbalance 1.01 (largest / mean)". */
 CT_API void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap);
 
-/* A 64-bit id of the job's fields that every role must agree on (model, optimizer, seed, batch
- * size, epochs, data limits, strategy), not of the paths or thread counts that may differ per
- * machine. */
-CT_API uint64_t ct_ps_job_id(const ct_job *job);
-
 /* ---- which task this process is ---- */
 
 /* The command-line inputs of a parameter-server role; NULL / -1 where not given. */

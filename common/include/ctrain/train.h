@@ -69,9 +69,14 @@ typedef struct ct_train_result {
     double samples_per_s;
 } ct_train_result;
 
-/* Creates a trainer for `job`: CPU backend with job->threads, the model (validated), the
- * optimizer. Loads no data. */
+/* Creates a trainer for `job`: CPU backend with job->train.threads, the model (validated), the
+ * optimizer. Loads no data. The trainer copies the sections it reads (model, optimizer, train,
+ * checkpoint, logs; not the whole job): job may be freed afterwards. */
 CT_API ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err);
+/* As ct_trainer_create, with `train` in place of job->train (a strategy's own choices: one
+ * thread per mirrored rank). */
+CT_API ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train,
+                                        ct_trainer **ret, ct_err *err);
 CT_API void ct_trainer_destroy(ct_trainer *t);
 
 /* ct_job_load + ct_trainer_create in one call (for embedding users and language bindings). */
@@ -93,7 +98,7 @@ CT_API ct_params *ct_trainer_params(ct_trainer *t);
 CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
                                  float *ret_loss, float *ret_accuracy, ct_err *err);
 
-/* Forward pass only (inference mode) over n examples in batches of job->eval_batch_size;
+/* Forward pass only (inference mode) over n examples in batches of job->train.eval_batch_size;
  * returns the mean loss and accuracy. */
 CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
                                      double *ret_loss, double *ret_accuracy, ct_err *err);
@@ -102,7 +107,7 @@ CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_
 CT_API ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out,
                                     ct_err *err);
 
-/* Trains job->epochs epochs over `train` (shuffled per epoch from the job seed, prefetched),
+/* Trains job->train.epochs epochs over `train` (shuffled per epoch from the job seed, prefetched),
  * evaluating on `eval` (may be NULL) after each epoch. `progress` may be NULL. `stop` (may be
  * NULL) is polled between steps: when it becomes non-zero the loop ends early with CT_EINTR. */
 CT_API ct_status ct_trainer_fit(ct_trainer *t, const ct_examples *train, const ct_examples *eval,

@@ -433,9 +433,9 @@ static ct_status client_init(ct__dsvc_client *c, const ct_job *job, int eval, in
     c->shards = shards > 1 ? shards : 1;
     c->shard = shards > 1 ? shard : 0;
     name_consumer(c);
-    c->input_rank = job->input_rank;
-    memcpy(c->input_shape, job->input_shape, sizeof c->input_shape);
-    c->job_id = ct__dsvc_job_id(job);
+    c->input_rank = job->model.input_rank;
+    memcpy(c->input_shape, job->model.input_shape, sizeof c->input_shape);
+    c->job_id = ct_job_id(job, CT_JOB_ID_INPUT);
     c->heartbeat_s = job->data_service.heartbeat_s > 0 ? job->data_service.heartbeat_s : 0.5;
     c->timeout_s = job->data_service.timeout_s > 0 ? job->data_service.timeout_s : 60.0;
     c->reseek_s =

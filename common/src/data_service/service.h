@@ -13,12 +13,7 @@
 
 #define CT_DSVC_ENV_DISPATCHER "CTRAIN_DISPATCHER" /* set by `ctrain train --data-workers N` */
 
-/* The data service's job id (the Envelope's job_id): what every batch depends on, and nothing
- * else: the seed, the model's input shape, data.train and data.eval, the batch sizes, shuffle,
- * epochs and max_steps, and data.service's mode and split size. A trainer's checkpoint or
- * logging settings, its strategy or its optimizer do not change it, so an evaluator and a
- * trainer with different --set options share one pool. Never 0. */
-uint64_t ct__dsvc_job_id(const ct_job *job);
+/* The data service's job id (the Envelope's job_id) is ct_job_id(job, CT_JOB_ID_INPUT). */
 
 /* The dispatcher's "host:port": data.service.dispatcher, else $CTRAIN_DISPATCHER, else the
  * `dispatcher` task of the cluster spec (flags may be NULL: TF_CONFIG and nothing else).

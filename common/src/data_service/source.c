@@ -99,10 +99,10 @@ ct_status ct__dataset_service(ct__dsvc_client *c, const ct_job *job, ct_dataset 
     ds->cardinality = p->steps;
     ct_element_spec spec = {.n = 2};
     spec.v[0].dtype = CT_F32;
-    spec.v[0].rank = 1 + job->input_rank;
+    spec.v[0].rank = 1 + job->model.input_rank;
     spec.v[0].dims[0] = -1;
-    for (int d = 0; d < job->input_rank; d++) {
-        spec.v[0].dims[1 + d] = job->input_shape[d];
+    for (int d = 0; d < job->model.input_rank; d++) {
+        spec.v[0].dims[1 + d] = job->model.input_shape[d];
     }
     spec.v[1].dtype = CT_I32;
     spec.v[1].rank = 1;

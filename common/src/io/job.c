@@ -298,9 +298,9 @@ static void read_input_shape(const ct__job_section *model, ct_job *job) {
     }
     for (size_t i = 0; i < v->n; i++) {
         ct__job_key_printf(item_key, "%s[%zu]", path, i);
-        ct__job_read_i64(model->r, v->items[i], item_key, 1, INT_MAX, &job->input_shape[i]);
+        ct__job_read_i64(model->r, v->items[i], item_key, 1, INT_MAX, &job->model.input_shape[i]);
     }
-    job->input_rank = (int)v->n;
+    job->model.input_rank = (int)v->n;
 }
 
 static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
@@ -313,21 +313,21 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
         ct__job_sec_require(&model, "layers");
         return;
     }
-    job->layers_line = ct__job_key_line(&model, "layers");
+    job->model.layers_line = ct__job_key_line(&model, "layers");
     if (layers->kind != CT__YAML_SEQ && layers->kind != CT__YAML_NULL) {
         ct__job_fail(r, layers->line, path,
                      "must be a list of layers ('- dense: {units: 10}'), got %s",
                      ct__yaml_describe(layers, buf, sizeof buf));
     } else if (layers->n == 0) {
-        ct__job_fail(r, job->layers_line, path, "must list at least one layer");
+        ct__job_fail(r, job->model.layers_line, path, "must list at least one layer");
     } else if (layers->n > CT_JOB_MAX_LAYERS) {
-        ct__job_fail(r, job->layers_line, path, "too many layers (%zu; at most %d)", layers->n,
-                     CT_JOB_MAX_LAYERS);
+        ct__job_fail(r, job->model.layers_line, path, "too many layers (%zu; at most %d)",
+                     layers->n, CT_JOB_MAX_LAYERS);
     }
     for (size_t i = 0; r->status == CT_OK && i < layers->n; i++) {
-        read_layer(r, layers->items[i], i, &job->layers[i]);
+        read_layer(r, layers->items[i], i, &job->model.layers[i]);
     }
-    job->n_layers = r->status == CT_OK ? (int)layers->n : 0;
+    job->model.n_layers = r->status == CT_OK ? (int)layers->n : 0;
     read_input_shape(&model, job); /* after the layers, whose mistakes are the common ones */
 }
 
@@ -346,7 +346,8 @@ static void read_metrics(ct__job_reader *r, const ct__job_section *top, ct_job *
     }
     for (size_t i = 0; i < v->n; i++) {
         ct__job_key_printf(item_key, "%s[%zu]", path, i);
-        ct__job_read_name(r, v->items[i], item_key, metric_names, "metric", &job->metric_accuracy);
+        ct__job_read_name(r, v->items[i], item_key, metric_names, "metric",
+                          &job->model.metric_accuracy);
     }
 }
 
@@ -528,8 +529,8 @@ static void read_profile(ct__job_reader *r, const ct__job_section *train, ct_job
                      (long long)window[1], (long long)window[0]);
         return;
     }
-    job->profile_steps[0] = window[0];
-    job->profile_steps[1] = window[1];
+    job->train.profile_steps[0] = window[0];
+    job->train.profile_steps[1] = window[1];
 }
 
 static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
@@ -537,31 +538,31 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_section s;
     ct__job_sec_open(r, ct__job_sec_get(top, "train", path), "train", train_keys,
                      ct__job_key_line(top, "train"), &s);
-    ct__job_sec_int(&s, "epochs", 1, &job->epochs);
-    ct__job_sec_int(&s, "batch_size", 1, &job->batch_size);
-    ct__job_sec_int(&s, "eval_batch_size", 1, &job->eval_batch_size);
-    ct__job_sec_bool(&s, "shuffle", &job->shuffle);
-    ct__job_sec_int(&s, "threads", 0, &job->threads);
-    ct__job_sec_int(&s, "prefetch", 0, &job->prefetch);
-    ct__job_sec_i64(&s, "max_steps", 0, &job->max_steps);
-    ct__job_sec_bool(&s, "eager", &job->eager);
-    ct__job_sec_bool(&s, "plan_memory", &job->plan_memory);
-    ct__job_sec_bool(&s, "adapt_threads", &job->adapt_threads);
-    ct__job_sec_bool(&s, "deterministic", &job->deterministic);
+    ct__job_sec_int(&s, "epochs", 1, &job->train.epochs);
+    ct__job_sec_int(&s, "batch_size", 1, &job->train.batch_size);
+    ct__job_sec_int(&s, "eval_batch_size", 1, &job->train.eval_batch_size);
+    ct__job_sec_bool(&s, "shuffle", &job->train.shuffle);
+    ct__job_sec_int(&s, "threads", 0, &job->train.threads);
+    ct__job_sec_int(&s, "prefetch", 0, &job->train.prefetch);
+    ct__job_sec_i64(&s, "max_steps", 0, &job->train.max_steps);
+    ct__job_sec_bool(&s, "eager", &job->train.eager);
+    ct__job_sec_bool(&s, "plan_memory", &job->train.plan_memory);
+    ct__job_sec_bool(&s, "adapt_threads", &job->train.adapt_threads);
+    ct__job_sec_bool(&s, "deterministic", &job->train.deterministic);
     static const ct__job_name conv_names[] = {{"auto", CT_CONV_AUTO},
                                               {"direct", CT_CONV_DIRECT},
                                               {"winograd", CT_CONV_WINOGRAD},
                                               {NULL, 0}};
     int conv = CT_CONV_AUTO;
     ct__job_sec_name(&s, "conv_algorithm", conv_names, "convolution algorithm", &conv);
-    job->conv_algorithm = (ct_conv_algorithm)conv;
+    job->train.conv_algorithm = (ct_conv_algorithm)conv;
     read_profile(r, &s, job);
     char key[CT__JOB_KEY_CAP], passes[128] = "";
     const ct__yaml_node *v = ct__job_sec_get(&s, "graph_passes", key);
     ct__job_sec_string(&s, "graph_passes", passes, sizeof passes);
     char bad[64];
     if (v && r->status == CT_OK &&
-        ct_graph_parse_passes(passes, &job->graph_passes, bad, sizeof bad) != 0) {
+        ct_graph_parse_passes(passes, &job->train.graph_passes, bad, sizeof bad) != 0) {
         ct__job_fail(r, v->line, key,
                      "unknown pass '%s' (use all, none, or a comma list of const_fold, cse, dce, "
                      "simplify, fuse, fuse_update)",
@@ -696,7 +697,7 @@ static ct_status read_job(ct__job_reader *r, const ct__yaml_node *root, ct_job *
     read_model(r, &top, job);
     int loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
     ct__job_sec_name(&top, "loss", loss_names, "loss", &loss);
-    job->loss = (ct_loss_type)loss;
+    job->model.loss = (ct_loss_type)loss;
     read_metrics(r, &top, job);
     read_optimizer(r, &top, &job->optimizer);
     read_data(r, &top, job);
@@ -713,19 +714,19 @@ void ct_job_defaults(ct_job *job) {
     memset(job, 0, sizeof *job);
     snprintf(job->path, sizeof job->path, "<string>");
     job->seed = 42;
-    job->loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
+    job->model.loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
     optimizer_defaults(&job->optimizer, CT_OPT_ADAM);
     job->train_data.format = CT_DATA_IDX;
     job->eval_data.format = CT_DATA_IDX;
-    job->epochs = 1;
-    job->batch_size = 32;
-    job->eval_batch_size = 1000;
-    job->shuffle = 1;
-    job->threads = 0;   /* all cores: the graph executor's parallel schedule (see README) */
-    job->prefetch = 16; /* see ctrain/job.h */
-    job->graph_passes = CT_PASS_ALL;
-    job->plan_memory = 1;
-    job->adapt_threads = 1;
+    job->train.epochs = 1;
+    job->train.batch_size = 32;
+    job->train.eval_batch_size = 1000;
+    job->train.shuffle = 1;
+    job->train.threads = 0;   /* all cores: the graph executor's parallel schedule (see README) */
+    job->train.prefetch = 16; /* see ctrain/job.h */
+    job->train.graph_passes = CT_PASS_ALL;
+    job->train.plan_memory = 1;
+    job->train.adapt_threads = 1;
     job->mirrored.bucket_bytes = 1 << 20;
     job->mirrored.stall_timeout = 60.0f;
     job->ps.staleness_max = 4;
@@ -882,6 +883,25 @@ ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets
 ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
                       ct_err *err) {
     return ct_job_load_text(path, sets, n_sets, ret_job, NULL, err);
+}
+
+ct_status ct_job_create(const char *path, const char *const *sets, int n_sets, ct_job **ret_job,
+                        char **ret_text, ct_err *err) {
+    ct_job *job = malloc(sizeof *job);
+    if (!job) {
+        return ct_err_set(err, CT_ENOMEM, "%s: out of memory for the job", path ? path : "job");
+    }
+    ct_status st = ct_job_load_text(path, sets, n_sets, job, ret_text, err);
+    if (st != CT_OK) {
+        free(job);
+        return st;
+    }
+    *ret_job = job;
+    return CT_OK;
+}
+
+void ct_job_destroy(ct_job *job) {
+    free(job);
 }
 
 const char *ct_layer_type_name(ct_layer_type type) {

@@ -8,18 +8,19 @@
 #include "ctrain/nn.h"
 
 struct ct_model {
-    ct_job job; /* copy: layers, input shape, seed, file name */
+    ct_model_spec spec;           /* the caller's, copied */
+    char source[CT_JOB_PATH_MAX]; /* the job file, for messages */
     ct_params params;
     int first_param[CT_JOB_MAX_LAYERS];     /* index of each layer's first parameter (-1: none) */
     int n_params[CT_JOB_MAX_LAYERS];        /* how many parameters each layer declared */
     ct_shape shapes[CT_JOB_MAX_LAYERS + 1]; /* per-example shapes: input, then each layer's */
 };
 
-static ct_status layer_error(const ct_job *job, int i, ct_err *err, const char *fmt,
+static ct_status layer_error(const ct_model *m, int i, ct_err *err, const char *fmt,
                              const char *detail) {
     char where[CT_JOB_PATH_MAX + 64];
-    snprintf(where, sizeof where, "%s:%d: model.layers[%d] (%s)", job->path, job->layers[i].line, i,
-             ct_layer_type_name(job->layers[i].type));
+    snprintf(where, sizeof where, "%s:%d: model.layers[%d] (%s)", m->source, m->spec.layers[i].line,
+             i, ct_layer_type_name(m->spec.layers[i].type));
     return ct_err_set(err, CT_EINVAL, "%s: %s%s", where, fmt, detail ? detail : "");
 }
 
@@ -34,7 +35,7 @@ static int64_t window_out(int64_t in, int window, int stride, int same) {
 
 /* Declares layer i's parameters and computes its output shape from `in`. */
 static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
-    const ct_layer_spec *l = &m->job.layers[i];
+    const ct_layer_spec *l = &m->spec.layers[i];
     char name[64], shape_str[96];
     ct_params *p = &m->params;
     int64_t last = in->rank ? in->dims[in->rank - 1] : 1;
@@ -55,7 +56,7 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     switch (l->type) {
     case CT_LAYER_DENSE: {
         if (in->rank < 1) {
-            return layer_error(&m->job, i, err, "needs an input with a feature axis", NULL);
+            return layer_error(m, i, err, "needs an input with a feature axis", NULL);
         }
         ct_shape w = {.rank = 2, .dims = {last, l->units}}, b = {.rank = 1, .dims = {l->units}};
         DECLARE("kernel", &w, 1, l->kernel_init, last, l->units);
@@ -69,7 +70,7 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     case CT_LAYER_MAX_POOL2D:
     case CT_LAYER_AVG_POOL2D: {
         if (in->rank != 3) {
-            return layer_error(&m->job, i, err, "needs a [height, width, channels] input, got ",
+            return layer_error(m, i, err, "needs a [height, width, channels] input, got ",
                                shape_str);
         }
         int conv = l->type == CT_LAYER_CONV2D;
@@ -80,7 +81,7 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
             char detail[160];
             snprintf(detail, sizeof detail, "%dx%d larger than input %s with valid padding", win[0],
                      win[1], shape_str);
-            return layer_error(&m->job, i, err, "window ", detail);
+            return layer_error(m, i, err, "window ", detail);
         }
         out->dims[0] = oh;
         out->dims[1] = ow;
@@ -110,13 +111,12 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     }
     case CT_LAYER_EMBEDDING: {
         if (i != 0) {
-            return layer_error(&m->job, i, err, "must be the first layer (it reads integer ids)",
-                               NULL);
+            return layer_error(m, i, err, "must be the first layer (it reads integer ids)", NULL);
         }
         ct_shape t = {.rank = 2, .dims = {l->input_dim, l->output_dim}};
         DECLARE("embeddings", &t, 1, CT_INIT_GLOROT_UNIFORM, l->input_dim, l->output_dim);
         if (out->rank >= CT_MAX_DIMS - 1) {
-            return layer_error(&m->job, i, err, "input rank too large", NULL);
+            return layer_error(m, i, err, "input rank too large", NULL);
         }
         out->dims[out->rank++] = l->output_dim;
         return CT_OK;
@@ -126,31 +126,33 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         return CT_OK;
     }
 #undef DECLARE
-    return layer_error(&m->job, i, err, "unknown layer type", NULL);
+    return layer_error(m, i, err, "unknown layer type", NULL);
 }
 
-ct_status ct_model_create(const ct_job *job, ct_model **ret, ct_err *err) {
+ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *source,
+                          ct_model **ret, ct_err *err) {
     ct_status st;
     ct_model *m = calloc(1, sizeof *m);
     if (!m) {
         return ct_err_set(err, CT_ENOMEM, "model: out of memory");
     }
-    m->job = *job;
+    m->spec = *spec;
+    snprintf(m->source, sizeof m->source, "%s", source ? source : "model");
     ct_params_init(&m->params);
-    if (job->n_layers < 1) {
-        st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer", job->path,
-                        job->layers_line);
+    if (spec->n_layers < 1) {
+        st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer", m->source,
+                        spec->layers_line);
         goto fail;
     }
-    m->shapes[0] = ct_shape_make(job->input_rank, job->input_shape);
-    for (int i = 0; i < job->n_layers; i++) {
+    m->shapes[0] = ct_shape_make(spec->input_rank, spec->input_shape);
+    for (int i = 0; i < spec->n_layers; i++) {
         int before = m->params.n;
         if ((st = plan_layer(m, i, &m->shapes[i], &m->shapes[i + 1], err)) != CT_OK) {
             goto fail;
         }
         m->n_params[i] = m->params.n - before;
     }
-    if ((st = ct_params_allocate(&m->params, job->seed, err)) != CT_OK) {
+    if ((st = ct_params_allocate(&m->params, seed, err)) != CT_OK) {
         goto fail;
     }
     *ret = m;
@@ -173,7 +175,7 @@ ct_params *ct_model_params(ct_model *m) {
 }
 
 ct_shape ct_model_output_shape(const ct_model *m) {
-    return m->shapes[m->job.n_layers];
+    return m->shapes[m->spec.n_layers];
 }
 
 int64_t ct_model_output_size(const ct_model *m) {
@@ -182,7 +184,7 @@ int64_t ct_model_output_size(const ct_model *m) {
 }
 
 ct_dtype ct_model_input_dtype(const ct_model *m) {
-    return m->job.layers[0].type == CT_LAYER_EMBEDDING ? CT_I32 : CT_F32;
+    return m->spec.layers[0].type == CT_LAYER_EMBEDDING ? CT_I32 : CT_F32;
 }
 
 static int activation(ct_graph *g, int x, ct_activation act) {
@@ -216,8 +218,8 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var
     for (int k = 0; k < m->params.n; k++) {
         ret_var_nodes[k] = -1;
     }
-    for (int i = 0; i < m->job.n_layers && x >= 0; i++) {
-        const ct_layer_spec *l = &m->job.layers[i];
+    for (int i = 0; i < m->spec.n_layers && x >= 0; i++) {
+        const ct_layer_spec *l = &m->spec.layers[i];
         int p = m->first_param[i];
         switch (l->type) {
         case CT_LAYER_DENSE:
@@ -272,13 +274,13 @@ void ct_model_summary(const ct_model *m, void *out) {
     char s[96];
     int64_t total = 0;
     fprintf(f, "%-4s %-12s %-20s %s\n", "#", "layer", "output", "parameters");
-    for (int i = 0; i < m->job.n_layers; i++) {
+    for (int i = 0; i < m->spec.n_layers; i++) {
         int64_t count = 0;
         for (int k = m->first_param[i]; k >= 0 && k < m->first_param[i] + m->n_params[i]; k++) {
             count += m->params.items[k].size;
         }
         total += count;
-        fprintf(f, "%-4d %-12s %-20s %lld\n", i, ct_layer_type_name(m->job.layers[i].type),
+        fprintf(f, "%-4d %-12s %-20s %lld\n", i, ct_layer_type_name(m->spec.layers[i].type),
                 ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count);
     }
     fprintf(f, "total parameters: %lld\n", (long long)total);

@@ -280,14 +280,12 @@ ct_status ct_profile_parse_flag(const char *value, char *ret_set, size_t size, c
     return CT_OK;
 }
 
-ct_status ct_profile_start(const ct_job *job, const char *role, int task, ct_err *err) {
-    if (job->profile_steps[0] <= 0) {
+ct_status ct_profile_start(const int64_t steps[2], const char *role, int task, ct_err *err) {
+    if (steps[0] <= 0) {
         return CT_OK;
     }
-    ct__prof_options o = {.first_step = job->profile_steps[0],
-                          .last_step = job->profile_steps[1],
-                          .role = role,
-                          .task = task};
+    ct__prof_options o = {
+        .first_step = steps[0], .last_step = steps[1], .role = role, .task = task};
     ct__prof_thread_name("main");
     return ct__prof_init(&o, err);
 }

@@ -19,7 +19,8 @@
 #include "prof/prof.h"
 
 typedef struct run {
-    ct_job job; /* the caller's, with one thread per rank unless set */
+    const ct_job *job;        /* the caller's */
+    ct_train_spec train_spec; /* job->train, with one thread per rank unless set */
     const ct_mirrored_options *o;
     int rank, size;
     ct_loader *train, *eval;
@@ -39,7 +40,7 @@ static void warn_line(const char *msg, void *user) {
 
 /* Every rank: the training data, its slice of the eval data, the trainer and the reducer. */
 static ct_status open_rank(run *r, ct_err *err) {
-    const ct_job *job = &r->job;
+    const ct_job *job = r->job;
     /* every rank reads its shard of the training data and of the eval data */
     ct_status st = ct_pipeline_loader(job, 0, r->rank, r->size, &r->train, err);
     if (st != CT_OK) {
@@ -49,15 +50,16 @@ static ct_status open_rank(run *r, ct_err *err) {
         (st = ct_pipeline_loader(job, 1, r->rank, r->size, &r->eval, err)) != CT_OK) {
         return st;
     }
-    if ((st = ct_trainer_create(job, &r->t, err)) != CT_OK) {
+    if ((st = ct_trainer_create_with(job, &r->train_spec, &r->t, err)) != CT_OK) {
         return st;
     }
-    return ct__mirrored_create(ct_trainer_params(r->t), job, r->rank, r->size, &r->m, err);
+    return ct__mirrored_create(ct_trainer_params(r->t), &job->mirrored, r->rank, r->size, &r->m,
+                               err);
 }
 
 /* The chief owns the run directory: checkpoints, resume, logs. */
 static ct_status open_run_dir(run *r, ct_err *err) {
-    const ct_job *job = &r->job;
+    const ct_job *job = r->job;
     char dir[2048];
     if (job->checkpoint.dir[0]) {
         snprintf(dir, sizeof dir, "%s", job->checkpoint.dir);
@@ -157,7 +159,7 @@ static void measure_clock(const run *r) {
 static void write_profile(run *r) {
     long long events = 0, dropped = 0;
     ct_err perr = {0};
-    int ok = ct_profile_write(r->job.run_dir, &events, &dropped, &perr) == CT_OK, all = 0;
+    int ok = ct_profile_write(r->job->run_dir, &events, &dropped, &perr) == CT_OK, all = 0;
     if (!ok) {
         ct_log(CT_LOG_WARN, "warning: rank %d: profile: %s", r->rank, perr.msg);
     }
@@ -165,20 +167,20 @@ static void write_profile(run *r) {
     if (r->rank != 0 || !all) {
         return;
     }
-    if (ct_profile_merge(r->job.run_dir, &perr) != CT_OK) {
+    if (ct_profile_merge(r->job->run_dir, &perr) != CT_OK) {
         notice(r, "profile: %s", perr.msg);
     } else {
         notice(r,
                "profile: steps %lld-%lld of %d ranks -> %s/trace.json.gz ('ctrain profile %s' "
                "for the report)",
-               (long long)r->job.profile_steps[0], (long long)r->job.profile_steps[1], r->size,
-               r->job.run_dir, r->job.run_dir);
+               (long long)r->train_spec.profile_steps[0], (long long)r->train_spec.profile_steps[1],
+               r->size, r->job->run_dir, r->job->run_dir);
     }
 }
 
 ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
                             const ct_mirrored_options *opts, ct_mirrored_result *ret, ct_err *err) {
-    run r = {.job = *job, .o = opts};
+    run r = {.job = job, .train_spec = job->train, .o = opts};
     MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r.size);
     ret->stalled = 0;
@@ -188,10 +190,10 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
                           "launcher and the environment disagree",
                           spec->rank, spec->world_size, spec->source, r.rank, r.size);
     }
-    if (r.job.threads == 0) {
-        r.job.threads = 1; /* one core per rank: ranks are the parallelism */
+    if (r.train_spec.threads == 0) {
+        r.train_spec.threads = 1; /* one core per rank: ranks are the parallelism */
     }
-    ct_status st = ct_profile_start(&r.job, "worker", r.rank, err);
+    ct_status st = ct_profile_start(r.train_spec.profile_steps, "worker", r.rank, err);
     if (st == CT_OK) {
         st = open_rank(&r, err);
     }
@@ -205,7 +207,8 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
         st = ct_err_set(err, CT_EPEER, "rank %d: another rank failed to start (see its message)",
                         r.rank);
     }
-    if (st == CT_OK && (st = ct__mirrored_choose_engine(r.m, &r.job, err)) != CT_OK) {
+    if (st == CT_OK &&
+        (st = ct__mirrored_choose_engine(r.m, &job->mirrored, job->path, err)) != CT_OK) {
         all_ok = 0; /* the windows are collective: a failure here ends every rank (MPI) */
     }
     if (st == CT_OK && ct_profile_started()) {

@@ -431,7 +431,7 @@ static ct_status alloc_bucket_buffers(ct__mirrored *m) {
     return m->scratch ? CT_OK : CT_ENOMEM;
 }
 
-ct_status ct__mirrored_create(ct_params *p, const ct_job *job, int rank, int size,
+ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int rank, int size,
                               ct__mirrored **ret, ct_err *err) {
     ct__mirrored *m = calloc(1, sizeof *m);
     if (!m) {
@@ -440,9 +440,9 @@ ct_status ct__mirrored_create(ct_params *p, const ct_job *job, int rank, int siz
     m->p = p;
     m->rank = rank;
     m->size = size;
-    m->timeout = job->mirrored.stall_timeout;
-    m->check_every = job->mirrored.check_every;
-    m->compression = job->mirrored.compression;
+    m->timeout = spec->stall_timeout;
+    m->check_every = spec->check_every;
+    m->compression = spec->compression;
     for (int s = 0; s < CT__MARKER_RING; s++) {
         m->mark_req[s] = MPI_REQUEST_NULL;
     }
@@ -459,7 +459,7 @@ ct_status ct__mirrored_create(ct_params *p, const ct_job *job, int rank, int siz
     for (int r = 0; r < size; r++) {
         m->heard[r] = ct__now_s();
     }
-    make_buckets(m, job->mirrored.bucket_bytes);
+    make_buckets(m, spec->bucket_bytes);
     if (alloc_bucket_buffers(m) != CT_OK) {
         goto fail;
     }
@@ -481,8 +481,9 @@ fail:
     return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
 }
 
-ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_job *job, ct_err *err) {
-    int want = job->mirrored.allreduce;
+ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_mirrored_spec *spec,
+                                     const char *job_path, ct_err *err) {
+    int want = spec->allreduce;
     if (want == CT_ALLREDUCE_RING) {
         return CT_OK;
     }
@@ -492,7 +493,7 @@ ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_job *job, ct_err 
                                 "%s: strategy.allreduce shared sums f32 in place; "
                                 "strategy.compression needs the ring (allreduce: ring or "
                                 "auto)",
-                                job->path)
+                                job_path)
                    : CT_OK;
     }
     if (!ct__shm_possible(MPI_COMM_WORLD)) {
@@ -500,7 +501,7 @@ ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_job *job, ct_err 
                    ? ct_err_set(err, CT_EINVAL,
                                 "%s: strategy.allreduce shared needs every rank on one "
                                 "node (use ring or auto)",
-                                job->path)
+                                job_path)
                    : CT_OK;
     }
     ct_status st = ct__shm_create(m->p->total, m->nb, &m->shm, err);

@@ -74,16 +74,16 @@ typedef struct ct__mirrored {
 
 /* ---- mirrored_reducer.c ---- */
 
-/* Cuts p's trainable gradients into buckets of about job->mirrored.bucket_bytes (last layer
- * first) and fills m->iface. Local: no collective. p is borrowed for the object's life. Returns
- * CT_ENOMEM. */
-ct_status ct__mirrored_create(ct_params *p, const ct_job *job, int rank, int size,
+/* Cuts p's trainable gradients into buckets of about spec->bucket_bytes (last layer first) and
+ * fills m->iface. Local: no collective. p is borrowed for the object's life. Returns CT_ENOMEM. */
+ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int rank, int size,
                               ct__mirrored **ret, ct_err *err);
 
 /* strategy.allreduce: the shared-memory engine when every rank is on one node (auto or shared),
  * the ring otherwise; with the shared engine p->grad moves into its window. Collective: every
  * rank calls it. CT_EINVAL (naming the job file) when shared was asked for and cannot be had. */
-ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_job *job, ct_err *err);
+ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_mirrored_spec *spec,
+                                     const char *job_path, ct_err *err);
 
 /* The run's figures in one line ("mirrored: 2 ranks, 3 buckets over ... overlapped backward"). */
 void ct__mirrored_describe(const ct__mirrored *m, char *buf, size_t cap);

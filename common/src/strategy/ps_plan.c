@@ -159,59 +159,6 @@ void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap) {
     }
 }
 
-/* FNV-1a, 64 bits. */
-static uint64_t fnv(uint64_t h, const void *data, size_t n) {
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ b[i]) * 0x100000001b3ULL;
-    }
-    return h;
-}
-
-uint64_t ct_ps_job_id(const ct_job *job) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv(h, &job->seed, sizeof job->seed);
-    h = fnv(h, &job->input_rank, sizeof job->input_rank);
-    h = fnv(h, job->input_shape, sizeof job->input_shape);
-    for (int i = 0; i < job->n_layers; i++) {
-        ct_layer_spec l = job->layers[i];
-        l.line = 0; /* where a layer sits in its file is not the model */
-        h = fnv(h, &l, sizeof l);
-    }
-    const ct_optimizer_spec *o = &job->optimizer; /* field by field: the struct has padding */
-    double opt[] = {o->type,
-                    o->learning_rate,
-                    o->momentum,
-                    o->nesterov,
-                    o->beta1,
-                    o->beta2,
-                    o->epsilon,
-                    o->rho,
-                    o->weight_decay,
-                    o->decay,
-                    o->clip_norm,
-                    o->schedule,
-                    (double)o->warmup_steps,
-                    (double)o->step_size,
-                    o->gamma,
-                    (double)o->decay_steps,
-                    o->min_lr};
-    h = fnv(h, opt, sizeof opt);
-    int64_t fields[] = {job->epochs,
-                        job->batch_size,
-                        job->shuffle,
-                        job->max_steps,
-                        job->train_data.limit,
-                        job->ps.async,
-                        job->ps.backup_workers,
-                        job->ps.staleness_policy,
-                        job->ps.staleness_max,
-                        job->ps.max_shard_bytes,
-                        job->checkpoint.every_steps};
-    h = fnv(h, fields, sizeof fields);
-    return h ? h : 1; /* 0 means "any job" in the decoder */
-}
-
 void ct__shard_name(const ct_params *p, const ct_ps_shard *s, char *buf, size_t cap) {
     const ct_param *v = &p->items[s->param];
     if (s->size == v->size) {

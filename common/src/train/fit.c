@@ -86,8 +86,8 @@ static ct_status interrupt(ct_trainer *t, ct_err *err) {
  * it runs. */
 static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err) {
     int64_t want = 1, got = 1, outputs = ct_model_output_size(t->model);
-    for (int k = 0; k < t->job.input_rank; k++) {
-        want *= t->job.input_shape[k];
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        want *= t->cfg.input_shape[k];
     }
     for (int k = 0; k < b->rank; k++) {
         got *= b->example_shape[k];
@@ -95,18 +95,18 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
     if (b->size > 0 && got != want) {
         char a[96], m[96];
         ct_shape es = ct_shape_make(b->rank, b->example_shape);
-        ct_shape ms = ct_shape_make(t->job.input_rank, t->job.input_shape);
+        ct_shape ms = ct_shape_make(t->cfg.input_rank, t->cfg.input_shape);
         return ct_err_set(err, CT_EINVAL,
                           "%s: the data's examples are %s (%lld values) but model.input_shape "
                           "is %s (%lld values)",
-                          t->job.path, ct_shape_str(&es, a, sizeof a), (long long)got,
+                          t->cfg.path, ct_shape_str(&es, a, sizeof a), (long long)got,
                           ct_shape_str(&ms, m, sizeof m), (long long)want);
     }
     int32_t top = -1;
     for (int64_t i = 0; i < b->size; i++) {
         if (b->y[i] < 0) {
             return ct_err_set(err, CT_EINVAL, "%s: batch %lld has the negative label %d",
-                              t->job.path, (long long)b->index, b->y[i]);
+                              t->cfg.path, (long long)b->index, b->y[i]);
         }
         top = b->y[i] > top ? b->y[i] : top;
     }
@@ -115,7 +115,7 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
                           "%s: batch %lld has label %d: the data has at least %d classes but the "
                           "model outputs %lld scores (set the last dense layer's units to at "
                           "least %d)",
-                          t->job.path, (long long)b->index, top, top + 1, (long long)outputs,
+                          t->cfg.path, (long long)b->index, top, top + 1, (long long)outputs,
                           top + 1);
     }
     return CT_OK;
@@ -132,8 +132,8 @@ static ct_status fit_step(fit_run *f, const ct_batch *b, float *loss, float *acc
     if (!t->reducer) {
         return ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
     }
-    int64_t global =
-        ct_loader_global_batch(f->loader, b->index, t->job.batch_size * (int64_t)t->shard_count);
+    int64_t global = ct_loader_global_batch(f->loader, b->index,
+                                            t->cfg.train.batch_size * (int64_t)t->shard_count);
     return ct_trainer_step_shard(t, b->x, b->y, b->size, global, loss, acc, err);
 }
 
@@ -161,8 +161,8 @@ static ct_status after_step(fit_run *f, epoch_run *e, const ct_batch *b, float l
                                    e->acc_sum + (double)acc * b->size, e->seen + b->size),
                              loss, acc, ct_loader_wait_seconds(f->loader));
     }
-    if (t->ckpt_dir[0] && t->job.checkpoint.every_steps > 0 &&
-        t->step % t->job.checkpoint.every_steps == 0 &&
+    if (t->ckpt_dir[0] && t->cfg.checkpoint.every_steps > 0 &&
+        t->step % t->cfg.checkpoint.every_steps == 0 &&
         (st = ct_trainer_save(t, NULL, err)) != CT_OK) {
         return st;
     }
@@ -196,7 +196,7 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         if (stop_now(f)) {
             return interrupt(t, err);
         }
-        if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
+        if (t->cfg.train.max_steps > 0 && t->step >= t->cfg.train.max_steps) {
             break;
         }
         /* the profiler's step: from the wait for its batch to the end of its logs */
@@ -233,7 +233,7 @@ static void input_verdict(const fit_run *f, ct_train_progress *p) {
     }
     int64_t examples = ct_loader_examples(f->loader);
     if (examples < 0) {
-        examples = f->steps * ct_loader_global_batch(f->loader, 0, f->t->job.batch_size);
+        examples = f->steps * ct_loader_global_batch(f->loader, 0, f->t->cfg.train.batch_size);
     }
     double compute = p->epoch_seconds * (1.0 - p->input_wait_fraction);
     p->data_workers = s.workers;
@@ -288,9 +288,9 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     ct_train_result r = {.test_loss = NAN, .test_accuracy = NAN};
     ct_status st = CT_OK;
     f.steps = ct_loader_batches_per_epoch(f.loader);
-    t->total_steps = t->job.max_steps > 0 ? t->job.max_steps
-                     : f.steps >= 0       ? f.steps * t->job.epochs
-                                          : 0;
+    t->total_steps = t->cfg.train.max_steps > 0 ? t->cfg.train.max_steps
+                     : f.steps >= 0             ? f.steps * t->cfg.train.epochs
+                                                : 0;
     t->dataset_n = ct_loader_examples(train) > 0 ? ct_loader_examples(train) : 0;
     double train_seconds = 0.0;
     int64_t samples = 0;
@@ -299,8 +299,8 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     }
     /* a resumed run starts at the checkpoint's epoch and batch (ct_trainer_restore); a trainer
      * whose fit ran to the end has nothing left to do */
-    for (int epoch = (int)t->epoch; epoch < t->job.epochs && st == CT_OK; epoch++) {
-        epoch_run e = {.p = {.epoch = epoch, .epochs = t->job.epochs, .steps = f.steps}};
+    for (int epoch = (int)t->epoch; epoch < t->cfg.train.epochs && st == CT_OK; epoch++) {
+        epoch_run e = {.p = {.epoch = epoch, .epochs = t->cfg.train.epochs, .steps = f.steps}};
         e.start = ct__now_s();
         e.wait0 = ct_loader_wait_seconds(f.loader);
         e.graph0 = t->graph_seconds;
@@ -314,7 +314,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
         if (st != CT_OK || (st = end_epoch(&f, &e, epoch_seconds, &r, err)) != CT_OK) {
             break;
         }
-        if (t->job.max_steps > 0 && t->step >= t->job.max_steps) {
+        if (t->cfg.train.max_steps > 0 && t->step >= t->cfg.train.max_steps) {
             break;
         }
         t->epoch = epoch + 1;
@@ -338,17 +338,17 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
 ct_status ct_trainer_fit(ct_trainer *t, const ct_examples *train, const ct_examples *eval,
                          ct_progress_fn progress, void *user, volatile int *stop,
                          ct_train_result *ret, ct_err *err) {
-    ct_loader_options lo = {.batch_size = t->job.batch_size,
-                            .shuffle = t->job.shuffle,
-                            .seed = t->job.seed,
-                            .prefetch = t->job.prefetch,
+    ct_loader_options lo = {.batch_size = t->cfg.train.batch_size,
+                            .shuffle = t->cfg.train.shuffle,
+                            .seed = t->cfg.seed,
+                            .prefetch = t->cfg.train.prefetch,
                             .shard_index = t->shard_index,
                             .shard_count = t->shard_count};
     int sharded_eval = t->reducer && t->reducer->sum_eval && t->shard_count >= 2;
-    ct_loader_options eo = {.batch_size =
-                                t->job.eval_batch_size > 0 ? t->job.eval_batch_size : 1000,
-                            .shard_index = sharded_eval ? t->shard_index : 0,
-                            .shard_count = sharded_eval ? t->shard_count : 1};
+    ct_loader_options eo = {
+        .batch_size = t->cfg.train.eval_batch_size > 0 ? t->cfg.train.eval_batch_size : 1000,
+        .shard_index = sharded_eval ? t->shard_index : 0,
+        .shard_count = sharded_eval ? t->shard_count : 1};
     ct_loader *train_loader = NULL, *eval_loader = NULL;
     ct_status st = ct_loader_create(train, &lo, &train_loader, err);
     if (st == CT_OK && eval) {

@@ -27,8 +27,8 @@ static const void *input_data(ct_trainer *t, const float *x, int64_t batch, ct_e
         return x;
     }
     int64_t n = batch;
-    for (int k = 0; k < t->job.input_rank; k++) {
-        n *= t->job.input_shape[k];
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        n *= t->cfg.input_shape[k];
     }
     if (n > t->ids_cap) {
         int32_t *ids = realloc(t->ids, (size_t)n * sizeof *ids);
@@ -53,9 +53,9 @@ static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const i
         return st;
     }
     ct_kctx *ctx = ct_graph_ctx(sg->g);
-    ctx->seed = t->job.seed;
+    ctx->seed = t->cfg.seed;
     ctx->step = (uint64_t)t->step;
-    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->job.batch_size : 0;
+    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size : 0;
     return ct__trainer_build_step(t, sg, x, y, err);
 }
 
@@ -64,11 +64,11 @@ static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const i
 static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const int32_t *y,
                             ct_err *err) {
     ct_kctx *ctx = ct_graph_ctx(sg->g);
-    ctx->seed = t->job.seed;
+    ctx->seed = t->cfg.seed;
     ctx->step = (uint64_t)t->step;
     ctx->total_steps = t->total_steps;
     ctx->node_done = t->reducer ? t->reducer->node_done : NULL;
-    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->job.batch_size : 0;
+    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size : 0;
     ctx->hook_user = t->reducer ? t->reducer->user : NULL;
     ct_graph_bind(sg->g, sg->x, (void *)x);
     ct_graph_bind(sg->g, sg->y, (void *)y);
@@ -89,7 +89,7 @@ static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int6
         return st != CT_OK ? st : CT_ENOMEM;
     }
     step_graph eager = {.batch = batch, .training = training, .update = -1}, *sg = &eager;
-    if (t->job.eager) {
+    if (t->cfg.train.eager) {
         st = run_eager(t, &eager, xd, y, err);
     } else if ((st = ct__trainer_graph(t, batch, training, &sg, err)) == CT_OK) {
         st = run_cached(t, sg, xd, y, err);
@@ -109,7 +109,7 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
     float loss = NAN, accuracy = NAN;
     ct_status st = CT_OK;
     ct_graph *g = NULL;
-    if (batch > 0 && !t->job.eager) {
+    if (batch > 0 && !t->cfg.train.eager) {
         step_graph *sg;
         if ((st = ct__trainer_graph(t, batch, 1, &sg, err)) != CT_OK) {
             return st;
@@ -148,7 +148,7 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
     }
     float loss, accuracy;
     ct_status st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
-    if (st == CT_OK && t->job.eager) {
+    if (st == CT_OK && t->cfg.train.eager) {
         /* graph mode updates inside the step graph; eagerly it is one more call. The step
          * overwrites every gradient, so no zeroing pass is needed. */
         const int64_t t0 = ct__prof_begin();
@@ -167,10 +167,10 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
 ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
                               double *ret_loss, double *ret_accuracy, ct_err *err) {
     double loss_sum = 0.0, acc_sum = 0.0;
-    int64_t bs = t->job.eval_batch_size > 0 ? t->job.eval_batch_size : 1000;
+    int64_t bs = t->cfg.train.eval_batch_size > 0 ? t->cfg.train.eval_batch_size : 1000;
     int64_t example = 1;
-    for (int k = 0; k < t->job.input_rank; k++) {
-        example *= t->job.input_shape[k];
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        example *= t->cfg.input_shape[k];
     }
     for (int64_t i = 0; i < n; i += bs) {
         int64_t b = n - i < bs ? n - i : bs;

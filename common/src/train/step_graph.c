@@ -40,22 +40,22 @@ static ct_status add_backward(ct_trainer *t, step_graph *sg, ct_err *err) {
 static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     ct_graph *g = sg->g;
     ct_kctx *ctx = ct_graph_ctx(g);
-    ctx->seed = t->job.seed;
+    ctx->seed = t->cfg.seed;
     ctx->optimizer = t->opt;
     ctx->params = ct_model_params(t->model);
     ct_graph_options o = ct_graph_default_options();
-    o.passes = t->job.graph_passes;
-    o.plan_memory = t->job.plan_memory;
+    o.passes = t->cfg.train.graph_passes;
+    o.plan_memory = t->cfg.train.plan_memory;
     o.threads = t->reducer ? 1 : 0; /* the reducer's hooks and MPI stay on this thread */
-    o.adapt = t->job.adapt_threads;
-    o.deterministic = t->job.deterministic;
+    o.adapt = t->cfg.train.adapt_threads;
+    o.deterministic = t->cfg.train.deterministic;
     /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
     int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
     int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;
     ct_graph *compiled = NULL;
     ct_status st = ct_graph_compile(g, &o, n_keep, keep, &compiled, err);
     if (st != CT_OK) {
-        return ct_err_prefix(err, st, "%s: compiling the %s graph", t->job.path,
+        return ct_err_prefix(err, st, "%s: compiling the %s graph", t->cfg.path,
                              sg->training ? "training" : "evaluation");
     }
     ct_graph_destroy(g);
@@ -72,10 +72,10 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
 ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
                                  const int32_t *y_data, ct_err *err) {
     ct_graph *g = sg->g;
-    ct_graph_set_conv_algorithm(g, t->job.conv_algorithm);
-    ct_shape xs = {.rank = t->job.input_rank + 1, .dims = {sg->batch}};
-    for (int k = 0; k < t->job.input_rank; k++) {
-        xs.dims[k + 1] = t->job.input_shape[k];
+    ct_graph_set_conv_algorithm(g, t->cfg.train.conv_algorithm);
+    ct_shape xs = {.rank = t->cfg.input_rank + 1, .dims = {sg->batch}};
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        xs.dims[k + 1] = t->cfg.input_shape[k];
     }
     ct_shape ys = {.rank = 1, .dims = {sg->batch}};
     sg->x = ct_placeholder(g, ct_model_input_dtype(t->model), &xs, "input");
@@ -97,7 +97,7 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     }
     ct_status built = ct_graph_status(g, err);
     if (built != CT_OK) {
-        return ct_err_prefix(err, built, "%s: building the %s graph", t->job.path,
+        return ct_err_prefix(err, built, "%s: building the %s graph", t->cfg.path,
                              sg->training ? "training" : "evaluation");
     }
     if (x_data) {

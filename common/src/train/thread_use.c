@@ -8,7 +8,8 @@
 static ct_graph *train_graph(const ct_trainer *t) {
     for (int k = 0; k < CACHE_SLOTS; k++) {
         const step_graph *sg = &t->cache[k];
-        if (sg->g && sg->training == 1 && sg->batch == t->job.batch_size && !t->job.eager) {
+        if (sg->g && sg->training == 1 && sg->batch == t->cfg.train.batch_size &&
+            !t->cfg.train.eager) {
             return sg->g;
         }
     }

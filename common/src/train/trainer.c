@@ -9,14 +9,25 @@
 #include "train/trainer_internal.h"
 
 ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err) {
+    return ct_trainer_create_with(job, &job->train, ret, err);
+}
+
+ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, ct_trainer **ret,
+                                 ct_err *err) {
     ct_status st;
     ct_trainer *t = calloc(1, sizeof *t);
     if (!t) {
         return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
     }
-    t->job = *job;
-    if ((st = ct_backend_cpu_create(job->threads, &t->be, err)) != CT_OK ||
-        (st = ct_model_create(job, &t->model, err)) != CT_OK) {
+    snprintf(t->cfg.path, sizeof t->cfg.path, "%s", job->path);
+    t->cfg.seed = job->seed;
+    t->cfg.input_rank = job->model.input_rank;
+    memcpy(t->cfg.input_shape, job->model.input_shape, sizeof t->cfg.input_shape);
+    t->cfg.train = *train;
+    t->cfg.checkpoint = job->checkpoint;
+    t->cfg.logs = job->logs;
+    if ((st = ct_backend_cpu_create(train->threads, &t->be, err)) != CT_OK ||
+        (st = ct_model_create(&job->model, job->seed, job->path, &t->model, err)) != CT_OK) {
         goto fail;
     }
     ct_shape out = ct_model_output_shape(t->model);
@@ -25,7 +36,7 @@ ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err) {
         st = ct_err_set(err, CT_EINVAL,
                         "%s:%d: model.layers: the last layer must output a vector of class "
                         "scores per example, got %s (add flatten and a dense layer)",
-                        job->path, job->layers[job->n_layers - 1].line,
+                        job->path, job->model.layers[job->model.n_layers - 1].line,
                         ct_shape_str(&out, s, sizeof s));
         goto fail;
     }
@@ -64,15 +75,12 @@ void ct_trainer_destroy(ct_trainer *t) {
 
 ct_status ct_trainer_load(const char *job_path, const char *const *sets, int n_sets,
                           ct_trainer **ret, ct_err *err) {
-    ct_job *job = malloc(sizeof *job);
-    if (!job) {
-        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
-    }
-    ct_status st = ct_job_load(job_path, sets, n_sets, job, err);
+    ct_job *job = NULL;
+    ct_status st = ct_job_create(job_path, sets, n_sets, &job, NULL, err);
     if (st == CT_OK) {
         st = ct_trainer_create(job, ret, err);
     }
-    free(job);
+    ct_job_destroy(job);
     return st;
 }
 

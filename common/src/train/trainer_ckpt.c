@@ -63,7 +63,7 @@ static int state_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t *p
     }
     pos[0] = t->epoch;
     pos[1] = t->epoch_step;
-    pos[2] = t->job.batch_size;
+    pos[2] = t->cfg.train.batch_size;
     pos[3] = t->dataset_n;
     if (n < cap) {
         ct_ckpt_tensor *e = &out[n++];
@@ -93,12 +93,12 @@ ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
                          .epoch = t->epoch,
                          .epoch_step = t->epoch_step,
                          .total_steps = t->total_steps,
-                         .seed = t->job.seed,
+                         .seed = t->cfg.seed,
                          .wall_time = (double)ct__wall_s(),
                          .job_text = t->job_text};
-    snprintf(meta.job_path, sizeof meta.job_path, "%s", t->job.path);
-    ct_ckpt_policy policy = {.keep_last = t->job.checkpoint.keep_last,
-                             .keep_every_hours = t->job.checkpoint.keep_every_hours};
+    snprintf(meta.job_path, sizeof meta.job_path, "%s", t->cfg.path);
+    ct_ckpt_policy policy = {.keep_last = t->cfg.checkpoint.keep_last,
+                             .keep_every_hours = t->cfg.checkpoint.keep_every_hours};
     const int64_t t0 = ct__prof_begin();
     ct_status st = ct_ckpt_save(t->ckpt_dir, &policy, &meta, list, n, t->last_ckpt, err);
     int64_t bytes = 0;
@@ -133,11 +133,11 @@ static ct_status restore_one(const ct_ckpt *c, const char *path, const char *nam
 
 ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, ct_err *err) {
     const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
-    if (m->seed != t->job.seed) {
+    if (m->seed != t->cfg.seed) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: written with seed %llu, the job has seed %llu (the data order and "
                           "dropout would differ; use --no-resume to start over)",
-                          path, (unsigned long long)m->seed, (unsigned long long)t->job.seed);
+                          path, (unsigned long long)m->seed, (unsigned long long)t->cfg.seed);
     }
     const ct_ckpt_tensor *pos = ct_ckpt_find(c, "input/position");
     if (!pos || pos->dtype != CT_I64 || pos->bytes != 4 * sizeof(int64_t)) {
@@ -145,11 +145,11 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
     }
     int64_t where[4];
     memcpy(where, pos->data, sizeof where);
-    if (where[2] != t->job.batch_size) {
+    if (where[2] != t->cfg.train.batch_size) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: written with batch size %lld, the job has %d (use --no-resume to "
                           "start over)",
-                          path, (long long)where[2], t->job.batch_size);
+                          path, (long long)where[2], t->cfg.train.batch_size);
     }
     ct_params *p = ct_model_params(t->model);
     ct_status st = CT_OK;

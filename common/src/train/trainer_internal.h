@@ -27,8 +27,21 @@ typedef struct step_graph {
     uint64_t last_used;
 } step_graph;
 
+/* The parts of the job the trainer reads, copied from it at create (not the whole job): the
+ * file (for messages), the seed, the per-example input shape, and the train, checkpoint and
+ * logs sections. */
+typedef struct trainer_config {
+    char path[CT_JOB_PATH_MAX];
+    uint64_t seed;
+    int input_rank;
+    int64_t input_shape[CT_JOB_MAX_RANK];
+    ct_train_spec train;
+    ct_checkpoint_spec checkpoint;
+    ct_logs_spec logs;
+} trainer_config;
+
 struct ct_trainer {
-    ct_job job;
+    trainer_config cfg;
     ct_backend *be;
     ct_model *model;
     ct_optimizer *opt;

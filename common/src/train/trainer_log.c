@@ -12,7 +12,7 @@
 ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err) {
     ct__run_log_destroy(t->log);
     t->log = NULL;
-    return ct__run_log_create(run_dir, t->job.logs.tensorboard, t->job_text, t->step, &t->log, err);
+    return ct__run_log_create(run_dir, t->cfg.logs.tensorboard, t->job_text, t->step, &t->log, err);
 }
 
 ct_status ct__trainer_log_graph(ct_trainer *t, int64_t batch, ct_err *err) {
@@ -20,7 +20,7 @@ ct_status ct__trainer_log_graph(ct_trainer *t, int64_t batch, ct_err *err) {
         return CT_OK;
     }
     t->graph_logged = 1;
-    if (t->job.eager) {
+    if (t->cfg.train.eager) {
         return CT_OK; /* eager steps keep no graph */
     }
     ct_graph *g = NULL;
@@ -49,7 +49,7 @@ static void log_histograms(ct_trainer *t) {
 
 void ct__trainer_log_step(ct_trainer *t, const ct_train_progress *p, float loss, float accuracy,
                           double wait_s) {
-    if (t->job.logs.every_steps <= 0 || t->step % t->job.logs.every_steps != 0) {
+    if (t->cfg.logs.every_steps <= 0 || t->step % t->cfg.logs.every_steps != 0) {
         return;
     }
     /* throughput and input wait over the interval since the last logged step (0 for the first) */
@@ -65,11 +65,11 @@ void ct__trainer_log_step(ct_trainer *t, const ct_train_progress *p, float loss,
                                 {"accuracy", accuracy},
                                 {"learning_rate", lr},
                                 {"steps_per_s", steps_per_s},
-                                {"samples_per_s", steps_per_s * t->job.batch_size},
+                                {"samples_per_s", steps_per_s * t->cfg.train.batch_size},
                                 {"input_wait_fraction", wait}};
     ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, scalars,
                         (int)(sizeof scalars / sizeof scalars[0]));
-    int64_t every = t->job.logs.histogram_every_steps;
+    int64_t every = t->cfg.logs.histogram_every_steps;
     if (every > 0 && t->step % every == 0) {
         log_histograms(t);
     }

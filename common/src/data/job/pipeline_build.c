@@ -43,9 +43,9 @@ void ct_pipeline_context_init(ct_pipeline_context *ctx, const ct_job *job, int e
         snprintf(ctx->base_dir, sizeof ctx->base_dir, "%.*s",
                  slash == job->path ? 1 : (int)(slash - job->path), job->path);
     }
-    ctx->batch_size = eval ? job->eval_batch_size : job->batch_size;
-    ctx->shuffle = eval ? 0 : job->shuffle;
-    ctx->prefetch = job->prefetch;
+    ctx->batch_size = eval ? job->train.eval_batch_size : job->train.batch_size;
+    ctx->shuffle = eval ? 0 : job->train.shuffle;
+    ctx->prefetch = job->train.prefetch;
     ctx->num_shards = 1;
 }
 

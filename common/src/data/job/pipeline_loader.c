@@ -38,26 +38,18 @@ static ct_status service_loader(const ct_job *job, int eval, int shard_index, in
     return st;
 }
 
-ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int shard_count,
-                             ct_loader **ret, ct_err *err) {
-    if (job->data_service.enabled) {
-        return service_loader(job, eval, shard_index, shard_count, ret, err);
-    }
-    ct_pipeline_context ctx;
-    ct_pipeline_context_init(&ctx, job, eval);
-    ctx.num_shards = shard_count > 1 ? shard_count : 1;
-    ctx.shard_index = shard_count > 1 ? shard_index : 0;
+ct_status ct_pipeline_loader_from(const ct_data_spec *spec, const ct_pipeline_context *ctx,
+                                  ct_loader **ret, ct_err *err) {
     ct_dataset *ds = NULL;
-    const ct_data_spec *spec = eval ? &job->eval_data : &job->train_data;
-    ct_status st = ct_pipeline_build(spec, &ctx, &ds, err);
+    ct_status st = ct_pipeline_build(spec, ctx, &ds, err);
     if (st != CT_OK && spec->n_stages == 0) { /* the pipeline form's errors name file:line */
-        ct_err_prefix(err, st, "%s: %s", job->path, eval ? "data.eval" : "data.train");
+        ct_err_prefix(err, st, "%s: %s", ctx->job_path ? ctx->job_path : "job", spec->key);
     }
     /* As tf.data's inject_prefetch: a pipeline form that does not end in a prefetch gets an
      * autotuned one, so the next batch is prepared while the step runs (the order is the same);
-     * train.prefetch: 0 turns it off (a data worker, whose leases jump from split to split) */
+     * prefetch 0 turns it off (a data worker, whose leases jump from split to split) */
     ct_dataset *top = NULL;
-    if (st == CT_OK && spec->n_stages > 0 && job->prefetch > 0 &&
+    if (st == CT_OK && spec->n_stages > 0 && ctx->prefetch > 0 &&
         spec->stages[spec->n_stages - 1].kind != CT_STAGE_PREFETCH &&
         ct_dataset_prefetch(ds, CT_AUTOTUNE, &top, NULL) == CT_OK) {
         ct_dataset_destroy(ds);
@@ -70,9 +62,21 @@ ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int s
             *ret = NULL;
         }
         if (st != CT_OK) {
-            ct_err_prefix(err, st, "%s: %s", job->path, eval ? "data.eval" : "data.train");
+            ct_err_prefix(err, st, "%s: %s", ctx->job_path ? ctx->job_path : "job", spec->key);
         }
     }
     ct_dataset_destroy(ds);
     return st;
+}
+
+ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int shard_count,
+                             ct_loader **ret, ct_err *err) {
+    if (job->data_service.enabled) {
+        return service_loader(job, eval, shard_index, shard_count, ret, err);
+    }
+    ct_pipeline_context ctx;
+    ct_pipeline_context_init(&ctx, job, eval);
+    ctx.num_shards = shard_count > 1 ? shard_count : 1;
+    ctx.shard_index = shard_count > 1 ? shard_index : 0;
+    return ct_pipeline_loader_from(eval ? &job->eval_data : &job->train_data, &ctx, ret, err);
 }
