@@ -56,7 +56,7 @@ typedef struct harness {
     ct_err err;
     ct_train_result ret;
     pthread_mutex_t lock; /* the notices: written on the chief's thread */
-    char notices[64][256];
+    char notices[128][256];
     int n_notices;
     player ps, w[2];
     uint64_t generation; /* of the last RESTORE */
@@ -69,10 +69,18 @@ typedef struct harness {
 static void on_notice(const char *line, void *user) {
     harness *h = user;
     pthread_mutex_lock(&h->lock);
-    if (h->n_notices < 64) {
+    if (h->n_notices < 128) {
         snprintf(h->notices[h->n_notices++], sizeof h->notices[0], "%s", line);
     }
     pthread_mutex_unlock(&h->lock);
+}
+
+/* The chief's log lines (the warnings of what it drops), kept as notices "log: ...". */
+static void on_log(ct_log_level level, const char *msg, void *user) {
+    (void)level;
+    char line[256];
+    snprintf(line, sizeof line, "log: %s", msg);
+    on_notice(line, user);
 }
 
 static void on_listening(void *user, const char *endpoint) {
@@ -91,7 +99,7 @@ static void *chief_main(void *arg) {
 /* Whether the chief said a line holding `what`. */
 static int said(harness *h, const char *what) {
     pthread_mutex_lock(&h->lock);
-    int found = 0;
+    int found = 0; /* a log line counts too */
     for (int i = 0; i < h->n_notices && !found; i++) {
         found = strstr(h->notices[i], what) != NULL;
     }
@@ -142,6 +150,7 @@ static void start(harness *h, int epochs, const char *mode, double heartbeat_tim
     cr_assert_eq(ct_job_parse(h->text, strlen(h->text), "job.yaml", NULL, 0, &h->job, &err), CT_OK,
                  "%s", err.msg);
     h->job_id = ct_ps_job_id(&h->job);
+    ct_log_set(CT_LOG_WARN, on_log, h); /* this test's process only: Criterion forks per test */
     h->o = (ct_ps_chief_options){.n_servers = 1,
                                  .n_workers = 2,
                                  .bind = "127.0.0.1:0",
@@ -769,6 +778,13 @@ Test(ps_chief, malformed_messages_are_dropped_and_the_chief_goes_on) {
     cr_expect_eq(v->view->n_live_workers, 2u);
     cr_expect_eq(v->view->step, 1u, "the report of version 0 made step 1; the others none");
     ct__env_destroy(v);
+    /* each was dropped for its reason */
+    cr_expect(said(&h, "not a ctrain.wire.Envelope"), "the garbage");
+    cr_expect(said(&h, "promises 1 tensor frames, 0 came"), "the truncated heartbeat");
+    cr_expect(said(&h, "chief: dropped a HEARTBEAT of another job"));
+    cr_expect(said(&h, "dropped a report of batch 0 of epoch 5"));
+    cr_expect(said(&h, "worker 0 sent SNAPSHOT, which the chief does not take"));
+    cr_expect(said(&h, "ps 0 sent REPORT, which the chief does not take"));
     ct__env_destroy(req);
     stop(&h);
     finish(&h);

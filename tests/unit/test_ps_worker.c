@@ -280,11 +280,16 @@ static void send_task(harness *h, uint64_t generation, int64_t epoch, int64_t in
                  CT_OK);
 }
 
-/* The worker's next PULL: asserts its generation and what it holds; returns the version asked. */
-static uint64_t pulled(harness *h) {
+/* The worker's next PULL: asserts its generation and that it holds every shard at version
+ * `held`; returns the version it asks for. */
+static uint64_t pulled(harness *h, uint64_t held) {
     got g = must_take(h, &h->ps, CTRAIN__WIRE__KIND__PULL);
     cr_expect_eq(g.env->generation, h->generation);
-    cr_expect_eq(g.env->n_held, (size_t)h->plan.n_shards, "one version per shard of the server");
+    cr_assert_eq(g.env->n_held, (size_t)h->plan.n_shards, "one version per shard of the server");
+    for (size_t k = 0; k < g.env->n_held; k++) {
+        cr_expect_eq(g.env->held[k], held, "shard %zu held at version %llu", k,
+                     (unsigned long long)g.env->held[k]);
+    }
     uint64_t version = g.env->version;
     drop(g);
     return version;
@@ -429,10 +434,10 @@ Test(ps_worker, sync_pulls_once_running_then_each_params_makes_a_push_and_a_repo
     accept_registration(&h, CTRAIN__WIRE__STATE__WAITING);
     h.generation = 1;
     send_view(&h, CTRAIN__WIRE__KIND__VIEW, CTRAIN__WIRE__STATE__RUNNING, 1, NULL);
-    cr_expect_eq(pulled(&h), 0u, "the first pull of a generation asks for anything");
+    cr_expect_eq(pulled(&h, 0), 0u, "the first pull of a generation asks for anything");
     for (uint64_t v = 0; v < 2; v++) {
         send_params(&h, v, 1, 0.0f);
-        cr_expect_eq(pulled(&h), v + 1, "the next version is asked for ahead of the step");
+        cr_expect_eq(pulled(&h, v), v + 1, "the next version is asked for ahead of the step");
         got g = pushed(&h, v, 2);
         expect_uniform_bias_gradient(&h, &g);
         drop(g);
@@ -453,13 +458,13 @@ Test(ps_worker, async_works_on_the_tasks_the_chief_hands_out_only) {
     accept_registration(&h, CTRAIN__WIRE__STATE__WAITING);
     h.generation = 1;
     send_view(&h, CTRAIN__WIRE__KIND__VIEW, CTRAIN__WIRE__STATE__RUNNING, 1, NULL);
-    cr_expect_eq(pulled(&h), 0u);
+    cr_expect_eq(pulled(&h, 0), 0u);
     send_params(&h, 5, 1, 0.0f);
     expect_none(&h, &h.ps, CTRAIN__WIRE__KIND__PUSH, "no task yet");
     send_task(&h, 0, 0, 0); /* of an older generation: dropped */
     expect_none(&h, &h.ps, CTRAIN__WIRE__KIND__PUSH, "a task of an older generation");
     send_task(&h, 1, 1, 2);
-    cr_expect_eq(pulled(&h), 0u, "async asks for the newest, ahead of the step");
+    cr_expect_eq(pulled(&h, 5), 0u, "async asks for the newest, ahead of the step");
     got g = pushed(&h, 5, 2);
     expect_uniform_bias_gradient(&h, &g);
     drop(g);
@@ -468,7 +473,7 @@ Test(ps_worker, async_works_on_the_tasks_the_chief_hands_out_only) {
     send_task(&h, 1, 0, 1);
     expect_none(&h, &h.ps, CTRAIN__WIRE__KIND__PUSH, "the parameters are not in");
     send_params(&h, 7, 0, 0.0f); /* version 7, no shard changed */
-    cr_expect_eq(pulled(&h), 0u);
+    cr_expect_eq(pulled(&h, 5), 0u, "the shards are still those of version 5");
     drop(pushed(&h, 7, 2));
     reported(&h, 0, 1, 7);
     expect_none(&h, &h.ps, CTRAIN__WIRE__KIND__PUSH, "every task was done");
