@@ -99,7 +99,7 @@ static void start(harness *h, double heartbeat, double timeout) {
              timeout);
     parse_job(service, &h->job);
     parse_job("", &h->local);
-    h->job_id = ct__dsvc_job_id(&h->job);
+    h->job_id = ct_job_id(&h->job, CT_JOB_ID_INPUT);
     ct_err err = {0};
     cr_assert_eq(ct_net_socket(ZMQ_ROUTER, NULL, 1, &h->dispatcher, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(

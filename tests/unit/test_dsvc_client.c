@@ -82,7 +82,7 @@ static void setup(harness *h, double timeout) {
     ct_err err = {0};
     cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &h->job, &err), CT_OK, "%s",
                  err.msg);
-    h->job_id = ct__dsvc_job_id(&h->job);
+    h->job_id = ct_job_id(&h->job, CT_JOB_ID_INPUT);
 }
 
 /* Receives on a ROUTER until a message of `kind` comes (0: none within WAIT_S); heartbeats and

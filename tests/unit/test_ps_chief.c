@@ -149,7 +149,7 @@ static void start(harness *h, int epochs, const char *mode, double heartbeat_tim
     ct_err err = {0};
     cr_assert_eq(ct_job_parse(h->text, strlen(h->text), "job.yaml", NULL, 0, &h->job, &err), CT_OK,
                  "%s", err.msg);
-    h->job_id = ct_ps_job_id(&h->job);
+    h->job_id = ct_job_id(&h->job, CT_JOB_ID_TRAINING);
     ct_log_set(CT_LOG_WARN, on_log, h); /* this test's process only: Criterion forks per test */
     h->o = (ct_ps_chief_options){.n_servers = 1,
                                  .n_workers = 2,

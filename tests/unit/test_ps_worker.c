@@ -104,7 +104,7 @@ static void start(harness *h, const char *mode, double chief_timeout) {
     ct_err err = {0};
     cr_assert_eq(ct_job_parse(text, strlen(text), "job.yaml", NULL, 0, &h->job, &err), CT_OK, "%s",
                  err.msg);
-    h->job_id = ct_ps_job_id(&h->job);
+    h->job_id = ct_job_id(&h->job, CT_JOB_ID_TRAINING);
     cr_assert_eq(ct_trainer_create(&h->job, &h->t, &err), CT_OK, "%s", err.msg);
     cr_assert_eq(ct_ps_plan_init(ct_trainer_params(h->t), 1, 0, &h->plan, &err), CT_OK, "%s",
                  err.msg);
