@@ -5,7 +5,10 @@
 #      with the words "over 1000 lines";
 #   3. no function over 150 lines (universal-ctags' line: and end: fields), unless the comment
 #      just above it (ending on the line before the function) says "flat sequence": a flat
-#      "call each step" function.
+#      "call each step" function;
+#   4. the rules of docs/architecture.md (scripts/check_layout.py reads its tables): which module
+#      may include which, no MPI/ZeroMQ/CUDA header in a public header, one clock, no mutable
+#      global outside the listed ones, role dependencies over the core's public headers.
 # Prints each violation as "path:line: what" and exits 1 if there is any.
 #   scripts/check.sh
 set -euo pipefail
@@ -18,6 +21,7 @@ missing=()
 command -v git >/dev/null || missing+=(git)
 command -v clang-format >/dev/null || missing+=(clang-format)
 ctags --version 2>/dev/null | grep -q "Universal Ctags" || missing+=(universal-ctags)
+[[ -x /usr/bin/python3 ]] || missing+=(python3)
 if ((${#missing[@]})); then
     echo "check: installing ${missing[*]}"
     sudo=()
@@ -89,6 +93,11 @@ while IFS=$'\t' read -r f start length name; do
             "its comment does not call it a \"flat sequence\""
     fi
 done <<<"$long_functions"
+
+# 4. the layout rules
+if ! /usr/bin/python3 scripts/check_layout.py; then
+    violations=$((violations + 1))
+fi
 
 if ((violations)); then
     echo "check: $violations violation(s)"

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrain/data_service.h"
 #include "ctrain/job.h"
 #include "ctrain/net.h"
 #include "ctrain/role.h"
-#include "data_service/service.h"
 #include "dispatcher.h"
 
 static volatile int stop_requested = 0;
@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     char address[1024];
     if (ct_job_create(f.job_path, f.sets, f.n_sets, &job, NULL, &err) != CT_OK ||
         (!f.ps.bind &&
-         ct__dsvc_dispatcher_address(job, &f.ps.cluster, address, sizeof address, &err) != CT_OK)) {
+         ct_data_service_address(job, &f.ps.cluster, address, sizeof address, &err) != CT_OK)) {
         fprintf(stderr, "ctrain-dispatcher: %s\n", err.msg);
         ct_job_destroy(job);
         return 2;

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "ctrain/dataset.h"
-#include "src/data/core/autotune.h"
+#include "data/core/autotune.h"
 
 TestSuite(autotune, .timeout = 120);
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "ctrain/cluster.h"
+#include "ctrain/data_service.h"
 #include "ctrain/job.h"
-#include "data_service/service.h"
 #include "data_worker.h"
 
 #define MAX_SETS 64
@@ -146,7 +146,7 @@ static int serve(flags *f, ct_job *job) {
     if (st == CT_OK && f->dispatcher) {
         snprintf(dispatcher, sizeof dispatcher, "%s", f->dispatcher);
     } else if (st == CT_OK) {
-        st = ct__dsvc_dispatcher_address(job, &cf, dispatcher, sizeof dispatcher, &err);
+        st = ct_data_service_address(job, &cf, dispatcher, sizeof dispatcher, &err);
     }
     if (st == CT_OK) {
         st = ct_net_keys_load(f->keys ? f->keys : job->ps.keys, &keys, &err);

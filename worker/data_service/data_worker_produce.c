@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/hash.h"
 #include "ctrain/pipeline.h"
-#include "data/core/dataset_impl.h"
 #include "data_worker_impl.h"
 #include "net/link.h"
 #include "prof/prof.h"

@@ -14,7 +14,7 @@
 #include "ctrain/api.h"
 
 #include "ctrain/graph.h"
-#include "ctrain/nn.h"
+#include "ctrain/params.h"
 
 typedef struct ct_tensor_spec {
     ct_dtype dtype;

@@ -9,96 +9,12 @@
 #include <stdint.h>
 
 #include "ctrain/dataset.h"
+#include "ctrain/nn.h"
 #include "ctrain/ops.h"
+#include "ctrain/optim.h"
 #include "ctrain/status.h"
 
-#define CT_JOB_MAX_LAYERS 64
-#define CT_JOB_MAX_RANK 4
 #define CT_JOB_PATH_MAX 1024
-
-typedef enum ct_layer_type {
-    CT_LAYER_DENSE,
-    CT_LAYER_CONV2D,
-    CT_LAYER_MAX_POOL2D,
-    CT_LAYER_AVG_POOL2D,
-    CT_LAYER_DROPOUT,
-    CT_LAYER_FLATTEN,
-    CT_LAYER_BATCH_NORM,
-    CT_LAYER_EMBEDDING,
-    CT_LAYER_ACTIVATION,
-} ct_layer_type;
-
-/* Activation functions, as names in job files: none (linear), relu, gelu, sigmoid, tanh, softmax.
- */
-typedef enum ct_activation {
-    CT_ACT_NONE,
-    CT_ACT_RELU,
-    CT_ACT_GELU,
-    CT_ACT_SIGMOID,
-    CT_ACT_TANH,
-    CT_ACT_SOFTMAX,
-} ct_activation;
-
-/* Initializers, as names in job files: glorot_uniform, he_normal, zeros, ones. */
-typedef enum ct_init {
-    CT_INIT_GLOROT_UNIFORM,
-    CT_INIT_HE_NORMAL,
-    CT_INIT_ZEROS,
-    CT_INIT_ONES,
-} ct_init;
-
-/* One entry of model.layers: `- dense: {units: 128, activation: relu}`. Fields that do not apply
- * to a layer type keep their defaults. */
-typedef struct ct_layer_spec {
-    ct_layer_type type;
-    int line;                 /* line of the entry in the job file (0 when built in C) */
-    int units;                /* dense: > 0 */
-    int filters;              /* conv2d: > 0 */
-    int kernel_size[2];       /* conv2d: default 3x3; an int means square */
-    int strides[2];           /* conv2d default 1x1; pools default = pool_size */
-    int pool_size[2];         /* pools: default 2x2 */
-    int padding_same;         /* conv2d/pools: "same" (1) or "valid" (0, the default) */
-    ct_activation activation; /* dense/conv2d/activation: default none */
-    int use_bias;             /* dense/conv2d: default 1 */
-    ct_init kernel_init;      /* default glorot_uniform */
-    ct_init bias_init;        /* default zeros */
-    float rate;               /* dropout: in [0, 1) */
-    float momentum;           /* batch_norm: default 0.99 (Keras) */
-    float epsilon;            /* batch_norm: default 1e-3 (Keras) */
-    int input_dim;            /* embedding: vocabulary size > 0 */
-    int output_dim;           /* embedding: vector size > 0 */
-} ct_layer_spec;
-
-typedef enum ct_optimizer_type {
-    CT_OPT_SGD,
-    CT_OPT_ADAM,
-    CT_OPT_ADAMW,
-    CT_OPT_RMSPROP
-} ct_optimizer_type;
-typedef enum ct_schedule_type {
-    CT_SCHED_CONSTANT,
-    CT_SCHED_STEP,
-    CT_SCHED_COSINE
-} ct_schedule_type;
-
-typedef struct ct_optimizer_spec {
-    ct_optimizer_type type;    /* optimizer.type: sgd, adam, adamw, rmsprop */
-    float learning_rate;       /* optimizer.learning_rate: > 0; default 1e-3 */
-    float momentum;            /* sgd, rmsprop: default 0 */
-    int nesterov;              /* sgd: default false */
-    float beta1, beta2;        /* adam(w): default 0.9, 0.999 */
-    float epsilon;             /* adam(w): 1e-7 (Keras); rmsprop: 1e-7 */
-    float rho;                 /* rmsprop: default 0.9 */
-    float weight_decay;        /* adamw: default 0.004 (Keras); others: 0 */
-    float decay;               /* Keras-style time decay: lr / (1 + decay * step); default 0 */
-    float clip_norm;           /* global-norm clipping; 0 = off */
-    ct_schedule_type schedule; /* optimizer.schedule.type: constant, step, cosine */
-    int64_t warmup_steps;      /* optimizer.schedule.warmup_steps: linear warm-up; default 0 */
-    int64_t step_size;         /* step: multiply by gamma every step_size steps */
-    float gamma;               /* step: default 0.1 */
-    int64_t decay_steps;       /* cosine: steps from peak to min_lr (0: the whole run) */
-    float min_lr;              /* cosine: default 0 */
-} ct_optimizer_spec;
 
 typedef enum ct_data_format { CT_DATA_IDX } ct_data_format;
 
@@ -243,8 +159,6 @@ typedef struct ct_data_spec {
 CT_API const char *ct_stage_kind_name(ct_stage_kind kind);
 CT_API const char *ct_map_kind_name(ct_map_kind kind);
 
-typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;
-
 /* strategy.staleness.policy (asynchronous parameter-server training). */
 typedef enum ct_staleness_policy {
     CT_STALENESS_NONE,  /* apply every gradient */
@@ -301,18 +215,6 @@ typedef struct ct_data_service_spec {
 
 /* "local", "mirrored", "parameter_server"; "?" for other values. */
 CT_API const char *ct_strategy_name(ct_strategy_type type);
-
-/* model: the layer stack and what is computed from its output: the model module's options
- * (ct_model_create). */
-typedef struct ct_model_spec {
-    int input_rank; /* model.input_shape: 1..3 dims, per example (no batch dim) */
-    int64_t input_shape[CT_JOB_MAX_RANK];
-    int n_layers;
-    ct_layer_spec layers[CT_JOB_MAX_LAYERS];
-    int layers_line;     /* line of model.layers, for errors about the whole stack */
-    ct_loss_type loss;   /* loss: sparse_categorical_crossentropy (from logits) */
-    int metric_accuracy; /* metrics: [accuracy] */
-} ct_model_spec;
 
 /* train: how the training loop runs a step and an epoch: the trainer's options. */
 typedef struct ct_train_spec {
@@ -456,10 +358,5 @@ CT_API uint64_t ct_job_id(const ct_job *job, ct_job_id_scope scope);
  * a fixed order, values printed exactly; written into buf (NUL-terminated, truncated at cap).
  * Returns its full length. Thread-safe. */
 CT_API size_t ct_job_canonical(const ct_job *job, ct_job_id_scope scope, char *buf, size_t cap);
-
-/* Names used in job files, for messages and `ctrain` output. */
-CT_API const char *ct_layer_type_name(ct_layer_type type);
-CT_API const char *ct_activation_name(ct_activation act);
-CT_API const char *ct_optimizer_type_name(ct_optimizer_type type);
 
 #endif

@@ -1,7 +1,5 @@
-/* Parameters and models. All parameters of a model live in one flat buffer (and their gradients
- * in a second one) with named views carved out, so optimizers, all-reduce, checkpoints and PS
- * sharding work on (offset, size) ranges. Trainable parameters come first, then non-trainable
- * state (batch-norm running statistics), so the optimizer updates one contiguous range. */
+/* Layers and models: a layer stack (ct_model_spec, the model section of a job file) built into
+ * graph nodes over flat parameters (ctrain/params.h). */
 #ifndef CTRAIN_NN_H
 #define CTRAIN_NN_H
 
@@ -10,56 +8,87 @@
 #include <stdint.h>
 
 #include "ctrain/graph.h"
-#include "ctrain/job.h"
+#include "ctrain/params.h"
 #include "ctrain/status.h"
 
-typedef struct ct_param {
-    char name[64]; /* "dense_1/kernel" */
-    ct_shape shape;
-    int64_t offset; /* in floats, into data and grad; multiples of 16 (64 bytes) */
-    int64_t size;   /* elements */
-    int trainable;
-    ct_init init;
-    int64_t fan_in, fan_out;
-} ct_param;
+#define CT_JOB_MAX_LAYERS 64
+#define CT_JOB_MAX_RANK 4
 
-typedef struct ct_params {
-    ct_param *items;
-    int n;
-    int cap;
-    int64_t total;           /* floats in data (all parameters, padded) */
-    int64_t trainable_total; /* floats in [0, trainable_total) hold trainable parameters */
-    float *data;             /* [total] */
-    float *grad;             /* [total] (only the trainable range is used) */
-    /* Set while a ct_function traces (its name): declaring then fails and records the name. */
-    const char *tracing;
-    char created_while_tracing[64];
-} ct_params;
+/* The layer types, once: X(ENUM, name in job files). The enum, ct_layer_type_name and the job
+ * parser's names are made from this list. */
+#define CT_LAYER_LIST(X)                                                                           \
+    X(DENSE, dense)                                                                                \
+    X(CONV2D, conv2d)                                                                              \
+    X(MAX_POOL2D, max_pool2d)                                                                      \
+    X(AVG_POOL2D, avg_pool2d)                                                                      \
+    X(DROPOUT, dropout)                                                                            \
+    X(FLATTEN, flatten)                                                                            \
+    X(BATCH_NORM, batch_norm)                                                                      \
+    X(EMBEDDING, embedding)                                                                        \
+    X(ACTIVATION, activation)
 
-/* Empty parameter set; ct_params_finish frees it (accepts zeroed or half-built sets). */
-CT_API void ct_params_init(ct_params *p);
-CT_API void ct_params_finish(ct_params *p);
+typedef enum ct_layer_type {
+#define CT_LAYER_ENUM(e, name) CT_LAYER_##e,
+    CT_LAYER_LIST(CT_LAYER_ENUM)
+#undef CT_LAYER_ENUM
+} ct_layer_type;
 
-/* Declares a parameter (before ct_params_allocate); returns its index, or -1 (CT_ENOMEM, or
- * while a function traces: variables are created eagerly, and the name is recorded). */
-CT_API int ct_params_declare(ct_params *p, const char *name, const ct_shape *shape, int trainable,
-                             ct_init init, int64_t fan_in, int64_t fan_out);
+/* Activation functions, once: X(ENUM, name in job files) (the parser also takes "linear" for
+ * none). */
+#define CT_ACTIVATION_LIST(X)                                                                      \
+    X(NONE, none)                                                                                  \
+    X(RELU, relu)                                                                                  \
+    X(GELU, gelu)                                                                                  \
+    X(SIGMOID, sigmoid)                                                                            \
+    X(TANH, tanh)                                                                                  \
+    X(SOFTMAX, softmax)
 
-/* Lays out declared parameters (trainable first), allocates data and zeroed grad, and fills data
- * with each parameter's initializer from (seed, parameter index): the same seed gives the same
- * weights on every machine. */
-CT_API ct_status ct_params_allocate(ct_params *p, uint64_t seed, ct_err *err);
+typedef enum ct_activation {
+#define CT_ACT_ENUM(e, name) CT_ACT_##e,
+    CT_ACTIVATION_LIST(CT_ACT_ENUM)
+#undef CT_ACT_ENUM
+} ct_activation;
 
-/* Index of the parameter named `name`, or -1. */
-CT_API int ct_params_find(const ct_params *p, const char *name);
-static inline float *ct_params_data(const ct_params *p, int i) {
-    return p->data + p->items[i].offset;
-}
-static inline float *ct_params_grad(const ct_params *p, int i) {
-    return p->grad + p->items[i].offset;
-}
-/* Sets every gradient to zero. */
-CT_API void ct_params_zero_grad(ct_params *p);
+/* The names of a layer type and an activation in job files ("conv2d", "relu"); "unknown" for
+ * other values. Thread-safe. */
+CT_API const char *ct_layer_type_name(ct_layer_type type);
+CT_API const char *ct_activation_name(ct_activation act);
+
+/* One entry of model.layers: `- dense: {units: 128, activation: relu}`. Fields that do not apply
+ * to a layer type keep their defaults. */
+typedef struct ct_layer_spec {
+    ct_layer_type type;
+    int line;                 /* line of the entry in the job file (0 when built in C) */
+    int units;                /* dense: > 0 */
+    int filters;              /* conv2d: > 0 */
+    int kernel_size[2];       /* conv2d: default 3x3; an int means square */
+    int strides[2];           /* conv2d default 1x1; pools default = pool_size */
+    int pool_size[2];         /* pools: default 2x2 */
+    int padding_same;         /* conv2d/pools: "same" (1) or "valid" (0, the default) */
+    ct_activation activation; /* dense/conv2d/activation: default none */
+    int use_bias;             /* dense/conv2d: default 1 */
+    ct_init kernel_init;      /* default glorot_uniform */
+    ct_init bias_init;        /* default zeros */
+    float rate;               /* dropout: in [0, 1) */
+    float momentum;           /* batch_norm: default 0.99 (Keras) */
+    float epsilon;            /* batch_norm: default 1e-3 (Keras) */
+    int input_dim;            /* embedding: vocabulary size > 0 */
+    int output_dim;           /* embedding: vector size > 0 */
+} ct_layer_spec;
+
+typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;
+
+/* model: the layer stack and what is computed from its output: the model module's options
+ * (ct_model_create). */
+typedef struct ct_model_spec {
+    int input_rank; /* model.input_shape: 1..3 dims, per example (no batch dim) */
+    int64_t input_shape[CT_JOB_MAX_RANK];
+    int n_layers;
+    ct_layer_spec layers[CT_JOB_MAX_LAYERS];
+    int layers_line;     /* line of model.layers, for errors about the whole stack */
+    ct_loss_type loss;   /* loss: sparse_categorical_crossentropy (from logits) */
+    int metric_accuracy; /* metrics: [accuracy] */
+} ct_model_spec;
 
 typedef struct ct_model ct_model;
 

@@ -9,9 +9,44 @@
 
 #include <stdint.h>
 
-#include "ctrain/job.h"
-#include "ctrain/nn.h"
+#include "ctrain/params.h"
 #include "ctrain/status.h"
+
+/* The optimizers, once: X(ENUM, name in job files). */
+#define CT_OPTIMIZER_LIST(X) X(SGD, sgd) X(ADAM, adam) X(ADAMW, adamw) X(RMSPROP, rmsprop)
+
+typedef enum ct_optimizer_type {
+#define CT_OPT_ENUM(e, name) CT_OPT_##e,
+    CT_OPTIMIZER_LIST(CT_OPT_ENUM)
+#undef CT_OPT_ENUM
+} ct_optimizer_type;
+
+/* An optimizer's name in job files ("adam"); "unknown" for other values. Thread-safe. */
+CT_API const char *ct_optimizer_type_name(ct_optimizer_type type);
+typedef enum ct_schedule_type {
+    CT_SCHED_CONSTANT,
+    CT_SCHED_STEP,
+    CT_SCHED_COSINE
+} ct_schedule_type;
+
+typedef struct ct_optimizer_spec {
+    ct_optimizer_type type;    /* optimizer.type: sgd, adam, adamw, rmsprop */
+    float learning_rate;       /* optimizer.learning_rate: > 0; default 1e-3 */
+    float momentum;            /* sgd, rmsprop: default 0 */
+    int nesterov;              /* sgd: default false */
+    float beta1, beta2;        /* adam(w): default 0.9, 0.999 */
+    float epsilon;             /* adam(w): 1e-7 (Keras); rmsprop: 1e-7 */
+    float rho;                 /* rmsprop: default 0.9 */
+    float weight_decay;        /* adamw: default 0.004 (Keras); others: 0 */
+    float decay;               /* Keras-style time decay: lr / (1 + decay * step); default 0 */
+    float clip_norm;           /* global-norm clipping; 0 = off */
+    ct_schedule_type schedule; /* optimizer.schedule.type: constant, step, cosine */
+    int64_t warmup_steps;      /* optimizer.schedule.warmup_steps: linear warm-up; default 0 */
+    int64_t step_size;         /* step: multiply by gamma every step_size steps */
+    float gamma;               /* step: default 0.1 */
+    int64_t decay_steps;       /* cosine: steps from peak to min_lr (0: the whole run) */
+    float min_lr;              /* cosine: default 0 */
+} ct_optimizer_spec;
 
 typedef struct ct_optimizer ct_optimizer;
 

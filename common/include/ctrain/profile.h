@@ -10,7 +10,8 @@
 #include <stddef.h>
 
 #include "ctrain/api.h"
-#include "ctrain/job.h"
+#include <stdint.h>
+
 #include "ctrain/status.h"
 
 /* Parses a --profile value "FIRST:LAST" (1 <= FIRST <= LAST) into the override

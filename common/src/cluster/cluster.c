@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/yaml_tree.h"
+#include "core/yaml_tree.h"
 
 typedef struct source {
     const char *name;     /* for messages */

@@ -2,11 +2,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ctrain/data_service.h"
 #include "data/core/dataset_impl.h"
 #include "data_service/service.h"
 
-ct_status ct__dsvc_dispatcher_address(const ct_job *job, const ct_cluster_flags *flags, char *buf,
-                                      size_t cap, ct_err *err) {
+ct_status ct_data_service_address(const ct_job *job, const ct_cluster_flags *flags, char *buf,
+                                  size_t cap, ct_err *err) {
     const char *env = getenv(CT_DSVC_ENV_DISPATCHER);
     if (job->data_service.dispatcher[0]) {
         snprintf(buf, cap, "%s", job->data_service.dispatcher);

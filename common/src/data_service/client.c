@@ -13,7 +13,6 @@
 #include "core/clock.h"
 #include "ctrain/data.h"
 #include "ctrain/net.h"
-#include "ctrain/ps.h"
 #include "data/core/dataset_impl.h"
 #include "data_service/service.h"
 #include "net/link.h"
@@ -442,7 +441,7 @@ static ct_status client_init(ct__dsvc_client *c, const ct_job *job, int eval, in
         c->heartbeat_s * (job->data_service.lost_after > 0 ? job->data_service.lost_after : 4);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    ct_status st = ct__dsvc_dispatcher_address(job, NULL, c->dispatcher, sizeof c->dispatcher, err);
+    ct_status st = ct_data_service_address(job, NULL, c->dispatcher, sizeof c->dispatcher, err);
     if (st == CT_OK && (c->keys = calloc(1, sizeof *c->keys)) == NULL) {
         st = ct_err_set(err, CT_ENOMEM, "data service: out of memory");
     }

@@ -1,13 +1,13 @@
 /* The data service's shared pieces (internal; docs/data-service.md): where the dispatcher is.
  * The consumer (service_*.c) extends this header; the dispatcher (coordinator/dispatcher*.c)
  * and the data worker (worker/data_worker*.c) include it. */
-#ifndef CTRAIN_DATA_SERVICE_H
-#define CTRAIN_DATA_SERVICE_H
+#ifndef CTRAIN_DATA_SERVICE_SERVICE_H
+#define CTRAIN_DATA_SERVICE_SERVICE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctrain/cluster.h"
+#include "ctrain/data_service.h"
 #include "ctrain/job.h"
 #include "ctrain/status.h"
 
@@ -15,11 +15,7 @@
 
 /* The data service's job id (the Envelope's job_id) is ct_job_id(job, CT_JOB_ID_INPUT). */
 
-/* The dispatcher's "host:port": data.service.dispatcher, else $CTRAIN_DISPATCHER, else the
- * `dispatcher` task of the cluster spec (flags may be NULL: TF_CONFIG and nothing else).
- * CT_EINVAL, saying how to name one, when none does. */
-ct_status ct__dsvc_dispatcher_address(const ct_job *job, const ct_cluster_flags *flags, char *buf,
-                                      size_t cap, ct_err *err);
+/* Where the dispatcher is: ct_data_service_address (ctrain/data_service.h). */
 
 /* ---- the consumer (client.c, source.c) ---- */
 

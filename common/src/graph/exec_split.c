@@ -33,7 +33,7 @@
  * split_min) whose inputs a row pipeline carries splits over k too, the example rows: each
  * pipeline part multiplies its own rows, and the parts are added once all are done, before
  * the weight's (deferred) update. */
-#include "ctrain/nn.h"
+#include "ctrain/params.h"
 #include "graph/exec_impl.h"
 
 /* 1 when variable node w holds trainable parameters (the optimizer updates them). */

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "atomic_file.h"
 #include "checkpoint.pb-c.h"
+#include "core/atomic_file.h"
 #include "core/clock.h"
 #include "ctrain/crc32c.h"
 

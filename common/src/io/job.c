@@ -1,4 +1,4 @@
-/* The job-file reader: YAML/JSON text -> generic tree (io/yaml_tree.c) -> `--set` overrides ->
+/* The job-file reader: YAML/JSON text -> generic tree (core/yaml_tree.c) -> `--set` overrides ->
  * a validated ct_job. Every message is one line "FILE:LINE: dotted.key: what is wrong" (or
  * "FILE: --set dotted.key: ..." for nodes that came from an override).
  *
@@ -18,25 +18,19 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/yaml_tree.h"
 #include "ctrain/graph.h"
 #include "io/job_pipeline.h"
 #include "io/job_read.h"
-#include "io/yaml_tree.h"
 
 /* The first name of each value is the one ct_*_name() reports. */
-static const ct__job_name layer_names[] = {
-    {"dense", CT_LAYER_DENSE},           {"conv2d", CT_LAYER_CONV2D},
-    {"max_pool2d", CT_LAYER_MAX_POOL2D}, {"avg_pool2d", CT_LAYER_AVG_POOL2D},
-    {"dropout", CT_LAYER_DROPOUT},       {"flatten", CT_LAYER_FLATTEN},
-    {"batch_norm", CT_LAYER_BATCH_NORM}, {"embedding", CT_LAYER_EMBEDDING},
-    {"activation", CT_LAYER_ACTIVATION}, {NULL, 0},
-};
-static const ct__job_name activation_names[] = {
-    {"none", CT_ACT_NONE},       {"linear", CT_ACT_NONE},
-    {"relu", CT_ACT_RELU},       {"gelu", CT_ACT_GELU},
-    {"sigmoid", CT_ACT_SIGMOID}, {"tanh", CT_ACT_TANH},
-    {"softmax", CT_ACT_SOFTMAX}, {NULL, 0},
-};
+#define NAME_ROW(prefix, e, name) {#name, prefix##e},
+#define LAYER_ROW(e, name) NAME_ROW(CT_LAYER_, e, name)
+#define ACT_ROW(e, name) NAME_ROW(CT_ACT_, e, name)
+#define OPT_ROW(e, name) NAME_ROW(CT_OPT_, e, name)
+static const ct__job_name layer_names[] = {CT_LAYER_LIST(LAYER_ROW){NULL, 0}};
+static const ct__job_name activation_names[] = {CT_ACTIVATION_LIST(ACT_ROW){"linear", CT_ACT_NONE},
+                                                {NULL, 0}};
 /* An activation layer must do something, so "none" is not offered there. */
 static const ct__job_name function_names[] = {
     {"relu", CT_ACT_RELU}, {"gelu", CT_ACT_GELU},       {"sigmoid", CT_ACT_SIGMOID},
@@ -50,13 +44,7 @@ static const ct__job_name init_names[] = {
     {NULL, 0},
 };
 static const ct__job_name padding_names[] = {{"valid", 0}, {"same", 1}, {NULL, 0}};
-static const ct__job_name optimizer_names[] = {
-    {"sgd", CT_OPT_SGD},
-    {"adam", CT_OPT_ADAM},
-    {"adamw", CT_OPT_ADAMW},
-    {"rmsprop", CT_OPT_RMSPROP},
-    {NULL, 0},
-};
+static const ct__job_name optimizer_names[] = {CT_OPTIMIZER_LIST(OPT_ROW){NULL, 0}};
 static const ct__job_name schedule_names[] = {
     {"constant", CT_SCHED_CONSTANT},
     {"step", CT_SCHED_STEP},
@@ -902,16 +890,4 @@ ct_status ct_job_create(const char *path, const char *const *sets, int n_sets, c
 
 void ct_job_destroy(ct_job *job) {
     free(job);
-}
-
-const char *ct_layer_type_name(ct_layer_type type) {
-    return ct__job_name_of(layer_names, (int)type);
-}
-
-const char *ct_activation_name(ct_activation act) {
-    return ct__job_name_of(activation_names, (int)act);
-}
-
-const char *ct_optimizer_type_name(ct_optimizer_type type) {
-    return ct__job_name_of(optimizer_names, (int)type);
 }

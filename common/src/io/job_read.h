@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/yaml_tree.h"
 #include "ctrain/status.h"
-#include "io/yaml_tree.h"
 
 #define CT__JOB_KEY_CAP 256 /* dotted keys in messages */
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "atomic_file.h"
+#include "core/atomic_file.h"
 #include "npz_internal.h"
 
 #define ZIP_VERSION 20

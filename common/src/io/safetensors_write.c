@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "atomic_file.h"
+#include "core/atomic_file.h"
 #include "npz_internal.h"
 
 #define SAFETENSORS_MAX_HEADER 100000000 /* the safetensors crate refuses larger headers */

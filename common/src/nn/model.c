@@ -7,9 +7,11 @@
 
 #include "ctrain/nn.h"
 
+#define SOURCE_MAX 1024 /* the job file's name, for messages (as CT_JOB_PATH_MAX) */
+
 struct ct_model {
-    ct_model_spec spec;           /* the caller's, copied */
-    char source[CT_JOB_PATH_MAX]; /* the job file, for messages */
+    ct_model_spec spec;      /* the caller's, copied */
+    char source[SOURCE_MAX]; /* the job file, for messages */
     ct_params params;
     int first_param[CT_JOB_MAX_LAYERS];     /* index of each layer's first parameter (-1: none) */
     int n_params[CT_JOB_MAX_LAYERS];        /* how many parameters each layer declared */
@@ -18,7 +20,7 @@ struct ct_model {
 
 static ct_status layer_error(const ct_model *m, int i, ct_err *err, const char *fmt,
                              const char *detail) {
-    char where[CT_JOB_PATH_MAX + 64];
+    char where[SOURCE_MAX + 64];
     snprintf(where, sizeof where, "%s:%d: model.layers[%d] (%s)", m->source, m->spec.layers[i].line,
              i, ct_layer_type_name(m->spec.layers[i].type));
     return ct_err_set(err, CT_EINVAL, "%s: %s%s", where, fmt, detail ? detail : "");
@@ -284,4 +286,26 @@ void ct_model_summary(const ct_model *m, void *out) {
                 ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count);
     }
     fprintf(f, "total parameters: %lld\n", (long long)total);
+}
+
+const char *ct_layer_type_name(ct_layer_type type) {
+    switch (type) {
+#define LAYER_CASE(e, name)                                                                        \
+    case CT_LAYER_##e:                                                                             \
+        return #name;
+        CT_LAYER_LIST(LAYER_CASE)
+#undef LAYER_CASE
+    }
+    return "unknown";
+}
+
+const char *ct_activation_name(ct_activation act) {
+    switch (act) {
+#define ACT_CASE(e, name)                                                                          \
+    case CT_ACT_##e:                                                                               \
+        return #name;
+        CT_ACTIVATION_LIST(ACT_CASE)
+#undef ACT_CASE
+    }
+    return "unknown";
 }

@@ -262,3 +262,14 @@ ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step, i
     }
     return CT_OK;
 }
+
+const char *ct_optimizer_type_name(ct_optimizer_type type) {
+    switch (type) {
+#define OPT_CASE(e, name)                                                                          \
+    case CT_OPT_##e:                                                                               \
+        return #name;
+        CT_OPTIMIZER_LIST(OPT_CASE)
+#undef OPT_CASE
+    }
+    return "unknown";
+}

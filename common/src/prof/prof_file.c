@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomic_file.h"
 #include "ctrain/crc32c.h"
-#include "io/atomic_file.h"
 #include "prof/prof.h"
 
 #define MAGIC "CTPROF01"

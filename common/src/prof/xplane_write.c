@@ -21,7 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "io/atomic_file.h"
+#include "core/atomic_file.h"
 #include "prof/prof_file.h" /* ct__prof_kind_name */
 #include "xplane.pb-c.h"
 

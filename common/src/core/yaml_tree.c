@@ -2,7 +2,7 @@
  * scalars and nulls that keep their line numbers, plus `--set dotted.key=value` overrides applied
  * to the tree before validation. Aliases are refused: configs do not need them and they would make
  * a node reachable from two places. */
-#include "io/yaml_tree.h"
+#include "core/yaml_tree.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /* Atomic output files (see atomic_file.h): temporary name in the same directory, fsync, rename,
  * fsync of the directory. The one copy of this sequence; the checkpoint, .npz and safetensors
  * writers all go through it. */
-#include "atomic_file.h"
+#include "core/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctrain/nn.h"
+#include "ctrain/params.h"
 #include "ctrain/rng.h"
 
 void ct_params_init(ct_params *p) {
