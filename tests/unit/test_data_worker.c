@@ -157,6 +157,7 @@ static void expect_register(harness *h, const unsigned char *old, size_t old_len
     }
     const ct__env *env = h->m.env;
     cr_expect_eq(env->role, CTRAIN__WIRE__ROLE__DATA_WORKER);
+    cr_expect_eq(env->job_id, ct_job_id(&h->job, CT_JOB_ID_INPUT)); /* the service's job id */
     cr_expect_eq(env->index, INDEX);
     cr_assert_not_null(env->reg);
     cr_expect_eq(env->reg->pid, (int32_t)getpid());

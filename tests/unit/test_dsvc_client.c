@@ -123,6 +123,8 @@ static void expect_consumer(harness *h, int64_t epoch, int64_t step, int shard, 
     cr_expect_eq(pos->shards, (uint32_t)shards);
     cr_expect_eq(h->m.env->index, shard);
     cr_assert(pos->name && pos->name[0]);
+    /* every member of the data service computes the job's input id the same way */
+    cr_expect_eq(h->m.env->job_id, ct_job_id(&h->job, CT_JOB_ID_INPUT));
     if (h->name[0]) {
         cr_expect_str_eq(pos->name, h->name, "one name for the consumer's life");
     }

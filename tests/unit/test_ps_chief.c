@@ -330,6 +330,8 @@ static int join(harness *h, player *p, int pid) {
     ct__env *env = must_take(h, p, CTRAIN__WIRE__KIND__REGISTERED);
     cr_assert_str_empty(env->error, "%s", env->error);
     cr_assert_not_null(env->view);
+    /* the chief computes the job's training id as every role does */
+    cr_expect_eq(env->job_id, ct_job_id(&h->job, CT_JOB_ID_TRAINING));
     int state = env->view->state;
     ct__env_destroy(env);
     return state;
