@@ -445,7 +445,7 @@ def test_a_role_of_another_job_is_refused(cluster):
     c.chief()
     c.worker(0, "--set", "optimizer.learning_rate=0.5", name="stranger")
     assert c.procs["stranger"].wait(timeout=60) != 0
-    assert re.search(r"the chief refused us: job id [0-9a-f]+, the chief runs job [0-9a-f]+",
+    assert re.search(r"the chief at \S+ refused us: job id [0-9a-f]+, the chief runs job [0-9a-f]+",
                      c.log("stranger")), c.log("stranger")
     c.ps(0)
     c.worker(0)

@@ -1,7 +1,8 @@
-/* The link from a parameter server or a worker to the chief (see ps_link.h): registration,
- * heartbeats every CT_LINK_HEARTBEAT_S, the view the chief sends back, and a timeout that names
- * the chief when it stays silent. A chief that restarted does not know us: it answers our
- * heartbeat with ERROR "not registered", and we register again. */
+/* The link from a member to its coordinator (see link.h): a parameter server or worker to the
+ * chief, a data worker to the dispatcher. Registration, heartbeats, the view sent back, and a
+ * timeout that names the coordinator when it stays silent. A chief that restarted does not know
+ * us: it answers our heartbeat with ERROR "not registered", and we register again; a dispatcher
+ * that lost us says so and the member reconnects as a new one (ct__link_reconnect). */
 #include "net/link.h"
 
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "prof/prof_clock.h"
 
 #define REGISTER_RETRY_S 1.0
+#define TIMEOUT_S 120.0
 
 /* A message to the chief; one that finds no chief to go to is not an error here: the chief's
  * silence is, after the timeout (ct__link_tick). */
@@ -44,34 +46,66 @@ static ct_status send_register(ct__link *l, uint64_t generation, ct_err *err) {
     return st;
 }
 
-ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
-                        int index, uint64_t job_id, const char *endpoint, ct_err *err) {
+/* A DEALER to the coordinator, named for this member, and a REGISTER. */
+static ct_status connect(ct__link *l, ct_err *err) {
+    ct_status st = ct_net_socket(ZMQ_DEALER, l->keys, 0, &l->sock, err);
+    if (st == CT_OK) {
+        st = ct__set_routing_id(l->sock, l->o.routing, l->index, err);
+    }
+    if (st == CT_OK) {
+        st = ct_net_connect(l->sock, l->address, err);
+    }
+    if (st == CT_OK) {
+        st = send_register(l, 0, err);
+    }
+    return st;
+}
+
+ct_status ct__link_open(ct__link *l, const ct__link_options *o, const ct_net_keys *keys,
+                        const char *address, int role, int index, uint64_t job_id,
+                        const char *endpoint, ct_err *err) {
     memset(l, 0, sizeof *l);
-    snprintf(l->chief, sizeof l->chief, "%s", chief ? chief : "");
+    l->o = *o;
+    snprintf(l->who, sizeof l->who, "%s%s", o->who ? o->who : "", o->who ? ": " : "");
+    l->o.who = NULL; /* borrowed for the call: l->who keeps it */
+    l->o.heartbeat_s = o->heartbeat_s > 0 ? o->heartbeat_s : CT_LINK_HEARTBEAT_S;
+    l->o.retry_s = o->retry_s > 0 ? o->retry_s : REGISTER_RETRY_S;
+    l->o.refused = o->refused != CT_OK ? o->refused : CT_EPEER;
+    l->timeout_s = o->timeout_s > 0 ? o->timeout_s : TIMEOUT_S;
+    snprintf(l->address, sizeof l->address, "%s", address ? address : "");
     snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint ? endpoint : "");
+    l->keys = keys;
     l->role = role;
     l->index = index;
     l->job_id = job_id;
-    l->timeout_s = 120.0;
     l->secure = keys && keys->enabled;
+    l->last_heard = l->last_beat = ct__now_s();
+    if (!address || !address[0]) {
+        return ct_err_set(err, CT_EINVAL, "%sno %s address", l->who, o->coordinator);
+    }
+    return connect(l, err);
+}
+
+ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
+                        int index, uint64_t job_id, const char *endpoint, ct_err *err) {
+    ct__link_options o = {.coordinator = "chief",
+                          .timeout_key = "strategy.chief_timeout",
+                          .routing = role == CTRAIN__WIRE__ROLE__PS ? "ps" : "worker"};
     if (!chief || !chief[0]) {
+        memset(l, 0, sizeof *l);
         return ct_err_set(err, CT_EINVAL,
                           "no chief address (--chief HOST:PORT, a cluster file "
                           "or TF_CONFIG)");
     }
-    ct_status st = ct_net_socket(ZMQ_DEALER, keys, 0, &l->sock, err);
-    if (st == CT_OK) {
-        st = ct__set_routing_id(l->sock, role == CTRAIN__WIRE__ROLE__PS ? "ps" : "worker", index,
-                                err);
-    }
-    if (st == CT_OK) {
-        st = ct_net_connect(l->sock, chief, err);
-    }
-    if (st == CT_OK) {
-        l->last_heard = l->last_beat = ct__now_s();
-        st = send_register(l, 0, err);
-    }
-    return st;
+    return ct__link_open(l, &o, keys, chief, role, index, job_id, endpoint, err);
+}
+
+ct_status ct__link_reconnect(ct__link *l, ct_err *err) {
+    ct_net_close(l->sock);
+    l->sock = NULL;
+    l->registered = 0;
+    l->coordinator_generation = 0;
+    return connect(l, err);
 }
 
 void ct__link_finish(ct__link *l) {
@@ -83,19 +117,17 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Wire__St
                         ct_err *err) {
     double now = ct__now_s();
     if (now - l->last_heard > l->timeout_s) {
-        return ct_err_set(err, CT_ETIMEDOUT,
-                          "the chief at %s has been silent for %.0f s (strategy.chief_timeout): "
-                          "is it running?%s",
-                          l->chief, now - l->last_heard,
-                          l->secure ? " Are this process's CURVE keys the job's (the chief logs "
-                                      "refused keys)?"
-                                    : "");
+        return ct_err_set(
+            err, CT_ETIMEDOUT,
+            "%sthe %s at %s has been silent for %.1f s (%s): is it running?%s%s%s", l->who,
+            l->o.coordinator, l->address, now - l->last_heard, l->o.timeout_key,
+            l->secure ? " Are this process's CURVE keys the job's (the " : "",
+            l->secure ? l->o.coordinator : "", l->secure ? " logs refused keys)?" : "");
     }
     if (!l->registered) {
-        return now - l->last_register > REGISTER_RETRY_S ? send_register(l, generation, err)
-                                                         : CT_OK;
+        return now - l->last_register > l->o.retry_s ? send_register(l, generation, err) : CT_OK;
     }
-    if (now - l->last_beat < CT_LINK_HEARTBEAT_S) {
+    if (now - l->last_beat < l->o.heartbeat_s) {
         return CT_OK;
     }
     l->last_beat = now;
@@ -142,21 +174,24 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
     *ret_status = CT_OK;
     if (env->job_id != l->job_id &&
         !(env->kind == CTRAIN__WIRE__KIND__REGISTERED && env->error && env->error[0])) {
-        *ret_status =
-            ct_err_set(err, CT_EPEER,
-                       "the chief at %s runs job %016llx, this process has job %016llx "
-                       "(another job file, or other --set overrides)",
-                       l->chief, (unsigned long long)env->job_id, (unsigned long long)l->job_id);
+        *ret_status = ct_err_set(err, CT_EPEER,
+                                 "%sthe %s at %s runs job %016llx, this process has job %016llx "
+                                 "(another job file, or other --set overrides)",
+                                 l->who, l->o.coordinator, l->address,
+                                 (unsigned long long)env->job_id, (unsigned long long)l->job_id);
         return 1;
     }
     switch (env->kind) {
     case CTRAIN__WIRE__KIND__REGISTERED:
         l->last_heard = ct__now_s();
         if (env->error && env->error[0]) {
-            *ret_status = ct_err_set(err, CT_EPEER, "the chief refused us: %s", env->error);
+            *ret_status = ct_err_set(err, l->o.refused, "%sthe %s at %s refused us: %s", l->who,
+                                     l->o.coordinator, l->address, env->error);
             return 1;
         }
         l->registered = 1;
+        l->coordinator_generation = env->generation;
+        l->last_beat = 0.0; /* the first heartbeat at once: it carries our statistics */
         l->busy_since = 0.0;
         measure_clock(l, env);
         if (env->view) {
@@ -168,7 +203,8 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
         if (env->view) {
             take_view(l, env);
             if (env->view->state == CTRAIN__WIRE__STATE__FAILED) {
-                *ret_status = ct_err_set(err, CT_EPEER, "the job failed: %s", l->view.message);
+                *ret_status =
+                    ct_err_set(err, CT_EPEER, "%sthe job failed: %s", l->who, l->view.message);
             }
         }
         return 1;
@@ -184,7 +220,8 @@ int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err)
              * the chief timeout; a live process that really holds the task keeps it */
             l->busy_since = l->busy_since > 0 ? l->busy_since : ct__now_s();
             if (ct__now_s() - l->busy_since > l->timeout_s) {
-                *ret_status = ct_err_set(err, CT_EPEER, "the chief refused us: %s", env->error + 6);
+                *ret_status = ct_err_set(err, l->o.refused, "%sthe %s at %s refused us: %s", l->who,
+                                         l->o.coordinator, l->address, env->error + 6);
             }
             return 1;
         }

@@ -25,41 +25,66 @@ typedef struct ct__view {
     char message[512];
 } ct__view;
 
+/* What a service's members say of their coordinator and how they keep in touch with it. */
+typedef struct ct__link_options {
+    const char *coordinator; /* "chief", "dispatcher": the coordinator in messages */
+    const char *timeout_key; /* the job key of timeout_s, in messages */
+    const char *who;         /* this member, as messages start ("data worker 3"); NULL: none */
+    const char *routing;     /* the routing id's prefix ("ps", "worker", "data_worker") */
+    double heartbeat_s;      /* between heartbeats (0: CT_LINK_HEARTBEAT_S) */
+    double retry_s;          /* between REGISTERs until one is answered (0: 1 s) */
+    double timeout_s;        /* silence of the coordinator before giving up (0: 120 s) */
+    ct_status refused;       /* the status of a refused registration (0: CT_EPEER) */
+} ct__link_options;
+
 typedef struct ct__link {
-    void *sock; /* DEALER to the chief */
-    char chief[CT_NET_ENDPOINT_MAX];
-    int role, index; /* CTRAIN__WIRE__ROLE__*, task index */
+    void *sock; /* DEALER to the coordinator */
+    const ct_net_keys *keys;
+    char address[CT_NET_ENDPOINT_MAX]; /* the coordinator's */
+    int role, index;                   /* CTRAIN__WIRE__ROLE__*, task index */
     uint64_t job_id;
-    char endpoint[CT_NET_ENDPOINT_MAX]; /* a server's own endpoint, sent when it registers */
-    double timeout_s;                   /* strategy.chief_timeout */
+    char endpoint[CT_NET_ENDPOINT_MAX]; /* a member's own endpoint, sent when it registers */
+    ct__link_options o;
+    char who[64];     /* o.who, kept ("" for none) */
+    double timeout_s; /* o.timeout_s; a role may change it after ct__link_init */
     double last_heard, last_beat, last_register;
     int registered;
-    double busy_since; /* the chief said our task is held by a live process, since */
-    int secure;        /* CURVE keys: a refused key looks like a silent chief */
+    uint64_t coordinator_generation; /* the generation its REGISTERED carried */
+    double busy_since; /* the coordinator said our task is held by a live process, since */
+    int secure;        /* CURVE keys: a refused key looks like a silent coordinator */
     ct__view view;
     int view_changed;         /* set when a view arrives; the role clears it */
     int64_t register_sent_ns; /* the profiler's clock at the last REGISTER */
     int64_t clock_rtt_ns;     /* the shortest REGISTER round trip so far (0: none) */
 } ct__link;
 
-/* Connects to the chief and sends REGISTER. */
+/* Connects to the coordinator at `address` (o: how; strings borrowed for the call) and sends
+ * REGISTER with this member's role, index and endpoint (may be NULL). */
+ct_status ct__link_open(ct__link *l, const ct__link_options *o, const ct_net_keys *keys,
+                        const char *address, int role, int index, uint64_t job_id,
+                        const char *endpoint, ct_err *err);
+/* ct__link_open as a parameter-server role: to the chief, strategy.chief_timeout. */
 ct_status ct__link_init(ct__link *l, const ct_net_keys *keys, const char *chief, int role,
                         int index, uint64_t job_id, const char *endpoint, ct_err *err);
+/* A new member: a fresh DEALER (another routing id, so the coordinator forgets the old one) and
+ * a REGISTER, as after the coordinator said this member was lost. */
+ct_status ct__link_reconnect(ct__link *l, ct_err *err);
 void ct__link_finish(ct__link *l);
 
 /* Sends a heartbeat (with stats, may be NULL) when one is due, and registers again when the
- * chief has not accepted us yet. `generation`: the state this role holds. CT_ETIMEDOUT naming
- * the chief when it has been silent for longer than the timeout. */
+ * coordinator has not accepted us yet. `generation`: the state this role holds. CT_ETIMEDOUT
+ * naming the coordinator when it has been silent for longer than the timeout. */
 ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Wire__Stats *stats,
                         ct_err *err);
 
-/* Handles the chief's REGISTERED, VIEW and ERROR messages: returns 1 when m was one of them
- * (the view is updated), 0 for other kinds (the role handles them). A refused registration or
- * a FAILED job gives CT_EPEER with the chief's reason in err. */
+/* Handles the coordinator's REGISTERED, VIEW and ERROR messages: returns 1 when m was one of them
+ * (the view is updated), 0 for other kinds and other errors (the role handles them). A refused
+ * registration gives o.refused, a FAILED job CT_EPEER, with the coordinator's reason in err. */
 int ct__link_handle(ct__link *l, ct__msg *m, ct_status *ret_status, ct_err *err);
 
 /* Waits until the chief has accepted the registration and sent a view (the number of servers
- * and workers), reading nothing beyond that message. CT_EINTR when *stop is raised. */
+ * and workers), reading nothing beyond that message. CT_EINTR when *stop is raised. For the
+ * parameter-server roles. */
 ct_status ct__link_join(ct__link *l, ct__msg *m, volatile int *stop, ct_err *err);
 
 /* Routing ids: a DEALER names itself (role, index, pid, a nonce), and a ROUTER hands that
