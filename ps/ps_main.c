@@ -2,27 +2,13 @@
  * its shards of the variables and their optimizer slots, and applies the workers' gradients
  * (ps_server.c). A thin main: flags, the job, the task, the server, the exit code. It does not
  * link MPI. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/role/role_run.h"
 #include "ctrain/job.h"
 #include "ctrain/role.h"
 #include "ps_role.h"
-
-static volatile int stop_requested = 0;
-static volatile int stop_signal = 0;
-
-static void on_signal(int sig) {
-    stop_signal = sig;
-    stop_requested = 1;
-}
-
-static void log_line(ct_log_level level, const char *msg, void *user) {
-    (void)level;
-    (void)user;
-    fprintf(stderr, "ctrain-ps: %s\n", msg);
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -59,18 +45,17 @@ static int serve(const ct_role_flags *f, ct_job *job) {
         fprintf(stderr, "ctrain-ps: %s\n", err.msg);
         return 2;
     }
-    ct_log_set(CT_LOG_WARN, log_line, NULL); /* messages name the task themselves */
+    ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain-ps"); /* messages name the task themselves */
     if ((st = ct_ps_task_listen(&t, &err)) == CT_OK) {
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
-        st = ct_ps_server_run_task(job, &t, &stop_requested, &err);
+        ct_role_catch_signals();
+        st = ct_ps_server_run_task(job, &t, &ct_role_stop_requested, &err);
     }
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-ps: %s\n", err.msg);
     }
     ct_ps_task_finish(&t);
     ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
-    return ct_exit_code(st, stop_signal, 0);
+    return ct_exit_code(st, ct_role_stop_signal, 0);
 }
 
 int main(int argc, char **argv) {

@@ -1,21 +1,13 @@
 /* ctrain-evaluator: evaluates each new checkpoint of a job once and writes the eval run. A thin
  * main: flags, the job, ct_evaluator_run, exit code (0 after the final checkpoint, 1 on a
  * runtime failure or timeout, 2 on bad input, 130 SIGINT, 143 SIGTERM). */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/role/role_run.h"
 #include "ctrain/job.h"
 #include "evaluator.h"
-
-static volatile int stop_requested = 0;
-static volatile int stop_signal = 0;
-
-static void on_signal(int sig) {
-    stop_signal = sig;
-    stop_requested = 1;
-}
 
 /* One JSON line per evaluated checkpoint on stdout (the format scripts read). */
 static void print_evaluation(const ct_evaluation *e, void *user) {
@@ -25,13 +17,6 @@ static void print_evaluation(const ct_evaluation *e, void *user) {
            (long long)e->step, (long long)e->epoch, e->checkpoint, e->loss, e->accuracy,
            e->final ? "true" : "false");
     fflush(stdout);
-}
-
-/* The library's warnings ("skipping: ..."), named after this binary. */
-static void log_line(ct_log_level level, const char *msg, void *user) {
-    (void)level;
-    (void)user;
-    fprintf(stderr, "ctrain-evaluator: %s\n", msg);
 }
 
 static void usage(FILE *f) {
@@ -62,7 +47,7 @@ int main(int argc, char **argv) {
     ct_evaluator_options o = {.timeout_s = 600,
                               .poll_s = 0.5,
                               .on_evaluation = print_evaluation,
-                              .stop = &stop_requested};
+                              .stop = &ct_role_stop_requested};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -104,15 +89,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctrain-evaluator: %s\n", err.msg);
         return 2;
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    ct_log_set(CT_LOG_WARN, log_line, NULL);
+    ct_role_catch_signals();
+    ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain-evaluator");
     ct_evaluator_result r;
     ct_status st = ct_evaluator_run(job, &o, &r, &err);
     ct_job_destroy(job);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-evaluator: %s\n", err.msg);
-        return ct_exit_code(st, stop_signal, 0);
+        return ct_exit_code(st, ct_role_stop_signal, 0);
     }
     fprintf(stderr,
             "ctrain-evaluator: evaluated %d checkpoints; final step %lld: loss %.6f "

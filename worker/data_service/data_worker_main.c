@@ -1,31 +1,17 @@
 /* ctrain-data-worker: a data worker of the data service (docs/data-service.md): runs the job's
  * input pipeline for the consumers the dispatcher leases to it (data_worker.c). A thin main:
  * flags, the job, the dispatcher's address, the keys, the exit code. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/role/role_run.h"
 #include "ctrain/cluster.h"
 #include "ctrain/data_service.h"
 #include "ctrain/job.h"
 #include "data_worker.h"
 
 #define MAX_SETS 64
-
-static volatile int stop_requested = 0;
-static volatile int stop_signal = 0;
-
-static void on_signal(int sig) {
-    stop_signal = sig;
-    stop_requested = 1;
-}
-
-static void log_line(ct_log_level level, const char *msg, void *user) {
-    (void)level;
-    (void)user;
-    fprintf(stderr, "ctrain-data-worker: %s\n", msg);
-}
 
 static void usage(FILE *f) {
     fprintf(
@@ -155,14 +141,13 @@ static int serve(flags *f, ct_job *job) {
         fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
         return 2;
     }
-    ct_log_set(CT_LOG_WARN, log_line, NULL);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain-data-worker");
+    ct_role_catch_signals();
     ct_data_worker_options o = {.index = f->index,
                                 .dispatcher = dispatcher,
                                 .bind = f->bind,
                                 .keys = &keys,
-                                .stop = &stop_requested,
+                                .stop = &ct_role_stop_requested,
                                 .on_listening = on_listening,
                                 .user = &f->index};
     st = ct_data_worker_run(job, &o, &err);
@@ -170,7 +155,7 @@ static int serve(flags *f, ct_job *job) {
         fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
     }
     ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
-    return ct_exit_code(st, stop_signal, st == CT_ETIMEDOUT);
+    return ct_exit_code(st, ct_role_stop_signal, st == CT_ETIMEDOUT);
 }
 
 int main(int argc, char **argv) {
