@@ -7,8 +7,128 @@
 #                               safetensors, which sees Debian's torch and numpy
 # CTRAIN_BUILD_DIR builds elsewhere, CTRAIN_MESON_ARGS passes meson options, CTRAIN_VENV names the
 # virtual environment's folder. Each step's output goes to build-logs/; a step that fails prints
-# its log and the script exits 1.
+# its log and the script exits 1. While another apt-get or dpkg (unattended-upgrades, a second
+# setup) holds the package locks, apt-get waits for them, up to CTRAIN_APT_LOCK_TIMEOUT seconds
+# (600), saying which lock and which process; past that it says so in one line and exits 1.
 set -euo pipefail
+
+# step NAME COMMAND...: runs COMMAND with its output in $logs/NAME.log; on failure prints the
+# command, its exit status and the end of the log, and exits 1.
+step() {
+    local name=$1 log="$logs/$1.log"
+    shift
+    local rc=0
+    "$@" >"$log" 2>&1 || rc=$?
+    if ((rc != 0)); then
+        step_failed "$name" "$rc" "$log" "$@"
+    fi
+}
+
+# step_failed NAME STATUS LOG COMMAND...: the failure report of step, and exit 1.
+step_failed() {
+    local name=$1 rc=$2 log=$3
+    shift 3
+    echo "setup: $name failed (exit status $rc): $*" >&2
+    echo "setup: the last 100 lines of $log:" >&2
+    tail -n 100 "$log" | sed 's/^/    /' >&2
+    exit 1
+}
+
+# The locks apt-get and dpkg take (fcntl locks): dpkg's frontend lock and its own, the package
+# lists' (apt-get update) and the download cache's.
+apt_locks=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock
+           /var/cache/apt/archives/lock)
+
+# lock_holder FILE: "pid N (COMMAND)" of the process holding a POSIX lock on FILE, read from
+# /proc/locks (readable without root); nothing when FILE is free or absent.
+lock_holder() {
+    local dev ino id pid cmd=""
+    read -r dev ino < <(stat -c '%d %i' "$1" 2>/dev/null) || return 0
+    # /proc/locks names a file MAJOR:MINOR:INODE (hex, hex, decimal); waiters' lines have "->"
+    id=$(printf '%02x:%02x:%s' $(((dev >> 8) & 0xfff)) $(((dev & 0xff) | ((dev >> 12) & 0xfff00))) "$ino")
+    pid=$(awk -v id="$id" '$2 != "->" && $6 == id { print $5; exit }' /proc/locks 2>/dev/null) ||
+        true
+    [[ -n "$pid" ]] || return 0
+    if [[ "$pid" -le 0 ]]; then # a pid of another pid namespace
+        echo "a process outside this container"
+        return 0
+    fi
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120) || cmd=""
+    cmd=${cmd% }
+    echo "pid $pid${cmd:+ ($cmd)}"
+}
+
+# held_apt_lock: "FILE, held by HOLDER" for the first of apt_locks that a process holds; nothing
+# when all are free.
+held_apt_lock() {
+    local f h
+    for f in "${apt_locks[@]}"; do
+        h=$(lock_holder "$f")
+        if [[ -n "$h" ]]; then
+            echo "$f, held by $h"
+            return 0
+        fi
+    done
+}
+
+# apt_lock_message LOG: the lock apt-get could not get, from its words in LOG ("Could not get
+# lock FILE. It is held by process N (NAME)"), as "FILE, held by pid N (NAME)".
+apt_lock_message() {
+    sed -n -e 's/^.*Could not get lock \([^ ]*\)\. It is held by process \([0-9]*\) \(([^)]*)\).*$/\1, held by pid \2 \3/p' \
+        -e 's/^.*Could not get lock \([^ ]*[^ .]\).*$/\1/p' "$1" | tail -n 1
+}
+
+# apt_step NAME APT-GET-ARGUMENTS...: step NAME running apt-get (through sudo when not root),
+# waiting while another process holds a package lock, for CTRAIN_APT_LOCK_TIMEOUT seconds at
+# most (600): a line says which lock and which process it waits for (again when they change,
+# and once a minute). The holders come from /proc/locks before apt-get starts, and from
+# apt-get's own words when it finds a lock taken anyway (taken after the check, or held where
+# /proc/locks does not show it): apt-get waits a few seconds itself (DPkg::Lock::Timeout, apt
+# >= 1.9.11; not for the lists' lock), then fails, and is run again. Past the bound: one line,
+# and exit 1.
+apt_step() {
+    local name=$1 log="$logs/$1.log"
+    shift
+    local limit=$apt_lock_timeout start=$SECONDS left held said="" said_at=0 rc
+    while :; do
+        left=$((limit - (SECONDS - start)))
+        held=$(held_apt_lock)
+        if [[ -z "$held" ]]; then
+            rc=0
+            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive LC_ALL=C apt-get \
+                -o DPkg::Lock::Timeout=$((left > 5 ? 5 : (left > 1 ? left : 1))) "$@" \
+                >"$log" 2>&1 || rc=$?
+            ((rc == 0)) && return 0
+            grep -q "Could not get lock" "$log" || step_failed "$name" "$rc" "$log" apt-get "$@"
+            held=$(apt_lock_message "$log")
+            held=${held:-"that apt-get names in $log"}
+            left=$((limit - (SECONDS - start)))
+        fi
+        if ((left <= 0)); then
+            echo "setup: $name: gave up after waiting $limit s for the package lock $held;" \
+                "let it finish (or set CTRAIN_APT_LOCK_TIMEOUT higher) and run" \
+                "scripts/setup.sh again" >&2
+            exit 1
+        fi
+        if [[ "$held" != "$said" ]] || ((SECONDS - said_at >= 60)); then
+            echo "setup: $name: waiting for the package lock $held (up to $left s more;" \
+                "CTRAIN_APT_LOCK_TIMEOUT sets the limit)" >&2
+            said=$held said_at=$SECONDS
+        fi
+        sleep 1
+    done
+}
+
+apt_lock_timeout="${CTRAIN_APT_LOCK_TIMEOUT:-600}"
+if [[ ! "$apt_lock_timeout" =~ ^[0-9]+$ ]]; then
+    echo "setup: CTRAIN_APT_LOCK_TIMEOUT is a number of seconds, not '$apt_lock_timeout'" >&2
+    exit 2
+fi
+sudo=()
+
+# Sourced (a test of the functions above sets logs and calls them): nothing more.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
+
 cd "$(dirname "$0")/.."
 
 tests=0
@@ -24,21 +144,6 @@ build="${CTRAIN_BUILD_DIR:-build}"
 venv="${CTRAIN_VENV:-build-venv}"
 logs="${CTRAIN_LOG_DIR:-build-logs}"
 mkdir -p "$logs"
-
-# step NAME COMMAND...: runs COMMAND with its output in $logs/NAME.log; on failure prints the
-# command, its exit status and the end of the log, and exits 1.
-step() {
-    local name=$1 log="$logs/$1.log"
-    shift
-    local rc=0
-    "$@" >"$log" 2>&1 || rc=$?
-    if ((rc != 0)); then
-        echo "setup: $name failed (exit status $rc): $*" >&2
-        echo "setup: the last 100 lines of $log:" >&2
-        tail -n 100 "$log" | sed 's/^/    /' >&2
-        exit 1
-    fi
-}
 
 # Building and training. gcc only recommends libc6-dev, and apt-get is told
 # --no-install-recommends, so it is named.
@@ -59,7 +164,6 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}"
-    sudo=()
     if [[ $(id -u) -ne 0 ]]; then
         command -v sudo >/dev/null || {
             echo "setup: these Debian packages are missing and neither root nor sudo can install" \
@@ -68,9 +172,8 @@ if ((${#missing[@]})); then
         }
         sudo=(sudo)
     fi
-    step apt-update "${sudo[@]}" apt-get update
-    step apt-install "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y \
-        --no-install-recommends "${missing[@]}"
+    apt_step apt-update update
+    apt_step apt-install install -y --no-install-recommends "${missing[@]}"
 fi
 
 if ((tests)); then

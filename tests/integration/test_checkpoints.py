@@ -10,14 +10,17 @@ import subprocess
 import sys
 import time
 
+import procwatch
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTRAIN = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "coordinator", "ctrain")
-# 2 epochs of the MLP on 12000 examples: about a second, enough to be interrupted mid-run
+# 10 epochs of the MLP on 12000 examples: 3750 steps (1-2 s here), and SIGTERM comes once the
+# first step is logged (step 20), so the run is interrupted mid-run however fast the steps are
+# (2 epochs took 0.2 s and could end before a fixed delay)
 # deterministic: a step run solo (a core taken by another process) keeps the pool's sums, so
 # that runs compare bit for bit whatever the load
-SMALL = ["--set", "train.epochs=2", "--set", "data.train.limit=12000", "--set",
+SMALL = ["--set", "train.epochs=10", "--set", "data.train.limit=12000", "--set",
          "data.eval.limit=2000", "--set", "train.deterministic=true", "--quiet"]
 
 
@@ -36,20 +39,16 @@ def test_sigterm_saves_and_resume_is_exact(tmp_path):
     straight = tmp_path / "straight"
     r = ctrain("train", *SMALL, "--set", f"run_dir={straight}")
     assert r.returncode == 0, r.stderr
-    delay = 0.5
-    for attempt in range(10):
+    for attempt in range(3):
         run = tmp_path / f"stopped{attempt}"
         p = subprocess.Popen([CTRAIN, "train", *SMALL, "--set", f"run_dir={run}"], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
-        p.send_signal(signal.SIGTERM)
+        logged = procwatch.wait_for_step(run, 1, p, timeout=300)
+        p.send_signal(signal.SIGTERM)  # our child: a no-op if it has ended
         out, err = p.communicate(timeout=120)
+        assert logged, f"no step was logged (exit status {p.returncode}): {err}"
         if p.returncode == 0:
-            delay *= 0.6  # finished before the signal: try sooner
-            continue
-        if not (run / "checkpoints").exists():
-            delay *= 1.5  # still starting up (no step yet): try later
-            continue
+            continue  # finished before the signal (a host stalled for the whole run): again
         assert p.returncode == 143, (p.returncode, err)
         assert "interrupted at step" in err and "saved" in err, err
         r = ctrain("train", *SMALL[:-1], "--set", f"run_dir={run}")
@@ -59,7 +58,7 @@ def test_sigterm_saves_and_resume_is_exact(tmp_path):
         assert d.returncode == 0, d.stdout + d.stderr
         assert "identical" in d.stdout
         return
-    pytest.fail("SIGTERM never arrived mid-run in 10 tries")
+    pytest.fail("SIGTERM never arrived mid-run in 3 tries")
 
 
 def test_corrupt_latest_is_passed_over(tmp_path):
@@ -88,18 +87,21 @@ def test_corrupt_latest_is_passed_over(tmp_path):
 def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
     run = tmp_path / "run"
     rng = random.Random(7)
+    # a save every step, and 500 epochs of 19 steps: the twelve runs below each end by the kill
+    # a moment into their saves, never by reaching the end (50 epochs were 3 s of saves here)
     args = [CTRAIN, "train", "--set", "checkpoint.every_steps=1", "--set",
-            "checkpoint.keep_last=3", "--set", "train.epochs=50", "--set",
+            "checkpoint.keep_last=3", "--set", "train.epochs=500", "--set",
             "data.train.limit=600", "--set", "data.eval.limit=100", "--quiet",
             "--set", f"run_dir={run}"]
     kills = 0
-    index = run / "checkpoints" / "checkpoint"
     for _ in range(12):
+        before = procwatch.ckpt_step(run)  # the previous run's latest save (None: the first)
         p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 120  # slow builds (sanitizers) take a while to start
-        while not index.exists() and p.poll() is None and time.time() < deadline:
-            time.sleep(0.01)
-        time.sleep(rng.random() * 0.3)  # then at a random moment among the saves
+        # this run's first save (slow builds, sanitizers, take a while to start), then a random
+        # moment among the saves that follow
+        procwatch.wait_until(lambda: procwatch.ckpt_step(run) not in (None, before), p,
+                             timeout=120, poll=0.01)
+        time.sleep(rng.random() * 0.3)
         p.kill()
         p.wait()
         kills += p.returncode == -signal.SIGKILL

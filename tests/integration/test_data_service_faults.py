@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 
+import procwatch
 import pytest
 from ckpt_compare import final_ckpt
 
@@ -82,6 +83,22 @@ def read_batches(path):
         assert key not in out, f"batch {key} delivered twice"
         out[key] = [float(x) for x in f[3:]]
     return out, lines
+
+
+def delivered(path):
+    """How many batches the consumer has written to path so far (it flushes each line)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_batches(path, n, consumer, timeout=120):
+    """Waits until the consumer has delivered n batches (or has ended, or timeout passed);
+    the count then."""
+    procwatch.wait_until(lambda: delivered(path) >= n, consumer, timeout, poll=0.01)
+    return delivered(path)
 
 
 def assert_exactly_once(path, epochs=2):
@@ -191,8 +208,13 @@ def test_killed_data_workers_lose_and_repeat_nothing(tmp_path, service):
     consumer = s.consumer(out, "--sleep-ms", "8")
     rng = random.Random(16)
     kills = 0
+    # each kill comes after 2 to 12 more batches (a random moment of the epoch, counted in the
+    # consumer's progress rather than in seconds): 20 kills fit in 240 of the 2 x 188 batches
+    # however fast the machine is, and 40 end the killing
     while consumer.poll() is None and kills < 40:
-        time.sleep(rng.uniform(0.05, 0.35))
+        wait_for_batches(out, delivered(out) + rng.randint(2, 12), consumer)
+        if consumer.poll() is not None:
+            break
         victim = live.pop(rng.randrange(len(live)))
         s.procs[victim].kill()  # SIGKILL, at a random moment of the epoch
         s.procs[victim].wait()
@@ -215,7 +237,9 @@ def test_dispatcher_restarts_from_its_journal(tmp_path, service):
     consumer = s.consumer(out, "--sleep-ms", "10")
     current = "dispatcher"
     for restart in range(3):
-        time.sleep(1.0 + restart * 0.5)
+        # mid-epoch by the consumer's progress (50, 150, 250 of the 2 x 188 batches), not by
+        # the clock: the consumer cannot finish before the last restart
+        wait_for_batches(out, 50 + 100 * restart, consumer)
         if consumer.poll() is not None:
             break
         s.procs[current].kill()  # SIGKILL mid-epoch, then the same address again
@@ -235,12 +259,15 @@ def test_stopped_data_worker_is_lost_and_rejoins_without_duplicates(tmp_path, se
     w0, w1 = s.worker(), s.worker()
     out = tmp_path / "batches.txt"
     consumer = s.consumer(out, "--sleep-ms", "8")
-    time.sleep(1.0)
+    # stopped mid-epoch: once it is registered and the consumer has its first batches (the
+    # 2 x 188 batches take 3 s at least at 8 ms each)
+    s.wait_for("dispatcher", r"data worker 0 .*registered")
+    assert wait_for_batches(out, 20, consumer) >= 20, s.log("consumer")
     stopped = time.time()
-    os.kill(s.procs[w0].pid, signal.SIGSTOP)
+    s.procs[w0].send_signal(signal.SIGSTOP)
     s.wait_for("dispatcher", r"data worker 0\b.*lost", timeout=20)
     lost_after = time.time() - stopped
-    os.kill(s.procs[w0].pid, signal.SIGCONT)
+    s.procs[w0].send_signal(signal.SIGCONT)
     assert consumer.wait(timeout=300) == 0, s.log("consumer")
     assert_exactly_once(out)
     # declared lost within a few heartbeats (lost_after 3 x heartbeat 0.2 s), not a minute
@@ -255,19 +282,22 @@ def test_garbage_and_foreign_messages_are_dropped(tmp_path, service):
     w = s.worker()
     m = s.wait_for(w, r"listening on tcp://(\S+)")
     out = tmp_path / "batches.txt"
-    consumer = s.consumer(out, "--sleep-ms", "2")
+    # 10 ms a batch: the job lasts 3.8 s at least, so the dispatcher and the data worker are
+    # still there when the garbage arrives (they exit when the job is done)
+    consumer = s.consumer(out, "--sleep-ms", "10")
     ctx = zmq.Context()
     for endpoint in (f"tcp://{s.address}", f"tcp://{m.group(1)}"):
         sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.LINGER, 5000)  # close and term wait (5 s at most) until sent
         sock.connect(endpoint)
         sock.send(b"\x00garbage\xff" * 10)                  # not an envelope
         sock.send_multipart([b"\x08\x02\x18\x1a", b"xyz"])  # a DS_BATCH with a frame too many
         sock.send(os.urandom(2 << 20))                      # oversized
         sock.send(b"")                                      # empty
-        time.sleep(0.2)
         sock.close()
     ctx.term()
+    s.wait_for("dispatcher", r"dropped")
+    s.wait_for(w, r"dropped")
     # a data worker of another job (another seed: another job id) is not let in
     other = tmp_path / "other"
     other.mkdir()
@@ -337,27 +367,28 @@ def test_mirrored_job_with_data_workers_resumes_exactly(tmp_path):
                           timeout=600).returncode == 0
     straight = final_ckpt(tmp_path / "straight")
     resumed = 0
-    delay = 3.0
-    for attempt in range(8):
+    # 3 epochs of 30000 examples: 1407 steps of 2 ranks, a checkpoint every 50; each SIGTERM
+    # comes once this run has written a checkpoint of its own (a logged step), so most of the
+    # run is left when it lands, however fast the steps are
+    for attempt in range(3):
         run = tmp_path / f"run{attempt}"
         args = mlp_args(run, "--set", "train.epochs=3", "--set", "checkpoint.every_steps=50",
                         "--replicas", "2", "--data-workers", "2", limit=30000)
         p = subprocess.Popen([CTRAIN, "train", *args], cwd=ROOT, env=ENV, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(delay)
-        p.send_signal(signal.SIGTERM)
-        p.communicate(timeout=120)
+        saved = procwatch.wait_for_step(run, 1, p, timeout=300, read=procwatch.ckpt_step)
+        p.send_signal(signal.SIGTERM)  # our child: a no-op if it has ended
+        out, err = p.communicate(timeout=120)
+        assert saved, f"no checkpoint was written (exit status {p.returncode}): {err}"
         if p.returncode == 0:
-            delay *= 0.6
-            continue
-        if not (run / "checkpoints").exists():
-            delay *= 1.5
-            continue
-        for stop_at in (1.0, None):  # a second stop at another step, then to the end
+            continue  # finished before the signal (a host stalled for the whole run): again
+        for stop in (True, False):  # a second stop at another step, then to the end
+            resumed_at = procwatch.ckpt_step(run)
             p = subprocess.Popen([CTRAIN, "train", *args], cwd=ROOT, env=ENV, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            if stop_at:
-                time.sleep(delay + stop_at)
+            if stop:  # once this run has saved a checkpoint past the one it resumed from
+                procwatch.wait_for_step(run, resumed_at + 1, p, timeout=300,
+                                        read=procwatch.ckpt_step)
                 p.send_signal(signal.SIGTERM)
             out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
@@ -366,7 +397,7 @@ def test_mirrored_job_with_data_workers_resumes_exactly(tmp_path):
         assert d.returncode == 0, d.stdout
         resumed += 1
         break
-    assert resumed, "SIGTERM never arrived mid-run in 8 tries"
+    assert resumed, "SIGTERM never arrived mid-run in 3 tries"
 
 
 def test_training_with_a_killed_data_worker_reaches_the_bar(tmp_path):
@@ -375,17 +406,22 @@ def test_training_with_a_killed_data_worker_reaches_the_bar(tmp_path):
     p = subprocess.Popen([CTRAIN, "train", MLP, "--set", f"run_dir={run}", "--set",
                           "train.deterministic=true", "--data-workers", "3"], cwd=ROOT, env=ENV,
                          text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    workers = []
-    for _ in range(600):  # the data workers are the launcher's children
-        workers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "ctrain-data-worker"],
-                                 capture_output=True, text=True).stdout.split()
-        if workers or p.poll() is not None:
-            break
-        time.sleep(0.05)
-    assert workers, "no data worker to kill"
-    time.sleep(1.5)  # training has started
-    os.kill(int(workers[0]), signal.SIGKILL)
-    out, err = p.communicate(timeout=900)
+    try:
+        # training has started (a logged step); then one of the data workers (the launcher's
+        # children), pinned and killed, scanning again if one exits under the scan
+        assert procwatch.wait_for_step(run, 1, p, timeout=300), "no step was logged"
+        killed = procwatch.signal_child(p.pid, "ctrain-data-worker", signal.SIGKILL, p,
+                                        timeout=60)
+        assert killed, "no data worker to kill"
+        out, err = p.communicate(timeout=900)
+    finally:
+        if p.poll() is None:  # a failed check: stop the run and its processes
+            p.terminate()
+            try:
+                p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
     assert p.returncode == 0, err
     acc = float(re.search(r"done: .*test_accuracy=([\d.]+)", out).group(1))
     assert acc >= 0.865, out

@@ -8,8 +8,8 @@ import os
 import re
 import signal
 import subprocess
-import time
 
+import procwatch
 import pytest
 from ckpt_compare import final_ckpt, weights_rel_diff
 
@@ -142,32 +142,35 @@ def test_misconfigured_replica_is_caught(tmp_path):
 
 
 def test_stopped_rank_is_named(tmp_path):
+    # 10000 epochs of 47 steps: the run lasts many minutes, so the stop lands mid-run however
+    # fast the steps are (100 epochs took 5 s here and could end before the ranks were read);
+    # the stall ends it, and the finally clause if anything fails first
     p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", WORKER, "--job", JOB,
-                          "--set", "train.epochs=100", "--set", "strategy.stall_timeout=3",
+                          "--set", "train.epochs=10000", "--set", "strategy.stall_timeout=3",
                           *SMALL, "--set", f"run_dir={tmp_path}", "--quiet"], cwd=ROOT,
                          env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline, ps = time.time() + 60, []
-    while len(ps) < 2 and time.time() < deadline:  # both ranks up (slow machines take longer)
-        time.sleep(0.5)
-        ps = subprocess.run(["pgrep", "-f", "-P", str(p.pid), "ctrain-worker"],
-                            capture_output=True, text=True).stdout.split()
-    assert len(ps) == 2, ps
-    time.sleep(1.0)  # into training
-    # rank 1 is the second child; find it by its environment
     rank1 = None
-    for pid in ps:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        if b"OMPI_COMM_WORLD_RANK=1" in env:
-            rank1 = int(pid)
-    assert rank1
-    os.kill(rank1, signal.SIGSTOP)
     try:
+        # both ranks up (slow machines take longer), then into training: a logged step
+        ps = procwatch.wait_for_children(p.pid, "ctrain-worker", 2, p, timeout=120)
+        assert len(ps) == 2, ps
+        assert procwatch.wait_for_step(tmp_path, 1, p, timeout=120), "no step was logged"
+        # rank 1 is one of mpirun's two children; find it by its environment, scanning again
+        # if a process exits under the scan, and stop that very process (pinned by a pidfd)
+        rank1 = procwatch.signal_child(p.pid, "ctrain-worker", signal.SIGSTOP, p, timeout=60,
+                                       where=procwatch.environ_has(b"OMPI_COMM_WORLD_RANK=1"))
+        assert rank1, "rank 1 was not found among mpirun's children"
         out, err = p.communicate(timeout=90)
     finally:
-        try:
-            os.kill(rank1, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+        if rank1 is not None:
+            rank1.send(signal.SIGCONT)
+        if p.poll() is None:  # a failed check: end the run (mpirun passes SIGTERM on)
+            p.terminate()
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
     assert p.returncode != 0
     assert re.search(r"stall: step \d+, .*missing rank\(s\): 1 \(last seen", err), err
 
@@ -198,32 +201,31 @@ def test_bad_environment(env, expect):
 
 
 def test_sigterm_and_resume_under_mpirun_are_exact(tmp_path):
-    args = ["--job", JOB, "--set", "train.epochs=3", "--set", "data.train.limit=12000",
+    # 3 epochs of 30000 examples: 1407 steps of 2 ranks, and SIGTERM comes once the first step
+    # is logged (step 20), so most of the run is left when it lands, however fast the steps are
+    args = ["--job", JOB, "--set", "train.epochs=3", "--set", "data.train.limit=30000",
             "--set", "data.eval.limit=1000", "--quiet"]
     straight = tmp_path / "straight"
     assert mpirun(2, *args, "--set", f"run_dir={straight}").returncode == 0
-    delay = 1.2
-    for attempt in range(10):
+    for attempt in range(3):
         run = tmp_path / f"run{attempt}"
         p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", WORKER, *args, "--set",
                               f"run_dir={run}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
-        p.send_signal(signal.SIGTERM)
+        logged = procwatch.wait_for_step(run, 1, p, timeout=300)
+        p.send_signal(signal.SIGTERM)  # our child: a no-op if it has ended
         out, err = p.communicate(timeout=120)
+        assert logged, f"no step was logged (exit status {p.returncode}): {err}"
         if p.returncode == 0:
-            delay *= 0.6  # finished first: sooner
-            continue
-        if not (run / "checkpoints").exists():
-            delay *= 1.5  # still starting: later
-            continue
+            continue  # finished before the signal (a host stalled for the whole run): again
+        assert (run / "checkpoints").exists(), err
         r = mpirun(2, *args, "--set", f"run_dir={run}")
         assert r.returncode == 0, r.stderr
         d = subprocess.run([CTRAIN, "ckpt", "diff", final_ckpt(straight), final_ckpt(run)],
                            capture_output=True, text=True)
         assert d.returncode == 0, d.stdout
         return
-    pytest.fail("SIGTERM never arrived mid-run in 10 tries")
+    pytest.fail("SIGTERM never arrived mid-run in 3 tries")
 
 
 def test_mlp_reaches_the_bar_with_two_ranks(tmp_path):

@@ -142,14 +142,18 @@ def test_a_log_write_failure_is_reported_once_and_training_goes_on(tmp_path):
 def test_evaluator_exit_codes_follow_the_signal(tmp_path):
     """Like every role: 130 after SIGINT, 143 after SIGTERM (one map, ct_exit_code)."""
     import signal
-    import time
+
+    import procwatch
     job = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         ev = subprocess.Popen([EVALUATOR, "--job", job, "--timeout", "60", "--poll", "0.1",
                                "--checkpoint-dir", str(tmp_path / "none"),
                                "--run-dir", str(tmp_path / f"eval{code}")],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)
-        ev.send_signal(sig)
+        # the signal once the evaluator is in its loop: it makes RUN_DIR/eval (its TensorBoard
+        # run) after its handlers are set, where a fixed second of sleep could come first
+        procwatch.wait_until(lambda: (tmp_path / f"eval{code}" / "eval").exists(), ev,
+                             timeout=60, poll=0.01)
+        ev.send_signal(sig)  # our child: a no-op if it has ended
         out, err = ev.communicate(timeout=60)
         assert ev.returncode == code, (sig, ev.returncode, err)
