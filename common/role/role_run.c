@@ -37,6 +37,7 @@ void ct_role_print_options(FILE *f) {
         "                      mirrored: the cluster spec by hand (default: from Open MPI,\n"
         "                      PMIx or Slurm variables; all sources must agree with MPI)\n"
         "  --no-resume         do not resume from the run's checkpoint\n"
+        "  --allow-changed-input  resume although data.train changed since the checkpoint\n"
         "  --quiet             only the done line\n"
         "  --profile A:B       record training steps A to B (= --set train.profile.steps=[A,B])\n"
         "  --task TYPE:INDEX   parameter_server: this process's task (chief, ps:I, worker:I)\n"

@@ -657,6 +657,17 @@ static void chief_free(chief *c) {
     ct_loader_destroy(c->eval);
 }
 
+ct_status ct__chief_trainer(chief *c, ct_trainer **ret, ct_err *err) {
+    const int replicas = c->job->ps.async ? 1 : c->n_workers;
+    ct_train_spec train = c->job->train;
+    ct_status st = ct_job_replica_batch(c->job, replicas, &train.batch_size, err);
+    if (st == CT_OK && (st = ct_trainer_create_with(c->job, &train, ret, err)) == CT_OK &&
+        replicas > 1) {
+        ct_trainer_set_data_parallel(*ret, NULL, 0, replicas);
+    }
+    return st;
+}
+
 static ct_status setup(chief *c, ct_err *err) {
     const ct_job *job = c->job;
     /* the step count of worker 0's shard (every worker's), and the evaluation data */
@@ -666,7 +677,7 @@ static ct_status setup(chief *c, ct_err *err) {
         (job->has_eval_data && (st = ct_pipeline_loader(job, 1, 0, 1, &c->eval, err)) != CT_OK)) {
         return st;
     }
-    if ((st = ct_trainer_create(job, &c->t, err)) != CT_OK) {
+    if ((st = ct__chief_trainer(c, &c->t, err)) != CT_OK) {
         return st;
     }
     c->p = ct_trainer_params(c->t);

@@ -128,6 +128,10 @@ void ct__chief_take_stats(slot *s, const Ctrain__Wire__Stats *st);
 /* Loads the newest good checkpoint (or the initial state) into the chief's trainer and sends
  * every server its shards under a new generation; the job pauses until they answer. */
 void ct__chief_restore(chief *c, ct_err *err);
+/* The chief's trainer (the job's variables, evaluation, checkpoints): a synchronous job's global
+ * batch is n_workers per-replica batches (train.global_batch_size split over them), so that a
+ * checkpoint's position counts examples of the epoch's global order. */
+ct_status ct__chief_trainer(chief *c, ct_trainer **ret, ct_err *err);
 /* Asks every server for its state: sync at version at_step exactly, async as it is. */
 void ct__chief_request_snapshot(chief *c, int64_t at_step);
 /* Sends the current request again to the servers that have not answered it. */

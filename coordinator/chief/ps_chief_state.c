@@ -395,7 +395,7 @@ void ct__chief_restore(chief *c, ct_err *err) {
     } else if (!first) {
         /* no checkpoint yet: the initial state again (a function of the seed) */
         ct_trainer *fresh = NULL;
-        if ((st = ct_trainer_create(c->job, &fresh, err)) != CT_OK ||
+        if ((st = ct__chief_trainer(c, &fresh, err)) != CT_OK ||
             (st = ct_trainer_set_checkpointing(fresh, c->ckpt_dir, c->o->job_text, err)) != CT_OK) {
             ct_trainer_destroy(fresh);
             ct__chief_fail(c, st, err, "re-creating the initial state: %s",

@@ -61,6 +61,12 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
             c->quiet = 1;
         } else if (!strcmp(a, "--no-resume")) {
             c->no_resume = 1;
+        } else if (!strcmp(a, "--allow-changed-input")) {
+            if (c->n_sets >= MAX_SETS) {
+                fprintf(stderr, "ctrain: too many --set options (at most %d)\n", MAX_SETS);
+                return EXIT_BAD_INPUT;
+            }
+            c->sets[c->n_sets++] = "checkpoint.allow_changed_input=true";
         } else if (!strcmp(a, "--replicas")) {
             char *end = NULL;
             long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;

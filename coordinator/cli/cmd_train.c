@@ -58,6 +58,8 @@ static void train_usage(FILE *f) {
         "                    pipeline (data.service; combines with --replicas, --ps/--workers)\n"
         "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
         "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
+        "  --allow-changed-input  resume even though data.train changed since the checkpoint\n"
+        "                    (= --set checkpoint.allow_changed_input=true)\n"
         "  -h, --help        show this help\n"
         "\n"
         "Checkpoints go to checkpoint.dir (default RUN_DIR/checkpoints) every\n"

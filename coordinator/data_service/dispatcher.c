@@ -263,11 +263,11 @@ static ct_status count_stream(disp *d, int eval, uint32_t shards, ct_err *err) {
     }
     ct_loader *l = NULL;
     ct_pipeline_context ctx; /* the in-process loader, whatever data.service says */
-    ct_pipeline_context_init(&ctx, d->job, eval);
-    ctx.num_shards = shards > 1 ? shards : 1;
-    ctx.shard_index = 0;
-    ct_status st =
-        ct_pipeline_loader_from(eval ? &d->job->eval_data : &d->job->train_data, &ctx, &l, err);
+    ct_status st = ct_pipeline_context_shard(&ctx, d->job, eval, 0, shards, err);
+    if (st == CT_OK) {
+        st =
+            ct_pipeline_loader_from(eval ? &d->job->eval_data : &d->job->train_data, &ctx, &l, err);
+    }
     if (st == CT_OK) {
         st = ct_loader_count_steps(l, err);
     }

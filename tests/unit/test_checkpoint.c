@@ -296,6 +296,11 @@ static void weights(ct_trainer *t, float *out) {
     memcpy(out, p->data, (size_t)p->total * sizeof *out);
 }
 
+/* A warn callback that keeps the last line. */
+static void keep_note(const char *msg, void *user) {
+    snprintf(user, 512, "%s", msg);
+}
+
 Test(checkpoint, resume_is_exact) {
     ct_job job = resume_job();
     ct_examples *ds;
@@ -337,15 +342,34 @@ Test(checkpoint, resume_is_exact) {
                      "stopped at %lld: resumed weights differ", (long long)at);
         ct_trainer_destroy(c);
     }
-    /* a job with another batch size refuses the checkpoint */
+    /* another batch size continues at the same example when its batches reach it exactly (run5
+     * stopped after 5 batches of 32: example 160 is batch 10 of 16), and says so; one whose
+     * batches would straddle it (48) is refused */
     job.train.batch_size = 16; /* the same job otherwise */
     ct_trainer *d;
     int resumed = 0;
-    char ckdir[PATH_MAX + 32];
-    test_path(test_scratch, "run5", ckdir, sizeof ckdir);
+    char ckdir[PATH_MAX + 32], note[512] = "", from[PATH_MAX + 64], to[PATH_MAX + 64];
+    test_path(test_scratch, "only5", ckdir, sizeof ckdir); /* run5's first checkpoint alone */
+    cr_assert_eq(mkdir(ckdir, 0777), 0);
+    snprintf(from, sizeof from, "%s/run5/ckpt-5.ctck", test_scratch);
+    snprintf(to, sizeof to, "%s/ckpt-5.ctck", ckdir);
+    cr_assert_eq(link(from, to), 0, "%s", from);
+    cr_assert_eq(ct_trainer_create(&job, &d, NULL), CT_OK);
+    cr_expect_eq(ct_trainer_resume(d, ckdir, &resumed, keep_note, note, &err), CT_OK, "%s",
+                 err.msg);
+    int64_t pos[3];
+    ct_trainer_get_position(d, pos);
+    cr_expect_eq(pos[0], 5);  /* optimizer steps */
+    cr_expect_eq(pos[2], 10); /* batches of the epoch, of 16 */
+    cr_expect(strstr(note, "global batch 32) resumed on 1 (global batch 16: the global batch "
+                           "changed): epoch 0 continues at example 160 (batch 10)"),
+              "%s", note);
+    ct_trainer_destroy(d);
+    job.train.batch_size = 48;
     cr_assert_eq(ct_trainer_create(&job, &d, NULL), CT_OK);
     cr_expect_eq(ct_trainer_resume(d, ckdir, &resumed, NULL, NULL, &err), CT_EINVAL);
-    cr_expect(strstr(err.msg, "batch size 32") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "global batch of 48 would repeat or skip examples") != NULL, "%s",
+              err.msg);
     ct_trainer_destroy(d);
     ct_trainer_destroy(a);
     free(wa);

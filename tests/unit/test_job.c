@@ -912,3 +912,37 @@ Test(job, job_canonical_form_names_its_fields) {
     cr_expect(strstr(text, "model.layers[0]=dense units=3") != NULL, "%s", text);
     cr_expect_gt(tlen, 0);
 }
+
+/* train.global_batch_size splits over the replicas, evenly or not at all. */
+Test(job, global_batch_size_splits_over_the_replicas) {
+    ct_job job;
+    ct_err err = {0};
+    const char *sets[] = {"train.global_batch_size=60"};
+    cr_assert_eq(parse_sets(MINIMAL_JOB, sets, 1, &job, &err), CT_OK, "%s", err.msg);
+    int batch = 0;
+    for (int replicas = 1; replicas <= 7; replicas++) {
+        cr_expect_eq(ct_job_replica_batch(&job, replicas, &batch, &err),
+                     replicas == 7 ? CT_EINVAL : CT_OK);
+        if (replicas != 7) {
+            cr_expect_eq(batch, 60 / replicas);
+        }
+    }
+    cr_expect(strstr(err.msg, "train.global_batch_size 60 does not split evenly over 7 replicas"),
+              "%s", err.msg);
+    cr_assert_eq(parse(MINIMAL_JOB, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(ct_job_replica_batch(&job, 3, &batch, &err), CT_OK); /* unset: per replica */
+    cr_expect_eq(batch, 32);
+    EXPECT_SET_ERROR(MINIMAL_JOB, "train.global_batch_size=0", "train.global_batch_size");
+}
+
+/* The pipeline scope names the training data's order, not its batches. */
+Test(job, pipeline_id_ignores_the_batch_and_follows_the_data) {
+    uint64_t base = id_of(ID_JOB_YAML, NULL, CT_JOB_ID_PIPELINE);
+    cr_expect_eq(id_of(ID_JOB_YAML, "train.batch_size=16", CT_JOB_ID_PIPELINE), base);
+    cr_expect_eq(id_of(ID_JOB_YAML, "train.global_batch_size=64", CT_JOB_ID_PIPELINE), base);
+    cr_expect_eq(id_of(ID_JOB_YAML, "train.epochs=9", CT_JOB_ID_PIPELINE), base);
+    cr_expect_neq(
+        id_of(ID_JOB_YAML, "data.train.pipeline[1].shuffle.buffer=32", CT_JOB_ID_PIPELINE), base);
+    cr_expect_neq(id_of(ID_JOB_YAML, "seed=9", CT_JOB_ID_PIPELINE), base);
+    cr_expect_neq(id_of(ID_JOB_YAML, "train.shuffle=false", CT_JOB_ID_PIPELINE), base);
+}

@@ -154,15 +154,16 @@ static ct_status pipe_get(dw_state *s, const dw_lease *l, ct_loader **ret, ct_er
     pipe_clear(victim);
     /* the in-process loader, whatever data.service says */
     ct_pipeline_context ctx;
-    ct_pipeline_context_init(&ctx, s->job, l->eval);
-    ctx.num_shards = l->shards > 1 ? l->shards : 1;
-    ctx.shard_index = l->shards > 1 ? l->shard : 0;
+    ct_status st = ct_pipeline_context_shard(&ctx, s->job, l->eval, l->shard, l->shards, err);
+    if (st != CT_OK) {
+        return st;
+    }
     ctx.prefetch = 0;   /* a lease jumps to another split: batches read ahead would be lost */
     if (l->salt != 0) { /* parallel_epochs: this worker's own order */
         ctx.seed = ct__mix64(s->job->seed, 0x73616c7400000000ULL | l->salt);
     }
-    ct_status st = ct_pipeline_loader_from(l->eval ? &s->job->eval_data : &s->job->train_data, &ctx,
-                                           &victim->loader, err);
+    st = ct_pipeline_loader_from(l->eval ? &s->job->eval_data : &s->job->train_data, &ctx,
+                                 &victim->loader, err);
     if (st != CT_OK) {
         victim->loader = NULL;
         return st;

@@ -219,7 +219,10 @@ CT_API const char *ct_strategy_name(ct_strategy_type type);
 /* train: how the training loop runs a step and an epoch: the trainer's options. */
 typedef struct ct_train_spec {
     int epochs;               /* train.epochs: default 1 */
-    int batch_size;           /* train.batch_size: default 32 */
+    int batch_size;           /* train.batch_size: per replica; default 32 */
+    int global_batch_size;    /* train.global_batch_size: examples per step across the replicas,
+                                 split evenly (tf.distribute's global batch); 0: batch_size per
+                                 replica (ct_job_replica_batch) */
     int eval_batch_size;      /* train.eval_batch_size: default 1000 */
     int shuffle;              /* train.shuffle: default true */
     int threads;              /* train.threads: default 0 = all cores */
@@ -276,6 +279,9 @@ typedef struct ct_checkpoint_spec {
     int keep_last;             /* checkpoint.keep_last: default 5 */
     float keep_every_hours;    /* checkpoint.keep_every_hours: one per H hours too; 0 off */
     int resume;                /* checkpoint.resume: continue from the latest; default true */
+    int allow_changed_input;   /* checkpoint.allow_changed_input: resume even when data.train
+                                  no longer matches the checkpoint's (--allow-changed-input);
+                                  default false */
 } ct_checkpoint_spec;
 
 /* logs: the run log's options. */
@@ -283,6 +289,9 @@ typedef struct ct_logs_spec {
     int tensorboard;               /* logs.tensorboard: event files in run_dir; default true */
     int64_t every_steps;           /* logs.every_steps: scalars and metrics lines; default 20 */
     int64_t histogram_every_steps; /* logs.histogram_every_steps: default 200; 0 off */
+    int batch_labels; /* logs.batch_labels: every replica appends each training step's labels
+                         to run_dir/batch_labels/rank-R.txt ("epoch E batch B: labels..."), an
+                         audit of which examples trained; default false */
 } ct_logs_spec;
 
 /* A parsed job file: one section per module, each the options struct that module takes
@@ -347,12 +356,20 @@ typedef enum ct_job_id_scope {
      * optimizer, epochs, batch size, shuffle, max_steps, data.train.limit, the strategy's mode,
      * backup workers and staleness rules, the shard size, checkpoint.every_steps). */
     CT_JOB_ID_TRAINING = 2,
+    /* The training data's order, whatever the batch: the seed, the input shape, data.train
+     * and shuffle. A checkpoint keeps it; a resume whose pipeline differs is refused. */
+    CT_JOB_ID_PIPELINE = 3,
 } ct_job_id_scope;
 
 /* The job's id for `scope`: a 64-bit hash of its canonical form (ct_job_canonical), never 0.
  * The same for the same job however its file is written (YAML or JSON, comments, key order,
  * --set or in the file), on every machine. Every role computes its job id here. Thread-safe. */
 CT_API uint64_t ct_job_id(const ct_job *job, ct_job_id_scope scope);
+
+/* The per-replica batch of `job` on `replicas` replicas (data-parallel ranks or synchronous
+ * workers): train.global_batch_size / replicas when it is set, else train.batch_size.
+ * CT_EINVAL, naming the key, when the global batch does not split evenly. Thread-safe. */
+CT_API ct_status ct_job_replica_batch(const ct_job *job, int replicas, int *ret_batch, ct_err *err);
 
 /* The canonical form that ct_job_id hashes: one "key=value" line per field the scope covers, in
  * a fixed order, values printed exactly; written into buf (NUL-terminated, truncated at cap).

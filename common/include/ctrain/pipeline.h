@@ -53,6 +53,12 @@ typedef struct ct_pipeline_context {
  * job->path (borrowed as job_path: job must outlive ctx) and one shard. */
 CT_API void ct_pipeline_context_init(ct_pipeline_context *ctx, const ct_job *job, int eval);
 
+/* ct_pipeline_context_init for data-parallel shard shard_index of shard_count (1: the whole
+ * data), with the training split's per-replica batch (train.global_batch_size split over the
+ * shards; ct_job_replica_batch). CT_EINVAL when the global batch does not split evenly. */
+CT_API ct_status ct_pipeline_context_shard(ct_pipeline_context *ctx, const ct_job *job, int eval,
+                                           int64_t shard_index, int64_t shard_count, ct_err *err);
+
 /* Builds the dataset of `spec` (the pipeline form or the short form) in *ret (owned). Errors
  * name the stage as the job file does: "job.yaml:14: data.train.pipeline[2].global_shuffle:
  * global_shuffle: the input is not random-access ..." (CT_EINVAL for a pipeline that cannot be

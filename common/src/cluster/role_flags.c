@@ -88,6 +88,12 @@ ct_status ct_role_flags_parse(int argc, char **argv, ct_role_flags *ret, ct_err 
             i++;
         } else if (!strcmp(a, "--no-resume")) {
             ret->no_resume = 1;
+        } else if (!strcmp(a, "--allow-changed-input")) {
+            if (ret->n_sets >= CT_ROLE_MAX_SETS) {
+                return ct_err_set(err, CT_EINVAL, "too many --set options (at most %d)",
+                                  CT_ROLE_MAX_SETS);
+            }
+            ret->sets[ret->n_sets++] = "checkpoint.allow_changed_input=true";
         } else if (!strcmp(a, "--quiet")) {
             ret->quiet = 1;
         } else {

@@ -63,9 +63,9 @@ static const char *const top_keys[] = {"seed",      "model",      "loss",  "metr
                                        "optimizer", "data",       "train", "strategy",
                                        "run_dir",   "checkpoint", "logs",  NULL};
 static const char *const checkpoint_keys[] = {
-    "dir", "every_steps", "keep_last", "keep_every_hours", "resume", NULL};
+    "dir", "every_steps", "keep_last", "keep_every_hours", "resume", "allow_changed_input", NULL};
 static const char *const logs_keys[] = {"tensorboard", "every_steps", "histogram_every_steps",
-                                        NULL};
+                                        "batch_labels", NULL};
 static const char *const model_keys[] = {"input_shape", "layers", NULL};
 static const char *const optimizer_keys[] = {
     "type", "learning_rate", "momentum", "nesterov",  "beta1",    "beta2", "epsilon",
@@ -75,9 +75,10 @@ static const char *const schedule_keys[] = {"type",        "warmup_steps", "step
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {
-    "epochs",        "batch_size", "eval_batch_size", "shuffle",       "threads",
-    "prefetch",      "max_steps",  "eager",           "graph_passes",  "plan_memory",
-    "adapt_threads", "profile",    "conv_algorithm",  "deterministic", NULL};
+    "epochs",         "batch_size",    "eval_batch_size",   "shuffle",
+    "threads",        "prefetch",      "max_steps",         "eager",
+    "graph_passes",   "plan_memory",   "adapt_threads",     "profile",
+    "conv_algorithm", "deterministic", "global_batch_size", NULL};
 static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
                                             "bucket_bytes",
@@ -528,6 +529,7 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
                      ct__job_key_line(top, "train"), &s);
     ct__job_sec_int(&s, "epochs", 1, &job->train.epochs);
     ct__job_sec_int(&s, "batch_size", 1, &job->train.batch_size);
+    ct__job_sec_int(&s, "global_batch_size", 1, &job->train.global_batch_size);
     ct__job_sec_int(&s, "eval_batch_size", 1, &job->train.eval_batch_size);
     ct__job_sec_bool(&s, "shuffle", &job->train.shuffle);
     ct__job_sec_int(&s, "threads", 0, &job->train.threads);
@@ -570,11 +572,13 @@ static void read_outputs(ct__job_reader *r, const ct__job_section *top, ct_job *
     ct__job_sec_float(&s, "keep_every_hours", CT__JOB_NON_NEGATIVE,
                       &job->checkpoint.keep_every_hours);
     ct__job_sec_bool(&s, "resume", &job->checkpoint.resume);
+    ct__job_sec_bool(&s, "allow_changed_input", &job->checkpoint.allow_changed_input);
     ct__job_sec_open(r, ct__job_sec_get(top, "logs", path), "logs", logs_keys,
                      ct__job_key_line(top, "logs"), &s);
     ct__job_sec_bool(&s, "tensorboard", &job->logs.tensorboard);
     ct__job_sec_i64(&s, "every_steps", 1, &job->logs.every_steps);
     ct__job_sec_i64(&s, "histogram_every_steps", 0, &job->logs.histogram_every_steps);
+    ct__job_sec_bool(&s, "batch_labels", &job->logs.batch_labels);
 }
 
 /* The parameter-server keys of strategy: (shared names with the mirrored ones: type). */
@@ -871,6 +875,22 @@ ct_status ct_job_load_text(const char *path, const char *const *sets, int n_sets
 ct_status ct_job_load(const char *path, const char *const *sets, int n_sets, ct_job *ret_job,
                       ct_err *err) {
     return ct_job_load_text(path, sets, n_sets, ret_job, NULL, err);
+}
+
+ct_status ct_job_replica_batch(const ct_job *job, int replicas, int *ret_batch, ct_err *err) {
+    const int global = job->train.global_batch_size;
+    if (global <= 0) {
+        *ret_batch = job->train.batch_size;
+        return CT_OK;
+    }
+    if (replicas < 1 || global % replicas != 0) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: train.global_batch_size %d does not split evenly over %d replicas "
+                          "(make it a multiple of %d)",
+                          job->path, global, replicas, replicas);
+    }
+    *ret_batch = global / replicas;
+    return CT_OK;
 }
 
 ct_status ct_job_create(const char *path, const char *const *sets, int n_sets, ct_job **ret_job,

@@ -137,17 +137,17 @@ static void put_stage(canon *c, const char *key, int i, const ct_stage_spec *s) 
     }
 }
 
-static void put_data(canon *c, const ct_data_spec *d) {
-    put(c, "%s.format=%d images=%s labels=%s limit=%lld stages=%d\n", d->key, (int)d->format,
+static void put_data(canon *c, const char *key, const ct_data_spec *d) {
+    put(c, "%s.format=%d images=%s labels=%s limit=%lld stages=%d\n", key, (int)d->format,
         d->images, d->labels, (long long)d->limit, d->n_stages);
     if (d->n_stages > 0) {
-        put_source(c, d->key, &d->source);
+        put_source(c, key, &d->source);
     }
     for (int i = 1; i < d->n_stages; i++) {
-        put_stage(c, d->key, i, &d->stages[i]);
+        put_stage(c, key, i, &d->stages[i]);
     }
     if (d->n_stages > 0) { /* the source's kind */
-        put(c, "%s.pipeline[0]=%s\n", d->key, ct_stage_kind_name(d->stages[0].kind));
+        put(c, "%s.pipeline[0]=%s\n", key, ct_stage_kind_name(d->stages[0].kind));
     }
 }
 
@@ -156,15 +156,26 @@ static void put_data(canon *c, const ct_data_spec *d) {
 static void put_input(canon *c, const ct_job *job) {
     put(c, "seed=%llu\n", (unsigned long long)job->seed);
     put_dims(c, "model.input_shape", job->model.input_shape, job->model.input_rank);
-    put_data(c, &job->train_data);
+    put_data(c, "data.train", &job->train_data);
     if (job->has_eval_data) {
-        put_data(c, &job->eval_data);
+        put_data(c, "data.eval", &job->eval_data);
     }
-    put(c, "train.batch_size=%d eval_batch_size=%d shuffle=%d epochs=%d max_steps=%lld\n",
-        job->train.batch_size, job->train.eval_batch_size, job->train.shuffle, job->train.epochs,
-        (long long)job->train.max_steps);
+    put(c,
+        "train.batch_size=%d global_batch_size=%d eval_batch_size=%d shuffle=%d epochs=%d "
+        "max_steps=%lld\n",
+        job->train.batch_size, job->train.global_batch_size, job->train.eval_batch_size,
+        job->train.shuffle, job->train.epochs, (long long)job->train.max_steps);
     put(c, "data.service.mode=%d split_steps=%lld\n", (int)job->data_service.mode,
         (long long)job->data_service.split_steps);
+}
+
+/* The training data's order: what a checkpoint's input position counts in. Not the batch: a run
+ * may resume with another global batch at the same example. */
+static void put_pipeline(canon *c, const ct_job *job) {
+    put(c, "seed=%llu\n", (unsigned long long)job->seed);
+    put_dims(c, "model.input_shape", job->model.input_shape, job->model.input_rank);
+    put_data(c, "data.train", &job->train_data);
+    put(c, "train.shuffle=%d\n", job->train.shuffle);
 }
 
 /* What every role of a parameter-server job must agree on: the model and its initial values,
@@ -174,8 +185,10 @@ static void put_training(canon *c, const ct_job *job) {
     put(c, "seed=%llu\n", (unsigned long long)job->seed);
     put_model(c, &job->model);
     put_optimizer(c, &job->optimizer);
-    put(c, "train.epochs=%d batch_size=%d shuffle=%d max_steps=%lld data.train.limit=%lld\n",
-        job->train.epochs, job->train.batch_size, job->train.shuffle,
+    put(c,
+        "train.epochs=%d batch_size=%d global_batch_size=%d shuffle=%d max_steps=%lld "
+        "data.train.limit=%lld\n",
+        job->train.epochs, job->train.batch_size, job->train.global_batch_size, job->train.shuffle,
         (long long)job->train.max_steps, (long long)job->train_data.limit);
     put(c, "strategy.mode=%s backup_workers=%d staleness=%d:%d max_shard_bytes=%lld\n",
         job->ps.async ? "async" : "sync", job->ps.backup_workers, job->ps.staleness_policy,
@@ -188,9 +201,12 @@ static uint64_t write_canonical(const ct_job *job, ct_job_id_scope scope, canon 
     if (c->buf && c->cap > 0) {
         c->buf[0] = '\0';
     }
-    put(c, "ctrain job id 1, scope %s\n", scope == CT_JOB_ID_INPUT ? "input" : "training");
+    static const char *const names[] = {"?", "input", "training", "pipeline"};
+    put(c, "ctrain job id 1, scope %s\n", names[scope >= 1 && scope <= 3 ? scope : 0]);
     if (scope == CT_JOB_ID_INPUT) {
         put_input(c, job);
+    } else if (scope == CT_JOB_ID_PIPELINE) {
+        put_pipeline(c, job);
     } else {
         put_training(c, job);
     }

@@ -53,8 +53,11 @@ static ct_status open_rank(run *r, ct_err *err) {
     if ((st = ct_trainer_create_with(job, &r->train_spec, &r->t, err)) != CT_OK) {
         return st;
     }
-    return ct__mirrored_create(ct_trainer_params(r->t), &job->mirrored, r->rank, r->size, &r->m,
-                               err);
+    st = ct__mirrored_create(ct_trainer_params(r->t), &job->mirrored, r->rank, r->size, &r->m, err);
+    if (st == CT_OK) { /* before a resume: the checkpoint's position counts in global batches */
+        ct_trainer_set_data_parallel(r->t, &r->m->iface, r->rank, r->size);
+    }
+    return st;
 }
 
 /* The chief owns the run directory: checkpoints, resume, logs. */
@@ -192,6 +195,10 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     }
     if (r.train_spec.threads == 0) {
         r.train_spec.threads = 1; /* one core per rank: ranks are the parallelism */
+    }
+    ct_status bst = ct_job_replica_batch(job, r.size, &r.train_spec.batch_size, err);
+    if (bst != CT_OK) {
+        return bst; /* every rank refuses alike, before any collective */
     }
     ct_status st = ct_profile_start(r.train_spec.profile_steps, "worker", r.rank, err);
     if (st == CT_OK) {

@@ -4,6 +4,7 @@
  * evaluation and the epoch's log. A stop request saves a checkpoint and ends with CT_EINTR; a
  * resumed run starts at the checkpoint's epoch and batch. */
 #include <math.h>
+#include <sys/stat.h>
 
 #include "core/clock.h"
 #include "prof/prof.h"
@@ -121,6 +122,33 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
     return CT_OK;
 }
 
+/* logs.batch_labels: "epoch E batch B: labels..." of this replica's slice, appended (and
+ * flushed, so that a killed run keeps the steps it finished) to run_dir/batch_labels/rank-R.txt.
+ * An audit, like a log: a write error stops it and training goes on. */
+static void record_labels(ct_trainer *t, int64_t epoch, const ct_batch *b) {
+    if (!t->cfg.logs.batch_labels) {
+        return;
+    }
+    if (!t->batch_labels) {
+        char path[CT_JOB_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/batch_labels", t->cfg.run_dir);
+        mkdir(t->cfg.run_dir, 0777);
+        mkdir(path, 0777);
+        snprintf(path, sizeof path, "%s/batch_labels/rank-%d.txt", t->cfg.run_dir, t->shard_index);
+        if (!(t->batch_labels = fopen(path, "a"))) {
+            ct_log(CT_LOG_WARN, "logs.batch_labels: cannot open %s; not recorded", path);
+            t->cfg.logs.batch_labels = 0;
+            return;
+        }
+    }
+    fprintf(t->batch_labels, "epoch %lld batch %lld:", (long long)epoch, (long long)b->index);
+    for (int64_t i = 0; i < b->size; i++) {
+        fprintf(t->batch_labels, " %d", (int)b->y[i]);
+    }
+    fputc('\n', t->batch_labels);
+    fflush(t->batch_labels);
+}
+
 /* One step on batch b: the whole batch, or with a reducer this replica's slice of global batch
  * b->index (maybe empty at the tail). */
 static ct_status fit_step(fit_run *f, const ct_batch *b, float *loss, float *acc, ct_err *err) {
@@ -215,6 +243,7 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
             break;
         }
         t->epoch_step = b.index + 1;
+        record_labels(t, e->p.epoch, &b);
         if (b.size > 0) {
             st = after_step(f, e, &b, loss, acc, err);
         }

@@ -9,7 +9,21 @@
 #include "train/trainer_internal.h"
 
 ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err) {
-    return ct_trainer_create_with(job, &job->train, ret, err);
+    ct_train_spec train = job->train; /* one replica: the global batch is the batch */
+    ct_status st = ct_job_replica_batch(job, 1, &train.batch_size, err);
+    return st == CT_OK ? ct_trainer_create_with(job, &train, ret, err) : st;
+}
+
+/* The training data's order and its canonical text, kept for the checkpoints. */
+static ct_status keep_input_identity(ct_trainer *t, const ct_job *job, ct_err *err) {
+    size_t len = ct_job_canonical(job, CT_JOB_ID_PIPELINE, NULL, 0);
+    t->cfg.input_canonical = malloc(len + 1);
+    if (!t->cfg.input_canonical) {
+        return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+    }
+    ct_job_canonical(job, CT_JOB_ID_PIPELINE, t->cfg.input_canonical, len + 1);
+    t->cfg.input_fingerprint = ct_job_id(job, CT_JOB_ID_PIPELINE);
+    return CT_OK;
 }
 
 ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, ct_trainer **ret,
@@ -20,13 +34,15 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
         return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
     }
     snprintf(t->cfg.path, sizeof t->cfg.path, "%s", job->path);
+    snprintf(t->cfg.run_dir, sizeof t->cfg.run_dir, "%s", job->run_dir);
     t->cfg.seed = job->seed;
     t->cfg.input_rank = job->model.input_rank;
     memcpy(t->cfg.input_shape, job->model.input_shape, sizeof t->cfg.input_shape);
     t->cfg.train = *train;
     t->cfg.checkpoint = job->checkpoint;
     t->cfg.logs = job->logs;
-    if ((st = ct_backend_cpu_create(train->threads, &t->be, err)) != CT_OK ||
+    if ((st = keep_input_identity(t, job, err)) != CT_OK ||
+        (st = ct_backend_cpu_create(train->threads, &t->be, err)) != CT_OK ||
         (st = ct_model_create(&job->model, job->seed, job->path, &t->model, err)) != CT_OK) {
         goto fail;
     }
@@ -69,6 +85,10 @@ void ct_trainer_destroy(ct_trainer *t) {
     free(t->ids);
     free(t->zeros);
     free(t->job_text);
+    free(t->cfg.input_canonical);
+    if (t->batch_labels) {
+        fclose(t->batch_labels);
+    }
     ct__run_log_destroy(t->log);
     free(t);
 }

@@ -33,8 +33,30 @@ const char *ct_trainer_last_checkpoint(const ct_trainer *t) {
     return t->last_ckpt;
 }
 
+/* The input position a checkpoint keeps ("input/position", int64): where in the epoch's global
+ * order the run is, and what that order was, so that a run resumed with another number of
+ * replicas or another global batch continues at the same example. Version 1 files hold the
+ * first four. */
+enum {
+    POS_EPOCH,     /* the epoch in progress */
+    POS_STEP,      /* batches of it consumed, of this run's global batch */
+    POS_BATCH,     /* the per-replica batch */
+    POS_DATASET_N, /* examples per epoch (0 unknown) */
+    POS_WORLD,     /* replicas (data-parallel ranks; 1 alone) */
+    POS_GLOBAL,    /* examples per step across the replicas */
+    POS_EXAMPLES,  /* examples of the epoch's global order consumed */
+    POS_INPUT,     /* the training data's order (ct_job_id CT_JOB_ID_PIPELINE), as int64 */
+    POS_N,
+    POS_N_VERSION1 = 4
+};
+
+/* Replicas of this run (1 without data parallelism). */
+static int64_t world_size(const ct_trainer *t) {
+    return t->shard_count > 1 ? t->shard_count : 1;
+}
+
 /* Every tensor of the run's state: parameters, optimizer slots, input position. Returns the
- * count; `pos` (4 int64) must outlive the list. */
+ * count; `pos` (POS_N int64) must outlive the list. */
 static int state_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t *pos) {
     ct_params *p = ct_model_params(t->model);
     int n = 0;
@@ -61,17 +83,22 @@ static int state_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t *p
             e->bytes = (uint64_t)p->items[i].size * sizeof(float);
         }
     }
-    pos[0] = t->epoch;
-    pos[1] = t->epoch_step;
-    pos[2] = t->cfg.train.batch_size;
-    pos[3] = t->dataset_n;
+    const int64_t global = t->cfg.train.batch_size * world_size(t);
+    pos[POS_EPOCH] = t->epoch;
+    pos[POS_STEP] = t->epoch_step;
+    pos[POS_BATCH] = t->cfg.train.batch_size;
+    pos[POS_DATASET_N] = t->dataset_n;
+    pos[POS_WORLD] = world_size(t);
+    pos[POS_GLOBAL] = global;
+    pos[POS_EXAMPLES] = t->epoch_step * global;
+    memcpy(&pos[POS_INPUT], &t->cfg.input_fingerprint, sizeof pos[POS_INPUT]);
     if (n < cap) {
         ct_ckpt_tensor *e = &out[n++];
         snprintf(e->name, sizeof e->name, "input/position");
         e->dtype = CT_I64;
-        e->shape = (ct_shape){.rank = 1, .dims = {4}};
+        e->shape = (ct_shape){.rank = 1, .dims = {POS_N}};
         e->data = pos;
-        e->bytes = 4 * sizeof(int64_t);
+        e->bytes = POS_N * sizeof(int64_t);
     }
     return n;
 }
@@ -87,7 +114,7 @@ ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
     if (!list) {
         return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
     }
-    int64_t pos[4];
+    int64_t pos[POS_N];
     int n = state_tensors(t, list, cap, pos);
     ct_ckpt_meta meta = {.step = t->step,
                          .epoch = t->epoch,
@@ -131,6 +158,138 @@ static ct_status restore_one(const ct_ckpt *c, const char *path, const char *nam
     return CT_OK;
 }
 
+/* "KEY ... TOKEN (now TOKEN')": the line's first token (its key) and the first space-separated
+ * token where lines a and b (of la and lb bytes) differ. */
+static void differing_token(const char *a, size_t la, const char *b, size_t lb, char *buf,
+                            size_t cap) {
+    size_t key = strcspn(a, " \n");
+    size_t i = 0, j = 0;
+    for (;;) {
+        size_t ta = i < la ? strcspn(a + i, " \n") : 0, tb = j < lb ? strcspn(b + j, " \n") : 0;
+        if (ta != tb || memcmp(a + i, b + j, ta) != 0 || (ta == 0 && tb == 0)) {
+            snprintf(buf, cap, "%.*s%s%.*s (now %.*s)", (int)(key < 160 ? key : 160), a,
+                     i > 0 ? " ... " : "", (int)(ta < 200 ? ta : 200), i > 0 ? a + i : "",
+                     (int)(tb < 200 ? tb : 200), b + j);
+            return;
+        }
+        i += ta + 1;
+        j += tb + 1;
+    }
+}
+
+/* The first line where the checkpoint's training data (its job text, with the overrides it
+ * lists, in canonical form) and this run's differ: "data.train.pipeline[1]=shuffle count=16 ...
+ * (now: ... count=32 ...)"; or why it cannot say. */
+static void what_changed(const ct_trainer *t, const ct_ckpt_meta *m, char *buf, size_t cap) {
+    const char *sets[64];
+    int n_sets = 0;
+    const char *text = m->job_text ? m->job_text : "";
+    for (const char *l = text; l && *l && n_sets < 64;
+         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (!strncmp(l, "# --set ", 8)) {
+            sets[n_sets++] = l + 8; /* up to the line's end: copied below */
+        }
+    }
+    char owned[64][256];
+    for (int k = 0; k < n_sets; k++) {
+        size_t len = strcspn(sets[k], "\n");
+        snprintf(owned[k], sizeof owned[k], "%.*s", (int)len, sets[k]);
+        sets[k] = owned[k];
+    }
+    ct_job *old = malloc(sizeof *old);
+    ct_err perr = {0};
+    if (!old || ct_job_parse(text, strlen(text), "the checkpoint's job", sets, n_sets, old,
+                             &perr) != CT_OK) {
+        snprintf(buf, cap, "its job text does not parse here (%s)", old ? perr.msg : "memory");
+        free(old);
+        return;
+    }
+    size_t len = ct_job_canonical(old, CT_JOB_ID_PIPELINE, NULL, 0);
+    char *was = malloc(len + 1);
+    if (was) {
+        ct_job_canonical(old, CT_JOB_ID_PIPELINE, was, len + 1);
+    }
+    const char *a = was ? was : "", *b = t->cfg.input_canonical;
+    while (*a && *b) {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || memcmp(a, b, la) != 0) {
+            differing_token(a, la, b, lb, buf, cap);
+            break;
+        }
+        a += la + (a[la] == '\n');
+        b += lb + (b[lb] == '\n');
+    }
+    if (!*a || !*b) {
+        snprintf(buf, cap, "%s",
+                 *a ? "the job now has fewer stages" : "the job now has more stages");
+    }
+    free(was);
+    free(old);
+}
+
+/* Where the run continues in its epoch: the checkpoint's position in the epoch's global order,
+ * counted in this run's global batches. A changed training pipeline is refused unless
+ * checkpoint.allow_changed_input; another number of replicas or another global batch continues
+ * at the same example, and t->resume_note says so. */
+static ct_status resume_position(ct_trainer *t, const ct_ckpt *c, const char *path,
+                                 int64_t *ret_step, ct_err *err) {
+    const ct_ckpt_tensor *e = ct_ckpt_find(c, "input/position");
+    int64_t pos[POS_N] = {0};
+    if (!e || e->dtype != CT_I64 ||
+        (e->bytes != POS_N * sizeof(int64_t) && e->bytes != POS_N_VERSION1 * sizeof(int64_t))) {
+        return ct_err_set(err, CT_EINVAL, "%s: has no input position", path);
+    }
+    memcpy(pos, e->data, (size_t)e->bytes);
+    if (e->bytes == POS_N_VERSION1 * sizeof(int64_t)) { /* one process, before world sizes */
+        pos[POS_WORLD] = 1;
+        pos[POS_GLOBAL] = pos[POS_BATCH];
+        pos[POS_EXAMPLES] = pos[POS_STEP] * pos[POS_BATCH];
+    }
+    uint64_t input = 0;
+    memcpy(&input, &pos[POS_INPUT], sizeof input);
+    if (input != 0 && input != t->cfg.input_fingerprint) {
+        char what[600];
+        what_changed(t, ct_ckpt_meta_of(c), what, sizeof what);
+        if (!t->cfg.checkpoint.allow_changed_input) {
+            return ct_err_set(err, CT_EINVAL,
+                              "%s: the training data changed since this checkpoint: %s; its "
+                              "position would name other examples (--allow-changed-input "
+                              "resumes anyway, --no-resume starts over)",
+                              path, what);
+        }
+        snprintf(t->resume_note, sizeof t->resume_note,
+                 "resuming although the training data changed (--allow-changed-input): %s", what);
+    }
+    const int64_t global = t->cfg.train.batch_size * world_size(t);
+    if (pos[POS_EXAMPLES] % global != 0) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: written at example %lld of epoch %lld with a global batch of %lld "
+                          "(%lld x %lld); this run's global batch of %lld would repeat or skip "
+                          "examples: resume with a global batch that divides %lld "
+                          "(train.global_batch_size), or --no-resume",
+                          path, (long long)pos[POS_EXAMPLES], (long long)pos[POS_EPOCH],
+                          (long long)pos[POS_GLOBAL], (long long)pos[POS_WORLD],
+                          (long long)pos[POS_BATCH], (long long)global,
+                          (long long)pos[POS_EXAMPLES]);
+    }
+    *ret_step = pos[POS_EXAMPLES] / global;
+    if (pos[POS_WORLD] != world_size(t) || pos[POS_GLOBAL] != global) {
+        char *note = t->resume_note + strlen(t->resume_note);
+        size_t left = sizeof t->resume_note - strlen(t->resume_note);
+        snprintf(note, left,
+                 "%scheckpoint of %lld replica%s (global batch %lld) resumed on %lld (global "
+                 "batch %lld%s): epoch %lld continues at example %lld (batch %lld)",
+                 note == t->resume_note ? "" : "; ", (long long)pos[POS_WORLD],
+                 pos[POS_WORLD] == 1 ? "" : "s", (long long)pos[POS_GLOBAL],
+                 (long long)world_size(t), (long long)global,
+                 pos[POS_GLOBAL] != global ? ": the global batch changed" : ", the same",
+                 (long long)pos[POS_EPOCH], (long long)pos[POS_EXAMPLES], (long long)*ret_step);
+    }
+    t->epoch = pos[POS_EPOCH];
+    t->dataset_n = pos[POS_DATASET_N];
+    return CT_OK;
+}
+
 ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, ct_err *err) {
     const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
     if (m->seed != t->cfg.seed) {
@@ -139,20 +298,11 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
                           "dropout would differ; use --no-resume to start over)",
                           path, (unsigned long long)m->seed, (unsigned long long)t->cfg.seed);
     }
-    const ct_ckpt_tensor *pos = ct_ckpt_find(c, "input/position");
-    if (!pos || pos->dtype != CT_I64 || pos->bytes != 4 * sizeof(int64_t)) {
-        return ct_err_set(err, CT_EINVAL, "%s: has no input position", path);
-    }
-    int64_t where[4];
-    memcpy(where, pos->data, sizeof where);
-    if (where[2] != t->cfg.train.batch_size) {
-        return ct_err_set(err, CT_EINVAL,
-                          "%s: written with batch size %lld, the job has %d (use --no-resume to "
-                          "start over)",
-                          path, (long long)where[2], t->cfg.train.batch_size);
-    }
+    t->resume_note[0] = '\0';
+    const int64_t epoch = t->epoch, dataset_n = t->dataset_n;
+    int64_t step = 0;
+    ct_status st = resume_position(t, c, path, &step, err);
     ct_params *p = ct_model_params(t->model);
-    ct_status st = CT_OK;
     char name[192];
     for (int i = 0; i < p->n && st == CT_OK; i++) {
         st = restore_one(c, path, p->items[i].name, &p->items[i].shape, ct_params_data(p, i), err);
@@ -167,14 +317,15 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
             }
         }
     }
-    if (st == CT_OK) {
-        t->step = m->step;
-        t->epoch = where[0];
-        t->epoch_step = where[1];
-        t->dataset_n = where[3];
-        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
+    if (st != CT_OK) { /* nothing of the position taken */
+        t->epoch = epoch;
+        t->dataset_n = dataset_n;
+        return st;
     }
-    return st;
+    t->step = m->step;
+    t->epoch_step = step;
+    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
+    return CT_OK;
 }
 
 ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
@@ -189,6 +340,9 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
     if (st == CT_OK) {
         st = ct_trainer_restore(t, c, path, err);
         *resumed = st == CT_OK;
+    }
+    if (st == CT_OK && t->resume_note[0] && warn) {
+        warn(t->resume_note, user);
     }
     ct_ckpt_destroy(c);
     return st;

@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ctrain/backend.h"
 #include "ctrain/train.h"
@@ -32,12 +33,17 @@ typedef struct step_graph {
  * logs sections. */
 typedef struct trainer_config {
     char path[CT_JOB_PATH_MAX];
+    char run_dir[CT_JOB_PATH_MAX]; /* for logs.batch_labels */
     uint64_t seed;
     int input_rank;
     int64_t input_shape[CT_JOB_MAX_RANK];
     ct_train_spec train;
     ct_checkpoint_spec checkpoint;
     ct_logs_spec logs;
+    /* The training data's order (ct_job_id CT_JOB_ID_PIPELINE) and its canonical form, which a
+     * checkpoint keeps and a resume compares (owned). */
+    uint64_t input_fingerprint;
+    char *input_canonical;
 } trainer_config;
 
 struct ct_trainer {
@@ -57,6 +63,9 @@ struct ct_trainer {
     int64_t zeros_cap;
     /* position in the run (checkpointed): the epoch in progress and its batches consumed */
     int64_t epoch, epoch_step, dataset_n;
+    FILE *batch_labels;    /* logs.batch_labels: this replica's file, opened at its first step */
+    char resume_note[768]; /* what the last restore adapted (another world size or global batch,
+                              a changed input allowed); "" when nothing */
     /* checkpointing during fit (ct_trainer_set_checkpointing) */
     char ckpt_dir[PATH_MAX];
     char *job_text;

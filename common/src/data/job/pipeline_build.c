@@ -49,6 +49,20 @@ void ct_pipeline_context_init(ct_pipeline_context *ctx, const ct_job *job, int e
     ctx->num_shards = 1;
 }
 
+ct_status ct_pipeline_context_shard(ct_pipeline_context *ctx, const ct_job *job, int eval,
+                                    int64_t shard_index, int64_t shard_count, ct_err *err) {
+    ct_pipeline_context_init(ctx, job, eval);
+    ctx->num_shards = shard_count > 1 ? shard_count : 1;
+    ctx->shard_index = shard_count > 1 ? shard_index : 0;
+    if (eval) {
+        return CT_OK;
+    }
+    int batch = 0;
+    ct_status st = ct_job_replica_batch(job, (int)ctx->num_shards, &batch, err);
+    ctx->batch_size = batch;
+    return st;
+}
+
 /* Prefixes a stage's error with its place in the job file. */
 static ct_status stage_error(const ct_data_spec *spec, const ct_pipeline_context *ctx, int i,
                              ct_status st, ct_err *err) {

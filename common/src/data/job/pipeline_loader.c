@@ -75,8 +75,8 @@ ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int s
         return service_loader(job, eval, shard_index, shard_count, ret, err);
     }
     ct_pipeline_context ctx;
-    ct_pipeline_context_init(&ctx, job, eval);
-    ctx.num_shards = shard_count > 1 ? shard_count : 1;
-    ctx.shard_index = shard_count > 1 ? shard_index : 0;
-    return ct_pipeline_loader_from(eval ? &job->eval_data : &job->train_data, &ctx, ret, err);
+    ct_status st = ct_pipeline_context_shard(&ctx, job, eval, shard_index, shard_count, err);
+    return st == CT_OK
+               ? ct_pipeline_loader_from(eval ? &job->eval_data : &job->train_data, &ctx, ret, err)
+               : st;
 }
