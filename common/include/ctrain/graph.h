@@ -161,10 +161,9 @@ typedef struct ct_graph_options {
     int64_t split_min; /* least work split across threads (elements, GEMM flops / 64); 0: 16384 */
     int adapt;         /* 1 (default): a run uses the calling thread alone when runs measure
                         * faster that way (a pool thread's core is taken by another process) */
-    int deterministic; /* 1: the bits of a run do not depend on the load: a solo run runs the
-                        * pool's plan in order (its sums by parts). 0 (default): a solo run runs
-                        * a plan made for one thread, 1-5% faster, whose sums round as one
-                        * thread's do */
+    int deterministic; /* accepted, no effect: every plan is made for the same width
+                        * (CT__PLAN_WIDTH), so a run's bits never depend on the threads or the
+                        * load (a solo run's one-thread plan has the pool's parts) */
 } ct_graph_options;
 
 /* What compilation did and what the plan costs. */

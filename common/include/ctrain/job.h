@@ -238,8 +238,9 @@ typedef struct ct_train_spec {
     int plan_memory;          /* train.plan_memory: reuse buffers by liveness; default true */
     int adapt_threads;        /* train.adapt_threads: a step runs on one thread when that
                                  measures faster (a core taken by another process); true */
-    int deterministic;        /* train.deterministic: a step's bits do not depend on the load
-                                 (solo steps keep the pool's sums); false */
+    int deterministic;        /* train.deterministic: accepted, no effect: a step's bits never
+                                 depend on the threads or the load (every plan sums by the same
+                                 parts) */
     ct_conv_algorithm conv_algorithm; /* train.conv_algorithm: auto (default), direct, winograd */
 } ct_train_spec;
 

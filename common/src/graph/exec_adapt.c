@@ -28,8 +28,8 @@
  * machine changed; one slow window is a hiccup). A probe takes over when it beats the mode in use
  * (to_beat) in two windows in a row: the pool must be faster by CT__ADAPT_MARGIN, solo runs
  * must not be slower by as much; the mode in use's mean is that of its last windows. Solo runs
- * run a plan made for one thread (exec_solo.c), or with options.deterministic the pool's plan in
- * order, which computes the pool's bits (exec_pool.c).
+ * run a plan made for one thread (exec_solo.c) with the pool's parts, so they compute the pool's
+ * bits (or, when that plan could not be built, the pool's plan in order: exec_pool.c).
  *
  * The host's own figures (exec_host.c, /proc) choose when to measure, never the winner: a warm-up
  * window whose workers waited on run queues (their core runs another process) gives way to a

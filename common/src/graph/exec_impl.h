@@ -13,6 +13,13 @@
 #include "graph/op_impl.h"
 
 #define CT__MAX_PARTS 16
+/* The width every split plan is made for, whatever the number of threads that runs it: a
+ * node's parts, and so the order in which split sums (k splits, filter gradients over examples)
+ * add up, are fixed by the shapes, never by the threads or the load. One thread runs the same
+ * parts in order (exec_pool.c's run_in_order), a pool of any size in parallel, and every run
+ * gives the same bits. 2 is this project's target machines' core count; more threads still run
+ * independent nodes side by side. */
+#define CT__PLAN_WIDTH 2
 #define CT__TASK_SLOTS (CT__MAX_PARTS + 1) /* a node's parts, and its deferred optimizer update */
 #define CT__UPDATE_TASK CT__MAX_PARTS
 #define CT__EXEC_ALIGN 64

@@ -231,7 +231,7 @@ static void *worker_main(void *arg) {
     }
 }
 
-/* One thread runs every node in index order (threads = 1, or a deterministic solo run), each
+/* One thread runs every node in index order (threads = 1, or a solo run without its own plan), each
  * deferred update as soon as its last gate is done. A split node whose parts add nothing up runs
  * whole: one kernel call that reads its weights and transforms its filter once, as with one
  * thread (a solo run's parts cost up to 4% more); the others run part by part, so the bits stay
@@ -306,7 +306,7 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     caller_tid = caller_tid ? caller_tid : (int)gettid();
     atomic_store(&e->tids[0], caller_tid);
     const int solo = e->adaptive && e->adapt.mode == CT__RUN_SOLO;
-    /* a solo run runs the one-thread plan (exec_solo.c; none when deterministic) */
+    /* a solo run runs the one-thread plan (exec_solo.c), made with the pool's parts */
     ct_exec *plan = solo ? ct__exec_solo_plan(g, e) : NULL;
     if ((plan != NULL) != e->bound_solo) { /* a change of plan: the tensors move arenas */
         ct__exec_bind(g, plan ? plan : e);
@@ -318,7 +318,7 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     if (plan) { /* the workers sleep (or spin out their last run's wait) */
         memset(e->ran_on, 0, (size_t)e->n * CT__MAX_PARTS);
         ct__exec_run(g, plan, err);
-    } else if (solo) { /* deterministic: the pool's plan, in order */
+    } else if (solo) { /* no one-thread plan (it failed to build): the pool's plan, in order */
         run_in_order(g, e);
     } else {
         start_run(g, e);

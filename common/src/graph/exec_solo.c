@@ -8,8 +8,8 @@
  * its arena. Both plans bind the graph's tensors to their own arenas: each keeps the pointers it
  * bound (ct__exec_keep_binding), and a change of plan points the graph at the other's
  * (ct__exec_bind). What a run writes is read before the next run, so neither arena carries
- * anything over. The solo plan's sums run in one thread's order, not by parts: a solo run's
- * bits are a one-thread graph's, not the pool's. */
+ * anything over. Its split plan has the pool's width (CT__PLAN_WIDTH), so its sums add the same
+ * parts in the same order: a solo run's bits are the pool's. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -125,8 +125,7 @@ ct_status ct__exec_create(ct_graph *g, const ct_graph_options *opts, int n_keep,
         (st = ct__exec_start_pool(e, &b, err)) != CT_OK) {
         goto fail;
     }
-    if (e->threads > 1 && opts->adapt && !opts->deterministic &&
-        ct__exec_save_for_solo(e, opts, n_keep, keep) < 0) {
+    if (e->threads > 1 && opts->adapt && ct__exec_save_for_solo(e, opts, n_keep, keep) < 0) {
         st = out_of_memory(err);
         goto fail;
     }
