@@ -21,6 +21,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <signal.h>
 #else
 #include <cblas.h>
 #endif
@@ -95,6 +96,36 @@ static void narrow_n(int ta, int64_t m, int64_t n, int64_t k, float alpha, const
 
 #endif
 
+#if CT_HAVE_DNNL
+/* oneDNN's f32 GEMM kernels before 3.11.2 (Debian ships 2.6.3) point rsp at a malloc'd workspace
+ * while they run a product with k above what their stack buffer holds (jit_avx512_common_gemm_f32:
+ * (16 KiB - 256) / (4 bytes x 48 rows) = 84 on Linux; jit_avx_gemm_f32: 252 or 504). A signal
+ * delivered to the thread meanwhile gets its frame (ucontext and some KiB of AVX-512 state)
+ * written below rsp, over the heap in front of the workspace (oneDNN issue 4845, PR 4855): a
+ * SIGTERM to `ctrain train` ended in "corrupted size vs. prev_size while consolidating" at
+ * oneDNN's free of the workspace, or in a corrupted graph (any handled signal does it: a
+ * profiler's too). So such calls run with the asynchronous signals blocked; one that arrives
+ * meanwhile waits for the call's end (the trainer looks at its stop flag between steps anyway).
+ * Calls that may start an OpenMP team are masked too: ctrain starts no other team, so the
+ * team's threads are created inside such a call and inherit the mask, and none of them takes a
+ * signal later either. Faults stay deliverable. The two system calls (0.4 us, 2% of the MLP's
+ * 16x784x128 product) are skipped on one thread with k <= 84 (the warm-up's k = 64 too). */
+#define DNNL_STACK_K 84
+
+static int dnnl_block_signals(int64_t k, sigset_t *old) {
+    if (k <= DNNL_STACK_K && omp_get_max_threads() <= 1) {
+        return 0;
+    }
+    sigset_t async;
+    sigfillset(&async);
+    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) {
+        sigdelset(&async, faults[i]);
+    }
+    return pthread_sigmask(SIG_BLOCK, &async, old) == 0;
+}
+#endif
+
 void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc) {
@@ -108,8 +139,13 @@ void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k
     }
 #endif
 #if CT_HAVE_DNNL
+    sigset_t old;
+    const int blocked = dnnl_block_signals(k, &old);
     dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                beta, c, ldc);
+    if (blocked) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
 #else
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
                 transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha,

@@ -2,8 +2,13 @@
  * arithmetic, activations, softmax family, reductions and shape ops. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "gradcheck.h"
 #include "graph/op_impl.h" /* ct__sgemm */
@@ -112,6 +117,96 @@ Test(ops, narrow_gemm_matches_double_reference) {
             }
         }
     }
+}
+
+/* GEMMs under signals. oneDNN's f32 kernels before 3.11.2 point rsp at a malloc'd workspace
+ * while they run with k > 84, so a signal delivered then writes its frame over the heap (a
+ * SIGTERM to `ctrain train` ended in "corrupted size vs. prev_size while consolidating" at
+ * oneDNN's free of that workspace). ct__sgemm runs those calls with the asynchronous signals
+ * blocked (kernels/cpu/gemm.c). Here another thread sends SIGUSR1 (a handler that counts) while
+ * the MLP's first product (32x784 by 784x128) runs over and over, until SIG_COUNT signals have
+ * been handled: the heap must survive and every product keep its bits. A blocked signal waits
+ * for the call's end, so the count grows by at least one per product whatever the speed. */
+enum { SIG_COUNT = 400, SIG_M = 32, SIG_K = 784, SIG_N = 128 };
+
+static atomic_int signals_seen; /* lock-free: safe in a handler */
+
+static void count_signal(int sig) {
+    (void)sig;
+    atomic_fetch_add(&signals_seen, 1);
+}
+
+typedef struct pinger {
+    pthread_t target;
+    int to_process; /* kill(getpid()) (any thread that does not block it) or the target only */
+    atomic_int stop;
+} pinger;
+
+static void *ping(void *arg) {
+    pinger *p = arg;
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL); /* the process's signals go to the others */
+    while (!atomic_load(&p->stop)) {
+        if (p->to_process) {
+            kill(getpid(), SIGUSR1);
+        } else {
+            pthread_kill(p->target, SIGUSR1);
+        }
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+    return NULL;
+}
+
+/* Products on `threads` GEMM threads while SIGUSR1 arrives; before them, a product with k = 64
+ * (no workspace on the heap) that starts the OpenMP team when threads > 1. */
+static void gemm_under_signals(int threads, int to_process) {
+    float *a = malloc(SIG_M * SIG_K * sizeof(float)), *b = malloc(SIG_K * SIG_N * sizeof(float));
+    float *c = malloc(SIG_M * SIG_N * sizeof(float)), *want = malloc(SIG_M * SIG_N * sizeof(float));
+    float *big_in = calloc(512 * 64, sizeof(float)), *big_out = malloc(512 * 512 * sizeof(float));
+    cr_assert(a && b && c && want && big_in && big_out);
+    gc_fill_uniform(a, SIG_M * SIG_K, -1, 1, 3);
+    gc_fill_uniform(b, SIG_K * SIG_N, -1, 1, 4);
+    ct__gemm_set_threads(threads);
+    ct__sgemm(0, 0, 512, 512, 64, 1.0f, big_in, 64, big_in, 512, 0.0f, big_out, 512);
+    ct__sgemm(0, 0, SIG_M, SIG_N, SIG_K, 1.0f, a, SIG_K, b, SIG_N, 0.0f, want, SIG_N);
+    struct sigaction sa = {.sa_handler = count_signal, .sa_flags = SA_RESTART}, old;
+    sigemptyset(&sa.sa_mask);
+    cr_assert_eq(sigaction(SIGUSR1, &sa, &old), 0);
+    atomic_store(&signals_seen, 0);
+    pinger p = {.target = pthread_self(), .to_process = to_process};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, ping, &p), 0);
+    int64_t products = 0, wrong = 0;
+    while (atomic_load(&signals_seen) < SIG_COUNT) {
+        ct__sgemm(0, 0, SIG_M, SIG_N, SIG_K, 1.0f, a, SIG_K, b, SIG_N, 0.0f, c, SIG_N);
+        wrong += memcmp(c, want, sizeof(float) * SIG_M * SIG_N) != 0;
+        free(malloc(4096)); /* a heap the signal frames broke fails here at the latest */
+        products++;
+    }
+    atomic_store(&p.stop, 1);
+    pthread_join(t, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    cr_expect_eq(wrong, 0, "%lld of %lld products changed under signals", (long long)wrong,
+                 (long long)products);
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+    free(big_in);
+    free(big_out);
+}
+
+Test(ops, gemm_survives_signals) {
+    gemm_under_signals(1, 0);
+}
+
+/* Two GEMM threads, the signals sent to the process: the kernel hands each to a thread that does
+ * not block it. While the caller masks them that is a team thread, which inherited the mask only
+ * if the k = 64 product that started the team ran masked too. */
+Test(ops, gemm_team_survives_process_signals) {
+    gemm_under_signals(2, 1);
 }
 
 Test(ops, broadcast_arith_grads) {
