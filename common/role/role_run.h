@@ -54,6 +54,21 @@ typedef struct ct_ps_task_runners {
                         volatile int *stop, ct_err *err);
 } ct_ps_task_runners;
 
+/* What a role main that can run a mirrored rank or a parameter-server task says of itself. */
+typedef struct ct_role_main_spec {
+    const char *role;                  /* "ctrain-chief" */
+    int task_type;                     /* CT_TASK_CHIEF or CT_TASK_WORKER */
+    int any_task;                      /* a launcher's rank may make it any PS task */
+    int chief_only;                    /* a mirrored job: it must be rank 0 */
+    const ct_ps_task_runners *runners; /* the PS tasks it can run */
+    void (*usage)(FILE *f);            /* its --help */
+} ct_role_main_spec;
+
+/* The whole main of ctrain-chief and ctrain-worker: the flags (--help prints the usage), the job,
+ * then a mirrored rank (ct_role_run_mirrored) or a parameter-server task (ct_role_run_ps) by
+ * strategy.type. Prints its errors; returns the exit code. */
+int ct_role_main(const ct_role_main_spec *spec, int argc, char **argv);
+
 /* Runs this process's parameter-server task: type is the binary's task type (CT_TASK_CHIEF for
  * ctrain-chief); with any_task (ctrain-worker) a launcher's rank may make it a server or the
  * chief. runners: the tasks this binary can run (NULL members: it cannot). Prints errors and

@@ -31,26 +31,11 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     static const ct_ps_task_runners runners = {ct_chief_run_task, NULL, NULL};
-    ct_role_flags f;
-    ct_err err = {0};
-    if (ct_role_flags_parse(argc, argv, &f, &err) != CT_OK) {
-        fprintf(stderr, "%s: %s\n", ROLE, err.msg);
-        return 2;
-    }
-    if (f.help) {
-        usage(stdout);
-        return 0;
-    }
-    ct_job *job = NULL;
-    char *text = NULL;
-    if (ct_job_create(f.job_path, f.sets, f.n_sets, &job, &text, &err) != CT_OK) {
-        fprintf(stderr, "%s: %s\n", ROLE, err.msg);
-        return 2;
-    }
-    int rc = job->strategy == CT_STRATEGY_PARAMETER_SERVER
-                 ? ct_role_run_ps(ROLE, TASK_TYPE, ANY_TASK, &runners, &f, job, text)
-                 : ct_role_run_mirrored(ROLE, CHIEF_ONLY, &f, job, text, &argc, &argv);
-    free(text);
-    ct_job_destroy(job);
-    return rc;
+    const ct_role_main_spec spec = {.role = ROLE,
+                                    .task_type = TASK_TYPE,
+                                    .any_task = ANY_TASK,
+                                    .chief_only = CHIEF_ONLY,
+                                    .runners = &runners,
+                                    .usage = usage};
+    return ct_role_main(&spec, argc, argv);
 }
