@@ -2,6 +2,8 @@
  * console's lines, the done line on rank 0, and MPI_Abort when a rank fails or stalls (the
  * others may wait in a collective). The only file of the role runtime that calls MPI. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ctrain/cluster.h"
 #include "ctrain/mirrored.h"
@@ -11,7 +13,31 @@
 #include <mpi.h>
 #endif
 
+void ct_role_no_x_display(void) {
+    const char *have = getenv("HWLOC_COMPONENTS");
+    if (!have || !*have) {
+        setenv("HWLOC_COMPONENTS", "-gl", 1);
+        return;
+    }
+    if (strstr(have, "gl")) { /* the user named it: theirs to decide */
+        return;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s,-gl", have);
+    setenv("HWLOC_COMPONENTS", buf, 1);
+}
+
 #if CT_HAVE_MPI
+/* Rank 0 tells a launcher that named a file in CT_ROLE_STARTED_FILE_ENV that MPI started. */
+static void tell_launcher_started(int rank) {
+    const char *path = getenv(CT_ROLE_STARTED_FILE_ENV);
+    FILE *f = rank == 0 && path && *path ? fopen(path, "w") : NULL;
+    if (f) {
+        fputs("started\n", f);
+        fclose(f);
+    }
+}
+
 /* Prints the run's end on this rank and returns the exit code; a failed rank ends the job with
  * MPI_Abort (the others may wait in a collective): exit code 3 for a stall, whose message keeps
  * the words users and scripts know ("ctrain: stall: step ..."). */
@@ -59,10 +85,12 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
         return 2;
     }
     int provided = 0;
+    ct_role_no_x_display();
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "%s: MPI_Init_thread failed (start me with mpirun)\n", role);
         return 1;
     }
+    tell_launcher_started(spec.rank);
     ct_role_catch_signals();
     ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain"); /* "ctrain: warning: ..." while resuming */
     ct_mirrored_options o = {.job_text = job_text,

@@ -24,6 +24,12 @@ extern volatile int ct_role_stop_requested;
 extern volatile int ct_role_stop_signal;
 void ct_role_catch_signals(void);
 
+/* Turns hwloc's GL component off in this process's environment, for mpirun and MPI_Init:
+ * HWLOC_COMPONENTS gets "-gl" unless it names gl itself. With it on, hwloc opens X displays :0
+ * to :63 over TCP, and a program listening on 127.0.0.1:6006 (TensorBoard's port, display :6)
+ * makes it wait for ever. */
+void ct_role_no_x_display(void);
+
 /* Runs this process as a rank of a mirrored job: the cluster spec (checked before MPI starts),
  * MPI, ct_mirrored_train with the chief's epoch lines and notices on stdout (none with --quiet),
  * the done line on rank 0, MPI_Abort when a rank fails (the others may wait in a collective):

@@ -88,13 +88,17 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
               : !strcmp(a, "--workers") ? &c->workers
                                         : &c->data_workers) = (int)n;
             i++;
-        } else if (!strcmp(a, "--straggler")) {
+        } else if (!strcmp(a, "--start-timeout") || !strcmp(a, "--straggler")) {
+            int timeout = !strcmp(a, "--start-timeout");
+            double lo = 1.0, hi = timeout ? 86400.0 : 1000.0;
             char *end = NULL;
-            c->straggler = i + 1 < argc ? strtod(argv[i + 1], &end) : 0.0;
-            if (!end || *end || !(c->straggler >= 1.0 && c->straggler <= 1000.0)) {
-                fprintf(stderr, "ctrain: --straggler needs a slowdown factor from 1 to 1000\n");
+            double v = i + 1 < argc ? strtod(argv[i + 1], &end) : 0.0;
+            if (!end || *end || !(v >= lo && v <= hi)) {
+                fprintf(stderr, "ctrain: %s needs %s from %g to %g\n", a,
+                        timeout ? "seconds" : "a slowdown factor", lo, hi);
                 return EXIT_BAD_INPUT;
             }
+            *(timeout ? &c->start_timeout_s : &c->straggler) = v;
             i++;
         } else if (!strcmp(a, "--init-from")) {
             if (i + 1 >= argc) {

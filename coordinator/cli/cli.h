@@ -16,8 +16,9 @@ typedef struct cli {
     int quiet;
     int no_resume;
     int replicas;
-    int ps, workers;  /* --ps M --workers N: a local parameter-server cluster */
-    int data_workers; /* --data-workers N: a local data service */
+    double start_timeout_s; /* --start-timeout: mpirun's start-up limit (0: the default) */
+    int ps, workers;        /* --ps M --workers N: a local parameter-server cluster */
+    int data_workers;       /* --data-workers N: a local data service */
     double straggler;
     const char *init_from;
     char threads_set[64];

@@ -23,6 +23,7 @@
 #include "ctrain/pipeline.h"
 #include "ctrain/report.h"
 #include "ds_launch.h"
+#include "mpi_launch.h"
 #include "ps_launch.h"
 
 static void train_usage(FILE *f) {
@@ -48,6 +49,8 @@ static void train_usage(FILE *f) {
         "                    ignored when the run resumes from its own checkpoint\n"
         "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
         "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
+        "  --start-timeout S with --replicas: stop mpirun when rank 0 has not finished\n"
+        "                    MPI_Init within S seconds (default 120)\n"
         "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
         "                    M ctrain-ps and N ctrain-worker processes on loopback,\n"
         "                    restarted if they die (strategy.mode: sync or async)\n"
@@ -266,99 +269,6 @@ static int setup_checkpoints(const cli *c, const ct_job *job, const char *text, 
     return 0;
 }
 
-/* Runs mpirun and waits for it (a data service of this process outlives the ranks); a SIGINT or
- * SIGTERM of this process is passed on to mpirun, which passes it to the ranks. */
-static int run_and_wait(const char *const *argv) {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0, forwarded = 0;
-    while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
-        if (cli_stop_requested && !forwarded) {
-            kill(pid, cli_stop_signal ? cli_stop_signal : SIGTERM);
-            forwarded = 1;
-        }
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
-    }
-    if (pid < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 127)) {
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* --replicas N: replaces this process with mpirun -np N ctrain-worker (same job and flags);
- * `wait` runs it as a child instead. */
-static int run_replicas(const cli *c, int wait) {
-    ct_err err = {0};
-    if (ct_mirrored_check_build(&err) != CT_OK) {
-        fprintf(stderr, "ctrain: %s\n", err.msg);
-        return EXIT_BAD_INPUT;
-    }
-    char self[PATH_MAX], worker[PATH_MAX + 32];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        fprintf(stderr, "ctrain: --replicas: cannot find my own binary\n");
-        return EXIT_RUNTIME;
-    }
-    self[len] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(worker, sizeof worker, "%s/ctrain-worker", self); /* installed side by side */
-    if (access(worker, X_OK) != 0) {
-        snprintf(worker, sizeof worker, "%s/../worker/ctrain-worker", self); /* build tree */
-    }
-    char np[16];
-    snprintf(np, sizeof np, "%d", c->replicas);
-    const char *argv[2 * MAX_SETS + 24];
-    int n = 0;
-    argv[n++] = "mpirun";
-    if (getuid() == 0) {
-        argv[n++] = "--allow-run-as-root";
-    }
-    argv[n++] = "--oversubscribe";
-    argv[n++] = "-np";
-    argv[n++] = np;
-    argv[n++] = worker;
-    argv[n++] = "--job";
-    argv[n++] = c->job_path;
-    argv[n++] = "--set";
-    argv[n++] = "strategy.type=mirrored";
-    for (int i = 0; i < c->n_sets; i++) {
-        argv[n++] = "--set";
-        argv[n++] = c->sets[i];
-    }
-    if (c->no_resume) {
-        argv[n++] = "--no-resume";
-    }
-    if (c->quiet) {
-        argv[n++] = "--quiet";
-    }
-    char slow[32];
-    if (c->straggler > 1.0) { /* the last rank is the straggler */
-        snprintf(slow, sizeof slow, "%g", c->straggler);
-        argv[n++] = "--slow-factor";
-        argv[n++] = slow;
-    }
-    argv[n] = NULL;
-    fflush(stdout);
-    if (wait) {
-        int rc = run_and_wait(argv);
-        if (rc >= 0) {
-            return rc;
-        }
-    } else {
-        execvp("mpirun", (char *const *)argv);
-    }
-    fprintf(stderr,
-            "ctrain: --replicas %d needs Open MPI's mpirun on PATH (Debian: apt install "
-            "openmpi-bin)\n",
-            c->replicas);
-    return EXIT_RUNTIME;
-}
-
 static void log_line(ct_log_level level, const char *msg, void *user) {
     (void)level;
     (void)user;
@@ -569,7 +479,7 @@ int cmd_train(int argc, char **argv) {
         return rc;
     }
     if (c.replicas > 1) {
-        rc = run_replicas(&c, c.data_workers > 0);
+        rc = mpi_run_replicas(&c);
     } else if (c.ps > 0 || c.workers > 0) {
         rc = run_local_cluster(&c);
     } else {

@@ -3,7 +3,8 @@
 identical (and a misconfigured replica is caught, naming the variable); a stopped rank is named
 by the chief and the job ends; bad cluster environments give one clear line and no hang; MPMD
 chief + workers; SIGTERM and resume under mpirun are exact; the MLP reaches the accuracy bar;
-`ctrain train --replicas N`; the Slurm scripts with Slurm variables set by hand."""
+`ctrain train --replicas N`, which starts while 127.0.0.1:6006 listens and stops an mpirun
+that starts no rank; the Slurm scripts with Slurm variables set by hand."""
 import os
 import re
 import signal
@@ -260,3 +261,49 @@ def test_slurm_scripts_with_variables_set_by_hand(tmp_path):
                         "--print-command"], cwd=ROOT, env={**env, "JOB": JOB},
                        capture_output=True, text=True)
     assert r.returncode == 0 and "srun" in r.stdout and "ctrain-worker" in r.stdout, r.stderr
+
+
+@pytest.fixture
+def port_6006():
+    """Something listening on 127.0.0.1:6006, TensorBoard's port and X display :6's, that never
+    answers: hwloc's GL probe in mpirun used to wait on it for ever. A port already taken is
+    the same situation."""
+    import socket
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", 6006))
+        s.listen(16)
+    except OSError:
+        pass
+    yield
+    s.close()
+
+
+@pytest.mark.parametrize("hwloc", [None, "linux"])
+def test_replicas_start_while_port_6006_listens(tmp_path, port_6006, hwloc):
+    env = {k: v for k, v in ENV.items() if k != "HWLOC_COMPONENTS"}
+    if hwloc:
+        env["HWLOC_COMPONENTS"] = hwloc  # the user's own list: ctrain adds -gl to it
+    r = subprocess.run([CTRAIN, "train", JOB, "--replicas", "2", "--quiet", *SMALL,
+                        "--set", "train.max_steps=3", "--set", f"run_dir={tmp_path}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "replicas=2" in r.stdout
+
+
+def test_start_timeout_names_the_wait(tmp_path, port_6006):
+    # a user who asks for hwloc's GL component keeps it, and mpirun then waits on port 6006
+    # until the start-up timeout stops it with a line that says what it waited for
+    env = dict(ENV, HWLOC_COMPONENTS="gl")
+    r = subprocess.run([CTRAIN, "train", JOB, "--replicas", "2", "--quiet", *SMALL,
+                        "--start-timeout", "2", "--set", f"run_dir={tmp_path}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    line = r.stderr.strip().splitlines()[-1]
+    assert "mpirun started no rank within 2 s" in line and "MPI_Init" in line, r.stderr
+    assert "--start-timeout" in line
+    assert not (tmp_path / "checkpoints").exists()
+    r = subprocess.run([CTRAIN, "train", JOB, "--start-timeout", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--start-timeout needs seconds" in r.stderr

@@ -11,6 +11,10 @@
 
 #define CT_ROLE_MAX_SETS 64
 
+/* A launcher (ctrain train --replicas) names a file in this environment variable; rank 0 of a
+ * mirrored job writes it once MPI_Init returned, the launcher's sign that the ranks started. */
+#define CT_ROLE_STARTED_FILE_ENV "CTRAIN_STARTED_FILE"
+
 typedef struct ct_role_flags {
     const char *job_path;               /* --job FILE */
     const char *sets[CT_ROLE_MAX_SETS]; /* --set KEY=VALUE, in order */
