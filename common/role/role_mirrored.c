@@ -84,6 +84,10 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
                 role, spec.rank, spec.source);
         return 2;
     }
+    if (spec.rank == 0 && ct_role_start_over(f, job, &err) != CT_OK) {
+        fprintf(stderr, "%s: %s\n", role, err.msg);
+        return 1; /* before MPI_Init: mpirun ends the other ranks */
+    }
     int provided = 0;
     ct_role_no_x_display();
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/cluster.h"
 #include "ctrain/profile.h"
 #include "ctrain/report.h"
@@ -36,7 +37,8 @@ void ct_role_print_options(FILE *f) {
         "  --rank R, --world-size N, --local-rank L\n"
         "                      mirrored: the cluster spec by hand (default: from Open MPI,\n"
         "                      PMIx or Slurm variables; all sources must agree with MPI)\n"
-        "  --no-resume         do not resume from the run's checkpoint\n"
+        "  --no-resume         start over: the old run's checkpoints and logs are kept as\n"
+        "                      NAME.previous-<time> (rank 0, the chief)\n"
         "  --allow-changed-input  resume although data.train changed since the checkpoint\n"
         "  --quiet             only the done line\n"
         "  --profile A:B       record training steps A to B (= --set train.profile.steps=[A,B])\n"
@@ -132,4 +134,22 @@ int ct_role_run_ps(const char *role, int type, int any_task, const ct_ps_task_ru
     ct_ps_task_finish(&t);
     ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
     return ct_exit_code(st, ct_role_stop_signal, 0);
+}
+
+ct_status ct_role_start_over(const ct_role_flags *f, const ct_job *job, ct_err *err) {
+    char suffix[64];
+    int moved = 0;
+    if (!f->no_resume) {
+        return CT_OK;
+    }
+    ct_err why = {0};
+    ct_status st = ct_run_move_aside(job->run_dir, job->checkpoint.dir, suffix, &moved, &why);
+    if (st != CT_OK) {
+        return ct_err_set(err, st, "--no-resume: %s", why.msg);
+    }
+    if (moved && !f->quiet) {
+        printf("starting over: the old run's checkpoints and logs are kept as *%s\n", suffix);
+        fflush(stdout);
+    }
+    return CT_OK;
 }

@@ -30,6 +30,10 @@ void ct_role_catch_signals(void);
  * makes it wait for ever. */
 void ct_role_no_x_display(void);
 
+/* --no-resume in the process that owns the run directory (the mirrored rank 0, the PS chief):
+ * moves the old run aside (ct_run_move_aside) and says where unless f->quiet. */
+ct_status ct_role_start_over(const ct_role_flags *f, const ct_job *job, ct_err *err);
+
 /* Runs this process as a rank of a mirrored job: the cluster spec (checked before MPI starts),
  * MPI, ct_mirrored_train with the chief's epoch lines and notices on stdout (none with --quiet),
  * the done line on rank 0, MPI_Abort when a rank fails (the others may wait in a collective):

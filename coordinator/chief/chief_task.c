@@ -63,6 +63,9 @@ ct_status ct_chief_run_task(const ct_job *job, const ct_ps_task *t, const ct_rol
                              .no_resume = f->no_resume,
                              .report = ct_role_console_reporter(f->quiet, "chief: "),
                              .stop = &ct_role_stop_requested};
+    if (ct_role_start_over(f, job, err) != CT_OK) {
+        return err->code;
+    }
     ct_train_result r;
     ct_status st = ct_ps_chief_run(job, &o, &r, err);
     if (st == CT_OK && job->train.profile_steps[0] > 0) {

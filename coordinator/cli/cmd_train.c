@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "cmd_ckpt.h"
 #include "core/clock.h"
+#include "ctrain/checkpoint.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/mirrored.h"
 #include "ctrain/net.h"
@@ -60,7 +61,8 @@ static void train_usage(FILE *f) {
         "                    ctrain-dispatcher and N ctrain-data-worker processes run the\n"
         "                    pipeline (data.service; combines with --replicas, --ps/--workers)\n"
         "  --no-resume       start over even if the checkpoint directory has a checkpoint\n"
-        "                    (the old directory is kept, renamed DIR.previous-<time>)\n"
+        "                    (the old checkpoints, train/, validation/ and metrics.jsonl are\n"
+        "                    kept, each renamed NAME.previous-<time>)\n"
         "  --allow-changed-input  resume even though data.train changed since the checkpoint\n"
         "                    (= --set checkpoint.allow_changed_input=true)\n"
         "  -h, --help        show this help\n"
@@ -200,27 +202,21 @@ static void checkpoint_dir(const ct_job *job, char *dir) {
     }
 }
 
-/* --no-resume: moves the old checkpoint directory aside. Returns 0 or an exit code. */
+/* --no-resume: moves the old run aside (checkpoints, TensorBoard runs, metrics.jsonl). Returns 0
+ * or an exit code. */
 static int move_aside(const cli *c, const ct_job *job) {
-    char dir[2048], old[2100];
-    checkpoint_dir(job, dir);
-    if (!c->no_resume || access(dir, F_OK) != 0) {
+    char suffix[64];
+    int moved = 0;
+    ct_err err = {0};
+    if (!c->no_resume) {
         return 0;
     }
-    /* a free name: two runs in the same second must not collide (rename would replace an
-     * empty directory, or fail on a full one) */
-    long now = (long)ct__wall_s();
-    snprintf(old, sizeof old, "%s.previous-%ld", dir, now);
-    for (int k = 1; k < 1000 && access(old, F_OK) == 0; k++) {
-        snprintf(old, sizeof old, "%s.previous-%ld.%d", dir, now, k);
-    }
-    if (rename(dir, old) != 0) {
-        fprintf(stderr, "ctrain: --no-resume: cannot move %s aside to %s: %s\n", dir, old,
-                strerror(errno));
+    if (ct_run_move_aside(job->run_dir, job->checkpoint.dir, suffix, &moved, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: --no-resume: %s\n", err.msg);
         return EXIT_RUNTIME;
     }
-    if (!c->quiet) {
-        printf("starting over: moved the old checkpoints to %s\n", old);
+    if (moved && !c->quiet) {
+        printf("starting over: the old run's checkpoints and logs are kept as *%s\n", suffix);
     }
     return 0;
 }

@@ -96,6 +96,12 @@ def test_allreduce_engine_choice(tmp_path):
     assert r.returncode == 0 and "(shared-memory all-reduce)" in r.stdout, r.stdout + r.stderr
     r = mpirun(2, *args, "--set", "strategy.allreduce=ring", "--no-resume")
     assert r.returncode == 0 and "(ring all-reduce)" in r.stdout, r.stdout + r.stderr
+    # --no-resume: rank 0 moved the first run's logs and checkpoints aside
+    assert "logs are kept as *.previous-" in r.stdout, r.stdout
+    moved = sorted(n for n in os.listdir(tmp_path) if ".previous-" in n)
+    assert [n.split(".previous-")[0] for n in moved] == ["checkpoints", "metrics.jsonl", "train",
+                                                         "validation"], moved
+    assert len(os.listdir(tmp_path / "train")) == 1, os.listdir(tmp_path / "train")
     r = mpirun(2, *args, "--set", "strategy.allreduce=shared", "--set",
                "strategy.compression=bf16", "--no-resume")
     assert r.returncode != 0 and "strategy.compression needs the ring" in r.stderr, r.stderr

@@ -47,11 +47,43 @@ print(json.dumps(out))
 """
 
 
-def read_runs(*runs):
-    r = subprocess.run([tb_python(), "-c", READ, *map(str, runs)], capture_output=True,
+def tb_json(script, runs):
+    """What `script` prints as JSON, run under TensorBoard's interpreter with the run dirs."""
+    r = subprocess.run([tb_python(), "-c", script, *map(str, runs)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
+
+
+def read_runs(*runs):
+    return tb_json(READ, runs)
+
+
+def rendered(markdown):
+    """The HTML that TensorBoard's Text dashboard makes of a text summary."""
+    r = subprocess.run([tb_python(), "-c", "import sys; from tensorboard import plugin_util; "
+                        "print(plugin_util.markdown_to_safe_html(sys.stdin.read()))"],
+                       input=markdown, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+GRAPHS = r"""
+import glob, json, os, sys
+from tensorboard.backend.event_processing import event_file_loader
+out = {}
+for run in sys.argv[1:]:
+    n = 0
+    for f in glob.glob(os.path.join(run, "events.out.tfevents.*")):
+        n += sum(e.HasField("graph_def") for e in event_file_loader.EventFileLoader(f).Load())
+    out[run] = n
+print(json.dumps(out))
+"""
+
+
+def graph_events(*runs):
+    """How many graph events each TensorBoard run directory holds, over all its event files."""
+    return tb_json(GRAPHS, runs)
 
 
 def f32(x):
@@ -81,7 +113,11 @@ def test_training_run_writes_tensorboard_and_metrics(tmp_path):
     assert [s for s, *_ in h["weights/dense_1/kernel"]] == [50, 100]
     assert h["weights/dense_1/kernel"][0][1] == 784 * 128
     assert [s for s, *_ in h["gradients/dense_3/bias"]] == [50, 100]
-    assert "seed" in train["tensors"]["job"][0][1] and "fashion" in train["tensors"]["job"][0][1]
+    job_text = train["tensors"]["job"][0][1]
+    assert "seed" in job_text and "fashion" in job_text
+    assert job_text.startswith("```yaml\n") and job_text.endswith("\n```"), job_text[:40]
+    html = rendered(job_text)
+    assert "<pre><code" in html and "<h1>" not in html, html[:200]
     assert any(n.startswith("apply_optimizer") for n in train["graph"]), train["graph"][:5]
     assert any("dense_1/kernel" in n for n in train["graph"])
     (step, acc), = valid["scalars"]["accuracy"]
@@ -157,3 +193,41 @@ def test_evaluator_exit_codes_follow_the_signal(tmp_path):
         ev.send_signal(sig)  # our child: a no-op if it has ended
         out, err = ev.communicate(timeout=60)
         assert ev.returncode == code, (sig, ev.returncode, err)
+
+
+def test_job_text_fence_outlasts_backticks_in_the_job(tmp_path):
+    """A job whose text holds a run of backticks (in a comment) still shows as one code block:
+    the fence is longer than any run in the text."""
+    job = tmp_path / "job.yaml"
+    job.write_text(open(os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")).read() +
+                   "# a comment with ```` four backticks\n")
+    run = tmp_path / "run"
+    r = subprocess.run([CTRAIN, "train", str(job), "--set", "train.max_steps=2", *LIMITS,
+                        "--quiet", "--set", f"run_dir={run}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    text = read_runs(run / "train")[str(run / "train")]["tensors"]["job"][0][1]
+    assert text.startswith("`````yaml\n") and text.endswith("\n`````"), text[:20]
+    html = rendered(text)
+    assert html.count("<pre>") == 1 and "four backticks" in html and "<h1>" not in html, html
+
+
+def test_no_resume_moves_the_old_logs_aside(tmp_path):
+    """--no-resume into a run directory that holds a run: the old TensorBoard runs, metrics.jsonl
+    and checkpoints move aside with one suffix; the new train run holds one graph, and its
+    metrics.jsonl only the new run's lines."""
+    run = tmp_path / "run"
+    args = [CTRAIN, "train", "--set", "train.max_steps=20", "--set", "logs.every_steps=10",
+            *LIMITS, "--set", f"run_dir={run}"]
+    for extra in ([], ["--no-resume"], ["--no-resume"]):
+        r = subprocess.run(args + extra, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    assert "starting over: the old run's checkpoints and logs are kept as *.previous-" in r.stdout
+    names = sorted(os.listdir(run))
+    for base in ("train", "validation", "metrics.jsonl", "checkpoints"):
+        old = [n for n in names if re.fullmatch(re.escape(base) + r"\.previous-\d+(\.\d+)?", n)]
+        assert len(old) == 2, (base, names)
+    graphs = graph_events(run / "train", *[run / n for n in names if n.startswith("train.")])
+    assert set(graphs.values()) == {1}, graphs
+    lines = [json.loads(l) for l in open(run / "metrics.jsonl")]
+    assert [l["step"] for l in lines if "end_of_epoch" not in l] == [10, 20]

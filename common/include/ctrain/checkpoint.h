@@ -86,4 +86,17 @@ CT_API ct_status ct_make_dirs(const char *dir, ct_err *err);
 CT_API ct_status ct_ckpt_lease(const char *path, ct_err *err);
 CT_API void ct_ckpt_release(const char *path);
 
+/* ---- starting a run over ---- */
+
+/* --no-resume: moves a run's old outputs aside so that the new run starts with none of them and
+ * TensorBoard shows the old one as runs of its own: the checkpoint directory and run_dir's
+ * train/ and validation/ (the TensorBoard runs) and metrics.jsonl, each renamed
+ * NAME.previous-<unix time>, or NAME.previous-<time>.<k> when one of those names is taken (two
+ * runs in one second). ckpt_dir NULL or "" means run_dir/checkpoints. suffix (64 bytes, may be
+ * NULL) gets the suffix used, *moved (may be NULL) how many were moved: 0 when there was nothing
+ * to move. An error names the path that could not be moved; the ones moved before it stay
+ * moved. */
+CT_API ct_status ct_run_move_aside(const char *run_dir, const char *ckpt_dir, char *suffix,
+                                   int *moved, ct_err *err);
+
 #endif

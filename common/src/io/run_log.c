@@ -38,6 +38,29 @@ static ct_status open_metrics(ct__run_log *log, const char *run_dir, ct_err *err
     return CT_OK;
 }
 
+/* The job's text as a Markdown code block, so that TensorBoard's Text dashboard shows it as
+ * written (a YAML comment line would be a heading): a fence of more backticks than any run in
+ * the text. Returns a malloc'd string, or NULL. */
+static char *fenced(const char *text) {
+    size_t run = 0, longest = 0, len = strlen(text);
+    for (const char *p = text; *p; p++) {
+        run = *p == '`' ? run + 1 : 0;
+        longest = run > longest ? run : longest;
+    }
+    size_t ticks = longest < 3 ? 3 : longest + 1;
+    char *out = malloc(len + 2 * ticks + 8);
+    if (!out) {
+        return NULL;
+    }
+    size_t n = 0;
+    memset(out, '`', ticks);
+    n += ticks;
+    n += (size_t)sprintf(out + n, "yaml\n%s%s", text, len && text[len - 1] == '\n' ? "" : "\n");
+    memset(out + n, '`', ticks);
+    out[n + ticks] = '\0';
+    return out;
+}
+
 static ct_status open_tensorboard(ct__run_log *log, const char *run_dir, const char *job_text,
                                   int64_t job_step, ct_err *err) {
     char path[PATH_MAX];
@@ -48,7 +71,10 @@ static ct_status open_tensorboard(ct__run_log *log, const char *run_dir, const c
         st = ct_events_create(path, &log->validation, err);
     }
     if (st == CT_OK && job_text) {
-        st = ct_events_text(log->train, "job", job_step, job_text, err);
+        char *code = fenced(job_text);
+        st = code ? ct_events_text(log->train, "job", job_step, code, err)
+                  : ct_err_set(err, CT_ENOMEM, "run log: out of memory");
+        free(code);
         log->train_dirty = 1;
     }
     return st;
