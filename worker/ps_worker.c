@@ -200,7 +200,7 @@ static ct_status push(worker *w, int64_t examples, uint64_t version, ct_err *err
 }
 
 static ct_status report(worker *w, const task *tk, int64_t examples, double loss, double acc,
-                        uint64_t version, double compute_s, ct_err *err) {
+                        uint64_t version, const double times[2], ct_err *err) {
     Ctrain__Ps__Report r = CTRAIN__PS__REPORT__INIT;
     r.epoch = tk ? tk->epoch : -1;
     r.index = tk ? tk->index : -1;
@@ -208,7 +208,8 @@ static ct_status report(worker *w, const task *tk, int64_t examples, double loss
     r.loss = loss;
     r.accuracy = acc;
     r.version = version;
-    r.compute_s = compute_s;
+    r.compute_s = times[0];
+    r.input_wait_s = times[1];
     ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
     env.kind = CTRAIN__WIRE__KIND__REPORT;
     env.role = CTRAIN__WIRE__ROLE__WORKER;
@@ -349,7 +350,10 @@ static void clip_gradient(worker *w) {
 /* One step on (epoch, index): the loader's slice, the gradient, the push, the report. */
 static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) {
     ct_batch b;
+    const int64_t wait_t0 = ct__prof_begin();
+    double wait_start = ct__now_s();
     ct_status st = ct_loader_batch_at(w->loader, tk->epoch, tk->index, &b);
+    double input_wait = ct__now_s() - wait_start;
     if (st != CT_OK) {
         return ct_err_set(err, st, "%s: batch %lld of epoch %lld is outside the data", w->who,
                           (long long)tk->index, (long long)tk->epoch);
@@ -362,6 +366,7 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
                                        : (int64_t)version,
                       tk->epoch, tk->index};
     ct_trainer_set_position(w->t, pos);
+    ct__prof_end(wait_t0, CT__PROF_INPUT_WAIT, "input_wait", NULL, pos[0] + 1, -1, -1, -1);
     ct__prof_step(pos[0] + 1);
     float loss = NAN, acc = NAN;
     double start = ct__now_s();
@@ -386,7 +391,8 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
         return st;
     }
     w->steps_done++;
-    st = report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version, compute, err);
+    double times[2] = {compute, input_wait};
+    st = report(w, tk, b.size, b.size ? loss : 0.0, b.size ? acc : 0.0, version, times, err);
     /* the profiler's step: from the end of the last one (the wait for its parameters) to here;
      * recording turns on for the step that comes next in the window (sync: exactly the next
      * version; async: the next batch of the run, a guess) */

@@ -48,7 +48,6 @@ static int end_rank(const char *role, const ct_cluster_spec *spec, ct_status st,
         if (spec->rank == 0) {
             char extra[32];
             snprintf(extra, sizeof extra, "replicas=%d", spec->world_size);
-            r->train.samples_per_s *= spec->world_size;
             ct_role_print_done(&r->train, extra);
         }
         return rc;

@@ -237,10 +237,12 @@ static ct_status take_report(chief *c, slot *s, const Ctrain__Ps__Report *r) {
         e->loss += r->loss * (double)r->examples;
         e->accuracy += r->accuracy * (double)r->examples;
         e->examples += (double)r->examples;
+        e->input_wait += r->input_wait_s;
         e->steps++;
         c->log_loss += r->loss * (double)r->examples;
         c->log_acc += r->accuracy * (double)r->examples;
         c->log_examples += (double)r->examples;
+        c->log_wait += r->input_wait_s;
         c->samples += r->examples;
     }
     if (c->job->ps.async) {
@@ -588,6 +590,10 @@ static ct_status advance(chief *c, double wait_start, ct_err *err) {
             c->restoring = 0;
             c->state = CTRAIN__WIRE__STATE__RUNNING;
             c->started = c->started > 0 ? c->started : ct__now_s(); /* training time from here */
+            st = ct__chief_log_graph(c, err);
+            if (st != CT_OK) {
+                break;
+            }
             if (c->step >= c->total_steps) {
                 /* a finished run: evaluate it once more, save nothing new */
                 ct__chief_say(c, "the run already finished at step %lld; evaluating only",

@@ -41,6 +41,7 @@ typedef struct slot {
 
 typedef struct epoch_sums {
     double loss, accuracy, examples;
+    double input_wait; /* the workers' waits for their batches, summed (seconds) */
     int64_t steps;
     double first_report;
 } epoch_sums;
@@ -90,13 +91,14 @@ typedef struct chief {
     double paused_since;
     /* metrics */
     epoch_sums *epochs;
-    double log_loss, log_acc, log_examples, log_time;
+    double log_loss, log_acc, log_examples, log_wait, log_time;
     int64_t log_steps, log_step;
     ct__run_log *log; /* run_dir's TensorBoard runs and metrics.jsonl */
     double started, train_seconds;
     int64_t samples;
     ct_train_result result;
     int evaluated_epochs;
+    int graph_logged; /* the step graph went to the train run (or need not) */
     ct_status fail_status;
 } chief;
 
@@ -156,6 +158,9 @@ void ct__chief_finish_task(chief *c, slot *s, task t);
 
 /* Opens the run log: run_dir's TensorBoard runs (train/, validation/) and metrics.jsonl. */
 ct_status ct__chief_open_logs(chief *c, ct_err *err);
+/* When a run starts at step 0 (a resumed run's is in its first event file): the workers'
+ * training-step graph into the train run. */
+ct_status ct__chief_log_graph(chief *c, ct_err *err);
 /* Every logs.every_steps steps: the reports' means, throughput, the servers' staleness. */
 void ct__chief_log_interval(chief *c);
 /* End of epoch e: evaluates the assembled variables, reports the epoch line (o->report), logs

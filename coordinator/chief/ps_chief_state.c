@@ -334,7 +334,7 @@ static void reset_progress(chief *c, int64_t step, int64_t open) {
     c->ckpt_due = k > 0 ? (step / k + 1) * k : INT64_MAX;
     c->log_step = step;
     c->log_time = ct__now_s();
-    c->log_loss = c->log_acc = c->log_examples = 0.0;
+    c->log_loss = c->log_acc = c->log_examples = c->log_wait = 0.0;
     open = open < c->total_steps ? open : c->total_steps;
     if (c->job->ps.async) {
         memset(c->finished, 0, (size_t)c->total_steps);

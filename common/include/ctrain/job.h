@@ -289,7 +289,8 @@ typedef struct ct_checkpoint_spec {
 typedef struct ct_logs_spec {
     int tensorboard;               /* logs.tensorboard: event files in run_dir; default true */
     int64_t every_steps;           /* logs.every_steps: scalars and metrics lines; default 20 */
-    int64_t histogram_every_steps; /* logs.histogram_every_steps: default 200; 0 off */
+    int64_t histogram_every_steps; /* logs.histogram_every_steps: default 200, and at each
+                                    * epoch's end; 0 off */
     int batch_labels; /* logs.batch_labels: every replica appends each training step's labels
                          to run_dir/batch_labels/rank-R.txt ("epoch E batch B: labels..."), an
                          audit of which examples trained; default false */

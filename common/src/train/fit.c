@@ -28,14 +28,14 @@ typedef struct epoch_run {
     double threads0_time;
     double graph0; /* the trainer's graph_seconds then */
     double loss_sum, acc_sum;
-    int64_t seen;
+    int64_t seen;    /* this replica's examples */
+    double seen_all; /* the examples of every replica, known at the epoch's end */
 } epoch_run;
 
 /* Evaluates on the eval loader's batches (epoch 0): the whole set, or with a reducer this
  * replica's shard, summed across the replicas (so every replica gets the whole set's figures). */
 ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, double *loss, double *acc,
                                      ct_err *err) {
-    const ct_grad_reducer *r = t->reducer;
     double sums[3] = {0.0, 0.0, 0.0};
     ct_status st = ct_loader_start_epoch(eval, 0, 0);
     while (st == CT_OK) {
@@ -53,8 +53,8 @@ ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, double *los
             sums[2] += (double)b.size;
         }
     }
-    if (st == CT_OK && r && r->sum_eval && t->shard_count >= 2) {
-        st = r->sum_eval(r->user, sums, 3, err);
+    if (st == CT_OK) {
+        st = ct__trainer_sum_replicas(t, sums, 3, err);
     }
     *loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
     *acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
@@ -165,15 +165,6 @@ static ct_status fit_step(fit_run *f, const ct_batch *b, float *loss, float *acc
     return ct_trainer_step_shard(t, b->x, b->y, b->size, global, loss, acc, err);
 }
 
-/* The progress record as of batch `step` of the epoch (for the metrics line). */
-static ct_train_progress *p_now(ct_train_progress *p, int64_t step, double loss_sum, double acc_sum,
-                                int64_t seen) {
-    p->step = step;
-    p->loss = seen ? loss_sum / (double)seen : NAN;
-    p->accuracy = seen ? acc_sum / (double)seen : NAN;
-    return p;
-}
-
 /* After a step on a non-empty batch: the logs, a checkpoint when one is due, the running means
  * and the progress callback. */
 static ct_status after_step(fit_run *f, epoch_run *e, const ct_batch *b, float loss, float acc,
@@ -182,12 +173,6 @@ static ct_status after_step(fit_run *f, epoch_run *e, const ct_batch *b, float l
     ct_status st = ct__trainer_log_graph(t, b->size, err);
     if (st != CT_OK) {
         return st;
-    }
-    if (t->log) {
-        ct__trainer_log_step(t,
-                             p_now(&e->p, b->index + 1, e->loss_sum + (double)loss * b->size,
-                                   e->acc_sum + (double)acc * b->size, e->seen + b->size),
-                             loss, acc, ct_loader_wait_seconds(f->loader));
     }
     if (t->ckpt_dir[0] && t->cfg.checkpoint.every_steps > 0 &&
         t->step % t->cfg.checkpoint.every_steps == 0 &&
@@ -247,6 +232,12 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         if (b.size > 0) {
             st = after_step(f, e, &b, loss, acc, err);
         }
+        if (st == CT_OK) { /* every replica, an empty slice too: the window's sum is collective */
+            const double epoch[3] = {e->loss_sum, e->acc_sum, (double)e->seen};
+            st = ct__trainer_log_step(t, b.size ? (double)loss * b.size : 0.0,
+                                      b.size ? (double)acc * b.size : 0.0, b.size, epoch,
+                                      ct_loader_wait_seconds(f->loader), err);
+        }
         ct__prof_end(step_t0, CT__PROF_STEP, "step", NULL, step, -1, -1, -1);
     }
     return st;
@@ -282,15 +273,28 @@ static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_tr
     ct_train_progress *p = &e->p;
     p->end_of_epoch = 1;
     p->epoch_seconds = epoch_seconds;
-    p->input_wait_fraction =
-        (ct_loader_wait_seconds(f->loader) - e->wait0) / (epoch_seconds > 0 ? epoch_seconds : 1);
+    /* the epoch's figures over every replica (docs/metrics.md) */
+    double sums[4] = {e->loss_sum, e->acc_sum, (double)e->seen,
+                      ct_loader_wait_seconds(f->loader) - e->wait0};
+    ct_status st = ct__trainer_sum_replicas(t, sums, 4, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    int replicas = t->reducer && t->reducer->sum_eval && t->shard_count > 1 ? t->shard_count : 1;
+    double seconds = epoch_seconds > 0 ? epoch_seconds : 1e-9;
+    if (sums[2] > 0) {
+        p->loss = sums[0] / sums[2];
+        p->accuracy = sums[1] / sums[2];
+    }
+    p->samples_per_s = sums[2] / seconds;
+    p->input_wait_fraction = sums[3] / (seconds * replicas);
+    e->seen_all = sums[2];
     p->graph_seconds = t->graph_seconds - e->graph0;
     input_verdict(f, p);
     ct__thread_use threads;
     ct__thread_use_take(t, &threads);
     ct__thread_use_report(&e->threads0, &threads, ct__now_s() - e->threads0_time, p);
     p->test_loss = p->test_accuracy = NAN;
-    ct_status st = CT_OK;
     if (f->eval && (st = ct_trainer_evaluate_loader(t, f->eval, &p->test_loss, &p->test_accuracy,
                                                     err)) != CT_OK) {
         return st;
@@ -321,13 +325,13 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
                      : f.steps >= 0             ? f.steps * t->cfg.train.epochs
                                                 : 0;
     t->dataset_n = ct_loader_examples(train) > 0 ? ct_loader_examples(train) : 0;
-    double train_seconds = 0.0;
-    int64_t samples = 0;
+    double train_seconds = 0.0, samples = 0.0;
     if (stop && *stop && !t->reducer) { /* replicas agree on stopping inside the loop */
         return ct_err_set(err, CT_EINTR, "interrupted before step %lld", (long long)t->step);
     }
     /* a resumed run starts at the checkpoint's epoch and batch (ct_trainer_restore); a trainer
      * whose fit ran to the end has nothing left to do */
+    ct__trainer_log_start(t, ct_loader_wait_seconds(f.loader));
     for (int epoch = (int)t->epoch; epoch < t->cfg.train.epochs && st == CT_OK; epoch++) {
         epoch_run e = {.p = {.epoch = epoch, .epochs = t->cfg.train.epochs, .steps = f.steps}};
         e.start = ct__now_s();
@@ -339,10 +343,10 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
         st = train_epoch(&f, &e, err);
         double epoch_seconds = ct__now_s() - e.start;
         train_seconds += epoch_seconds;
-        samples += e.seen;
         if (st != CT_OK || (st = end_epoch(&f, &e, epoch_seconds, &r, err)) != CT_OK) {
             break;
         }
+        samples += e.seen_all;
         if (t->cfg.train.max_steps > 0 && t->step >= t->cfg.train.max_steps) {
             break;
         }
@@ -359,7 +363,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     }
     r.steps = t->step;
     r.seconds = train_seconds;
-    r.samples_per_s = train_seconds > 0 ? (double)samples / train_seconds : 0.0;
+    r.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
     *ret = r;
     return st;
 }

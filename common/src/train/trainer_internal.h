@@ -73,12 +73,14 @@ struct ct_trainer {
     /* data parallelism (ct_trainer_set_data_parallel) */
     const ct_grad_reducer *reducer;
     int shard_index, shard_count;
-    /* logs (ct_trainer_set_logging); NULL: none. The last logged step's time, step and input
-     * wait give the interval's throughput. */
+    /* logs (ct_trainer_set_logging); NULL: none. The logging window, kept by every replica
+     * whether it logs or not (with a reducer they sum theirs at each logged step): since
+     * log_time, log_step and the loader's input wait log_wait, the examples' loss and accuracy
+     * sums and their count. */
     ct__run_log *log;
     double graph_seconds; /* spent building and compiling step graphs, in total */
-    double log_time, log_wait;
-    int64_t log_step;
+    double log_time, log_wait, win_loss, win_acc, win_n;
+    int64_t log_step, hist_step; /* hist_step: the step of the last histograms (-1: none) */
     int graph_logged;
 };
 
@@ -117,12 +119,21 @@ void ct__thread_use_report(const ct__thread_use *start, const ct__thread_use *en
 /* The training-step graph into the run log's train/ run, once per trainer (not in eager mode).
  * Returns the status of getting the graph; a failed write is the run log's to handle. */
 ct_status ct__trainer_log_graph(ct_trainer *t, int64_t batch, ct_err *err);
-/* Every logs.every_steps steps: scalars, histograms (every logs.histogram_every_steps) and a
- * metrics line. p holds the epoch's running means including this step; wait_s is the loader's
- * total input wait so far. */
-void ct__trainer_log_step(ct_trainer *t, const ct_train_progress *p, float loss, float accuracy,
-                          double wait_s);
-/* The end of an epoch (p->end_of_epoch set): validation scalars and a metrics line. */
+/* With a reducer that sums across replicas (mirrored, two or more): sums[0..n) summed over the
+ * replicas in place, a collective every replica must call; otherwise nothing to do. */
+ct_status ct__trainer_sum_replicas(ct_trainer *t, double *sums, int n, ct_err *err);
+/* Opens the logging window at fit's start: the time, the step and the loader's input wait. */
+void ct__trainer_log_start(ct_trainer *t, double wait_s);
+/* After every step, on every replica (a batch that was empty here too): adds the step's loss
+ * and accuracy sums over its n examples to the window; every logs.every_steps steps sums the
+ * window across the replicas (docs/metrics.md: the global batch's figures) and, where there is
+ * a run log, writes scalars and a metrics line. epoch[3]: this replica's epoch sums so far
+ * (loss, accuracy, examples); wait_s is the loader's total input wait so far. Histograms go on
+ * their own schedule, every logs.histogram_every_steps steps. Fails only as the sum does. */
+ct_status ct__trainer_log_step(ct_trainer *t, double loss_sum, double acc_sum, int64_t n,
+                               const double epoch[3], double wait_s, ct_err *err);
+/* The end of an epoch (p->end_of_epoch set, its figures already the global ones): the epoch's
+ * scalars, validation scalars, histograms and a metrics line. */
 void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p);
 
 /* ---- trainer_ckpt.c ---- */

@@ -12,6 +12,7 @@
 ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err) {
     ct__run_log_destroy(t->log);
     t->log = NULL;
+    t->graph_logged = t->step > 0; /* a resumed run's graph is in its first event file */
     return ct__run_log_create(run_dir, t->cfg.logs.tensorboard, t->job_text, t->step, &t->log, err);
 }
 
@@ -31,8 +32,12 @@ ct_status ct__trainer_log_graph(ct_trainer *t, int64_t batch, ct_err *err) {
     return st;
 }
 
-/* Every variable's values, and every trainable one's gradient, as histograms. */
+/* Every variable's values, and every trainable one's gradient, as histograms; once per step. */
 static void log_histograms(ct_trainer *t) {
+    if (t->hist_step == t->step || t->cfg.logs.histogram_every_steps <= 0) {
+        return;
+    }
+    t->hist_step = t->step;
     ct_params *params = ct_model_params(t->model);
     for (int i = 0; i < params->n && ct__run_log_tensorboard(t->log); i++) {
         char tag[160];
@@ -47,42 +52,88 @@ static void log_histograms(ct_trainer *t) {
     }
 }
 
-void ct__trainer_log_step(ct_trainer *t, const ct_train_progress *p, float loss, float accuracy,
-                          double wait_s) {
-    if (t->cfg.logs.every_steps <= 0 || t->step % t->cfg.logs.every_steps != 0) {
-        return;
+ct_status ct__trainer_sum_replicas(ct_trainer *t, double *sums, int n, ct_err *err) {
+    const ct_grad_reducer *r = t->reducer;
+    if (!r || !r->sum_eval || t->shard_count < 2) {
+        return CT_OK;
     }
-    /* throughput and input wait over the interval since the last logged step (0 for the first) */
-    double now = ct__now_s(), dt = now - t->log_time;
-    int64_t steps = t->step - t->log_step;
-    double steps_per_s = dt > 0 && t->log_time > 0 ? (double)steps / dt : 0.0;
-    double wait = dt > 0 && t->log_time > 0 ? (wait_s - t->log_wait) / dt : 0.0;
-    float lr = ct_optimizer_learning_rate(t->opt, t->step - 1, t->total_steps);
-    t->log_time = now;
+    return r->sum_eval(r->user, sums, n, err);
+}
+
+void ct__trainer_log_start(ct_trainer *t, double wait_s) {
+    t->log_time = ct__now_s();
     t->log_step = t->step;
     t->log_wait = wait_s;
+    t->win_loss = t->win_acc = t->win_n = 0.0;
+    t->hist_step = -1;
+}
+
+/* The window's scalars and metrics line; sums: the global window (loss, accuracy, examples,
+ * input wait summed over the replicas) and the global epoch so far (loss, accuracy, examples). */
+static void write_step(ct_trainer *t, const double sums[7], double now) {
+    double dt = now - t->log_time, n = sums[2];
+    double steps_per_s = dt > 0 ? (double)(t->step - t->log_step) / dt : 0.0;
+    int replicas = t->shard_count > 1 && t->reducer && t->reducer->sum_eval ? t->shard_count : 1;
+    double wait = dt > 0 ? sums[3] / (dt * replicas) : 0.0;
+    double loss = n > 0 ? sums[0] / n : NAN, acc = n > 0 ? sums[1] / n : NAN;
+    double epoch_loss = sums[6] > 0 ? sums[4] / sums[6] : NAN;
+    double epoch_acc = sums[6] > 0 ? sums[5] / sums[6] : NAN;
+    float lr = ct_optimizer_learning_rate(t->opt, t->step - 1, t->total_steps);
     ct__run_scalar scalars[] = {{"loss", loss},
-                                {"accuracy", accuracy},
+                                {"accuracy", acc},
                                 {"learning_rate", lr},
                                 {"steps_per_s", steps_per_s},
-                                {"samples_per_s", steps_per_s * t->cfg.train.batch_size},
+                                {"samples_per_s", dt > 0 ? n / dt : 0.0},
                                 {"input_wait_fraction", wait}};
     ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, scalars,
                         (int)(sizeof scalars / sizeof scalars[0]));
-    int64_t every = t->cfg.logs.histogram_every_steps;
-    if (every > 0 && t->step % every == 0) {
-        log_histograms(t);
-    }
     ct__run_log_flush(t->log);
     ct__run_log_metrics(t->log,
-                        "{\"step\": %lld, \"epoch\": %d, \"loss\": %.9g, \"accuracy\": %.9g, "
+                        "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"accuracy\": %.9g, "
                         "\"epoch_loss\": %.9g, \"epoch_accuracy\": %.9g, \"learning_rate\": %.9g, "
-                        "\"steps_per_s\": %.6g, \"input_wait_fraction\": %.6g}",
-                        (long long)t->step, p->epoch, loss, accuracy, p->loss, p->accuracy, lr,
-                        steps_per_s, wait);
+                        "\"steps_per_s\": %.6g, \"samples_per_s\": %.6g, "
+                        "\"input_wait_fraction\": %.6g}",
+                        (long long)t->step, (long long)t->epoch, loss, acc, epoch_loss, epoch_acc,
+                        lr, steps_per_s, dt > 0 ? n / dt : 0.0, wait);
+}
+
+ct_status ct__trainer_log_step(ct_trainer *t, double loss_sum, double acc_sum, int64_t n,
+                               const double epoch[3], double wait_s, ct_err *err) {
+    t->win_loss += loss_sum;
+    t->win_acc += acc_sum;
+    t->win_n += (double)n;
+    int64_t every = t->cfg.logs.histogram_every_steps;
+    if (t->log && every > 0 && t->step % every == 0) {
+        log_histograms(t);
+    }
+    every = t->cfg.logs.every_steps;
+    if (every <= 0 || t->step % every != 0) {
+        return CT_OK;
+    }
+    double sums[7] = {t->win_loss, t->win_acc, t->win_n, wait_s - t->log_wait,
+                      epoch[0],    epoch[1],   epoch[2]};
+    ct_status st = ct__trainer_sum_replicas(t, sums, 7, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    double now = ct__now_s();
+    if (t->log) {
+        write_step(t, sums, now);
+    }
+    t->log_time = now;
+    t->log_step = t->step;
+    t->log_wait = wait_s;
+    t->win_loss = t->win_acc = t->win_n = 0.0;
+    return CT_OK;
 }
 
 void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
+    ct__run_scalar epoch[] = {{"epoch_loss", p->loss},
+                              {"epoch_accuracy", p->accuracy},
+                              {"epoch_samples_per_s", p->samples_per_s},
+                              {"epoch_input_wait_fraction", p->input_wait_fraction}};
+    ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, epoch, 4);
+    log_histograms(t);
     if (!isnan(p->test_loss)) {
         ct__run_scalar scalars[] = {{"loss", p->test_loss}, {"accuracy", p->test_accuracy}};
         ct__run_log_scalars(t->log, CT__RUN_LOG_VALIDATION, t->step, scalars, 2);
@@ -105,11 +156,13 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                             p->worker_elements_per_s, p->needed_elements_per_s, p->workers_needed,
                             p->input_wait_fraction > CT_INPUT_BOUND_FRACTION ? "true" : "false");
     }
-    ct__run_log_metrics(t->log,
-                        "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
-                        "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
-                        "%.9g, \"epoch_seconds\": %.6g, \"input_wait_fraction\": %.6g}",
-                        (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss,
-                        p->test_accuracy, p->epoch_seconds, p->input_wait_fraction);
+    ct__run_log_metrics(
+        t->log,
+        "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
+        "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
+        "%.9g, \"epoch_seconds\": %.6g, \"samples_per_s\": %.6g, \"input_wait_fraction\": "
+        "%.6g}",
+        (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss, p->test_accuracy,
+        p->epoch_seconds, p->samples_per_s, p->input_wait_fraction);
     ct__run_log_sync(t->log); /* the epoch's events on the disk (every step: only flushed) */
 }
