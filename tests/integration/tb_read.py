@@ -74,3 +74,20 @@ print(json.dumps(out))
 def graph_events(*runs):
     """How many graph events each TensorBoard run directory holds, over all its event files."""
     return tb_json(GRAPHS, runs)
+
+
+NODES = r"""
+import json, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.GRAPH: 1})
+acc.Reload()
+print(json.dumps([{"name": n.name, "op": n.op, "inputs": list(n.input),
+                   "shapes": [[d.size for d in s.dim]
+                              for s in n.attr["_output_shapes"].list.shape]}
+                  for n in acc.Graph().node]))
+"""
+
+
+def graph_nodes(run):
+    """The train run's GraphDef as TensorBoard reads it: name, op, inputs, _output_shapes."""
+    return tb_json(NODES, [run])

@@ -10,7 +10,7 @@ import re
 import struct
 import subprocess
 
-from tb_read import graph_events, read_runs, rendered
+from tb_read import graph_events, graph_nodes, read_runs, rendered
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
@@ -51,7 +51,7 @@ def test_training_run_writes_tensorboard_and_metrics(tmp_path):
     assert job_text.startswith("```yaml\n") and job_text.endswith("\n```"), job_text[:40]
     html = rendered(job_text)
     assert "<pre><code" in html and "<h1>" not in html, html[:200]
-    assert any(n.startswith("apply_optimizer") for n in train["graph"]), train["graph"][:5]
+    assert "optimizer/ApplyOptimizer" in train["graph"], train["graph"][:5]
     assert any("dense_1/kernel" in n for n in train["graph"])
     (step, acc), = valid["scalars"]["accuracy"]
     assert step == 100 and abs(acc - float(done["test_accuracy"])) < 1e-6
@@ -164,3 +164,36 @@ def test_no_resume_moves_the_old_logs_aside(tmp_path):
     assert set(graphs.values()) == {1}, graphs
     lines = [json.loads(l) for l in open(run / "metrics.jsonl")]
     assert [l["step"] for l in lines if "end_of_epoch" not in l] == [10, 20]
+
+
+def test_graph_reads_as_tensorflow_writes_it(tmp_path):
+    """The CNN's step graph, as TensorBoard reads it: unique names; every op under its layer's
+    scope (conv2d_0/Conv2D), the gradients under gradients/<layer>, the loss and the optimizer
+    in scopes of their own; no op named as a scope that holds variables; the optimizer's update
+    fed by every variable; an output shape on every node."""
+    run = tmp_path / "run"
+    job = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
+    r = subprocess.run([CTRAIN, "train", job, "--set", "train.max_steps=1", *LIMITS, "--quiet",
+                        "--set", f"run_dir={run}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    nodes = graph_nodes(run / "train")
+    names = [n["name"] for n in nodes]
+    assert len(names) == len(set(names))
+    by_name = {n["name"]: n for n in nodes}
+    variables = [n["name"] for n in nodes if n["op"] == "Variable"]
+    scopes = {v.rsplit("/", 1)[0] for v in variables}
+    assert "conv2d_0/kernel" in variables and "conv2d_0/Conv2D" in by_name, names
+    assert not scopes & set(names), scopes & set(names)  # no op folds into a layer's box
+    for n in nodes:
+        assert len(n["shapes"]) == 1, n
+        if n["op"] in ("Placeholder", "Variable"):
+            continue
+        top = n["name"].split("/")[0]
+        assert (re.fullmatch(r"[a-z][a-z0-9_]*_\d+", top) or  # a layer: <type>_<index>
+                top in ("loss", "accuracy", "gradients", "optimizer")), n["name"]
+    assert any(name.startswith("gradients/conv2d_0/") for name in names), names
+    (update,) = [n for n in nodes if n["op"] == "ApplyOptimizer"]
+    assert update["name"].startswith("optimizer/") and set(variables) <= set(update["inputs"])
+    grads = [i for i in update["inputs"] if i.startswith("gradients/")]
+    assert len(grads) == len(variables), update["inputs"]

@@ -192,13 +192,14 @@ def check_with_tensorboard(tmp):
 
     graph = acc.Graph()
     nodes = {n.name: n for n in graph.node}
-    assert list(nodes) == ["input", "dense/kernel", "dense/bias", "matmul_3", "add_4", "relu_5"]
-    assert nodes["matmul_3"].op == "matmul"
-    assert list(nodes["matmul_3"].input) == ["input", "dense/kernel"]
-    assert list(nodes["add_4"].input) == ["matmul_3", "dense/bias"]
-    assert list(nodes["relu_5"].input) == ["add_4"]
-    assert [d.size for d in nodes["add_4"].attr["shape"].shape.dim] == [2, 4]
-    assert nodes["input"].attr["dtype"].s == b"f32"
+    assert list(nodes) == ["input", "dense/kernel", "dense/bias", "MatMul", "Add", "Relu"]
+    assert nodes["MatMul"].op == "MatMul"
+    assert list(nodes["MatMul"].input) == ["input", "dense/kernel"]
+    assert list(nodes["Add"].input) == ["MatMul", "dense/bias"]
+    assert list(nodes["Relu"].input) == ["Add"]
+    assert [d.size for d in nodes["Add"].attr["_output_shapes"].list.shape[0].dim] == [2, 4]
+    assert [d.size for d in nodes["input"].attr["shape"].shape.dim] == [2, 3]
+    assert nodes["input"].attr["dtype"].type == 1  # DT_FLOAT
 
 
 def test_tensorboard_reads_ctrain_events(tmp_path):

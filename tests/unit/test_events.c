@@ -377,12 +377,20 @@ Test(events, graph) {
     static float wdata[12];
     ct_shape xs = ct_shape_make(2, (int64_t[]){2, 3}), ws = ct_shape_make(2, (int64_t[]){3, 4});
     int x = ct_placeholder(g, CT_F32, &xs, "x");
+    int outer = ct_graph_set_scope(g, "dense");
     int wv = ct_variable(g, &ws, wdata, "dense/kernel");
     int y = ct_relu(g, ct_matmul(g, x, wv, 0, 0));
+    ct_graph_restore_scope(g, outer);
     int x2 = ct_placeholder(g, CT_F32, &xs, "x");          /* clashes with node 0 */
     int odd = ct_placeholder(g, CT_I32, &xs, "a:b^c//d/"); /* characters TF does not allow */
+    ct_graph_set_scope(g, "dense");
+    int y2 = ct_relu(g, y); /* a second Relu in the scope */
+    ct_graph_restore_scope(g, outer);
+    int y3 = ct_relu(g, y2); /* at the root */
     cr_assert_eq(ct_graph_status(g, &err), CT_OK, "%s", err.msg);
-    cr_assert(y == 3 && x2 == 4 && odd == 5);
+    cr_assert(y == 3 && x2 == 4 && odd == 5 && y3 == 7);
+    cr_expect_str_eq(ct_graph_scope_name(g, ct_graph_node(g, y)->scope), "dense");
+    cr_expect_str_eq(ct_graph_scope_name(g, ct_graph_node(g, y3)->scope), "");
 
     ct_events *w = NULL;
     cr_assert_eq(ct_events_create(test_scratch, &w, &err), CT_OK, "%s", err.msg);
@@ -396,17 +404,19 @@ Test(events, graph) {
     test_read_records(path, &ef);
     cr_assert_eq(ef.n, 2);
     field gd = must_find(ef.rec[1].data, ef.rec[1].len, 4, 0);
-    const char *names[] = {"x", "dense/kernel", "matmul_2", "relu_3", "x_4", "a_b_c/_d_"};
-    const char *ops[] = {"placeholder", "variable", "matmul", "relu", "placeholder", "placeholder"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"x",   "dense/kernel", "dense/MatMul", "dense/Relu",
+                           "x_1", "a_b_c/_d_",    "dense/Relu_1", "Relu"};
+    const char *ops[] = {"Placeholder", "Variable",    "MatMul", "Relu",
+                         "Placeholder", "Placeholder", "Relu",   "Relu"};
+    for (int i = 0; i < 8; i++) {
         field node = must_find(gd.data, gd.len, 1, i);
         field name = must_find(node.data, node.len, 1, 0);
         cr_expect(str_eq(name, names[i]), "node %d: %.*s", i, (int)name.len, name.data);
         cr_expect(str_eq(must_find(node.data, node.len, 2, 0), ops[i]), "node %d op", i);
     }
     field extra;
-    cr_expect_not(find_field(gd.data, gd.len, 1, 6, &extra));
-    /* matmul's inputs by name; its attrs: dtype "f32" and shape [2, 4] */
+    cr_expect_not(find_field(gd.data, gd.len, 1, 8, &extra));
+    /* matmul's inputs by name; its attrs: dtype DT_FLOAT and _output_shapes [[2, 4]] */
     field mm = must_find(gd.data, gd.len, 1, 2);
     cr_expect(str_eq(must_find(mm.data, mm.len, 3, 0), "x"));
     cr_expect(str_eq(must_find(mm.data, mm.len, 3, 1), "dense/kernel"));
@@ -416,10 +426,11 @@ Test(events, graph) {
         field key = must_find(entry.data, entry.len, 1, 0);
         field val = must_find(entry.data, entry.len, 2, 0);
         if (str_eq(key, "dtype")) {
-            cr_expect(str_eq(must_find(val.data, val.len, 2, 0), "f32"));
+            cr_expect_eq(must_find(val.data, val.len, 6, 0).v, 1u); /* DT_FLOAT */
             seen |= 1;
-        } else if (str_eq(key, "shape")) {
-            field shape = must_find(val.data, val.len, 7, 0);
+        } else if (str_eq(key, "_output_shapes")) {
+            field list = must_find(val.data, val.len, 1, 0);
+            field shape = must_find(list.data, list.len, 7, 0);
             field d0 = must_find(shape.data, shape.len, 2, 0);
             field d1 = must_find(shape.data, shape.len, 2, 1);
             cr_expect_eq(must_find(d0.data, d0.len, 1, 0).v, 2u);

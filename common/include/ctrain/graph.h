@@ -36,6 +36,7 @@ struct ct_node {
     unsigned flags;
     ct_tensor out;
     ct_tensor aux; /* per-op saved state for the backward pass (rank 0 and NULL data: none) */
+    int scope;     /* the name scope it was added in (ct_graph_set_scope; 0: the root) */
 };
 
 typedef struct ct_graph ct_graph;
@@ -61,6 +62,15 @@ CT_API const ct_backend *ct_graph_backend(const ct_graph *g);
 CT_API void ct_graph_set_conv_algorithm(ct_graph *g, ct_conv_algorithm algo);
 /* The randomness key and thread budget kernels see (seed, step, replica). */
 CT_API ct_kctx *ct_graph_ctx(ct_graph *g);
+
+/* Name scopes, as TensorFlow's: nodes added from now on belong to scope `name` ("dense_1",
+ * "gradients/dense_1"; "" or NULL: the root), and TensorBoard's graph groups them by it. Returns
+ * the scope in force before, for ct_graph_restore_scope. Scopes only name: they change nothing
+ * that runs. Out of memory, the scope stays as it was (and the graph records the error). */
+CT_API int ct_graph_set_scope(ct_graph *g, const char *name);
+CT_API void ct_graph_restore_scope(ct_graph *g, int scope);
+/* The name of scope id `scope` of g ("" for the root or an unknown id). */
+CT_API const char *ct_graph_scope_name(const ct_graph *g, int scope);
 
 /* Adds a node of `op` with inputs and attributes; infers its shape, and in eager mode allocates
  * and runs it. Returns the id or -1 (error recorded). */

@@ -2,6 +2,7 @@
  * calling each op's gradient builder, and sums the contributions that meet at a node. The same
  * code serves graph mode (nodes are recorded, run later) and eager mode (nodes run as they are
  * added, so the graph is the tape). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "graph/op_impl.h"
@@ -33,6 +34,14 @@ static void mark_needs(ct_graph *g, int target, const int *sources, int n_source
             }
         }
     }
+}
+
+/* Gradient nodes of a node in scope `fwd` go to "gradients/<fwd>", as TensorFlow names them. */
+static void grad_scope(ct_graph *g, int fwd) {
+    char name[256];
+    const char *s = ct_graph_scope_name(g, fwd);
+    snprintf(name, sizeof name, s[0] ? "gradients/%s" : "gradients", s);
+    ct_graph_set_scope(g, name);
 }
 
 /* The gradient that starts the sweep: ones of the target's shape. */
@@ -72,6 +81,7 @@ ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sourc
         grads[id] = -1;
     }
     mark_needs(g, target, sources, n_sources, needs);
+    int outer = ct_graph_set_scope(g, "gradients");
     if (needs[target]) {
         grads[target] = seed_grad >= 0 ? seed_grad : ones_like(g, target);
     }
@@ -85,6 +95,7 @@ ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sourc
         }
         ct__grad_fn grad = ct__grad_table[n.op];
         CT_ASSERT(grad != NULL); /* needs[] is only set through differentiable ops */
+        grad_scope(g, n.scope);
         int need[CT_MAX_INPUTS], dx[CT_MAX_INPUTS];
         for (int k = 0; k < n.n_in; k++) {
             need[k] = needs[n.in[k]];
@@ -99,6 +110,7 @@ ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sourc
             grads[in] = grads[in] < 0 ? dx[k] : ct_add(g, grads[in], dx[k]);
         }
     }
+    ct_graph_restore_scope(g, outer);
     for (int s = 0; s < n_sources; s++) {
         int src = sources[s];
         ret_grads[s] = (src >= 0 && src <= target) ? grads[src] : -1;

@@ -608,6 +608,7 @@ static ct_status run_pass(ct_graph *src, int step, unsigned passes, char *keep, 
         const ct_node *node = ct_graph_node(src, i);
         int in[CT_MAX_INPUTS];
         p.map[i] = -1;
+        ct__graph_scope_from(p.dst, src, i);
         if (step == STEP_DCE && !live[i]) {
             st->removed++;
             continue;

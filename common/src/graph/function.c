@@ -112,6 +112,7 @@ static ct_status instantiate(ct_concrete_function *c, const ct_shape *shapes, ct
     int n = ct_graph_size(c->traced), input = 0;
     for (int i = 0; i < n && ct_graph_status(g, NULL) == CT_OK; i++) {
         const ct_node *node = ct_graph_node(c->traced, i);
+        ct__graph_scope_from(g, c->traced, i);
         if (input < c->f->n_inputs && i == c->inputs[input]) {
             ct_placeholder(g, node->out.dtype, &shapes[input], node->out.name);
             input++;

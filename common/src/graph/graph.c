@@ -21,6 +21,8 @@ struct ct_graph {
     ct_exec *exec; /* the compiled schedule and memory plan, if compiled */
     ct_graph_stats stats;
     ct_conv_algorithm conv_algorithm;
+    char **scopes; /* name scopes; id 0 (the root) has no entry */
+    int n_scopes, scope;
 };
 
 static const char *const op_names[CT_OP_COUNT] = {
@@ -83,8 +85,53 @@ void ct_graph_destroy(ct_graph *g) {
     }
     free(g->progs);
     ct__exec_destroy(g->exec);
+    for (int i = 1; i < g->n_scopes; i++) {
+        free(g->scopes[i]);
+    }
+    free(g->scopes);
     free(g->nodes);
     free(g);
+}
+
+int ct_graph_set_scope(ct_graph *g, const char *name) {
+    int prev = g->scope;
+    if (!name || !name[0]) {
+        g->scope = 0;
+        return prev;
+    }
+    for (int i = 1; i < g->n_scopes; i++) {
+        if (!strcmp(g->scopes[i], name)) {
+            g->scope = i;
+            return prev;
+        }
+    }
+    int n = g->n_scopes ? g->n_scopes : 1;
+    char **scopes = realloc(g->scopes, (size_t)(n + 1) * sizeof *scopes);
+    char *copy = strdup(name);
+    if (!scopes || !copy) {
+        free(copy);
+        g->scopes = scopes ? scopes : g->scopes;
+        ct_graph_fail(g, CT_ENOMEM, "graph: out of memory (name scope %s)", name);
+        return prev;
+    }
+    scopes[0] = NULL;
+    scopes[n] = copy;
+    g->scopes = scopes;
+    g->n_scopes = n + 1;
+    g->scope = n;
+    return prev;
+}
+
+void ct__graph_scope_from(ct_graph *g, ct_graph *from, int id) {
+    ct_graph_set_scope(g, ct_graph_scope_name(from, ct_graph_node(from, id)->scope));
+}
+
+void ct_graph_restore_scope(ct_graph *g, int scope) {
+    g->scope = scope >= 0 && scope < g->n_scopes ? scope : 0;
+}
+
+const char *ct_graph_scope_name(const ct_graph *g, int scope) {
+    return scope > 0 && scope < g->n_scopes ? g->scopes[scope] : "";
 }
 
 ct_status ct_graph_status(const ct_graph *g, ct_err *err) {
@@ -233,6 +280,7 @@ static ct_node *new_node(ct_graph *g, ct_op op, int n_in, const int *in, const c
     memset(n, 0, sizeof *n);
     n->op = op;
     n->id = g->n;
+    n->scope = g->scope;
     n->n_in = n_in;
     for (int k = 0; k < n_in; k++) {
         n->in[k] = in[k];

@@ -142,6 +142,9 @@ int ct__graph_add_fused(ct_graph *g, const int *in, const ct__fused_prog *prog);
  * bound data and names, constants their values, FUSED nodes their program, bound gradient
  * outputs their destination and flags. Returns the new id or -1. */
 int ct__graph_copy_node(ct_graph *g, const ct_node *src, const int *in);
+/* Makes the nodes g adds next belong to the name scope of node `id` of `from` (a graph being
+ * rewritten into g), so that passes keep every node's scope. */
+void ct__graph_scope_from(ct_graph *g, ct_graph *from, int id);
 /* 1 when the op may be evaluated at compile time or merged with an equal node: no randomness,
  * no side effects, no caller memory. */
 int ct__node_pure(const ct_node *n);

@@ -18,12 +18,12 @@
 #include "ctrain/graph.h"
 #include "ctrain/tensor.h"
 #include "data/formats/tfrecord_frame.h"
+#include "io/graph_def.h"
 #include "tensorboard.pb-c.h"
 
 /* TensorFlow's default histogram has 774 limits on each side of 0, then +-DBL_MAX: 1551. */
 #define MAX_LIMITS 1600
 /* Tensor names are at most 63 characters; "_<id>_<k>" suffixes fit in what is left. */
-#define NODE_NAME_CAP 112
 #define DT_STRING 7
 
 struct ct_events {
@@ -366,122 +366,6 @@ ct_status ct_events_text(ct_events *w, const char *tag, int64_t step, const char
 
 /* ---- graph ---- */
 
-/* Everything one NodeDef points to, in one allocation per graph. */
-typedef struct node_pb {
-    Ctrain__Tb__NodeDef def;
-    char *inputs[CT_MAX_INPUTS];
-    Ctrain__Tb__NodeDef__AttrEntry entries[2];
-    Ctrain__Tb__NodeDef__AttrEntry *entry_ptrs[2];
-    Ctrain__Tb__AttrValue shape_val, dtype_val;
-    Ctrain__Tb__TensorShapeProto shape;
-    Ctrain__Tb__TensorShapeProto__Dim dims[CT_MAX_DIMS];
-    Ctrain__Tb__TensorShapeProto__Dim *dim_ptrs[CT_MAX_DIMS];
-    char name[NODE_NAME_CAP];
-} node_pb;
-
-/* Open-addressing set of node names (indices into the node_pb array; -1: empty slot). */
-typedef struct name_set {
-    int *slots;
-    size_t mask;
-    const node_pb *nodes;
-} name_set;
-
-static size_t name_hash(const char *s) {
-    size_t h = 1469598103934665603u; /* FNV-1a */
-    for (; *s; s++) {
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    }
-    return h;
-}
-
-/* The slot holding `name`, or the empty slot where it would go. */
-static size_t name_slot(const name_set *set, const char *name) {
-    size_t i = name_hash(name) & set->mask;
-    while (set->slots[i] >= 0 && strcmp(set->nodes[set->slots[i]].name, name) != 0) {
-        i = (i + 1) & set->mask;
-    }
-    return i;
-}
-
-/* Copies s into out with the characters TensorFlow does not allow in node names
- * ([A-Za-z0-9.][A-Za-z0-9_./-]*) replaced by '_': ':' and '^' would read as output indices and
- * control inputs, and empty scopes ("a//b", a leading or trailing '/') confuse the graph view. */
-static void sanitize_name(char *out, size_t cap, const char *s) {
-    size_t n = 0;
-    for (; s[n] && n + 1 < cap; n++) {
-        char c = s[n];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '.' || c == '_' || c == '-' ||
-                 (c == '/' && n > 0 && s[n + 1] && s[n - 1] != '/');
-        out[n] = ok ? c : '_';
-    }
-    out[n] = '\0';
-}
-
-/* Gives nodes[i] a unique name: its tensor name or "<op>_<id>", then "_<id>", "_<id>_<k>". */
-static void assign_name(name_set *set, node_pb *nodes, int i, const ct_node *node) {
-    char base[NODE_NAME_CAP - 24];
-    if (node->out.name[0]) {
-        sanitize_name(base, sizeof base, node->out.name);
-    } else {
-        snprintf(base, sizeof base, "%s_%d", ct_op_name(node->op), i);
-    }
-    char *name = nodes[i].name;
-    snprintf(name, NODE_NAME_CAP, "%s", base);
-    size_t slot = name_slot(set, name);
-    for (int k = 0; set->slots[slot] >= 0; k++) {
-        if (k == 0) {
-            snprintf(name, NODE_NAME_CAP, "%s_%d", base, i);
-        } else {
-            snprintf(name, NODE_NAME_CAP, "%s_%d_%d", base, i, k);
-        }
-        slot = name_slot(set, name);
-    }
-    set->slots[slot] = i;
-}
-
-static void fill_node(node_pb *p, node_pb *nodes, const ct_node *node) {
-    p->def = (Ctrain__Tb__NodeDef)CTRAIN__TB__NODE_DEF__INIT;
-    p->def.name = p->name;
-    p->def.op = (char *)ct_op_name(node->op);
-    for (int k = 0; k < node->n_in; k++) {
-        p->inputs[k] = nodes[node->in[k]].name;
-    }
-    p->def.n_input = (size_t)node->n_in;
-    p->def.input = p->inputs;
-
-    p->shape = (Ctrain__Tb__TensorShapeProto)CTRAIN__TB__TENSOR_SHAPE_PROTO__INIT;
-    for (int d = 0; d < node->out.shape.rank; d++) {
-        p->dims[d] = (Ctrain__Tb__TensorShapeProto__Dim)CTRAIN__TB__TENSOR_SHAPE_PROTO__DIM__INIT;
-        p->dims[d].size = node->out.shape.dims[d];
-        p->dim_ptrs[d] = &p->dims[d];
-    }
-    p->shape.n_dim = (size_t)node->out.shape.rank;
-    p->shape.dim = p->dim_ptrs;
-    /* The runtime initializer: the INIT macro's "{0}" for a union led by a struct trips
-     * -Wmissing-braces. */
-    protobuf_c_message_init(&ctrain__tb__attr_value__descriptor, &p->shape_val);
-    p->shape_val.value_case = CTRAIN__TB__ATTR_VALUE__VALUE_SHAPE;
-    p->shape_val.shape = &p->shape;
-
-    const char *dtype = ct_dtype_name(node->out.dtype);
-    protobuf_c_message_init(&ctrain__tb__attr_value__descriptor, &p->dtype_val);
-    p->dtype_val.value_case = CTRAIN__TB__ATTR_VALUE__VALUE_S;
-    p->dtype_val.s.len = strlen(dtype);
-    p->dtype_val.s.data = (uint8_t *)dtype;
-
-    const char *keys[2] = {"dtype", "shape"};
-    Ctrain__Tb__AttrValue *vals[2] = {&p->dtype_val, &p->shape_val};
-    for (int k = 0; k < 2; k++) {
-        p->entries[k] = (Ctrain__Tb__NodeDef__AttrEntry)CTRAIN__TB__NODE_DEF__ATTR_ENTRY__INIT;
-        p->entries[k].key = (char *)keys[k];
-        p->entries[k].value = vals[k];
-        p->entry_ptrs[k] = &p->entries[k];
-    }
-    p->def.n_attr = 2;
-    p->def.attr = p->entry_ptrs;
-}
-
 ct_status ct_events_graph(ct_events *w, const struct ct_graph *g, ct_err *err) {
     ct_status st = check_writer(w, "graph", err);
     if (st != CT_OK) {
@@ -490,59 +374,19 @@ ct_status ct_events_graph(ct_events *w, const struct ct_graph *g, ct_err *err) {
     if (!g) {
         return ct_err_set(err, CT_EINVAL, "%s: graph: no graph", w->path);
     }
-    /* ct_graph_node takes a mutable graph for its builders' sake; here it is only read. */
-    ct_graph *mg = (ct_graph *)g;
-    int n = ct_graph_size(g);
-    size_t cap = 16;
-    while (cap < 2 * (size_t)n) {
-        cap *= 2;
-    }
-    node_pb *nodes = calloc(n > 0 ? (size_t)n : 1, sizeof *nodes);
-    Ctrain__Tb__NodeDef **defs = calloc(n > 0 ? (size_t)n : 1, sizeof *defs);
-    name_set set = {malloc(cap * sizeof(int)), cap - 1, nodes};
     unsigned char *packed = NULL;
-    if (!nodes || !defs || !set.slots) {
-        st = ct_err_set(err, CT_ENOMEM, "%s: graph: no memory for %d nodes", w->path, n);
-        goto done;
+    size_t len = 0;
+    /* ct_graph_node takes a mutable graph for its builders' sake; here it is only read. */
+    if ((st = ct__graph_def_pack((ct_graph *)g, w->path, &packed, &len, err)) != CT_OK) {
+        return st;
     }
-    memset(set.slots, 0xff, cap * sizeof(int)); /* all -1 */
-    for (int i = 0; i < n; i++) {
-        assign_name(&set, nodes, i, ct_graph_node(mg, i));
-    }
-    for (int i = 0; i < n; i++) {
-        const ct_node *node = ct_graph_node(mg, i);
-        for (int k = 0; k < node->n_in; k++) {
-            if (node->in[k] < 0 || node->in[k] >= n) {
-                st = ct_err_set(err, CT_EINVAL, "%s: graph: node %d input %d is %d (%d nodes)",
-                                w->path, i, k, node->in[k], n);
-                goto done;
-            }
-        }
-        fill_node(&nodes[i], nodes, node);
-        defs[i] = &nodes[i].def;
-    }
-    Ctrain__Tb__GraphDef gd = CTRAIN__TB__GRAPH_DEF__INIT;
-    gd.n_node = (size_t)n;
-    gd.node = defs;
-    size_t len = ctrain__tb__graph_def__get_packed_size(&gd);
-    packed = malloc(len > 0 ? len : 1);
-    if (!packed) {
-        st = ct_err_set(err, CT_ENOMEM, "%s: graph: no memory for a %zu-byte GraphDef", w->path,
-                        len);
-        goto done;
-    }
-    ctrain__tb__graph_def__pack(&gd, packed);
     Ctrain__Tb__Event ev = CTRAIN__TB__EVENT__INIT;
     ev.wall_time = wall_time();
     ev.what_case = CTRAIN__TB__EVENT__WHAT_GRAPH_DEF;
     ev.graph_def.len = len;
     ev.graph_def.data = packed;
     st = write_event(w, &ev, err);
-done:
     free(packed);
-    free(set.slots);
-    free(defs);
-    free(nodes);
     return st;
 }
 

@@ -220,9 +220,13 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var
     for (int k = 0; k < m->params.n; k++) {
         ret_var_nodes[k] = -1;
     }
+    int outer = ct_graph_set_scope(g, NULL);
     for (int i = 0; i < m->spec.n_layers && x >= 0; i++) {
         const ct_layer_spec *l = &m->spec.layers[i];
         int p = m->first_param[i];
+        char scope[64]; /* the layer's name, as its variables' prefix */
+        snprintf(scope, sizeof scope, "%s_%d", ct_layer_type_name(l->type), i);
+        ct_graph_set_scope(g, scope);
         switch (l->type) {
         case CT_LAYER_DENSE:
             x = ct_matmul(g, x, var(m, g, p, ret_var_nodes), 0, 0);
@@ -268,6 +272,7 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var
             break;
         }
     }
+    ct_graph_restore_scope(g, outer);
     return x;
 }
 

@@ -85,16 +85,21 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
         ct_graph_bind(g, sg->y, (void *)y_data);
     }
     sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
+    ct_graph_set_scope(g, "loss"); /* name scopes for TensorBoard's graph, as TensorFlow's */
     sg->loss = ct_softmax_xent(g, sg->logits, sg->y);
+    ct_graph_set_scope(g, "accuracy");
     sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, sg->logits), sg->y), 0, 0);
     if (sg->training == 1 && sg->loss >= 0) {
+        ct_graph_set_scope(g, "gradients");
         ct_status st = add_backward(t, sg, err);
         if (st != CT_OK) {
             return st;
         }
         /* graph mode: the optimizer update is the step graph's last node */
+        ct_graph_set_scope(g, "optimizer");
         sg->update = (x_data || t->reducer) ? -1 : ct_apply_optimizer(g);
     }
+    ct_graph_set_scope(g, NULL);
     ct_status built = ct_graph_status(g, err);
     if (built != CT_OK) {
         return ct_err_prefix(err, built, "%s: building the %s graph", t->cfg.path,
