@@ -45,17 +45,37 @@ static double ms(int64_t ns) {
     return (double)ns / 1e6;
 }
 
-/* "chief (host)", "worker 1 (host)". */
-static const char *role_label(const ct__prof_dump *d, char *buf, size_t size) {
+/* The roles' recordings, and whether they are a mirrored run's ranks. */
+typedef struct view {
+    ct__prof_dump **dumps;
+    int mirrored;
+} view;
+
+/* A mirrored run: every step-running role is a rank (a "worker" of task = rank), no chief. */
+static int is_mirrored(ct__prof_dump **dumps, int n) {
+    int workers = 0;
+    for (int k = 0; k < n; k++) {
+        if (!strcmp(dumps[k]->role, "chief")) {
+            return 0;
+        }
+        workers += !strcmp(dumps[k]->role, "worker");
+    }
+    return workers > 0;
+}
+
+/* "chief (host)", "worker 1 (host)"; in a mirrored run "rank 1 (host)". */
+static const char *role_label(const view *v, const ct__prof_dump *d, char *buf, size_t size) {
     if (!strcmp(d->role, "chief")) {
         snprintf(buf, size, "chief (%s)", d->host);
+    } else if (v->mirrored && !strcmp(d->role, "worker")) {
+        snprintf(buf, size, "rank %d (%s)", d->task, d->host);
     } else {
         snprintf(buf, size, "%s %d (%s)", d->role, d->task, d->host);
     }
     return buf;
 }
 
-static void print_steps(const ct__prof_report *r, ct__prof_dump **dumps) {
+static void print_steps(const ct__prof_report *r, const view *v) {
     printf("\nstep time (ms; each instant counted once: input wait, then optimizer, compute, "
            "exposed communication, the rest idle):\n");
     printf("  %-24s %6s %9s %9s %9s %9s %9s %9s\n", "role", "step", "total", "compute", "input",
@@ -65,10 +85,10 @@ static void print_steps(const ct__prof_report *r, ct__prof_dump **dumps) {
         const ct__prof_step_row *s = &r->steps[i];
         char label[128];
         printf("  %-24s %6lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n",
-               role_label(dumps[s->dump], label, sizeof label), (long long)s->step, ms(s->total_ns),
-               ms(s->part_ns[CT__PROF_PART_COMPUTE]), ms(s->part_ns[CT__PROF_PART_INPUT]),
-               ms(s->part_ns[CT__PROF_PART_COMM]), ms(s->part_ns[CT__PROF_PART_OPTIMIZER]),
-               ms(s->part_ns[CT__PROF_PART_IDLE]));
+               role_label(v, v->dumps[s->dump], label, sizeof label), (long long)s->step,
+               ms(s->total_ns), ms(s->part_ns[CT__PROF_PART_COMPUTE]),
+               ms(s->part_ns[CT__PROF_PART_INPUT]), ms(s->part_ns[CT__PROF_PART_COMM]),
+               ms(s->part_ns[CT__PROF_PART_OPTIMIZER]), ms(s->part_ns[CT__PROF_PART_IDLE]));
         for (int p = 0; p < CT__PROF_PARTS; p++) {
             sum[p] += s->part_ns[p];
         }
@@ -82,6 +102,12 @@ static void print_steps(const ct__prof_report *r, ct__prof_dump **dumps) {
                100.0 * (double)sum[CT__PROF_PART_COMM] / t,
                100.0 * (double)sum[CT__PROF_PART_OPTIMIZER] / t,
                100.0 * (double)sum[CT__PROF_PART_IDLE] / t);
+    }
+    if (v->mirrored && sum[CT__PROF_PART_COMM] > 0) {
+        printf("  comm is the all-reduce time in these steps that no op, input wait or optimizer "
+               "on the rank covered,\n  gaps between backward ops included; the training "
+               "summary's 'exposed all-reduce wait' counts\n  only the wait after the backward "
+               "for the last buckets, averaged over every step\n");
     }
 }
 
@@ -122,7 +148,7 @@ static void print_verdict(const ct__prof_report *r) {
 /* With several roles: per step, the role with the most time of its own: the step's time less
  * its exposed communication (in a synchronous job the others wait for the straggler there;
  * what a straggler does instead, computing, sleeping or waiting for a core, is its own). */
-static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps) {
+static void print_stragglers(const ct__prof_report *r, const view *v) {
     int stepping = 0; /* roles with steps of their own (not the data service, the evaluator) */
     for (int i = 0; i < r->n_steps; i++) {
         stepping += i == 0 || r->steps[i].dump != r->steps[i - 1].dump;
@@ -154,13 +180,14 @@ static void print_stragglers(const ct__prof_report *r, ct__prof_dump **dumps) {
         }
         char label[128];
         printf("  step %lld: %s, own time %.3f ms (mean of %lld roles %.3f ms)\n", (long long)step,
-               role_label(dumps[who], label, sizeof label), ms(best), (long long)n, ms(sum / n));
+               role_label(v, v->dumps[who], label, sizeof label), ms(best), (long long)n,
+               ms(sum / n));
     }
 }
 
 /* The parameter servers: per step, the one that spent the most time on the workers' pushes
  * (the update included) and pulls. */
-static void print_servers(const ct__prof_report *r, ct__prof_dump **dumps) {
+static void print_servers(const ct__prof_report *r, const view *v) {
     if (r->n_servers == 0) {
         return;
     }
@@ -184,14 +211,14 @@ static void print_servers(const ct__prof_report *r, ct__prof_dump **dumps) {
         char label[128];
         const ct__prof_server_row *s = &r->servers[who];
         printf("  step %lld: %s, %.3f ms (update %.3f ms) of %d server%s\n", (long long)step,
-               role_label(dumps[s->dump], label, sizeof label), ms(s->serve_ns), ms(s->apply_ns), n,
-               n == 1 ? "" : "s");
+               role_label(v, v->dumps[s->dump], label, sizeof label), ms(s->serve_ns),
+               ms(s->apply_ns), n, n == 1 ? "" : "s");
     }
 }
 
 /* What the roles did besides steps: evaluations, data-service batches, leases and acks, a
  * chief's reports, checkpoints, registrations and heartbeats. */
-static void print_activities(const ct__prof_report *r, ct__prof_dump **dumps) {
+static void print_activities(const ct__prof_report *r, const view *v) {
     if (r->n_activities == 0) {
         return;
     }
@@ -206,11 +233,18 @@ static void print_activities(const ct__prof_report *r, ct__prof_dump **dumps) {
         }
         printf("  %-24s %-12s %6lld x, mean %8.3f, longest %8.3f%s\n",
                i == 0 || r->activities[i - 1].dump != a->dump
-                   ? role_label(dumps[a->dump], label, sizeof label)
+                   ? role_label(v, v->dumps[a->dump], label, sizeof label)
                    : "",
                ct__prof_kind_name(a->kind), (long long)a->count, ms(a->total_ns) / (double)a->count,
                ms(a->max_ns), bytes);
     }
+}
+
+/* The last line: where to look at the timeline. */
+static void print_where(const char *run_dir) {
+    printf("\ntimeline: %s/trace.json.gz (ui.perfetto.dev or chrome://tracing); TensorBoard's "
+           "Profile tab: tensorboard --logdir %s\n",
+           run_dir, run_dir);
 }
 
 static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
@@ -223,7 +257,9 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
         first = r->steps[i].step < first ? r->steps[i].step : first;
         last = r->steps[i].step > last ? r->steps[i].step : last;
     }
-    printf("profile of %s: %d role%s, ", run_dir, n, n == 1 ? "" : "s");
+    view v = {dumps, is_mirrored(dumps, n)};
+    printf("profile of %s: %s%d role%s, ", run_dir, v.mirrored ? "mirrored, " : "", n,
+           n == 1 ? "" : "s");
     if (last >= 0) {
         printf("steps %lld-%lld, ", (long long)first, (long long)last);
     } else {
@@ -233,22 +269,25 @@ static void print_report(const char *run_dir, ct__prof_dump **dumps, int n,
     for (int k = 0; k < n; k++) { /* the roles whose clocks were aligned to the chief's */
         char label[128];
         if (dumps[k]->clock_error_ns > 0) {
-            printf("clock of %s: %+.1f us to the chief's (measured within %.1f us)\n",
-                   role_label(dumps[k], label, sizeof label),
-                   (double)dumps[k]->clock_offset_ns / 1e3, (double)dumps[k]->clock_error_ns / 1e3);
+            printf("clock of %s: %+.1f us to %s (measured within %.1f us)\n",
+                   role_label(&v, dumps[k], label, sizeof label),
+                   (double)dumps[k]->clock_offset_ns / 1e3, v.mirrored ? "rank 0's" : "the chief's",
+                   (double)dumps[k]->clock_error_ns / 1e3);
         }
     }
     if (r->n_steps == 0) {
         printf("no step of the window ran (the run ended before it, or stopped first)\n");
-        print_activities(r, dumps);
+        print_activities(r, &v);
+        print_where(run_dir);
         return;
     }
-    print_steps(r, dumps);
+    print_steps(r, &v);
     print_ops(r, top);
     print_verdict(r);
-    print_stragglers(r, dumps);
-    print_servers(r, dumps);
-    print_activities(r, dumps);
+    print_stragglers(r, &v);
+    print_servers(r, &v);
+    print_activities(r, &v);
+    print_where(run_dir);
 }
 
 int cmd_profile(int argc, char **argv) {

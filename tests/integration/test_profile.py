@@ -76,7 +76,22 @@ def check_trace_format(trace):
     for pid, tid in last_ts:
         assert pid in names, f"process {pid} has no process_name"
         assert (pid, tid) in names, f"thread {pid}/{tid} has no thread_name"
-    return [e for e in events if e["ph"] == "X"], names
+    slices = [e for e in events if e["ph"] == "X"]
+    check_nesting(slices)
+    return slices, names
+
+
+def check_nesting(slices):
+    """Every track's slices nest (the viewers stack them): a slice that starts inside another
+    ends inside it too."""
+    open_ends = {}  # (pid, tid) -> the ends of the enclosing slices, outermost first
+    for e in sorted(slices, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"])):
+        stack = open_ends.setdefault((e["pid"], e["tid"]), [])
+        end = e["ts"] + e["dur"]
+        while stack and stack[-1] <= e["ts"] + 1e-3:
+            stack.pop()
+        assert not stack or end <= stack[-1] + 1e-3, f"overlaps without nesting: {e}"
+        stack.append(end)
 
 
 def test_trace_and_report_of_a_compute_bound_job(tmp_path):
@@ -222,7 +237,11 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
         assert len(buckets) >= 3 and all(e["args"]["bytes"] > 0 for e in buckets), buckets
         assert all(0 <= e["args"]["hidden_us"] <= e["dur"] + 1e-3 for e in buckets), buckets
         # the buckets have a track of their own: they overlap backward without nesting in it
-        assert {names[(pid, e["tid"])] for e in buckets} == {"main allreduce"}
+        # (buckets in flight at once overlap: each lies on the first of "main allreduce",
+        # "main allreduce 2", ... where it nests)
+        tracks = {names[(pid, e["tid"])] for e in buckets}
+        assert "main allreduce" in tracks and all(
+            re.fullmatch(r"main allreduce( \d+)?", t) for t in tracks), tracks
     # rank 1's clock was measured against rank 0's (NTP-style over MPI): on one machine the
     # clocks are the same, so the offset lies within the error bound
     clocks = load_trace(run)["otherData"]["clocks"]
@@ -231,12 +250,18 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
     assert clocks[1]["offset_ns"] == 0, clocks  # within its error bound: not applied
     r = ctrain("profile", str(run))
     assert r.returncode == 0, r.stderr
-    assert re.search(r"^profile of .*: 2 roles, steps 3-5", r.stdout, re.M), r.stdout
-    assert re.search(r"^clock of worker 1 \(.*\): [-+][\d.]+ us to the chief's "
+    # a mirrored run has ranks, no chief: the report says so
+    assert re.search(r"^profile of .*: mirrored, 2 roles, steps 3-5", r.stdout, re.M), r.stdout
+    assert re.search(r"^clock of rank 1 \(.*\): [-+][\d.]+ us to rank 0's "
                      r"\(measured within [\d.]+ us\)", r.stdout, re.M), r.stdout
-    rows = re.findall(r"^  worker (\d) \(.*?\)\s+(\d+)", r.stdout, re.M)
+    assert "chief" not in r.stdout, r.stdout
+    rows = re.findall(r"^  rank (\d) \(.*?\)\s+(\d+)", r.stdout, re.M)
     assert sorted(rows) == [(w, s) for w in "01" for s in "345"], r.stdout
-    slowest = re.findall(r"^  step (\d+): worker ([01]) \(.*\), own time [\d.]+ ms \(mean of 2 roles",
+    assert "the training summary's 'exposed all-reduce wait'" in r.stdout, r.stdout
+    assert r.stdout.rstrip().splitlines()[-1] == (
+        f"timeline: {run}/trace.json.gz (ui.perfetto.dev or chrome://tracing); TensorBoard's "
+        f"Profile tab: tensorboard --logdir {run}"), r.stdout
+    slowest = re.findall(r"^  step (\d+): rank ([01]) \(.*\), own time [\d.]+ ms \(mean of 2 roles",
                          r.stdout, re.M)
     assert [s for s, _ in slowest] == ["3", "4", "5"], r.stdout
     assert sum(w == "1" for _, w in slowest) >= 2, r.stdout
@@ -317,7 +342,10 @@ def test_the_data_service_roles_are_recorded(tmp_path):
     assert all(e["pid"] in (2, 3) and e["args"]["detail"].startswith("shard 0/1") and
                e["args"]["bytes"] == 32 * (4 + 4) and e["args"]["shard"] == 0 for e in batches)
     for b in batches:  # each batch's 32 maps run inside it, on the data worker that made it
-        maps = [e for e in events if e["pid"] == b["pid"] and e["tid"] == b["tid"] and
+        # (on its thread's track, or a lane beside it where a map overlaps its input's slice)
+        track = names[(b["pid"], b["tid"])]
+        maps = [e for e in events if e["pid"] == b["pid"] and
+                re.fullmatch(re.escape(track) + r"( \d+)?", names[(e["pid"], e["tid"])]) and
                 e["cat"] == "input_stage" and e["name"] == "map(delay)" and
                 b["ts"] <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"] + 1e-3]
         assert len(maps) == 32, (b, len(maps))

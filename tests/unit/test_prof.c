@@ -604,3 +604,36 @@ Test(prof, merges_of_one_run_take_turns) {
     cr_assert_eq(m.st, CT_OK, "%s", m.err.msg);
     cr_assert_eq(access(path, F_OK), 0);
 }
+
+/* Tracks whose slices nest: on one thread, A [0, 100) holds B [10, 50); C [40, 80) overlaps B
+ * without nesting in it and moves to a lane beside the thread ("main 2"); D [60, 70) nests in
+ * C and follows it there; E [120, 130) starts after everything and stays on the thread. A second
+ * thread whose slices nest keeps its track. */
+Test(prof, overlapping_slices_move_to_lanes_that_nest) {
+    ct__prof_thread *threads;
+    ct__prof_event *events;
+    ct__prof_dump *d = ct__prof_dump_new(2, 6, 0, &threads, &events, NULL);
+    cr_assert_not_null(d);
+    threads[0] = (ct__prof_thread){.tid = 100, .name = "main"};
+    threads[1] = (ct__prof_thread){.tid = 200, .name = "exec-1"};
+    const int64_t span[6][3] = {{0, 0, 100}, {0, 10, 40},  {0, 40, 40},
+                                {0, 60, 10}, {0, 120, 10}, {1, 5, 5}};
+    for (int i = 0; i < 6; i++) {
+        events[i] = (ct__prof_event){.thread = (int32_t)span[i][0],
+                                     .start_ns = span[i][1],
+                                     .dur_ns = span[i][2],
+                                     .kind = CT__PROF_OP};
+    }
+    ct_err err = {0};
+    cr_assert_eq(ct__prof_dump_nest(d, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(d->n_threads, 3);
+    cr_expect_str_eq(d->threads[0].name, "main");
+    cr_expect_str_eq(d->threads[1].name, "main 2");
+    cr_expect_str_eq(d->threads[2].name, "exec-1");
+    cr_expect(d->threads[1].tid != 100 && d->threads[1].tid != 200);
+    const int want[6] = {0, 0, 1, 1, 0, 2};
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(d->events[i].thread, want[i], "event %d on %d", i, d->events[i].thread);
+    }
+    ct__prof_dump_free(d);
+}

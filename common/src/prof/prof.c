@@ -298,6 +298,18 @@ void ct__prof_dump_free(ct__prof_dump *d) {
     free(o);
 }
 
+void ct__prof_dump_set_threads(ct__prof_dump *d, ct__prof_thread *threads, int n,
+                               const int *event_thread) {
+    owned_dump *o = (owned_dump *)d;
+    for (int64_t i = 0; i < d->n_events; i++) {
+        o->events[i].thread = event_thread[i];
+    }
+    free(o->threads);
+    o->threads = threads;
+    d->threads = threads;
+    d->n_threads = n;
+}
+
 /* Thread first, then start; at equal starts the longer (enclosing) event first. */
 static int by_thread_start(const void *pa, const void *pb) {
     const ct__prof_event *a = pa, *b = pb;

@@ -124,6 +124,15 @@ ct__prof_dump *ct__prof_dump_new(int n_threads, int64_t n_events, size_t string_
                                  char **ret_strings);
 /* Frees a dump from ct__prof_take, ct__prof_dump_new or ct__prof_file_read; accepts NULL. */
 void ct__prof_dump_free(ct__prof_dump *d);
+/* Gives d the thread array `threads` (malloc'd, n of them; d owns it from now on, the old one
+ * is freed) and event i the thread event_thread[i]. */
+void ct__prof_dump_set_threads(ct__prof_dump *d, ct__prof_thread *threads, int n,
+                               const int *event_thread);
+/* Makes every track's slices nest, as trace viewers draw them: an event that overlaps one on its
+ * thread without nesting in it (two all-reduce buckets in flight at once) moves to a track of
+ * its own beside the thread's, named "<thread> 2", "<thread> 3", ... with a tid of its own.
+ * Events must be sorted by (thread, start), longer first at equal starts, as dumps are. */
+ct_status ct__prof_dump_nest(ct__prof_dump *d, ct_err *err);
 /* Disarms the recorder and frees its buffers and interned strings. Call once every thread that
  * recorded has stopped (or will record no more: the window is over) and its dumps are freed. */
 void ct__prof_shutdown(void);

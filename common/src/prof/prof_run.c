@@ -243,7 +243,11 @@ ct_status ct__prof_merge_run(const char *run_dir, ct_err *err) {
     if (st == CT_OK) {
         st = ct__prof_read_run(run_dir, &dumps, &n, err);
     }
+    for (int k = 0; st == CT_OK && k < n; k++) { /* the viewers draw nested slices only */
+        st = ct__prof_dump_nest(dumps[k], err);
+    }
     if (st != CT_OK) {
+        ct__prof_dumps_free(dumps, n);
         if (lock >= 0) {
             close(lock);
         }
