@@ -227,6 +227,10 @@ def test_mirrored_ranks_merge_into_one_trace(tmp_path):
     assert "profile: steps 3-5 of 2 ranks" in r.stdout, r.stdout
     assert sorted(p.name for p in (run / "profile").glob("*.ctprof")) == ["worker.0.ctprof",
                                                                          "worker.1.ctprof"]
+    # TensorBoard's Profile tab: one file per rank, each its own host in the tool's list
+    xplanes = sorted(p.name for p in (run / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert [re.sub(r"^.+-(worker-\d)\.xplane\.pb$", r"\1", x) for x in xplanes] == [
+        "worker-0", "worker-1"], xplanes
     events, names = check_trace_format(load_trace(run))
     assert re.fullmatch(r"worker 0 \(.+\)", names[1]) and re.fullmatch(r"worker 1 \(.+\)",
                                                                         names[2]), names

@@ -15,6 +15,7 @@ plugins/profile/<run>/<host>.xplane.pb converts, with its steps, graph ops and i
 The test skips, saying why, when xprof cannot be imported (scripts/setup.sh --tests installs it
 into build-venv/)."""
 import glob
+import re
 import json
 import os
 import subprocess
@@ -259,30 +260,37 @@ def test_a_profiled_training_run(tmp_path):
     assert all(r["occurrences"] == 10 for r in ops if r["type"] == "softmax_xent"), ops
     stages = rows(table_with(convert(path, "input_pipeline_analyzer"), "opName"))
     assert "Iterator::map(delay)" in {r["opName"] for r in stages}, stages
+    # what the format cannot say is in the overview's diagnostics (no communication here)
+    notes = [r["message"] for r in rows(table_with(convert(path, "overview_page"), "severity"))]
+    assert len(notes) == 1 and "'Is training job' reads false" in notes[0], notes
 
 
 def test_a_data_service_run(tmp_path):
     """`ctrain train --data-workers 2`: the trainer's merge and the merge after the data service
-    stopped name the same TensorBoard run (by its first event), and its one file per host holds
-    a plane per role that the trace viewer shows: the batches on the data workers, the leases
-    and acks on the dispatcher."""
+    stopped name the same TensorBoard run (by its first event), which holds one file per role,
+    <host>-<role>-<task>.xplane.pb (TensorBoard lists each as a host), each with its plane
+    /host:CPU: the batches on the data workers, the leases and acks on the dispatcher, the steps
+    and the input-bound verdict on the chief."""
     job, run = delay_job(tmp_path, 500, 8)
     r = subprocess.run([CTRAIN, "train", str(job), "--profile", "2:7", "--data-workers", "2",
                         "--quiet"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    (path,) = glob.glob(str(run / "plugins" / "profile" / "*" / "*.xplane.pb"))
-    procs = processes_and_threads(convert(path, "trace_viewer@"))
-    names = {n.split(" ", 1)[1] for n in procs}
+    paths = glob.glob(str(run / "plugins" / "profile" / "*" / "*.xplane.pb"))
+    by_role = {re.fullmatch(r".+-(chief-0|dispatcher-0|data_worker-[01])\.xplane\.pb",
+                            os.path.basename(p)).group(1): p for p in paths}
+    assert sorted(by_role) == ["chief-0", "data_worker-0", "data_worker-1", "dispatcher-0"], paths
+    complete = {}
+    for role, path in by_role.items():
+        trace = convert(path, "trace_viewer@")
+        procs = processes_and_threads(trace)
+        # (a data worker that produced no batch of the window recorded nothing to show)
+        empty_ok = role.startswith("data_worker") and not procs
+        assert empty_ok or [n.split(" ", 1)[1] for n in procs] == ["/host:CPU"], (role, procs)
+        complete[role] = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    batches = [e for role in ("data_worker-0", "data_worker-1") for e in complete[role]
+               if e["name"] == "produce_batch"]
     # (one lease of 8 steps: a single data worker produced the window's batches)
-    assert {"/host:CPU", "/host:CPU:dispatcher:0"} <= names, procs
-    assert names & {"/host:CPU:data_worker:0", "/host:CPU:data_worker:1"}, procs
-    trace = convert(path, "trace_viewer@")
-    complete = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    by_pid = {pid: n.split(" ", 1)[1] for n, (pid, _) in procs.items()}
-    batches = [e for e in complete if e["name"] == "produce_batch" and
-               by_pid[e["pid"]].startswith("/host:CPU:data_worker")]
     assert len(batches) == 6, batches  # steps 2..7, each produced once
-    assert {e["name"] for e in complete if by_pid[e["pid"]] == "/host:CPU:dispatcher:0"} >= \
-        {"lease", "ack"}, complete
-    table, _ = step_rows_of(convert(path, "overview_page"), list(range(3, 7)))
+    assert {e["name"] for e in complete["dispatcher-0"]} >= {"lease", "ack"}, complete
+    table, _ = step_rows_of(convert(by_role["chief-0"], "overview_page"), list(range(3, 7)))
     assert "input-bound" in table["p"]["input_conclusion"], table["p"]

@@ -170,9 +170,10 @@ static void xspace_run_name(const char *run_dir, ct__prof_dump **dumps, int n, c
     strftime(run, 32, "%Y_%m_%d_%H_%M_%S", localtime_r(&start, &tm));
 }
 
-/* One <host>.xplane.pb per host, of that host's dumps, under plugins/profile/<run>/ (the run
- * named by the local time of its earliest event, as TensorFlow names its profile runs by the
- * time they started). */
+/* One <host>-<role>-<task>.xplane.pb per role under plugins/profile/<run>/ (the run named by the
+ * local time of its earliest event, as TensorFlow names its profile runs by the time they
+ * started): TensorBoard's Profile tab lists each as a host, its plane /host:CPU feeds the
+ * overview and input-pipeline pages of that role, and selecting several merges them by step. */
 static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n, ct_err *err) {
     char dir[4096], path[4400], run[32];
     xspace_run_name(run_dir, dumps, n, run);
@@ -180,25 +181,13 @@ static ct_status write_xplanes(const char *run_dir, ct__prof_dump **dumps, int n
     if (make_dirs(dir) != 0) {
         return ct_err_set(err, CT_EIO, "%s: cannot create (%s)", dir, strerror(errno));
     }
-    const ct__prof_dump **same = malloc((size_t)n * sizeof *same);
-    if (!same) {
-        return ct_err_set(err, CT_ENOMEM, "%s: out of memory", dir);
-    }
     ct_status st = CT_OK;
     for (int i = 0; i < n && st == CT_OK; i++) {
-        int m = 0, seen = 0;
-        for (int k = 0; k < n; k++) {
-            seen |= k < i && !strcmp(dumps[k]->host, dumps[i]->host);
-            if (!strcmp(dumps[k]->host, dumps[i]->host)) {
-                same[m++] = dumps[k];
-            }
-        }
-        if (!seen) {
-            snprintf(path, sizeof path, "%s/%s.xplane.pb", dir, dumps[i]->host);
-            st = ct__prof_write_xplane(same, m, path, err);
-        }
+        const ct__prof_dump *one[1] = {dumps[i]};
+        snprintf(path, sizeof path, "%s/%s-%s-%d.xplane.pb", dir, dumps[i]->host, dumps[i]->role,
+                 dumps[i]->task);
+        st = ct__prof_write_xplane(one, 1, path, err);
     }
-    free(same);
     snprintf(path, sizeof path, "%s/profile/" XSPACE_RUN, run_dir);
     FILE *f = st == CT_OK ? fopen(path, "w") : NULL;
     if (f) { /* the name for the merges to come (best effort: without it they name it again) */

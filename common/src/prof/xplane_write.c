@@ -627,18 +627,49 @@ static ct_status make_parent_dirs(const char *path, ct_err *err) {
     }
 }
 
+static int has_steps(const ct__prof_dump *d) {
+    for (int64_t e = 0; e < d->n_events; e++) {
+        if (d->events[e].kind == CT__PROF_STEP) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The dump whose plane the converters analyse: the first that recorded steps (a training role),
  * else the first. */
 static int primary_dump(const ct__prof_dump *const *dumps, int n_dumps) {
     for (int k = 0; k < n_dumps; k++) {
+        if (has_steps(dumps[k])) {
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* 1 when a dump recorded communication: all-reduce buckets, parameter-server pushes or pulls. */
+static int has_communication(const ct__prof_dump *const *dumps, int n_dumps) {
+    for (int k = 0; k < n_dumps; k++) {
         for (int64_t e = 0; e < dumps[k]->n_events; e++) {
-            if (dumps[k]->events[e].kind == CT__PROF_STEP) {
-                return k;
+            int kind = dumps[k]->events[e].kind;
+            if (kind == CT__PROF_ALLREDUCE || kind == CT__PROF_PS_PUSH ||
+                kind == CT__PROF_PS_PULL) {
+                return 1;
             }
         }
     }
     return 0;
 }
+
+/* The overview page's diagnostics: what the format cannot say of this profile. */
+static char *const communication_note =
+    "ctrain: exposed communication (all-reduce buckets, parameter-server pushes and pulls) has "
+    "no host category in this format and is counted in 'All others', which can read as "
+    "'POTENTIALLY input-bound'; the input time is the 'Input' column alone. 'ctrain profile "
+    "RUN_DIR' separates communication, the optimizer and idle time.";
+static char *const training_note =
+    "ctrain: 'Is training job' reads false: xprof sets it only from the XLA modules of a "
+    "profile, which a ctrain profile has none of; every recorded step here is a training step.";
 
 ct_status ct__prof_write_xplane(const ct__prof_dump *const *dumps, int n_dumps, const char *path,
                                 ct_err *err) {
@@ -654,6 +685,14 @@ ct_status ct__prof_write_xplane(const ct__prof_dump *const *dumps, int n_dumps, 
     char *host = (char *)dumps[primary]->host;
     space.n_hostnames = 1;
     space.hostnames = &host;
+    char *notes[2];
+    space.warnings = notes;
+    if (has_steps(dumps[primary])) {
+        notes[space.n_warnings++] = training_note;
+    }
+    if (has_communication(dumps, n_dumps)) {
+        notes[space.n_warnings++] = communication_note;
+    }
     space.planes = arena_alloc(&a, (size_t)n_dumps * sizeof *space.planes);
     if (!space.planes) {
         st = ct_err_set(err, CT_ENOMEM, "%s: out of memory building the profile", path);
