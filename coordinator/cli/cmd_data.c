@@ -36,7 +36,7 @@ static void data_usage(FILE *f) {
             "                       stages, element spec, cardinality and first elements\n"
             "  bench [JOB.yaml]     run the input pipeline alone: elements/s, batches/s and the\n"
             "                       time of every stage\n"
-            "  convert --images I --labels L --out PREFIX [--shards N]\n"
+            "  convert --images I --labels L --out PREFIX [--shards N] [--compression C]\n"
             "                       IDX files to TFRecord shards of tf.train.Example\n"
             "\n"
             "Run 'ctrain data <command> --help' for its options.\n");
@@ -78,10 +78,14 @@ static void bench_usage(FILE *f) {
 
 static void convert_usage(FILE *f) {
     fprintf(f, "usage: ctrain data convert --images I --labels L --out PREFIX [--shards N]\n"
+               "                          [--compression none|gzip|zlib]\n"
                "\n"
                "Writes the IDX images file I and labels file L (gzip or raw) as N (default 1)\n"
                "TFRecord files PREFIX-00000-of-0000N.tfrecord, ...: one tf.train.Example per\n"
                "image with features image (bytes: raw u8 pixels) and label (int64), in order.\n"
+               "--compression gzip or zlib compresses each file as TensorFlow's\n"
+               "TFRecordOptions(compression_type=\"GZIP\"/\"ZLIB\") does, named .tfrecord.gz\n"
+               "or .tfrecord.zlib; the tfrecord stage tells them by their first bytes.\n"
                "Read them back with a pipeline stage such as\n"
                "  - tfrecord: {files: \"PREFIX-*.tfrecord\",\n"
                "               features: {image: {dtype: u8, shape: [28, 28, 1]}, label: i64}}\n"
@@ -402,7 +406,7 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 static int cmd_convert(int argc, char **argv) {
-    const char *images = NULL, *labels = NULL, *out = NULL;
+    const char *images = NULL, *labels = NULL, *out = NULL, *compression = "none";
     long shards = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -410,10 +414,11 @@ static int cmd_convert(int argc, char **argv) {
             convert_usage(stdout);
             return 0;
         }
-        const char **slot = !strcmp(a, "--images")   ? &images
-                            : !strcmp(a, "--labels") ? &labels
-                            : !strcmp(a, "--out")    ? &out
-                                                     : NULL;
+        const char **slot = !strcmp(a, "--images")        ? &images
+                            : !strcmp(a, "--labels")      ? &labels
+                            : !strcmp(a, "--out")         ? &out
+                            : !strcmp(a, "--compression") ? &compression
+                                                          : NULL;
         if ((slot || !strcmp(a, "--shards")) && i + 1 >= argc) {
             fprintf(stderr, "ctrain: %s needs a value (see --help)\n", a);
             return EXIT_BAD_INPUT;
@@ -437,6 +442,15 @@ static int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "ctrain: data convert needs --images, --labels and --out (see --help)\n");
         return EXIT_BAD_INPUT;
     }
+    static const char *const kinds[] = {"none", "gzip", "zlib"};
+    int kind = -1;
+    for (int k = 0; k < 3; k++) {
+        kind = !strcmp(compression, kinds[k]) ? k : kind;
+    }
+    if (kind < 0) {
+        fprintf(stderr, "ctrain: --compression is none, gzip or zlib, got '%s'\n", compression);
+        return EXIT_BAD_INPUT;
+    }
     ct_err err = {0};
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", out);
@@ -447,14 +461,16 @@ static int cmd_convert(int argc, char **argv) {
         st = ct_make_dirs(dir, &err);
     }
     if (st == CT_OK) {
-        st = ct_tfrecord_convert_idx(images, labels, out, (int)shards, &err);
+        st = ct_tfrecord_convert_idx(images, labels, out, (int)shards, CT_TFRECORD_NONE + kind,
+                                     &err);
     }
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: %s\n", err.msg);
         return st == CT_ENOMEM ? EXIT_RUNTIME : EXIT_BAD_INPUT; /* the files named, as train does */
     }
-    printf("wrote %ld TFRecord file%s %s-00000-of-%05ld.tfrecord%s\n", shards,
-           shards > 1 ? "s" : "", out, shards, shards > 1 ? " ..." : "");
+    static const char *const suffix[] = {"", ".gz", ".zlib"};
+    printf("wrote %ld TFRecord file%s %s-00000-of-%05ld.tfrecord%s%s\n", shards,
+           shards > 1 ? "s" : "", out, shards, suffix[kind], shards > 1 ? " ..." : "");
     return 0;
 }
 

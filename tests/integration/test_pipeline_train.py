@@ -98,6 +98,37 @@ def test_resume_inside_an_epoch_is_bit_identical(tmp_path, tfrecords):
     assert weights_rel_diff(tmp_path, final_ckpt(whole), final_ckpt(parts), slots=True) == 0.0
 
 
+@pytest.mark.parametrize("kind,suffix", [("gzip", ".gz"), ("zlib", ".zlib")])
+def test_compressed_shards_train_as_plain_and_resume_exactly(tmp_path, tfrecords, kind, suffix):
+    """The same shards written GZIP or ZLIB (`data convert --compression`), found by their
+    first bytes: training reads the same records as from the plain files (identical weights),
+    and a run stopped inside each epoch resumes exactly, though a compressed file cannot seek."""
+    data = tmp_path / "data"
+    for split, name, shards in (("train", "train", 4), ("t10k", "test", 1)):
+        r = run("data", "convert", "--images", f"{FMNIST}/{split}-images-idx3-ubyte.gz",
+                "--labels", f"{FMNIST}/{split}-labels-idx1-ubyte.gz", "--out",
+                str(data / name), "--shards", str(shards), "--compression", kind)
+        assert r.returncode == 0 and f".tfrecord{suffix}" in r.stdout, r.stderr
+    assert sorted(p.name for p in data.iterdir())[0] == f"test-00000-of-00001.tfrecord{suffix}"
+    job = tfrecord_job(tmp_path, data, AUGMENTED)
+    text = open(job).read()
+    open(job, "w").write(text.replace(".tfrecord\"", f".tfrecord{suffix}\""))
+    assert f".tfrecord{suffix}" in open(job).read()
+    common = ["--set", "train.epochs=2", "--quiet"]
+    (tmp_path / "p").mkdir()
+    plain_job = tfrecord_job(tmp_path / "p", tfrecords, AUGMENTED)
+    plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
+    for j, out in ((plain_job, plain), (job, whole)):
+        r = run("train", j, *common, "--set", "train.max_steps=2200", "--set", f"run_dir={out}")
+        assert r.returncode == 0, r.stderr
+    for stop in (700, 1900, 2200):  # inside epoch 1, inside epoch 2, the end
+        r = run("train", job, *common, "--set", f"train.max_steps={stop}", "--set",
+                f"run_dir={parts}")
+        assert r.returncode == 0, r.stderr
+    assert weights_rel_diff(tmp_path, final_ckpt(plain), final_ckpt(whole), slots=True) == 0.0
+    assert weights_rel_diff(tmp_path, final_ckpt(whole), final_ckpt(parts), slots=True) == 0.0
+
+
 def cifar_file(path, n, rng, variant=10):
     """n records in CIFAR's binary layout: label byte(s), then 1024 R, 1024 G, 1024 B bytes; the
     class shows as a colour, so that a CNN learns it."""

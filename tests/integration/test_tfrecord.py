@@ -45,7 +45,8 @@ def load_lib():
         "ct_example_builder_encode": ([vp, pvp, psz, perr], i32),
         "ct_example_builder_clear": ([vp], None),
         "ct_example_builder_destroy": ([vp], None),
-        "ct_tfrecord_convert_idx": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, i32, perr],
+        "ct_tfrecord_convert_idx": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, i32, i32,
+                                     perr],
                                     i32),
     }
     for name, (args, res) in sigs.items():
@@ -201,7 +202,7 @@ def test_converted_idx_shards_read_by_tensorboard(tmp_path):
     err = Err()
     prefix = str(tmp_path / "mnist")
     check(lib.ct_tfrecord_convert_idx(images_path.encode(), labels_path.encode(),
-                                      prefix.encode(), 3, ctypes.byref(err)), err)
+                                      prefix.encode(), 3, 1, ctypes.byref(err)), err)  # 1: NONE
     Example = example_class()
     seen = []
     for s in range(3):

@@ -220,7 +220,8 @@ static void write_records(char *prefix, size_t cap) {
     ct_err err = {0};
     write_idx(images, labels, sizeof images);
     test_path(test_scratch, "rec", prefix, cap);
-    cr_assert_eq(ct_tfrecord_convert_idx(images, labels, prefix, 3, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_tfrecord_convert_idx(images, labels, prefix, 3, CT_TFRECORD_NONE, &err), CT_OK,
+                 "%s", err.msg);
 }
 
 /* Parses `stages` as <scratch>/job.yaml and builds data.train with ctx from the job and

@@ -124,13 +124,28 @@ CT_API ct_status ct_dataset_idx(const char *images_path, const char *labels_path
 CT_API ct_status ct_dataset_cifar(const char *const *paths, int n_paths, int variant,
                                   ct_dataset **ret, ct_err *err);
 
+/* How TFRecord files are compressed, as TensorFlow's TFRecordOptions(compression_type=...):
+ * GZIP (a gzip stream) or ZLIB (a zlib stream) around the whole file. AUTO (the default) tells
+ * each file by its first bytes: a valid record header is a plain file, else the gzip magic or a
+ * zlib header. */
+typedef enum ct_tfrecord_compression {
+    CT_TFRECORD_AUTO = 0,
+    CT_TFRECORD_NONE,
+    CT_TFRECORD_GZIP,
+    CT_TFRECORD_ZLIB
+} ct_tfrecord_compression;
+
 typedef struct ct_tfrecord_options {
     int skip_corrupt;     /* skip records whose CRC fails and count them; default: error */
     int no_verify_crc;    /* 1: trust the data, no CRC checks (default: check) */
     int64_t buffer_bytes; /* read buffer per file; 0 = 256 KiB */
+    int compression;      /* ct_tfrecord_compression; 0: AUTO */
 } ct_tfrecord_options;
 /* The records of TFRecord files, in order, as bytes elements. Errors name the file and byte
- * offset ("a.tfrecord: byte 1040: data CRC mismatch"). opt may be NULL. */
+ * offset ("a.tfrecord: byte 1040: data CRC mismatch"; in a compressed file the offset in the
+ * uncompressed stream, and the compressed file's offset where the stream itself is corrupt).
+ * A compressed stream cannot seek: skip (and so resume) decompresses the records it passes over,
+ * checking their length CRCs, and hands none of them out. opt may be NULL. */
 CT_API ct_status ct_dataset_tfrecord(const char *const *paths, int n_paths,
                                      const ct_tfrecord_options *opt, ct_dataset **ret, ct_err *err);
 

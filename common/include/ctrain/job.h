@@ -92,7 +92,8 @@ typedef struct ct_source_spec {
     int n_files; /* tfrecord, cifar, csv, text: `files`, names or globs (matches sorted);
                     images: `dir`; list_files: `pattern` */
     char files[CT_JOB_MAX_FILES][CT_JOB_PATH_MAX];
-    int n_features; /* tfrecord: parse each record as a tf.train.Example; 0: raw bytes */
+    int n_features;  /* tfrecord: parse each record as a tf.train.Example; 0: raw bytes */
+    int compression; /* tfrecord: ct_tfrecord_compression; default auto (by the first bytes) */
     ct_job_feature features[CT_JOB_MAX_FEATURES];
     int variant;   /* cifar: 10 (default) or 100 */
     int header;    /* csv: the first line names the columns; default true */

@@ -32,6 +32,12 @@ typedef struct ct_tfrecord_writer ct_tfrecord_writer;
  * CT_EINVAL, CT_EIO (the message names the path and the reason), CT_ENOMEM. One thread at a
  * time per writer. */
 CT_API ct_status ct_tfrecord_writer_create(const char *path, ct_tfrecord_writer **ret, ct_err *err);
+/* As ct_tfrecord_writer_create, compressing the whole file (ct_tfrecord_compression, as
+ * TensorFlow's TFRecordOptions): GZIP or ZLIB at deflate level 6, or NONE; AUTO (what
+ * ct_tfrecord_writer_create uses) by the file name: ".gz" is GZIP, ".zlib" ZLIB, else NONE. The
+ * compressed stream is finished by ct_tfrecord_writer_close. */
+CT_API ct_status ct_tfrecord_writer_create_with(const char *path, int compression,
+                                                ct_tfrecord_writer **ret, ct_err *err);
 /* Appends one record of len bytes (data borrowed; may be NULL when len is 0). CT_EIO names the
  * path when the write fails (a full disk); the writer then refuses further writes with the same
  * status. */
@@ -102,9 +108,12 @@ CT_API void ct_example_builder_destroy(ct_example_builder *b);
  * Example per image with features "image" (bytes_list: the image's raw u8 pixels, row-major,
  * 784 bytes for MNIST) and "label" (int64_list: one value). Shard s holds images
  * [s * n / shards, (s + 1) * n / shards) in order, so reading the shards in name order gives
- * the IDX order. 1 <= shards <= 99999. CT_EINVAL, CT_EFORMAT and CT_EIO name the file;
- * CT_ENOMEM. A failure leaves the shards written so far. Thread-safe. */
+ * the IDX order. 1 <= shards <= 99999. compression (ct_tfrecord_compression; AUTO and NONE
+ * write plain files) compresses each file, named "....tfrecord.gz" (GZIP) or ".tfrecord.zlib"
+ * (ZLIB). CT_EINVAL, CT_EFORMAT and CT_EIO name the file; CT_ENOMEM. A failure leaves the shards
+ * written so far. Thread-safe. */
 CT_API ct_status ct_tfrecord_convert_idx(const char *images, const char *labels,
-                                         const char *out_prefix, int shards, ct_err *err);
+                                         const char *out_prefix, int shards, int compression,
+                                         ct_err *err);
 
 #endif

@@ -10,7 +10,14 @@
 #include "ctrain/dataset.h"
 #include "io/job_pipeline.h"
 
-static const char *const tfrecord_keys[] = {"files", "features", "interleave", NULL};
+static const char *const tfrecord_keys[] = {"files", "features", "interleave", "compression", NULL};
+static const ct__job_name compression_names[] = {{"auto", CT_TFRECORD_AUTO},
+                                                 {"none", CT_TFRECORD_NONE},
+                                                 {"gzip", CT_TFRECORD_GZIP},
+                                                 {"zlib", CT_TFRECORD_ZLIB},
+                                                 {"GZIP", CT_TFRECORD_GZIP},
+                                                 {"ZLIB", CT_TFRECORD_ZLIB},
+                                                 {NULL, 0}};
 static const char *const idx_keys[] = {"images", "labels", NULL};
 static const char *const cifar_keys[] = {"files", "variant", "interleave", NULL};
 static const char *const csv_keys[] = {"files", "header", "columns", "interleave", NULL};
@@ -207,6 +214,7 @@ static void read_options(const ct__job_section *s, ct_stage_spec *st, ct_data_sp
     char key[CT__JOB_KEY_CAP];
     ct_source_spec *src = &d->source;
     read_features(s, src);
+    ct__job_sec_name(s, "compression", compression_names, "compression", &src->compression);
     ct__job_sec_bool(s, "header", &src->header);
     read_columns(s, src);
     read_interleave(s, src);

@@ -1,8 +1,10 @@
 /* The buffered forward reader of the streaming sources and whole-file reads (file_reader.h).
  * Plain read(2) and lseek(2) on a descriptor: the sources keep their own buffer so a skip over
- * a large record is one lseek, not a read through stdio's buffer. */
+ * a large record is one lseek, not a read through stdio's buffer. A compressed file goes through
+ * the inflater (inflate.h) instead of read(2), and skips by reading. */
 #include "data/formats/file_reader.h"
 #include "data/core/dataset_impl.h"
+#include "data/formats/inflate.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +58,45 @@ ct_status ct__reader_open(ct__reader *r, const char *path, size_t buffer_bytes, 
     return CT_OK;
 }
 
+ct_status ct__reader_open_format(ct__reader *r, const char *path, size_t buffer_bytes, int format,
+                                 ct_err *err) {
+    ct_status st = ct__reader_open(r, path, buffer_bytes, err);
+    if (st != CT_OK || format == CT__READER_PLAIN) {
+        return st;
+    }
+    if ((st = ct__inflate_create(r->fd, format == CT__READER_GZIP, path, &r->z, err)) != CT_OK) {
+        ct__reader_close(r);
+        return st;
+    }
+    r->file_bytes = INT64_MAX;
+    return CT_OK;
+}
+
+int64_t ct__reader_file_tell(const ct__reader *r) {
+    return r->z ? ct__inflate_tell(r->z) : ct__reader_tell(r);
+}
+
+/* Up to n bytes of the file (decompressed when inflating) into dst; *ret_got 0 at its end. */
+static ct_status source_read(ct__reader *r, void *dst, size_t n, size_t *ret_got, ct_err *err) {
+    if (r->z) {
+        return ct__inflate_read(r->z, r->path, dst, n, ret_got, err);
+    }
+    for (;;) {
+        ssize_t k = read(r->fd, dst, n);
+        if (k < 0 && errno == EINTR) {
+            continue;
+        }
+        if (k < 0) {
+            return io_error(r->path, "read error", r->buf_offset + (int64_t)r->len, err);
+        }
+        *ret_got = (size_t)k;
+        return CT_OK;
+    }
+}
+
 void ct__reader_close(ct__reader *r) {
+    ct__inflate_destroy(r->z);
+    r->z = NULL;
     if (r->is_open) {
         close(r->fd);
     }
@@ -76,15 +116,13 @@ ct_status ct__reader_fill(ct__reader *r, size_t want, ct_err *err) {
     r->pos = 0;
     r->len = left;
     while (r->len < want && !r->eof) {
-        ssize_t n = read(r->fd, r->buf + r->len, r->cap - r->len);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return io_error(r->path, "read error", r->buf_offset + (int64_t)r->len, err);
+        size_t n = 0;
+        ct_status st = source_read(r, r->buf + r->len, r->cap - r->len, &n, err);
+        if (st != CT_OK) {
+            return st;
         }
         r->eof = n == 0;
-        r->len += (size_t)n;
+        r->len += n;
     }
     return CT_OK;
 }
@@ -99,16 +137,14 @@ ct_status ct__reader_read(ct__reader *r, void *dst, size_t n, size_t *ret_got, c
             /* A large read goes straight into dst; the buffer is empty and stays so. */
             r->buf_offset += (int64_t)r->len;
             r->pos = r->len = 0;
-            ssize_t k = read(r->fd, out + got, n - got);
-            if (k < 0 && errno == EINTR) {
-                continue;
-            }
-            if (k < 0) {
-                return io_error(r->path, "read error", r->buf_offset, err);
+            size_t k = 0;
+            ct_status st = source_read(r, out + got, n - got, &k, err);
+            if (st != CT_OK) {
+                return st;
             }
             r->eof = k == 0;
-            r->buf_offset += k;
-            got += (size_t)k;
+            r->buf_offset += (int64_t)k;
+            got += k;
             continue;
         }
         ct_status st = ct__reader_fill(r, n - got, err);
@@ -124,12 +160,35 @@ ct_status ct__reader_read(ct__reader *r, void *dst, size_t n, size_t *ret_got, c
     return CT_OK;
 }
 
+/* A compressed stream cannot seek: skipping reads through the buffer. */
+static ct_status skip_by_reading(ct__reader *r, int64_t n, int64_t *ret_skipped, ct_err *err) {
+    int64_t done = 0;
+    while (done < n) {
+        int64_t want = n - done < (int64_t)r->cap ? n - done : (int64_t)r->cap;
+        ct_status st = ct__reader_fill(r, (size_t)want, err);
+        if (st != CT_OK) {
+            return st;
+        }
+        int64_t take = (int64_t)(r->len - r->pos) < want ? (int64_t)(r->len - r->pos) : want;
+        if (take == 0) {
+            break; /* the end of the stream */
+        }
+        r->pos += (size_t)take;
+        done += take;
+    }
+    *ret_skipped = done;
+    return CT_OK;
+}
+
 ct_status ct__reader_skip(ct__reader *r, int64_t n, int64_t *ret_skipped, ct_err *err) {
     int64_t buffered = (int64_t)(r->len - r->pos);
     if (n <= buffered) {
         r->pos += (size_t)n;
         *ret_skipped = n;
         return CT_OK;
+    }
+    if (r->z) {
+        return skip_by_reading(r, n, ret_skipped, err);
     }
     int64_t at = ct__reader_tell(r);
     int64_t target = at + n > r->file_bytes ? (r->file_bytes > at ? r->file_bytes : at) : at + n;

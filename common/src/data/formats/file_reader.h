@@ -11,20 +11,35 @@
 
 #include "ctrain/status.h"
 
+struct ct__inflate;
+
 typedef struct ct__reader {
     const char *path; /* borrowed */
     int is_open;      /* 0 in a zeroed reader: close is then a no-op */
     int fd;
     unsigned char *buf;
-    size_t cap, pos, len; /* buf[pos..len) not yet handed out */
-    int64_t buf_offset;   /* file offset of buf[0] */
-    int64_t file_bytes;   /* size at open (fstat) */
-    int eof;              /* read() returned 0 */
+    size_t cap, pos, len;  /* buf[pos..len) not yet handed out */
+    int64_t buf_offset;    /* file offset of buf[0]; in the uncompressed stream when inflating */
+    int64_t file_bytes;    /* size at open (fstat); INT64_MAX when inflating (not known) */
+    int eof;               /* read() returned 0, or the compressed stream ended */
+    struct ct__inflate *z; /* NULL for a plain file */
 } ct__reader;
+
+/* What a reader decompresses: nothing, a gzip stream (gzip members one after another, as
+ * gzip -d reads them) or a zlib stream. */
+enum { CT__READER_PLAIN = 0, CT__READER_GZIP = 1, CT__READER_ZLIB = 2 };
 
 /* Opens `path` (borrowed: must outlive the reader) with a read buffer of `buffer_bytes` (0:
  * 256 KiB). CT_EIO names the path and the reason, CT_ENOMEM. On failure *r is closed. */
 ct_status ct__reader_open(ct__reader *r, const char *path, size_t buffer_bytes, ct_err *err);
+/* As ct__reader_open, decompressing the file as it reads (`format`, CT__READER_*): offsets and
+ * skips are in the uncompressed stream, a skip decompresses what it passes over, and a corrupt
+ * or cut-short stream is a CT_EFORMAT naming the file and the compressed file's offset. */
+ct_status ct__reader_open_format(ct__reader *r, const char *path, size_t buffer_bytes, int format,
+                                 ct_err *err);
+/* The compressed file's offset of the input consumed so far (the plain offset for a plain
+ * file), for messages. */
+int64_t ct__reader_file_tell(const ct__reader *r);
 /* Closes the file and frees the buffer; a no-op on a zeroed or closed reader. */
 void ct__reader_close(ct__reader *r);
 

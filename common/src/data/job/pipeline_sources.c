@@ -14,8 +14,9 @@
 /* What opening one file (or a list of them) needs: the kind and its options. */
 typedef struct file_source {
     ct_stage_kind kind;
-    int variant; /* cifar */
-    int by_name; /* csv: columns selected by header name (else by index) */
+    int variant;     /* cifar */
+    int compression; /* tfrecord */
+    int by_name;     /* csv: columns selected by header name (else by index) */
     ct_csv_options csv;
     const char *names[CT_JOB_MAX_FEATURES];
     int indices[CT_JOB_MAX_FEATURES], dtypes[CT_JOB_MAX_FEATURES];
@@ -101,6 +102,7 @@ static void file_source_init(const ct_data_spec *spec, file_source *f) {
     memset(f, 0, sizeof *f);
     f->kind = spec->stages[0].kind;
     f->variant = src->variant;
+    f->compression = src->compression;
     f->by_name = src->n_columns > 0 && src->columns[0].index < 0;
     f->csv.no_header = !src->header;
     f->csv.delimiter = ',';
@@ -117,7 +119,8 @@ static ct_status open_files(const file_source *f, const char *const *paths, int 
                             ct_err *err) {
     switch (f->kind) {
     case CT_STAGE_TFRECORD:
-        return ct_dataset_tfrecord(paths, n, NULL, ret, err);
+        return ct_dataset_tfrecord(paths, n, &(ct_tfrecord_options){.compression = f->compression},
+                                   ret, err);
     case CT_STAGE_CIFAR:
         return ct_dataset_cifar(paths, n, f->variant, ret, err);
     case CT_STAGE_CSV:

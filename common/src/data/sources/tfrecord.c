@@ -12,11 +12,19 @@
  * the next record) and seeks over the data without reading it, so resuming deep into a file
  * costs one read per record header. The exception is skip_corrupt with CRC checks on: a corrupt
  * record does not count as an element in next, so skip must check the data CRC too, or a
- * resumed iterator would be off by the corrupt records it skipped over. */
+ * resumed iterator would be off by the corrupt records it skipped over.
+ *
+ * Compressed files (GZIP, ZLIB, or told by their first bytes with AUTO) are read through the
+ * reader's inflater: record offsets are in the uncompressed stream, and a message about a record
+ * adds the compressed file's offset reached. A compressed stream cannot seek, so skip
+ * decompresses the records it passes (still one header check per record, no copy out): resuming
+ * deep into a compressed file costs decompressing everything before the position. */
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctrain/crc32c.h"
 #include "ctrain/tfrecord.h"
@@ -55,6 +63,12 @@ static uint64_t load_le(const unsigned char *p, int bytes) {
 }
 
 static ct_status corrupt(const ct__reader *r, int64_t offset, const char *what, ct_err *err) {
+    if (r->z) {
+        return ct_err_set(err, CT_EFORMAT,
+                          "%s: byte %lld of the uncompressed stream (compressed "
+                          "byte %lld read): %s",
+                          r->path, (long long)offset, (long long)ct__reader_file_tell(r), what);
+    }
     return ct_err_set(err, CT_EFORMAT, "%s: byte %lld: %s", r->path, (long long)offset, what);
 }
 
@@ -137,8 +151,49 @@ static ct_status record(tfrecord_iter *t, ct_element *e, int *ret_end, int *ret_
         ct_element_clear(&scratch);
         return st;
     }
-    int64_t skipped = 0;
-    return ct__reader_skip(&t->r, (int64_t)f.len + TFRECORD_FOOTER_BYTES, &skipped, err);
+    int64_t skipped = 0, want = (int64_t)f.len + TFRECORD_FOOTER_BYTES;
+    st = ct__reader_skip(&t->r, want, &skipped, err);
+    if (st == CT_OK && skipped < want) { /* a compressed stream (its size is not known) ends */
+        *ret_lost_sync = 1;
+        return corrupt(&t->r, f.offset, "truncated data", err);
+    }
+    return st;
+}
+
+/* How the file at path is compressed (CT__READER_*), told by its first bytes: a record header
+ * whose length CRC holds is a plain file; else the gzip magic, or a zlib header (deflate, a
+ * header check that divides by 31). Anything else reads as plain, and fails there. */
+static int sniff(const char *path) {
+    unsigned char b[TFRECORD_HEADER_BYTES];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, b, sizeof b) : -1;
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (n == (ssize_t)sizeof b &&
+        ct_crc32c_mask(ct_crc32c(0, b, 8)) == (uint32_t)load_le(b + 8, 4)) {
+        return CT__READER_PLAIN;
+    }
+    if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
+        return CT__READER_GZIP;
+    }
+    if (n >= 2 && (b[0] & 0x0f) == 8 && (b[0] >> 4) <= 7 && ((b[0] << 8) | b[1]) % 31 == 0) {
+        return CT__READER_ZLIB;
+    }
+    return CT__READER_PLAIN;
+}
+
+static int format_of(int compression, const char *path) {
+    switch (compression) {
+    case CT_TFRECORD_NONE:
+        return CT__READER_PLAIN;
+    case CT_TFRECORD_GZIP:
+        return CT__READER_GZIP;
+    case CT_TFRECORD_ZLIB:
+        return CT__READER_ZLIB;
+    default:
+        return sniff(path);
+    }
 }
 
 /* Opens the next file when none is open; *ret_end when all are done. */
@@ -151,7 +206,9 @@ static ct_status ensure_file(tfrecord_iter *t, int *ret_end, ct_err *err) {
         *ret_end = 1;
         return CT_OK;
     }
-    return ct__reader_open(&t->r, p->paths[t->file], (size_t)p->opt.buffer_bytes, err);
+    const char *path = p->paths[t->file];
+    return ct__reader_open_format(&t->r, path, (size_t)p->opt.buffer_bytes,
+                                  format_of(p->opt.compression, path), err);
 }
 
 static void next_file(tfrecord_iter *t) {
@@ -207,8 +264,10 @@ static void tfrecord_free(void *params) {
 
 static void tfrecord_describe(const ct_dataset *ds, char *buf, size_t size) {
     const tfrecord_params *p = ds->params;
-    snprintf(buf, size, "%s%s%s%s", p->paths[0], p->n > 1 ? ", ..." : "",
-             p->opt.skip_corrupt ? ", skip_corrupt" : "", p->opt.no_verify_crc ? ", no CRC" : "");
+    static const char *const comp[] = {"", ", none", ", gzip", ", zlib"};
+    snprintf(buf, size, "%s%s%s%s%s", p->paths[0], p->n > 1 ? ", ..." : "",
+             p->opt.skip_corrupt ? ", skip_corrupt" : "", p->opt.no_verify_crc ? ", no CRC" : "",
+             comp[p->opt.compression]);
 }
 
 static const ct__dataset_ops tfrecord_ops = {
@@ -222,6 +281,12 @@ ct_status ct_dataset_tfrecord(const char *const *paths, int n_paths, const ct_tf
                               ct_dataset **ret, ct_err *err) {
     if (ret == NULL || (opt != NULL && opt->buffer_bytes < 0)) {
         return ct_err_set(err, CT_EINVAL, "tfrecord: ret is needed and buffer_bytes >= 0");
+    }
+    if (opt != NULL &&
+        (opt->compression < CT_TFRECORD_AUTO || opt->compression > CT_TFRECORD_ZLIB)) {
+        return ct_err_set(err, CT_EINVAL,
+                          "tfrecord: compression %d is not one of auto, none, gzip, zlib",
+                          opt->compression);
     }
     tfrecord_params *p = calloc(1, sizeof *p);
     if (p == NULL) {
