@@ -98,6 +98,30 @@ def test_resume_inside_an_epoch_is_bit_identical(tmp_path, tfrecords):
     assert weights_rel_diff(tmp_path, final_ckpt(whole), final_ckpt(parts), slots=True) == 0.0
 
 
+def test_filter_in_a_job_trains_and_resumes_exactly(tmp_path, tfrecords):
+    """`- filter: {label_in: [...], keep: P}` in a job: only those labels train (checked by the
+    audit of the batches' labels), the epoch's length is not known in advance, and a run stopped
+    inside epoch 1 and epoch 2 resumes to the uninterrupted run's weights."""
+    stages = "      - filter: {label_in: [0, 1, 2, 3, 4], keep: 0.9, seed: 3}\n" + AUGMENTED
+    job = tfrecord_job(tmp_path, tfrecords, stages)
+    common = ["--set", "train.epochs=2", "--quiet"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    r = run("train", job, *common, "--set", "train.max_steps=1200", "--set",
+            "logs.batch_labels=true", "--set", f"run_dir={whole}")
+    assert r.returncode == 0, r.stderr
+    lines = (whole / "batch_labels" / "rank-0.txt").read_text().splitlines()
+    labels = [int(x) for line in lines for x in line.split(":")[1].split()]
+    assert len(lines) == 1200 and set(labels) == {0, 1, 2, 3, 4}, sorted(set(labels))
+    epoch0 = sum(1 for line in lines if line.startswith("epoch 0 "))
+    # 30000 examples of labels 0-4, 90% kept: about 843 batches of 32 in epoch 0
+    assert 780 < epoch0 < 900, epoch0
+    for stop in (500, 1000, 1200):  # inside epoch 1, inside epoch 2, the end
+        r = run("train", job, *common, "--set", f"train.max_steps={stop}", "--set",
+                f"run_dir={parts}")
+        assert r.returncode == 0, r.stderr
+    assert weights_rel_diff(tmp_path, final_ckpt(whole), final_ckpt(parts), slots=True) == 0.0
+
+
 @pytest.mark.parametrize("kind,suffix", [("gzip", ".gz"), ("zlib", ".zlib")])
 def test_compressed_shards_train_as_plain_and_resume_exactly(tmp_path, tfrecords, kind, suffix):
     """The same shards written GZIP or ZLIB (`data convert --compression`), found by their

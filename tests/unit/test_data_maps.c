@@ -12,6 +12,7 @@
 #include "ctrain/data_maps.h"
 #include "ctrain/dataset.h"
 #include "ctrain/tfrecord.h"
+#include "dataset_checks.h"
 
 #define MAX_ELEMENTS 256
 
@@ -448,5 +449,139 @@ Test(data_maps, decode_example_by_feature_spec) {
     APPLY(ds, ct_dataset_map(ds, to_record, NULL, NULL, &next_, &e_));
     APPLY(ds, ct_dataset_map_decode_example(ds, 0, spec, 3, NULL, &next_, &e_));
     expect_run_error(ds, "component 0", "label");
+    ct_dataset_destroy(ds);
+}
+
+/* ---- built-in filters ---- */
+
+/* Resume: an iterator that skips k elements then reads gives all[k..] for several k (a filter
+ * keeps its source's keys, so ds_check_skip_and_access's key check does not apply). */
+static void check_skips(const ct_dataset *ds, int64_t epoch) {
+    ct_element all[MAX_ELEMENTS], rest[MAX_ELEMENTS];
+    int n = run(ds, epoch, all);
+    int64_t points[] = {0, 1, n / 2, n - 1, n, n + 3};
+    for (size_t p = 0; p < sizeof points / sizeof *points; p++) {
+        ct_iterator *it = NULL;
+        ct_err err = {0};
+        int64_t skipped = 0;
+        cr_assert_eq(ct_iterator_create(ds, &(ct_iterator_options){.epoch = epoch}, &it, &err),
+                     CT_OK);
+        cr_assert_eq(ct_iterator_skip(it, points[p], &skipped, &err), CT_OK, "%s", err.msg);
+        cr_assert_eq(skipped, points[p] < n ? points[p] : n);
+        int m = 0;
+        for (int end = 0; m < MAX_ELEMENTS; m++) {
+            cr_assert_eq(ct_iterator_next(it, &rest[m], &end, &err), CT_OK, "%s", err.msg);
+            if (end) {
+                break;
+            }
+        }
+        ct_iterator_destroy(it);
+        cr_assert_eq(m, n - (int)skipped, "skip %lld", (long long)points[p]);
+        for (int i = 0; i < m; i++) {
+            ds_expect_same(&rest[i], &all[skipped + i], "after skip");
+        }
+        clear_all(rest, m);
+    }
+    clear_all(all, n);
+}
+
+/* range(0, n) through a built-in filter (opt: seed 5) into out; returns the count kept. */
+static int filtered(int64_t n, const ct_filter_spec *spec, int64_t epoch, ct_element *out) {
+    ct_dataset *ds = NULL;
+    cr_assert_eq(ct_dataset_range(0, n, 1, &ds, NULL), CT_OK);
+    APPLY(ds, ct_dataset_filter_builtin(ds, spec, &(ct_map_options){.seed = 5}, &next_, &e_));
+    int kept = run(ds, epoch, out);
+    ct_dataset_destroy(ds);
+    return kept;
+}
+
+/* value, length and label_in against a reference computed here; keep draws per (seed, epoch,
+ * key): the same elements again, others next epoch, about the share asked for. */
+Test(data_maps, filters_keep_what_their_predicates_say) {
+    ct_element e[MAX_ELEMENTS];
+    ct_filter_spec value = {
+        .component = -1, .has_value = 1, .min_value = 100, .max_value = 139, .keep = 1.0};
+    cr_assert_eq(filtered(250, &value, 0, e), 40);
+    for (int i = 0; i < 40; i++) {
+        cr_expect_eq(*(int64_t *)e[i].v[0].data, 100 + i);
+        cr_expect_eq(e[i].key, (uint64_t)(100 + i), "a filter keeps the source's key");
+    }
+    clear_all(e, 40);
+    int32_t labels[] = {3, 7};
+    ct_dataset *imgs = images(60, 2, 2, 1, CT_U8), *ds = ct_dataset_ref(imgs);
+    ct_filter_spec label_in = {.component = -1, .n_labels = 2, .labels = labels, .keep = 1.0};
+    APPLY(ds, ct_dataset_filter_builtin(ds, &label_in, NULL, &next_, &e_));
+    cr_assert_eq(run(ds, 0, e), 12); /* labels i % 10 of 60 images: 6 threes, 6 sevens */
+    for (int i = 0; i < 12; i++) {
+        int32_t y = *(int32_t *)e[i].v[1].data;
+        cr_expect(y == 3 || y == 7, "label %d", y);
+    }
+    clear_all(e, 12);
+    check_skips(ds, 0);
+    ct_filter_spec f32_labels = {.component = 0, .n_labels = 2, .labels = labels, .keep = 1.0};
+    ct_dataset *floats = images(4, 2, 2, 1, CT_F32);
+    APPLY(floats, ct_dataset_filter_builtin(floats, &f32_labels, NULL, &next_, &e_));
+    expect_run_error(floats, "component 0", "label_in needs integer labels, got f32");
+    ct_filter_spec length = {
+        .component = 0, .has_length = 1, .min_length = 4, .max_length = 4, .keep = 1.0};
+    ct_dataset_destroy(ds);
+    ds = ct_dataset_ref(imgs); /* every image has 2 x 2 x 1 = 4 values */
+    APPLY(ds, ct_dataset_filter_builtin(ds, &length, NULL, &next_, &e_));
+    cr_expect_eq(run(ds, 0, e), 60);
+    clear_all(e, 60);
+    ct_dataset_destroy(ds);
+    ct_dataset_destroy(floats);
+    ct_dataset_destroy(imgs);
+
+    ct_filter_spec keep = {.component = -1, .keep = 0.3};
+    ct_element again[MAX_ELEMENTS], next[MAX_ELEMENTS];
+    int n = filtered(200, &keep, 0, e), m = filtered(200, &keep, 0, again);
+    int k = filtered(200, &keep, 1, next);
+    cr_expect(n >= 40 && n <= 80, "kept %d of 200 at 0.3", n);
+    cr_assert_eq(m, n);
+    int same_next = k == n;
+    for (int i = 0; i < n; i++) {
+        cr_expect_eq(e[i].key, again[i].key, "the same elements for the same epoch");
+        same_next &= i < k && e[i].key == next[i].key;
+    }
+    cr_expect(!same_next, "another epoch draws again");
+    clear_all(e, n);
+    clear_all(again, m);
+    clear_all(next, k);
+}
+
+/* The same elements through a parallel map on 1 and 4 threads, and after every skip point; a
+ * spec without predicate and out-of-range values are refused. */
+Test(data_maps, filters_are_thread_invariant_and_resume_exactly) {
+    ct_filter_spec spec = {
+        .component = 0, .has_value = 1, .min_value = 0.05, .max_value = 1e9, .keep = 0.5};
+    ct_element one[MAX_ELEMENTS], four[MAX_ELEMENTS];
+    int counts[2] = {0, 0};
+    for (int t = 0; t < 2; t++) {
+        ct_dataset *ds = images(120, 2, 2, 1, CT_F32);
+        ct_map_options par = {.num_parallel_calls = t ? 4 : 1};
+        APPLY(ds, ct_dataset_map_scale(ds, 0, 1.0 / 250.0, &par, &next_, &e_));
+        APPLY(ds, ct_dataset_filter_builtin(ds, &spec, &(ct_map_options){.seed = 11}, &next_, &e_));
+        counts[t] = run(ds, 2, t ? four : one);
+        if (t == 0) {
+            check_skips(ds, 2);
+        }
+        ct_dataset_destroy(ds);
+    }
+    cr_assert_eq(counts[0], counts[1]);
+    cr_expect(counts[0] > 10 && counts[0] < 120, "kept %d", counts[0]);
+    for (int i = 0; i < counts[0]; i++) {
+        ds_expect_same(&one[i], &four[i], "1 and 4 threads");
+    }
+    clear_all(one, counts[0]);
+    clear_all(four, counts[1]);
+    ct_dataset *ds = NULL;
+    ct_err err = {0};
+    cr_assert_eq(ct_dataset_range(0, 3, 1, &ds, NULL), CT_OK);
+    ct_dataset *out = NULL;
+    ct_filter_spec none = {.component = -1, .keep = 1.0}, bad = {.component = -1, .keep = 1.5};
+    cr_expect_eq(ct_dataset_filter_builtin(ds, &none, NULL, &out, &err), CT_EINVAL);
+    cr_expect_not_null(strstr(err.msg, "no predicate"), "%s", err.msg);
+    cr_expect_eq(ct_dataset_filter_builtin(ds, &bad, NULL, &out, &err), CT_EINVAL);
     ct_dataset_destroy(ds);
 }

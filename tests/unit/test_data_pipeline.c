@@ -165,6 +165,17 @@ Test(data_pipeline, errors_name_file_line_and_key) {
                  "map.component: unknown key");
     EXPECT_ERROR("      - range: 3\n      - map: {random_flip: {component: 9}}\n",
                  "map.random_flip.component: must be below 8");
+    EXPECT_ERROR("      - range: 3\n      - filter: {seed: 2}\n",
+                 "job.yaml:10: data.train.pipeline[1].filter: names no predicate", "label_in");
+    EXPECT_ERROR("      - range: 3\n      - filter: {keep: 1.5}\n", "pipeline[1].filter.keep");
+    EXPECT_ERROR("      - range: 3\n      - filter: {value: {min: 3, max: 1}}\n",
+                 "pipeline[1].filter.value: min (3) is above max (1)");
+    EXPECT_ERROR("      - range: 3\n      - filter: {label_in: [1, x]}\n",
+                 "pipeline[1].filter.label_in[1]");
+    EXPECT_ERROR("      - range: 3\n      - filter: {lenght: {min: 1}}\n",
+                 "pipeline[1].filter.lenght: unknown key", "label_in, value, length, keep");
+    EXPECT_ERROR("      - tfrecord: {files: a, compression: lzma}\n",
+                 "pipeline[0].tfrecord.compression: unknown compression 'lzma'");
     EXPECT_ERROR("      - range: 3\n      - shard: {num_shards: 2, index: 2}\n",
                  "job.yaml:10: data.train.pipeline[1].shard.index: must be below num_shards (2)");
     EXPECT_ERROR("      - range: 3\n      - shard: {index: 0}\n",

@@ -90,4 +90,27 @@ CT_API ct_status ct_dataset_map_one_hot(ct_dataset *in, int component, int64_t d
 CT_API ct_status ct_dataset_map_delay(ct_dataset *in, int64_t micros, int cpu,
                                       const ct_map_options *opt, ct_dataset **ret, ct_err *err);
 
+/* ---- built-in filters (a job file's `filter` stage) ---- */
+
+/* The predicates of a built-in filter; an element stays when every one given holds. */
+typedef struct ct_filter_spec {
+    int component;         /* the component they read; -1: the element's last */
+    int n_labels;          /* label_in: its integer values (u8, i32, i64) all in labels[0..n) */
+    const int32_t *labels; /* (copied) */
+    int has_value;         /* value: every value within [min_value, max_value] */
+    double min_value, max_value;
+    int has_length; /* length: the value count (bytes: the length) within [min, max] */
+    int64_t min_length, max_length;
+    double keep; /* in [0, 1]: the share kept at random, drawn from (opt->seed, epoch, key) as a
+                    random map draws (1 keeps every element, 0 none) */
+} ct_filter_spec;
+
+/* A filter stage with the predicates of spec (ct_dataset_filter_keyed): the same elements for
+ * any thread count and after a resume. CT_EINVAL for a spec with no predicate, keep outside
+ * [0, 1] or min above max; per element, a missing component or label_in on a non-integer one is
+ * an error naming it. opt as for the maps (name, seed). */
+CT_API ct_status ct_dataset_filter_builtin(ct_dataset *in, const ct_filter_spec *spec,
+                                           const ct_map_options *opt, ct_dataset **ret,
+                                           ct_err *err);
+
 #endif

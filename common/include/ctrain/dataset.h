@@ -210,6 +210,14 @@ CT_API ct_status ct_dataset_map(ct_dataset *in, ct_map_fn fn, void *user, const 
 typedef ct_status (*ct_predicate_fn)(const ct_element *in, int *ret_keep, void *user, ct_err *err);
 CT_API ct_status ct_dataset_filter(ct_dataset *in, ct_predicate_fn fn, void *user, const char *name,
                                    ct_dataset **ret, ct_err *err);
+/* A filter whose predicate also sees the element's (seed, epoch, key), as a random map does: a
+ * random decision drawn with ct_rng_*(ctx->seed, ct_map_stream(ctx), ...) is the same for any
+ * thread count and on resume. opt (may be NULL) gives the name, the seed, free_user and the
+ * fingerprint; its num_parallel_calls is ignored (a filter runs in order). */
+typedef ct_status (*ct_keyed_predicate_fn)(const ct_element *in, const ct_map_ctx *ctx,
+                                           int *ret_keep, void *user, ct_err *err);
+CT_API ct_status ct_dataset_filter_keyed(ct_dataset *in, ct_keyed_predicate_fn fn, void *user,
+                                         const ct_map_options *opt, ct_dataset **ret, ct_err *err);
 
 /* Stacks `size` consecutive elements (same shapes; bytes cannot be batched) along a new first
  * dim; the last batch may be short unless drop_remainder. */

@@ -22,6 +22,7 @@ typedef enum ct_data_format { CT_DATA_IDX } ct_data_format;
 #define CT_JOB_MAX_FILES 8    /* entries of a source's `files` (each a name or a glob) */
 #define CT_JOB_MAX_FEATURES 8 /* tfrecord features and csv columns (one component each) */
 #define CT_JOB_MAX_CHANNELS 8 /* normalize: per-channel mean and std */
+#define CT_JOB_MAX_LABELS 32  /* filter: label_in */
 #define CT_JOB_NAME_MAX 64    /* feature and column names */
 
 /* A pipeline stage, as named in job files (`- shuffle: {buffer: 1000}`). The sources can only
@@ -48,6 +49,7 @@ typedef enum ct_stage_kind {
     CT_STAGE_CACHE,
     CT_STAGE_SNAPSHOT,
     CT_STAGE_PREFETCH,
+    CT_STAGE_FILTER,
 } ct_stage_kind;
 
 /* The built-in maps a `map` stage can name (ctrain/data_maps.h). */
@@ -125,6 +127,19 @@ typedef struct ct_map_stage_spec {
     int parallel;          /* 0 (in the caller, the default), N threads, CT_AUTOTUNE */
 } ct_map_stage_spec;
 
+/* filter: {label_in: [...], value: {min, max}, length: {min, max}, keep: P, component: C,
+ * seed: S}: an element stays when every predicate given holds (ct_dataset_filter_builtin). */
+typedef struct ct_filter_stage_spec {
+    int component; /* the component the predicates read; -1 (default): the last */
+    int n_labels;  /* label_in */
+    int32_t labels[CT_JOB_MAX_LABELS];
+    int has_value; /* value: every value within [min_value, max_value] */
+    double min_value, max_value;
+    int has_length; /* length: the value count (bytes: the length) within */
+    int64_t min_length, max_length;
+    double keep; /* keep: the share kept at random (1: all) */
+} ct_filter_stage_spec;
+
 /* One stage of a pipeline; stages[0] is the source, whose parameters are ct_data_spec.source. */
 typedef struct ct_stage_spec {
     ct_stage_kind kind;
@@ -141,6 +156,7 @@ typedef struct ct_stage_spec {
     int reshuffle;              /* shuffle, global_shuffle: a new order every epoch; default true */
     char path[CT_JOB_PATH_MAX]; /* cache: file ("" = memory); snapshot: directory */
     ct_map_stage_spec map;      /* map */
+    ct_filter_stage_spec filter; /* filter */
 } ct_stage_spec;
 
 /* data.train / data.eval: the short form (format, images, labels, limit) or `pipeline:`. */

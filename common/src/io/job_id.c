@@ -135,6 +135,15 @@ static void put_stage(canon *c, const char *key, int i, const ct_stage_spec *s) 
     if (s->kind == CT_STAGE_MAP) {
         put_map(c, k, &s->map);
     }
+    if (s->kind == CT_STAGE_FILTER) {
+        const ct_filter_stage_spec *f = &s->filter;
+        put(c, "%s.filter component=%d value=%d:%a:%a length=%d:%lld:%lld keep=%a labels=%d\n", k,
+            f->component, f->has_value, f->min_value, f->max_value, f->has_length,
+            (long long)f->min_length, (long long)f->max_length, f->keep, f->n_labels);
+        for (int l = 0; l < f->n_labels; l++) {
+            put(c, "%s.filter.labels[%d]=%d\n", k, l, (int)f->labels[l]);
+        }
+    }
 }
 
 static void put_data(canon *c, const char *key, const ct_data_spec *d) {

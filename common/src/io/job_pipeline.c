@@ -9,6 +9,7 @@
  * `map: {scale: 1/255}`) or a mapping of options (`batch: {size: 32, drop_remainder: true}`). */
 #include "io/job_pipeline.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,6 +41,7 @@ static const ct__job_name transformation_names[] = {
     {"cache", CT_STAGE_CACHE},
     {"snapshot", CT_STAGE_SNAPSHOT},
     {"prefetch", CT_STAGE_PREFETCH},
+    {"filter", CT_STAGE_FILTER},
     {NULL, 0},
 };
 static const ct__job_name map_names[] = {
@@ -98,6 +100,10 @@ static const char *const stage_shorthand[] = {
     [CT_STAGE_REPEAT] = "count", [CT_STAGE_TAKE] = "count",        [CT_STAGE_SKIP] = "count",
     [CT_STAGE_CACHE] = "path",   [CT_STAGE_SNAPSHOT] = "dir",      [CT_STAGE_PREFETCH] = "buffer",
 };
+
+static const char *const filter_keys[] = {"label_in",  "value", "length", "keep",
+                                          "component", "seed",  NULL};
+static const char *const bounds_keys[] = {"min", "max", NULL};
 
 static const char *const map_keys[] = {"decode",      "cast",        "scale",   "normalize",
                                        "random_crop", "random_flip", "one_hot", "delay",
@@ -289,6 +295,78 @@ static void read_map(ct__job_reader *r, const ct__yaml_node *node, const char *p
     read_seed(&s, &st->has_seed, &st->seed);
 }
 
+/* filter.value / filter.length: {min, max}, either may be left out (unbounded). */
+static void read_bounds(const ct__job_section *s, const char *key, int *has, double *lo,
+                        double *hi) {
+    char path[CT__JOB_KEY_CAP], bound[CT__JOB_KEY_CAP];
+    const ct__yaml_node *node = ct__job_sec_get(s, key, path);
+    if (!node) {
+        return;
+    }
+    ct__job_section b;
+    ct__job_sec_open(s->r, node, path, bounds_keys, ct__job_key_line(s, key), &b);
+    *has = 1;
+    const ct__yaml_node *v = ct__job_sec_get(&b, "min", bound);
+    if (v) {
+        ct__job_read_number(s->r, v, bound, CT__JOB_ANY_NUMBER, lo);
+    }
+    if ((v = ct__job_sec_get(&b, "max", bound))) {
+        ct__job_read_number(s->r, v, bound, CT__JOB_ANY_NUMBER, hi);
+    }
+    if (s->r->status == CT_OK && *lo > *hi) {
+        ct__job_fail(s->r, ct__job_key_line(s, key), path, "min (%g) is above max (%g)", *lo, *hi);
+    }
+}
+
+/* filter.label_in: a label or a list of them. */
+static void read_labels(const ct__job_section *s, ct_filter_stage_spec *f) {
+    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
+    const ct__yaml_node *node = ct__job_sec_get(s, "label_in", path);
+    if (!node) {
+        return;
+    }
+    size_t n = node->kind == CT__YAML_SEQ ? node->n : 1;
+    if (n < 1 || n > CT_JOB_MAX_LABELS) {
+        ct__job_fail(s->r, node->line, path, "must list 1 to %d labels", CT_JOB_MAX_LABELS);
+        return;
+    }
+    for (size_t i = 0; s->r->status == CT_OK && i < n; i++) {
+        int v = 0;
+        ct__job_key_printf(item, "%s[%zu]", path, i);
+        ct__job_read_int(s->r, node->kind == CT__YAML_SEQ ? node->items[i] : node, item, 0, &v);
+        f->labels[i] = v;
+    }
+    f->n_labels = (int)n;
+}
+
+/* filter: {label_in, value, length, keep, component, seed}, at least one predicate. */
+static void read_filter(ct__job_reader *r, const ct__yaml_node *node, const char *path,
+                        ct_stage_spec *st) {
+    ct__job_section s;
+    ct_filter_stage_spec *f = &st->filter;
+    *f = (ct_filter_stage_spec){
+        .component = -1, .keep = 1.0, .min_value = -HUGE_VAL, .max_value = HUGE_VAL};
+    double lo = 0, hi = (double)INT64_MAX;
+    ct__job_sec_open(r, node, path, filter_keys, st->line, &s);
+    read_labels(&s, f);
+    read_bounds(&s, "value", &f->has_value, &f->min_value, &f->max_value);
+    read_bounds(&s, "length", &f->has_length, &lo, &hi);
+    f->min_length = (int64_t)lo;
+    f->max_length = hi >= (double)INT64_MAX ? INT64_MAX : (int64_t)hi;
+    char key[CT__JOB_KEY_CAP];
+    const ct__yaml_node *keep = ct__job_sec_get(&s, "keep", key);
+    if (keep) {
+        ct__job_read_number(r, keep, key, CT__JOB_UNIT_INTERVAL, &f->keep);
+    }
+    read_component(&s, &f->component);
+    read_seed(&s, &st->has_seed, &st->seed);
+    if (r->status == CT_OK && f->n_labels == 0 && !f->has_value && !f->has_length && !keep) {
+        ct__job_fail(r, st->line, path,
+                     "names no predicate (label_in: [labels], value: {min, max}, length: {min, "
+                     "max} or keep: P)");
+    }
+}
+
 /* The main parameter `node` at `key`: count (repeat, take, skip), size (batch), buffer (shuffle,
  * prefetch), path (cache) or dir (snapshot). */
 static void read_main(ct__job_reader *r, const ct__yaml_node *node, const char *key,
@@ -334,6 +412,10 @@ static void read_transformation(ct__job_reader *r, const ct__yaml_node *node, co
     ct__job_section s;
     if (st->kind == CT_STAGE_MAP) {
         read_map(r, node, path, st);
+        return;
+    }
+    if (st->kind == CT_STAGE_FILTER) {
+        read_filter(r, node, path, st);
         return;
     }
     st->count = st->kind == CT_STAGE_REPEAT ? CT_INFINITE : 0;

@@ -136,6 +136,21 @@ static ct_status build_stage(ct_dataset *in, const ct_data_spec *spec,
         };
         return build_map(in, s, &opt, ret, err);
     }
+    case CT_STAGE_FILTER: {
+        const ct_filter_stage_spec *f = &s->filter;
+        ct_filter_spec spec = {.component = f->component,
+                               .n_labels = f->n_labels,
+                               .labels = f->labels,
+                               .has_value = f->has_value,
+                               .min_value = f->min_value,
+                               .max_value = f->max_value,
+                               .has_length = f->has_length,
+                               .min_length = f->min_length,
+                               .max_length = f->max_length,
+                               .keep = f->keep};
+        ct_map_options opt = {.seed = s->has_seed ? s->seed : ct_pipeline_stage_seed(ctx->seed, i)};
+        return ct_dataset_filter_builtin(in, &spec, &opt, ret, err);
+    }
     case CT_STAGE_BATCH:
     case CT_STAGE_PADDED_BATCH:
         return build_batch(in, s, ctx, ret, err);
@@ -189,7 +204,7 @@ static void shard_position(const ct_data_spec *spec, const ct_pipeline_context *
         }
         if (s->kind == CT_STAGE_SHUFFLE || s->kind == CT_STAGE_GLOBAL_SHUFFLE ||
             s->kind == CT_STAGE_TAKE || s->kind == CT_STAGE_SKIP || s->kind == CT_STAGE_REPEAT ||
-            s->kind == CT_STAGE_UNBATCH) {
+            s->kind == CT_STAGE_UNBATCH || s->kind == CT_STAGE_FILTER) {
             *ret_after = i;
         }
     }

@@ -92,8 +92,7 @@ int ct__maps_is_integer(int dtype) {
     return dtype == CT_U8 || dtype == CT_I32 || dtype == CT_I64;
 }
 
-/* Value i of a numeric tensor as a double (exact for every u8, i32 and f32). */
-static double load_f64(const ct_value *v, int64_t i) {
+double ct__maps_value_f64(const ct_value *v, int64_t i) {
     switch (v->dtype) {
     case CT_F32:
         return ((const float *)v->data)[i];
@@ -265,7 +264,7 @@ static ct_status scale_map(ct_element *in, ct_element *ret, const ct_map_ctx *ct
         }
     } else {
         for (int64_t i = 0; i < n; i++) {
-            y[i] = (float)(load_f64(v, i) * p->factor);
+            y[i] = (float)(ct__maps_value_f64(v, i) * p->factor);
         }
     }
     ct__maps_install(ret, p->component, &out);
@@ -332,7 +331,7 @@ static ct_status normalize_map(ct_element *in, ct_element *ret, const ct_map_ctx
     float *y = out.data;
     for (int64_t i = 0; i < n; i++) {
         int64_t c = per == 1 ? 0 : i % per;
-        y[i] = ((float)load_f64(v, i) - p->mean[c]) / p->std[c];
+        y[i] = ((float)ct__maps_value_f64(v, i) - p->mean[c]) / p->std[c];
     }
     ct__maps_install(ret, p->component, &out);
     return CT_OK;

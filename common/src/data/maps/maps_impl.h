@@ -10,6 +10,9 @@
 
 #include "ctrain/data_maps.h"
 
+/* Value i of a numeric tensor (u8, i32, i64, f32) as a double (exact but for large i64). */
+double ct__maps_value_f64(const ct_value *v, int64_t i);
+
 /* Every map's parameters start with the component it reads. */
 typedef struct ct__maps_params {
     int component;

@@ -123,9 +123,20 @@ ct_status ct_dataset_map(ct_dataset *in, ct_map_fn fn, void *user, const ct_map_
 /* ---- filter ---- */
 
 typedef struct filter_params {
-    ct_predicate_fn fn;
+    ct_predicate_fn fn;          /* or */
+    ct_keyed_predicate_fn keyed; /* with the element's (seed, epoch, key) */
     void *user;
+    ct_map_options opt;
+    char name[40];
 } filter_params;
+
+static void filter_free(void *p) {
+    filter_params *f = p;
+    if (f != NULL && f->opt.free_user) {
+        f->opt.free_user(f->user);
+    }
+    free(f);
+}
 
 static ct_status filter_next(ct__iter *it, ct_element *ret, int *ret_end, ct_err *err) {
     const filter_params *f = it->ds->params;
@@ -136,7 +147,13 @@ static ct_status filter_next(ct__iter *it, ct_element *ret, int *ret_end, ct_err
             return st;
         }
         int keep = 0;
-        if ((st = f->fn(ret, &keep, f->user, err)) != CT_OK || keep) {
+        if (f->keyed) {
+            ct_map_ctx mc = {.seed = f->opt.seed, .epoch = it->ctx.epoch, .key = ret->key};
+            st = f->keyed(ret, &mc, &keep, f->user, err);
+        } else {
+            st = f->fn(ret, &keep, f->user, err);
+        }
+        if (st != CT_OK || keep) {
             if (st != CT_OK) {
                 ct_element_clear(ret);
             }
@@ -153,27 +170,46 @@ static ct_status filter_make_iter(const ct_dataset *ds, const ct__iter_ctx *ctx,
     return ct__wrap_make_iter(ds, ctx, &filter_iter_ops, sizeof(map_iter), ret, err);
 }
 
-static const ct__dataset_ops filter_ops = {.kind = "filter", .make_iter = filter_make_iter};
+static const ct__dataset_ops filter_ops = {
+    .kind = "filter", .make_iter = filter_make_iter, .free_params = filter_free};
 
-ct_status ct_dataset_filter(ct_dataset *in, ct_predicate_fn fn, void *user, const char *name,
-                            ct_dataset **ret, ct_err *err) {
-    if (fn == NULL) {
-        return ct_err_set(err, CT_EINVAL, "filter: no predicate");
-    }
-    filter_params *f = malloc(sizeof *f);
-    if (f == NULL) {
-        return ct_err_set(err, CT_ENOMEM, "filter: out of memory");
-    }
-    *f = (filter_params){fn, user};
-    name = name ? name : "fn";
+static ct_status make_filter(ct_dataset *in, filter_params *f, ct_dataset **ret, ct_err *err) {
+    snprintf(f->name, sizeof f->name, "%s", f->opt.name ? f->opt.name : "fn");
+    f->opt.name = f->name;
+    uint64_t h = ct__mix64(ct__hash_str(f->opt.fingerprint, f->name), f->opt.seed);
     ct_dataset *ds = NULL;
-    ct_status st = ct__dataset_create(&filter_ops, f, ct__hash_str(0, name), &in, 1, &ds, err);
+    ct_status st = ct__dataset_create(&filter_ops, f, h, &in, 1, &ds, err);
     if (st != CT_OK) {
         return st;
     }
-    snprintf(ds->name, sizeof ds->name, "filter(%s)", name);
+    snprintf(ds->name, sizeof ds->name, "filter(%s)", f->name);
     ds->cardinality = in->cardinality == CT_INFINITE ? CT_INFINITE : CT_UNKNOWN;
     ds->spec = in->spec;
     *ret = ds;
     return CT_OK;
+}
+
+/* A filter of predicate fn or keyed (one of them). */
+static ct_status new_filter(ct_dataset *in, ct_predicate_fn fn, ct_keyed_predicate_fn keyed,
+                            void *user, const ct_map_options *opt, ct_dataset **ret, ct_err *err) {
+    if (fn == NULL && keyed == NULL) {
+        return ct_err_set(err, CT_EINVAL, "filter: no predicate");
+    }
+    filter_params *f = calloc(1, sizeof *f);
+    if (f == NULL) {
+        return ct_err_set(err, CT_ENOMEM, "filter: out of memory");
+    }
+    *f = (filter_params){
+        .fn = fn, .keyed = keyed, .user = user, .opt = opt ? *opt : (ct_map_options){0}};
+    return make_filter(in, f, ret, err);
+}
+
+ct_status ct_dataset_filter(ct_dataset *in, ct_predicate_fn fn, void *user, const char *name,
+                            ct_dataset **ret, ct_err *err) {
+    return new_filter(in, fn, NULL, user, &(ct_map_options){.name = name}, ret, err);
+}
+
+ct_status ct_dataset_filter_keyed(ct_dataset *in, ct_keyed_predicate_fn fn, void *user,
+                                  const ct_map_options *opt, ct_dataset **ret, ct_err *err) {
+    return new_filter(in, NULL, fn, user, opt, ret, err);
 }
