@@ -228,8 +228,9 @@ static void on_heartbeat(disp *d) {
     double now = ct__now_s();
     if (env->role == CTRAIN__WIRE__ROLE__DATA_WORKER) {
         int w = ct__dsvc_find_worker_peer(&d->st, d->msg.peer, d->msg.peer_len);
-        if (w < 0 || !d->st.workers[w].live ||
-            (env->generation != 0 && env->generation != d->st.generation)) {
+        /* a registered data worker beats under the generation its REGISTERED gave (1 or
+         * more): 0 or another is a worker this dispatcher does not know */
+        if (w < 0 || !d->st.workers[w].live || env->generation != d->st.generation) {
             send_error(d, "lost: register again");
             return;
         }

@@ -57,9 +57,10 @@ static void usage(FILE *f) {
             "  -h, --help          show this help\n"
             "\n"
             "It prints 'ctrain-dispatcher: listening on tcp://HOST:PORT' once it listens.\n"
-            "exit codes: 0 the job is done (also after SIGTERM/SIGINT: the data workers are told\n"
-            "to finish), 1 runtime failure (the journal, the socket), 2 bad input, 130/143 a\n"
-            "second SIGINT/SIGTERM\n");
+            "exit codes: 0 the job is done, 1 runtime failure (the journal, the socket), 2 bad\n"
+            "input, 130/143 stopped by SIGINT/SIGTERM, as every role (the first signal tells the\n"
+            "data workers that the job is done and ends two heartbeats later; a second ends it\n"
+            "at once)\n");
 }
 
 /* Takes --work-dir out of argv (the shared role flags do not know it). */
@@ -117,5 +118,6 @@ int main(int argc, char **argv) {
     }
     ct_net_shutdown();
     ct_job_destroy(job);
-    return ct_exit_code(st, stop_signal, 0);
+    /* stopped by a signal: 130/143 as every role, though the stop itself went cleanly */
+    return ct_exit_code(st == CT_OK && stop_signal ? CT_EINTR : st, stop_signal, 0);
 }

@@ -564,3 +564,16 @@ def test_parallel_epochs_every_worker_walks_the_whole_dataset(tmp_path, service)
     per_epoch = [sorted(i for (e, _), v in batches.items() if e == ep for i in v)
                  for ep in range(2)]
     assert any(len(set(p)) < N_IDS for p in per_epoch)
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_dispatcher_exits_like_every_role_after_a_signal(tmp_path, service, sig, code):
+    """A stopped dispatcher tells its data workers that the job is done (they exit 0) and exits
+    143 after SIGTERM, 130 after SIGINT, as every role does."""
+    s = service()
+    s.dispatcher()
+    w = s.worker()
+    s.wait_for("dispatcher", r"data worker 0 \(pid \d+ on .*\) registered")
+    s.procs["dispatcher"].send_signal(sig)
+    assert s.procs["dispatcher"].wait(timeout=60) == code, s.log("dispatcher")
+    assert s.procs[w].wait(timeout=60) == 0, s.log(w)

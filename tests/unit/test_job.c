@@ -237,7 +237,7 @@ Test(job, data_service_keys) {
     const char *text = MINIMAL_JOB "  service:\n"
                                    "    dispatcher: node01:7460\n"
                                    "    mode: parallel_epochs\n"
-                                   "    deterministic: false\n"
+                                   "    deterministic: true\n"
                                    "    split_steps: 16\n"
                                    "    window: 2\n"
                                    "    heartbeat: 0.25\n"
@@ -250,7 +250,9 @@ Test(job, data_service_keys) {
     cr_expect_eq(ds->enabled, 1);
     cr_expect_str_eq(ds->dispatcher, "node01:7460");
     cr_expect_eq(ds->mode, CT_DS_PARALLEL_EPOCHS);
-    cr_expect_eq(ds->deterministic, 0);
+    cr_expect_eq(ds->deterministic, 1);
+    EXPECT_ERROR(MINIMAL_JOB "  service:\n    deterministic: false\n",
+                 "job.yaml:13: data.service.deterministic: false is not offered", "step order");
     cr_expect_eq(ds->split_steps, 16);
     cr_expect_eq(ds->window, 2);
     cr_expect_float_eq(ds->heartbeat_s, 0.25f, 1e-6);

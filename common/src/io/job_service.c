@@ -21,6 +21,14 @@ void ct__job_read_service(ct__job_reader *r, const ct__job_section *data,
     ct__job_sec_name(&s, "mode", mode_names, "data service mode", &mode);
     ds->mode = (ct_ds_mode)mode;
     ct__job_sec_bool(&s, "deterministic", &ds->deterministic);
+    if (r->status == CT_OK && !ds->deterministic) {
+        char key[CT__JOB_KEY_CAP];
+        ct__job_sec_get(&s, "deterministic", key);
+        ct__job_fail(r, ct__job_key_line(&s, "deterministic"), key,
+                     "false is not offered: the data service always delivers a consumer's "
+                     "batches in step order (the same batches for any number of data workers) "
+                     "and has no out-of-order path; leave the key out");
+    }
     ct__job_sec_i64(&s, "split_steps", 1, &ds->split_steps);
     ct__job_sec_int(&s, "window", 1, &ds->window);
     ct__job_sec_float(&s, "heartbeat", CT__JOB_POSITIVE, &ds->heartbeat_s);
