@@ -234,6 +234,27 @@ static int print_elements(const ct_dataset *ds, long long take) {
     return 0;
 }
 
+/* Under the data service every lease seeks the pipeline: a shuffle buffer larger than a lease
+ * is refilled (read and mapped again) each time. Says so when the job's split has one. */
+static void service_note(const ct_job *job, const ct_data_spec *d) {
+    if (!job->data_service.enabled) {
+        return;
+    }
+    int64_t lease = job->data_service.split_steps * (int64_t)job->train.batch_size;
+    for (int i = 1; i < d->n_stages; i++) {
+        const ct_stage_spec *s = &d->stages[i];
+        if (s->kind == CT_STAGE_SHUFFLE && s->count > 0) {
+            printf("data service: every lease (split_steps %lld x batch %d = %lld elements) seeks "
+                   "the pipeline and refills its shuffle buffer of %lld elements: %.1fx the "
+                   "reading of the lease itself; raise data.service.split_steps or use "
+                   "global_shuffle, whose seek costs nothing\n",
+                   (long long)job->data_service.split_steps, job->train.batch_size,
+                   (long long)lease, (long long)s->count,
+                   lease > 0 ? (double)s->count / (double)lease : 0.0);
+        }
+    }
+}
+
 static int cmd_inspect(int argc, char **argv) {
     data_flags f = {.count = 3};
     ct_job *job = NULL;
@@ -255,6 +276,7 @@ static int cmd_inspect(int argc, char **argv) {
     printf("cardinality: %s elements per epoch\n",
            cardinality_str(ct_dataset_cardinality(ds), card, sizeof card));
     printf("fingerprint: %016llx\n", (unsigned long long)ct_dataset_fingerprint(ds));
+    service_note(job, f.eval ? &job->eval_data : &job->train_data);
     free(text);
     rc = print_elements(ds, f.count);
     ct_dataset_destroy(ds);

@@ -148,3 +148,16 @@ def test_bad_flags_and_files(tmp_path):
     line = one_line_error(ctrain("data", "inspect", "examples/fashion_mnist_mlp.yaml", "--set",
                                  "data.train.images=/nonexistent/images.gz"))
     assert "/nonexistent/images.gz" in line, line
+
+
+def test_inspect_says_what_a_shuffle_buffer_costs_under_the_data_service(tmp_path):
+    """Under the data service every lease seeks the pipeline: inspect says how many times the
+    lease's own reading a shuffle buffer refills, and says nothing without the service."""
+    job = write_job(tmp_path, "      - range: 1000\n      - shuffle: 500\n      - batch: 10\n")
+    r = ctrain("data", "inspect", job, "--take", "1")
+    assert r.returncode == 0 and "data service:" not in r.stdout, r.stdout + r.stderr
+    r = ctrain("data", "inspect", job, "--take", "1", "--set",
+               "data.service.dispatcher=127.0.0.1:7460", "--set", "train.batch_size=10")
+    assert r.returncode == 0, r.stderr
+    assert ("data service: every lease (split_steps 8 x batch 10 = 80 elements) seeks the "
+            "pipeline and refills its shuffle buffer of 500 elements: 6.2x") in r.stdout, r.stdout
