@@ -255,8 +255,23 @@ static void on_heartbeat(disp *d) {
 }
 
 /* Counts the stream (eval, shards) once, with the in-process loader. */
+/* The wire size of the first batch of the loader's stream (x as f32, y as i32): what
+ * data.service.window_mb counts. */
+static int64_t first_batch_bytes(ct_loader *l, ct_err *err) {
+    ct_batch b = {0};
+    if (ct_loader_start_epoch(l, 0, 0) != CT_OK || ct_loader_next_err(l, &b, err) != CT_OK) {
+        return 0;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < b.rank; i++) {
+        numel *= b.example_shape[i];
+    }
+    return b.size * (numel * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
+}
+
 static ct_status count_stream(disp *d, int eval, uint32_t shards, ct_err *err) {
-    if (ct__dsvc_find_stream(&d->st, eval, shards)) {
+    const ct__dsvc_stream *known = ct__dsvc_find_stream(&d->st, eval, shards);
+    if (known && (known->batch_bytes > 0 || d->st.cfg.window_bytes <= 0)) {
         return CT_OK;
     }
     if (eval && !d->job->has_eval_data) {
@@ -269,12 +284,13 @@ static ct_status count_stream(disp *d, int eval, uint32_t shards, ct_err *err) {
         st =
             ct_pipeline_loader_from(eval ? &d->job->eval_data : &d->job->train_data, &ctx, &l, err);
     }
-    if (st == CT_OK) {
-        st = ct_loader_count_steps(l, err);
-    }
-    if (st == CT_OK) {
+    if (st == CT_OK && !known && (st = ct_loader_count_steps(l, err)) == CT_OK) {
         st = ct__dsvc_add_stream(&d->st, eval, shards, ct_loader_batches_per_epoch(l),
                                  ct_loader_examples(l), ct_loader_global_batch(l, 0, -1), err);
+    }
+    if (st == CT_OK && d->st.cfg.window_bytes > 0) {
+        ct_err why = {0}; /* a batch that cannot be read here is the data workers' to report */
+        ct__dsvc_set_batch_bytes(&d->st, eval, shards, first_batch_bytes(l, &why));
     }
     ct_loader_destroy(l);
     return st;
@@ -444,6 +460,7 @@ static ct_status start(disp *d, const ct_job *job, const ct_dispatcher_options *
     ct__dsvc_config cfg = {.parallel_epochs = ds->mode == CT_DS_PARALLEL_EPOCHS,
                            .split_steps = ds->split_steps > 0 ? ds->split_steps : 8,
                            .window = ds->window > 0 ? ds->window : 4,
+                           .window_bytes = (int64_t)(ds->window_mb * 1e6),
                            .epochs = job->train.epochs,
                            .max_steps = job->train.max_steps,
                            .lost_s = d->heartbeat_s * (ds->lost_after > 0 ? ds->lost_after : 4)};

@@ -65,6 +65,13 @@ const ct__dsvc_stream *ct__dsvc_find_stream(const ct__dsvc_state *s, int eval, u
     return NULL;
 }
 
+void ct__dsvc_set_batch_bytes(ct__dsvc_state *s, int eval, uint32_t shards, int64_t bytes) {
+    ct__dsvc_stream *st = (ct__dsvc_stream *)ct__dsvc_find_stream(s, eval, shards);
+    if (st) {
+        st->batch_bytes = bytes;
+    }
+}
+
 int64_t ct__dsvc_job_steps(const ct__dsvc_state *s, int64_t steps_per_epoch) {
     int64_t total = (int64_t)s->cfg.epochs * steps_per_epoch;
     if (s->cfg.max_steps > 0 && s->cfg.max_steps < total) {
@@ -429,6 +436,18 @@ ct_status ct__dsvc_check_liveness(ct__dsvc_state *s, double now, ct_err *err) {
     return CT_OK;
 }
 
+/* The leases a consumer may hold: the window, and no more than window_bytes of batches once a
+ * batch's size is known (at least one lease). */
+static int window_of(const ct__dsvc_state *s, const ct__dsvc_consumer *k) {
+    const ct__dsvc_stream *st = ct__dsvc_find_stream(s, k->eval, k->shards);
+    int64_t lease_bytes = st ? st->batch_bytes * s->cfg.split_steps : 0;
+    if (s->cfg.window_bytes <= 0 || lease_bytes <= 0) {
+        return s->cfg.window;
+    }
+    int64_t n = s->cfg.window_bytes / lease_bytes;
+    return n < 1 ? 1 : n < s->cfg.window ? (int)n : s->cfg.window;
+}
+
 /* Creates consumer c's leases up to its window. */
 static ct_status lease_ahead(ct__dsvc_state *s, int c, ct_err *err) {
     ct__dsvc_consumer *k = &s->consumers[c];
@@ -437,7 +456,8 @@ static ct_status lease_ahead(ct__dsvc_state *s, int c, ct_err *err) {
         return CT_OK;
     }
     int64_t end = end_of(s, k);
-    while (k->n_leases < s->cfg.window) {
+    int window = window_of(s, k);
+    while (k->n_leases < window) {
         int64_t epoch = k->next_epoch, first = k->next_step;
         if (first >= spe) {
             epoch += first / spe;

@@ -84,6 +84,7 @@ typedef struct ct__dsvc_stream {
     int eval;
     uint32_t shards;
     int64_t steps_per_epoch, examples, global_batch;
+    int64_t batch_bytes; /* of one batch on the wire, when measured (0: not yet; not journaled) */
 } ct__dsvc_stream;
 
 typedef struct ct__dsvc_lease {
@@ -105,9 +106,10 @@ typedef struct ct__dsvc_config {
     int parallel_epochs; /* mode parallel_epochs: a lease's salt is its holder's index + 1 */
     int64_t split_steps;
     int window;
-    int epochs;        /* train.epochs */
-    int64_t max_steps; /* train.max_steps (0: off) */
-    double lost_s;     /* a data worker silent this long is lost */
+    int64_t window_bytes; /* and at most this many bytes of batches per consumer (0: no cap) */
+    int epochs;           /* train.epochs */
+    int64_t max_steps;    /* train.max_steps (0: off) */
+    double lost_s;        /* a data worker silent this long is lost */
     double consumer_lost_s;
 } ct__dsvc_config;
 
@@ -151,6 +153,9 @@ int ct__dsvc_find_worker(const ct__dsvc_state *s, int index);
 int ct__dsvc_find_worker_peer(const ct__dsvc_state *s, const void *peer, size_t peer_len);
 int ct__dsvc_find_consumer(const ct__dsvc_state *s, const char *name);
 const ct__dsvc_stream *ct__dsvc_find_stream(const ct__dsvc_state *s, int eval, uint32_t shards);
+/* Records the wire size of one batch of a stream (measured by the dispatcher; not journaled):
+ * from then on data.service.window_mb caps its consumers' leases. */
+void ct__dsvc_set_batch_bytes(ct__dsvc_state *s, int eval, uint32_t shards, int64_t bytes);
 
 /* Adds the counts of a stream (journaled). */
 ct_status ct__dsvc_add_stream(ct__dsvc_state *s, int eval, uint32_t shards, int64_t steps_per_epoch,

@@ -577,3 +577,19 @@ def test_dispatcher_exits_like_every_role_after_a_signal(tmp_path, service, sig,
     s.procs["dispatcher"].send_signal(sig)
     assert s.procs["dispatcher"].wait(timeout=60) == code, s.log("dispatcher")
     assert s.procs[w].wait(timeout=60) == 0, s.log(w)
+
+
+def test_a_window_in_megabytes_still_delivers_every_batch_once(tmp_path, service):
+    """data.service.window_mb smaller than one lease: the dispatcher measures a batch, holds each
+    consumer to one lease at a time, and the job still gets every batch exactly once, the same
+    batches as in process."""
+    s = service()
+    s.sets += ["--set", "data.service.window_mb=0.0001"]
+    s.dispatcher()
+    for _ in range(2):
+        s.worker()
+    out = tmp_path / "batches.txt"
+    consumer = s.consumer(out)
+    assert consumer.wait(timeout=300) == 0, s.log("consumer")
+    assert_exactly_once(out)
+    assert read_batches(out)[1] == read_batches(in_process(tmp_path, s.job))[1]

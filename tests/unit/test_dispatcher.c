@@ -106,6 +106,26 @@ Test(dispatcher, leases_in_step_order_within_the_window_across_epochs) {
     ct__dsvc_state_finish(&s);
 }
 
+/* window_bytes caps the leases ahead once a batch's size is known: 1000-byte batches, splits of
+ * 8: 20000 bytes hold 2 leases; too small a cap still leaves one. */
+Test(dispatcher, the_window_in_bytes_caps_the_leases_ahead) {
+    for (int k = 0; k < 3; k++) {
+        ct__dsvc_state s;
+        outbox o;
+        setup(&s, &o, 0);
+        s.cfg.window_bytes = k == 0 ? 20000 : k == 1 ? 100 : 0;
+        ct__dsvc_set_batch_bytes(&s, 0, 1, 1000);
+        seek(&s, "trainer", 0, 0, 0);
+        cr_assert_eq(ct__dsvc_pump(&s, NULL), CT_OK);
+        cr_expect_eq(s.n_leases,
+                     k == 0   ? 2
+                     : k == 1 ? 1
+                              : 4,
+                     "cap %lld", (long long)s.cfg.window_bytes);
+        ct__dsvc_state_finish(&s);
+    }
+}
+
 Test(dispatcher, acks_retire_leases_that_end_at_or_before_them) {
     ct__dsvc_state s;
     outbox o;

@@ -220,14 +220,15 @@ typedef struct ct_data_service_spec {
     int deterministic;                /* data.service.deterministic: default true */
     int64_t split_steps;              /* data.service.split_steps: batches per split; 8 */
     int window;                       /* data.service.window: splits leased ahead per consumer; 4 */
-    float heartbeat_s;                /* data.service.heartbeat: seconds between heartbeats; 0.5 */
-    int lost_after;                   /* data.service.lost_after: missed heartbeats before a data
-                                         worker is lost and its leases re-queued; 4 */
-    float timeout_s;                  /* data.service.timeout: seconds a consumer waits for the
-                                         next batch or a silent dispatcher; 60 */
-    char work_dir[CT_JOB_PATH_MAX];   /* data.service.work_dir: the dispatcher's journal;
-                                         default "<run_dir>/data_service" */
-    int line;                         /* of data.service, for messages */
+    float window_mb;   /* data.service.window_mb: and at most this many MB of batches (0: no cap) */
+    float heartbeat_s; /* data.service.heartbeat: seconds between heartbeats; 0.5 */
+    int lost_after;    /* data.service.lost_after: missed heartbeats before a data
+                          worker is lost and its leases re-queued; 4 */
+    float timeout_s;   /* data.service.timeout: seconds a consumer waits for the
+                          next batch or a silent dispatcher; 60 */
+    char work_dir[CT_JOB_PATH_MAX]; /* data.service.work_dir: the dispatcher's journal;
+                                       default "<run_dir>/data_service" */
+    int line;                       /* of data.service, for messages */
 } ct_data_service_spec;
 
 /* "local", "mirrored", "parameter_server"; "?" for other values. */

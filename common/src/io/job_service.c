@@ -3,7 +3,7 @@
 #include "io/job_pipeline.h"
 
 static const char *const service_keys[] = {
-    "dispatcher", "mode",       "deterministic", "split_steps", "window",
+    "dispatcher", "mode",       "deterministic", "split_steps", "window", "window_mb",
     "heartbeat",  "lost_after", "timeout",       "work_dir",    NULL};
 static const ct__job_name mode_names[] = {{"distributed_epoch", CT_DS_DISTRIBUTED_EPOCH},
                                           {"parallel_epochs", CT_DS_PARALLEL_EPOCHS},
@@ -31,6 +31,7 @@ void ct__job_read_service(ct__job_reader *r, const ct__job_section *data,
     }
     ct__job_sec_i64(&s, "split_steps", 1, &ds->split_steps);
     ct__job_sec_int(&s, "window", 1, &ds->window);
+    ct__job_sec_float(&s, "window_mb", CT__JOB_NON_NEGATIVE, &ds->window_mb);
     ct__job_sec_float(&s, "heartbeat", CT__JOB_POSITIVE, &ds->heartbeat_s);
     ct__job_sec_int(&s, "lost_after", 1, &ds->lost_after);
     ct__job_sec_float(&s, "timeout", CT__JOB_POSITIVE, &ds->timeout_s);
