@@ -659,7 +659,6 @@ static void chief_free(chief *c) {
     free(c->epochs);
     ct_ps_plan_finish(&c->plan);
     ct_trainer_destroy(c->t);
-    ct_loader_destroy(c->train);
     ct_loader_destroy(c->eval);
 }
 
@@ -678,7 +677,7 @@ static ct_status setup(chief *c, ct_err *err) {
     const ct_job *job = c->job;
     /* the step count of worker 0's shard (every worker's), and the evaluation data */
     int shards = job->ps.async ? 1 : c->n_workers;
-    ct_status st = ct_pipeline_loader(job, 0, 0, shards, &c->train, err);
+    ct_status st = ct_pipeline_counts(job, 0, shards, &c->n_train, &c->steps_per_epoch, err);
     if (st != CT_OK ||
         (job->has_eval_data && (st = ct_pipeline_loader(job, 1, 0, 1, &c->eval, err)) != CT_OK)) {
         return st;
@@ -716,8 +715,6 @@ static ct_status setup(chief *c, ct_err *err) {
                               1 + ct_optimizer_slot_count(opt), CT_WIRE_MAX_FRAMES - 1);
         }
     }
-    c->n_train = ct_loader_examples(c->train);
-    c->steps_per_epoch = ct_loader_batches_per_epoch(c->train);
     if (c->steps_per_epoch < 0) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: data.train: the parameter-server chief hands out batches by "

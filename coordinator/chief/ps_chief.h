@@ -53,7 +53,7 @@ typedef struct chief {
     ct_trainer *t;
     ct_params *p;
     ct_ps_plan plan;
-    ct_loader *train, *eval; /* the step count of a worker's shard; evaluation */
+    ct_loader *eval; /* evaluation (the training input is counted, never read: n_train) */
     int64_t n_train, steps_per_epoch, total_steps;
     slot *ps, *workers;
     int n_ps, n_workers;

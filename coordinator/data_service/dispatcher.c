@@ -313,7 +313,8 @@ static ct_status on_consumer(disp *d, ct_err *err) {
     const char *name = m && m->name ? m->name : "";
     ct_status st = m ? count_stream(d, m->eval, m->shards, &why)
                      : ct_err_set(&why, CT_EINVAL, "DS_CONSUMER without a consumer");
-    if (st == CT_OK) {
+    int counting = st == CT_OK && m->count_only; /* the counts only: no position, no leases */
+    if (st == CT_OK && !counting) {
         st = ct__dsvc_consumer_seek(&d->st, name, m->eval, m->shard, m->shards, m->epoch, m->step,
                                     ct__now_s(), &inc, &why);
     }
@@ -325,7 +326,9 @@ static ct_status on_consumer(disp *d, ct_err *err) {
         send_error(d, why.msg);
         return CT_OK;
     }
-    set_peer(d, name);
+    if (!counting) {
+        set_peer(d, name);
+    }
     const ct__dsvc_stream *s = ct__dsvc_find_stream(&d->st, m->eval, m->shards);
     Ctrain__DataService__Consumer pos = *m;
     pos.incarnation = inc;
@@ -345,8 +348,13 @@ static ct_status on_consumer(disp *d, ct_err *err) {
     env.kind = CTRAIN__WIRE__KIND__DS_INFO;
     env.info = &info;
     send_env(d, d->msg.peer, d->msg.peer_len, &env);
-    ct_log(CT_LOG_INFO, "dispatcher: consumer '%s' at epoch %lld step %lld (incarnation %llu)",
-           name, (long long)m->epoch, (long long)m->step, (unsigned long long)inc);
+    if (counting) {
+        ct_log(CT_LOG_INFO, "dispatcher: '%s' asked for the counts only (%lld steps per epoch)",
+               name, (long long)s->steps_per_epoch);
+    } else {
+        ct_log(CT_LOG_INFO, "dispatcher: consumer '%s' at epoch %lld step %lld (incarnation %llu)",
+               name, (long long)m->epoch, (long long)m->step, (unsigned long long)inc);
+    }
     return CT_OK;
 }
 

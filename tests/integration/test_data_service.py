@@ -94,6 +94,12 @@ def test_parameter_server_workers_read_their_shards_from_the_service(tmp_path):
     local = in_process(tmp_path, *PS, train_flags=flags)
     keys = ("test_loss", "test_accuracy")
     assert epoch_lines(out, keys) == epoch_lines(local, keys)
+    # the chief only counts the training stream: the dispatcher answers and leases nothing
+    # for it; the consumers are the two workers' shards and the chief's evaluation
+    log = (tmp_path / "dispatcher.log").read_text()
+    assert re.search(r"'shard 0/2 pid \d+' asked for the counts only", log), log
+    shard0 = set(re.findall(r"consumer '(shard 0/2 pid \d+)", log))
+    assert len(shard0) == 1, log  # worker 0's, not the chief's too
 
 
 def test_data_worker_names_a_silent_dispatcher(tmp_path):

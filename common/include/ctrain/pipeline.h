@@ -76,6 +76,15 @@ typedef struct ct_loader ct_loader;
 CT_API ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int shard_count,
                                     ct_loader **ret, ct_err *err);
 
+/* The counts of `job`'s training or evaluation input split over shard_count ranks, for a role
+ * that hands out batches without reading them (the parameter-server chief): the examples of an
+ * epoch across the shards (-1 unknown) and a shard's batches per epoch. With data.service the
+ * dispatcher answers them and produces nothing for the asker; else the in-process loader counts
+ * them. */
+CT_API ct_status ct_pipeline_counts(const ct_job *job, int eval, int shard_count,
+                                    int64_t *ret_examples, int64_t *ret_steps_per_epoch,
+                                    ct_err *err);
+
 /* The in-process loader of `spec` built with ctx (ct_pipeline_build: seed, batch size, shuffle,
  * shards), with an autotuned prefetch appended to a pipeline form that does not end in one when
  * ctx->prefetch > 0, and its steps counted (ct_loader_count_steps) so every rank takes the same

@@ -31,6 +31,7 @@ struct ct__dsvc_client {
     /* set at creation, read-only after */
     char name[128], dispatcher[CT_NET_ENDPOINT_MAX];
     int eval, shard, shards, input_rank;
+    int count_only; /* asks for the stream's counts only (ct__dsvc_client_count) */
     int64_t input_shape[CT_JOB_MAX_RANK];
     uint64_t job_id;
     double heartbeat_s, timeout_s, reseek_s;
@@ -147,7 +148,9 @@ static void on_info(ct__dsvc_client *c, const Ctrain__DataService__Info *info) {
         drop_slots_before(c, c->incarnation);
         pthread_cond_broadcast(&c->cv);
     }
-    add_workers(c, info->data_workers, info->n_data_workers);
+    if (!c->count_only) {
+        add_workers(c, info->data_workers, info->n_data_workers);
+    }
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -282,6 +285,7 @@ static void send_consumer(ct__dsvc_client *c, int64_t epoch, int64_t step) {
     pos.shards = (uint32_t)c->shards;
     pos.epoch = epoch;
     pos.step = step;
+    pos.count_only = c->count_only;
     ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
     env.kind = CTRAIN__WIRE__KIND__DS_CONSUMER;
     env.consumer = &pos;
@@ -322,7 +326,7 @@ static int io_requests(ct__dsvc_client *c) {
     if (ack) {
         send_ack(c, ai, ae, as, 0);
     }
-    if (closing) { /* the last step handed out finished too */
+    if (closing && !c->count_only) { /* the last step handed out finished too */
         send_ack(c, ai, ae, as, 1);
     }
     if (closing || stop) {
@@ -460,12 +464,13 @@ static ct_status client_init(ct__dsvc_client *c, const ct_job *job, int eval, in
     return st;
 }
 
-ct_status ct__dsvc_client_create(const ct_job *job, int eval, int shard, int shards,
-                                 ct__dsvc_client **ret, ct_err *err) {
+static ct_status client_create(const ct_job *job, int eval, int shard, int shards, int count_only,
+                               ct__dsvc_client **ret, ct_err *err) {
     ct__dsvc_client *c = calloc(1, sizeof *c);
     if (c == NULL) {
         return ct_err_set(err, CT_ENOMEM, "data service: out of memory");
     }
+    c->count_only = count_only;
     ct_status st = client_init(c, job, eval, shard, shards, err);
     if (st == CT_OK) {
         c->last_heard = c->last_return = ct__now_s();
@@ -487,6 +492,22 @@ ct_status ct__dsvc_client_create(const ct_job *job, int eval, int shard, int sha
     }
     *ret = c;
     return CT_OK;
+}
+
+ct_status ct__dsvc_client_create(const ct_job *job, int eval, int shard, int shards,
+                                 ct__dsvc_client **ret, ct_err *err) {
+    return client_create(job, eval, shard, shards, 0, ret, err);
+}
+
+ct_status ct__dsvc_client_count(const ct_job *job, int eval, int shards, ct__dsvc_stream_info *ret,
+                                ct_err *err) {
+    ct__dsvc_client *c = NULL;
+    ct_status st = client_create(job, eval, 0, shards, 1, &c, err);
+    if (st == CT_OK) {
+        *ret = c->info;
+        ct__dsvc_client_destroy(c);
+    }
+    return st;
 }
 
 void ct__dsvc_client_info(const ct__dsvc_client *c, ct__dsvc_stream_info *ret) {

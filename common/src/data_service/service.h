@@ -37,6 +37,10 @@ typedef struct ct__dsvc_stream_info {
 ct_status ct__dsvc_client_create(const ct_job *job, int eval, int shard, int shards,
                                  ct__dsvc_client **ret, ct_err *err);
 void ct__dsvc_client_info(const ct__dsvc_client *c, ct__dsvc_stream_info *ret);
+/* The counts of the stream (eval, all shards of `shards`) without becoming its consumer: a
+ * DS_CONSUMER count_only, answered with DS_INFO and no leases (nothing is produced for it). */
+ct_status ct__dsvc_client_count(const ct_job *job, int eval, int shards, ct__dsvc_stream_info *ret,
+                                ct_err *err);
 /* The batch at (epoch, step) into *ret (x f32 [size, input dims...], y i32 [size]; empty on
  * entry). Acknowledges the step handed out before when this is the next one, else moves the
  * consumer there (DS_CONSUMER). Waits up to data.service.timeout (CT_ETIMEDOUT naming the data

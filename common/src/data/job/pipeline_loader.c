@@ -80,3 +80,24 @@ ct_status ct_pipeline_loader(const ct_job *job, int eval, int shard_index, int s
                ? ct_pipeline_loader_from(eval ? &job->eval_data : &job->train_data, &ctx, ret, err)
                : st;
 }
+
+ct_status ct_pipeline_counts(const ct_job *job, int eval, int shard_count, int64_t *ret_examples,
+                             int64_t *ret_steps_per_epoch, ct_err *err) {
+    if (job->data_service.enabled) {
+        ct__dsvc_stream_info info;
+        ct_status st = ct__dsvc_client_count(job, eval, shard_count, &info, err);
+        if (st == CT_OK) {
+            *ret_examples = info.examples;
+            *ret_steps_per_epoch = info.steps_per_epoch;
+        }
+        return st;
+    }
+    ct_loader *l = NULL;
+    ct_status st = ct_pipeline_loader(job, eval, 0, shard_count, &l, err);
+    if (st == CT_OK) {
+        *ret_examples = ct_loader_examples(l);
+        *ret_steps_per_epoch = ct_loader_batches_per_epoch(l);
+    }
+    ct_loader_destroy(l);
+    return st;
+}
