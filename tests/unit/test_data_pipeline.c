@@ -509,3 +509,46 @@ Test(data_pipeline, interleaved_files_cache_and_snapshot) {
     cr_expect_gt(test_dir_count(test_path(test_scratch, "snaps", prefix, sizeof prefix)), 0);
     ct_dataset_destroy(ds);
 }
+
+/* ct_pipeline_source shared by the pipelines of several shards (a data worker's streams): the
+ * same batches as pipelines that build their own source, for the short form and a pipeline. */
+Test(data_pipeline, a_shared_source_gives_the_same_batches) {
+    char images[PATH_MAX], labels[PATH_MAX], stages[5 * PATH_MAX];
+    write_idx(images, labels, sizeof images);
+    snprintf(stages, sizeof stages,
+             "      - idx: {images: %s, labels: %s}\n      - shuffle: 8\n      - batch: 2\n"
+             "  eval: {images: %s, labels: %s, limit: 12}\n",
+             images, labels, images, labels);
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse_as("job.yaml", stages, NULL, &job, &err), CT_OK, "%s", err.msg);
+    const ct_data_spec *specs[2] = {&job.train_data, &job.eval_data};
+    for (int f = 0; f < 2; f++) {
+        ct_pipeline_context ctx;
+        ct_pipeline_context_init(&ctx, &job, 0);
+        ctx.batch_size = 2;
+        ct_dataset *source = NULL;
+        cr_assert_eq(ct_pipeline_source(specs[f], &ctx, &source, &err), CT_OK, "%s", err.msg);
+        for (int shard = 0; shard < 2; shard++) {
+            ctx.num_shards = 2;
+            ctx.shard_index = shard;
+            ct_dataset *own = NULL, *shared = NULL;
+            ctx.source = NULL;
+            cr_assert_eq(ct_pipeline_build(specs[f], &ctx, &own, &err), CT_OK, "%s", err.msg);
+            ctx.source = source;
+            cr_assert_eq(ct_pipeline_build(specs[f], &ctx, &shared, &err), CT_OK, "%s", err.msg);
+            for (int epoch = 0; epoch < 2; epoch++) {
+                int a[64], b[64];
+                unsigned char xa[64][64], xb[64][64];
+                int n = rows(own, epoch, a, xa);
+                cr_assert_gt(n, 0);
+                cr_assert_eq(rows(shared, epoch, b, xb), n, "form %d shard %d", f, shard);
+                cr_expect_arr_eq(a, b, sizeof(int) * (size_t)n);
+                cr_expect_arr_eq(xa, xb, 64 * (size_t)n);
+            }
+            ct_dataset_destroy(own);
+            ct_dataset_destroy(shared);
+        }
+        ct_dataset_destroy(source);
+    }
+}

@@ -47,6 +47,9 @@ typedef struct dw_state {
     dw_peer *peers;
     int n_peers, cap_peers;
     dw_pipe pipes[DW_PIPES];
+    /* the train and eval sources, decoded once and shared by every stream's pipeline (under
+     * distributed_epoch; parallel_epochs seeds each worker's pipeline its own way) */
+    ct_dataset *sources[2];
     uint64_t tick;
     uint64_t produced, elements; /* batches and examples sent */
     double busy_s;

@@ -30,6 +30,8 @@ void dw_state_finish(dw_state *s) {
     for (int k = 0; k < DW_PIPES; k++) {
         pipe_clear(&s->pipes[k]);
     }
+    ct_dataset_destroy(s->sources[0]);
+    ct_dataset_destroy(s->sources[1]);
     free(s->leases);
     free(s->peers);
     memset(s, 0, sizeof *s);
@@ -162,8 +164,13 @@ static ct_status pipe_get(dw_state *s, const dw_lease *l, ct_loader **ret, ct_er
     if (l->salt != 0) { /* parallel_epochs: this worker's own order */
         ctx.seed = ct__mix64(s->job->seed, 0x73616c7400000000ULL | l->salt);
     }
-    st = ct_pipeline_loader_from(l->eval ? &s->job->eval_data : &s->job->train_data, &ctx,
-                                 &victim->loader, err);
+    const ct_data_spec *spec = l->eval ? &s->job->eval_data : &s->job->train_data;
+    ct_dataset **source = &s->sources[l->eval ? 1 : 0];
+    if (l->salt == 0 && !*source && (st = ct_pipeline_source(spec, &ctx, source, err)) != CT_OK) {
+        return st;
+    }
+    ctx.source = l->salt == 0 ? *source : NULL; /* one decoded copy for every stream */
+    st = ct_pipeline_loader_from(spec, &ctx, &victim->loader, err);
     if (st != CT_OK) {
         victim->loader = NULL;
         return st;

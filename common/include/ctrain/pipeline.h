@@ -46,6 +46,10 @@ typedef struct ct_pipeline_context {
     int prefetch;         /* the short form: batches prepared ahead (train.prefetch); 0 none */
     int64_t num_shards;   /* data-parallel ranks: > 1 inserts a shard (see above) */
     int64_t shard_index;  /* this rank, in [0, num_shards) */
+    /* A source built already (ct_pipeline_source, borrowed) that several pipelines of one
+     * process share (a data worker's streams): the short form's decoded examples, or the
+     * pipeline form's first stage, used instead of building them again; NULL: built here. */
+    const struct ct_dataset *source;
 } ct_pipeline_context;
 
 /* Fills ctx for `job`'s training data (eval 0: batch_size, shuffle and prefetch from train.*)
@@ -68,6 +72,11 @@ CT_API ct_status ct_pipeline_build(const ct_data_spec *spec, const ct_pipeline_c
                                    ct_dataset **ret, ct_err *err);
 
 typedef struct ct_loader ct_loader;
+
+/* Only the source of spec built with ctx: the short form's IDX files decoded into memory, or the
+ * pipeline form's first stage; for ct_pipeline_context.source. Errors as ct_pipeline_build. */
+CT_API ct_status ct_pipeline_source(const ct_data_spec *spec, const ct_pipeline_context *ctx,
+                                    ct_dataset **ret, ct_err *err);
 
 /* The loader of `job`'s training (eval 0) or evaluation (eval 1) data for data-parallel rank
  * shard_index of shard_count (1: the whole data): from the data service when data.service is

@@ -216,8 +216,10 @@ static ct_status build_stages(const ct_data_spec *spec, const ct_pipeline_contex
     int shard_after = -1;
     int64_t block = 1;
     shard_position(spec, ctx, &shard_after, &block);
-    ct_status st = ct__pipeline_source(spec, ctx, &ds, err);
-    if (st != CT_OK) {
+    ct_status st = CT_OK;
+    if (ctx->source) {
+        ds = ct_dataset_ref((ct_dataset *)ctx->source);
+    } else if ((st = ct__pipeline_source(spec, ctx, &ds, err)) != CT_OK) {
         return stage_error(spec, ctx, 0, st, err);
     }
     for (int i = 0; st == CT_OK && i < spec->n_stages; i++) {
@@ -247,15 +249,26 @@ static void release_examples(void *examples) {
 /* The short form: the IDX files decoded once into memory as f32 (u8 / 255, as the loader always
  * did), then what data/job/loader.c runs over an in-memory example set: batches gathered by copying
  * f32 rows, the cheapest input there is for the default job. */
-static ct_status build_short_form(const ct_data_spec *spec, const ct_pipeline_context *ctx,
-                                  ct_dataset **ret, ct_err *err) {
-    ct_dataset *ds = NULL, *next = NULL;
+/* The short form's source: its IDX files decoded into memory as f32 rows. */
+static ct_status short_form_source(const ct_data_spec *spec, ct_dataset **ret, ct_err *err) {
     ct_examples *ex = NULL;
     ct_status st = ct_examples_load_idx(spec->images, spec->labels, spec->limit, &ex, err);
     if (st == CT_OK) {
         ct_element columns;
         ct__examples_columns(ex, &columns);
-        st = ct__dataset_from_tensors_owned(&columns, ex, release_examples, &ds, err);
+        st = ct__dataset_from_tensors_owned(&columns, ex, release_examples, ret, err);
+    }
+    return st;
+}
+
+static ct_status build_short_form(const ct_data_spec *spec, const ct_pipeline_context *ctx,
+                                  ct_dataset **ret, ct_err *err) {
+    ct_dataset *ds = NULL, *next = NULL;
+    ct_status st = CT_OK;
+    if (ctx->source) {
+        ds = ct_dataset_ref((ct_dataset *)ctx->source);
+    } else {
+        st = short_form_source(spec, &ds, err);
     }
     if (st == CT_OK && ctx->shuffle) {
         st = ct__pipeline_then(&ds, ct_dataset_global_shuffle(ds, ctx->seed, 1, &next, err), &next);
@@ -281,6 +294,18 @@ static ct_status build_short_form(const ct_data_spec *spec, const ct_pipeline_co
     }
     *ret = ds;
     return CT_OK;
+}
+
+ct_status ct_pipeline_source(const ct_data_spec *spec, const ct_pipeline_context *ctx,
+                             ct_dataset **ret, ct_err *err) {
+    if (spec == NULL || ctx == NULL || ret == NULL) {
+        return ct_err_set(err, CT_EINVAL, "pipeline: spec, ctx and ret are required");
+    }
+    if (spec->n_stages == 0) {
+        return short_form_source(spec, ret, err);
+    }
+    ct_status st = ct__pipeline_source(spec, ctx, ret, err);
+    return st == CT_OK ? st : stage_error(spec, ctx, 0, st, err);
 }
 
 ct_status ct_pipeline_build(const ct_data_spec *spec, const ct_pipeline_context *ctx,
