@@ -741,7 +741,8 @@ static ct_status setup(chief *c, ct_err *err) {
     }
     c->ps = calloc((size_t)c->n_ps, sizeof *c->ps);
     c->workers = calloc((size_t)c->n_workers, sizeof *c->workers);
-    c->requeued = calloc((size_t)c->n_workers * MAX_OUT + 1, sizeof *c->requeued);
+    c->requeued = calloc((size_t)(c->n_workers * (MAX_OUT + ct__chief_run_length(c))) + 1,
+                         sizeof *c->requeued);
     c->finished = calloc((size_t)c->total_steps, 1);
     c->epoch_done = calloc((size_t)job->train.epochs, sizeof *c->epoch_done);
     c->epochs = calloc((size_t)job->train.epochs, sizeof *c->epochs);

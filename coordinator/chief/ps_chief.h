@@ -36,6 +36,7 @@ typedef struct slot {
     /* worker */
     task out[MAX_OUT];
     int n_out;
+    int64_t run_next, run_end; /* async: task ids reserved for it, handed out in order */
     int told_done;
 } slot;
 
@@ -147,6 +148,9 @@ ct_status ct__chief_on_snapshot(chief *c, slot *s, ct_err *err);
 /* async: asks for a snapshot when the finished tasks reach a checkpoint, an epoch's end or
  * the end (the last after a settling moment). */
 void ct__chief_maybe_async_snapshot(chief *c);
+/* async: the consecutive tasks a worker gets at a time (data.service.split_steps; 1 without the
+ * data service). */
+int64_t ct__chief_run_length(const chief *c);
 /* async: tops every live worker up to MAX_OUT tasks handed out and not reported finished. */
 void ct__chief_dispatch(chief *c);
 /* async: puts the unfinished tasks of a lost (or re-registered) worker back for the others. */

@@ -225,7 +225,16 @@ ct_status ct__chief_on_snapshot(chief *c, slot *s, ct_err *err) {
     return snapshot_done(c, err);
 }
 
-static int next_task(chief *c, task *ret) {
+/* Consecutive batches an async worker gets at a time: a data-service split, so that its
+ * consumer reads on instead of seeking (and leasing again) for every batch; 1 without it. */
+int64_t ct__chief_run_length(const chief *c) {
+    const ct_data_service_spec *ds = &c->job->data_service;
+    return ds->enabled ? (ds->split_steps > 0 ? ds->split_steps : 8) : 1;
+}
+
+/* Worker s's next task: one put back first, then its run of consecutive ones, reserved from the
+ * cursor a run at a time. */
+static int next_task(chief *c, slot *s, task *ret) {
     while (c->n_requeued > 0) {
         int64_t id = c->requeued[--c->n_requeued];
         if (!c->finished[id]) {
@@ -233,8 +242,14 @@ static int next_task(chief *c, task *ret) {
             return 1;
         }
     }
-    if (c->cursor < c->total_steps) {
-        *ret = task_of(c, c->cursor++);
+    if (s->run_next >= s->run_end && c->cursor < c->total_steps) {
+        int64_t run = ct__chief_run_length(c);
+        s->run_next = c->cursor;
+        s->run_end = c->cursor + run < c->total_steps ? c->cursor + run : c->total_steps;
+        c->cursor = s->run_end;
+    }
+    if (s->run_next < s->run_end) {
+        *ret = task_of(c, s->run_next++);
         return 1;
     }
     return 0;
@@ -247,7 +262,7 @@ void ct__chief_dispatch(chief *c) {
     for (int w = 0; w < c->n_workers; w++) {
         slot *s = &c->workers[w];
         task t;
-        while (s->live && s->n_out < MAX_OUT && next_task(c, &t)) {
+        while (s->live && s->n_out < MAX_OUT && next_task(c, s, &t)) {
             Ctrain__Ps__Task tk = CTRAIN__PS__TASK__INIT;
             tk.has_task = 1;
             tk.epoch = t.epoch;
@@ -261,12 +276,19 @@ void ct__chief_dispatch(chief *c) {
     }
 }
 
-/* Puts a worker's unfinished tasks back for the others. */
+/* Puts a worker's unfinished tasks back for the others: those handed out and the rest of its
+ * run. */
 void ct__chief_requeue(chief *c, slot *s) {
+    /* a task is outstanding at one worker, reserved in one run or waiting here, never two of
+     * them: the room for every worker's MAX_OUT and run always suffices */
+    int64_t room = c->n_workers * (MAX_OUT + ct__chief_run_length(c));
+    for (int64_t id = s->run_end - 1; id >= s->run_next; id--) { /* taken back in order */
+        CT_ASSERT(c->n_requeued < room);
+        c->requeued[c->n_requeued++] = id;
+    }
+    s->run_next = s->run_end = 0;
     for (int k = 0; k < s->n_out; k++) {
-        /* a task is outstanding at one worker or waiting here, never both: the room for every
-         * worker's MAX_OUT always suffices */
-        CT_ASSERT(c->n_requeued < c->n_workers * MAX_OUT);
+        CT_ASSERT(c->n_requeued < room);
         c->requeued[c->n_requeued++] = task_id(c, s->out[k]);
     }
     s->n_out = 0;
@@ -350,6 +372,7 @@ static void reset_progress(chief *c, int64_t step, int64_t open) {
     }
     for (int w = 0; w < c->n_workers; w++) {
         c->workers[w].n_out = 0; /* the workers drop the old generation's tasks too */
+        c->workers[w].run_next = c->workers[w].run_end = 0;
     }
     int64_t epoch = open / c->steps_per_epoch;
     c->evaluated_epochs = (int)(epoch < c->job->train.epochs ? epoch : c->job->train.epochs);

@@ -112,3 +112,17 @@ def test_data_worker_names_a_silent_dispatcher(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 3, r.stdout + r.stderr
     assert f"127.0.0.1:{port}" in r.stderr and "data.service.timeout" in r.stderr, r.stderr
+
+
+def test_async_parameter_server_workers_through_the_service(tmp_path):
+    """Async parameter-server workers fed by the service train the job (the chief hands each
+    worker runs of split_steps consecutive batches), and the data worker's done line counts what
+    it produced: at least the 2 x 63 training batches and the 2 evaluations. How much more it
+    produces (batches leased ahead for a position a worker then leaves) depends on timing:
+    docs/benchmarks.md has the figures, not this test."""
+    flags = ("--ps", "1", "--workers", "2")
+    run_with_service(tmp_path, 1, *PS, "--set", "strategy.mode=async", train_flags=flags)
+    done = re.search(r"ctrain-data-worker 0: done: (\d+) batches, (\d+) examples produced",
+                     (tmp_path / "worker0.log").read_text())
+    assert done, (tmp_path / "worker0.log").read_text()
+    assert int(done.group(1)) >= 128 and int(done.group(2)) >= 2 * 2000 + 2 * 500, done.group(0)

@@ -190,6 +190,12 @@ ct_status ct_data_worker_run(const ct_job *job, const ct_data_worker_options *o,
         ct_profile_write(job->run_dir, NULL, NULL, &perr) != CT_OK) {
         ct_log(CT_LOG_WARN, "data worker %d: profile: %s", o->index, perr.msg);
     }
+    if (o->ret_batches) {
+        *o->ret_batches = s.produced;
+    }
+    if (o->ret_examples) {
+        *o->ret_examples = s.elements;
+    }
     dw_state_finish(&s);
     ct_profile_stop(); /* after the pipelines' threads are gone */
     ct__link_finish(&k.link);

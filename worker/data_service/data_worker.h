@@ -5,6 +5,8 @@
 #ifndef CTRAIN_DATA_WORKER_H
 #define CTRAIN_DATA_WORKER_H
 
+#include <stdint.h>
+
 #include "ctrain/job.h"
 #include "ctrain/net.h"
 #include "ctrain/status.h"
@@ -18,6 +20,8 @@ typedef struct ct_data_worker_options {
     /* called once the ROUTER listens, with the endpoint reported in REGISTER (may be NULL) */
     void (*on_listening)(const char *endpoint, void *user);
     void *user;
+    /* filled at the end (may be NULL): the batches and examples this worker produced */
+    uint64_t *ret_batches, *ret_examples;
 } ct_data_worker_options;
 
 /* Runs the data worker until the dispatcher says the job is DONE (CT_OK), *stop is raised

@@ -143,16 +143,22 @@ static int serve(flags *f, ct_job *job) {
     }
     ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain-data-worker");
     ct_role_catch_signals();
+    uint64_t batches = 0, examples = 0;
     ct_data_worker_options o = {.index = f->index,
                                 .dispatcher = dispatcher,
                                 .bind = f->bind,
                                 .keys = &keys,
                                 .stop = &ct_role_stop_requested,
                                 .on_listening = on_listening,
-                                .user = &f->index};
+                                .user = &f->index,
+                                .ret_batches = &batches,
+                                .ret_examples = &examples};
     st = ct_data_worker_run(job, &o, &err);
     if (st != CT_OK) {
         fprintf(stderr, "ctrain-data-worker: %s\n", err.msg);
+    } else {
+        printf("ctrain-data-worker %d: done: %llu batches, %llu examples produced\n", f->index,
+               (unsigned long long)batches, (unsigned long long)examples);
     }
     ct_net_shutdown(); /* ZeroMQ's threads end before exit() runs the destructors */
     return ct_exit_code(st, ct_role_stop_signal, st == CT_ETIMEDOUT);
