@@ -34,6 +34,7 @@
 
 typedef struct task {
     int64_t epoch, index;
+    int64_t run_end; /* async: the end of its run of consecutive tasks (a task id; 0: unknown) */
 } task;
 
 typedef struct worker {
@@ -283,7 +284,7 @@ static ct_status drain(worker *w, ct_err *err) {
                 reset_for(w, w->msg.env->generation); /* the chief restored the servers */
             }
             if (tk->has_task && w->n_tasks < MAX_TASKS) {
-                w->tasks[w->n_tasks++] = (task){tk->epoch, tk->index};
+                w->tasks[w->n_tasks++] = (task){tk->epoch, tk->index, tk->run_end};
             } else if (tk->has_task) {
                 ct_log(CT_LOG_WARN,
                        "%s: the chief handed out more tasks than it may (%d held); "
@@ -352,6 +353,10 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     ct_batch b;
     const int64_t wait_t0 = ct__prof_begin();
     double wait_start = ct__now_s();
+    if (tk->run_end > 0) { /* the data service leases no batch past this worker's run */
+        ct_loader_read_until(w->loader, tk->run_end / w->steps_per_epoch,
+                             tk->run_end % w->steps_per_epoch);
+    }
     ct_status st = ct_loader_batch_at(w->loader, tk->epoch, tk->index, &b);
     double input_wait = ct__now_s() - wait_start;
     if (st != CT_OK) {
@@ -408,7 +413,8 @@ static int next_task(worker *w, uint64_t version, task *ret) {
         if ((int64_t)version >= w->total_steps) {
             return 0; /* the last step is done: wait for the chief's DONE */
         }
-        *ret = (task){(int64_t)version / w->steps_per_epoch, (int64_t)version % w->steps_per_epoch};
+        *ret =
+            (task){(int64_t)version / w->steps_per_epoch, (int64_t)version % w->steps_per_epoch, 0};
         return 1;
     }
     if (w->n_tasks == 0) {

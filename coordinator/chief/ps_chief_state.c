@@ -233,12 +233,13 @@ int64_t ct__chief_run_length(const chief *c) {
 }
 
 /* Worker s's next task: one put back first, then its run of consecutive ones, reserved from the
- * cursor a run at a time. */
-static int next_task(chief *c, slot *s, task *ret) {
+ * cursor a run at a time. *ret_end: where the task's run ends (a task id). */
+static int next_task(chief *c, slot *s, task *ret, int64_t *ret_end) {
     while (c->n_requeued > 0) {
         int64_t id = c->requeued[--c->n_requeued];
         if (!c->finished[id]) {
             *ret = task_of(c, id);
+            *ret_end = id + 1;
             return 1;
         }
     }
@@ -250,6 +251,7 @@ static int next_task(chief *c, slot *s, task *ret) {
     }
     if (s->run_next < s->run_end) {
         *ret = task_of(c, s->run_next++);
+        *ret_end = s->run_end;
         return 1;
     }
     return 0;
@@ -262,11 +264,13 @@ void ct__chief_dispatch(chief *c) {
     for (int w = 0; w < c->n_workers; w++) {
         slot *s = &c->workers[w];
         task t;
-        while (s->live && s->n_out < MAX_OUT && next_task(c, s, &t)) {
+        int64_t run_end = 0;
+        while (s->live && s->n_out < MAX_OUT && next_task(c, s, &t, &run_end)) {
             Ctrain__Ps__Task tk = CTRAIN__PS__TASK__INIT;
             tk.has_task = 1;
             tk.epoch = t.epoch;
             tk.index = t.index;
+            tk.run_end = run_end;
             ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
             env.kind = CTRAIN__WIRE__KIND__TASK;
             env.task = &tk;

@@ -328,6 +328,7 @@ static ct_status on_consumer(disp *d, ct_err *err) {
     }
     if (!counting) {
         set_peer(d, name);
+        ct__dsvc_consumer_until(&d->st, name, m->until);
     }
     const ct__dsvc_stream *s = ct__dsvc_find_stream(&d->st, m->eval, m->shards);
     Ctrain__DataService__Consumer pos = *m;
@@ -363,6 +364,9 @@ static ct_status on_ack(disp *d, const Ctrain__DataService__Ack *a, ct_err *err)
     int64_t t0 = ct__prof_armed() ? ct__prof_now_ns() : 0;
     ct_status st = ct__dsvc_consumer_ack(&d->st, a->consumer, a->incarnation, a->epoch, a->step,
                                          a->closed, ct__now_s(), err);
+    if (st == CT_OK && !a->closed) { /* a run that goes on: its leases may go on too */
+        ct__dsvc_consumer_until(&d->st, a->consumer, a->until);
+    }
     int c = t0 && st == CT_OK && !a->closed ? ct__dsvc_find_consumer(&d->st, a->consumer) : -1;
     if (c >= 0) { /* profiled only: no second lookup per ack otherwise */
         const ct__dsvc_consumer *k = &d->st.consumers[c];

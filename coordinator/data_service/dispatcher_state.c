@@ -89,7 +89,15 @@ static int64_t spe_of(const ct__dsvc_state *s, const ct__dsvc_consumer *c) {
  * the position's epoch for evaluation. */
 static int64_t end_of(const ct__dsvc_state *s, const ct__dsvc_consumer *c) {
     int64_t spe = spe_of(s, c);
-    return c->eval ? (c->epoch + 1) * spe : ct__dsvc_job_steps(s, spe);
+    int64_t end = c->eval ? (c->epoch + 1) * spe : ct__dsvc_job_steps(s, spe);
+    return c->until > 0 && c->until < end ? c->until : end;
+}
+
+void ct__dsvc_consumer_until(ct__dsvc_state *s, const char *name, int64_t until) {
+    int c = ct__dsvc_find_consumer(s, name);
+    if (c >= 0) {
+        s->consumers[c].until = until > 0 ? until : 0;
+    }
 }
 
 /* ---- applying records ---- */

@@ -77,7 +77,9 @@ typedef struct ct__dsvc_consumer {
     double last_heard;
     unsigned char peer[CT_DSVC_PEER_MAX];
     size_t peer_len;
-    int n_leases; /* unretired */
+    int n_leases;  /* unretired */
+    int64_t until; /* lease no step at or past it (a global step; 0: the job's end; the consumer
+                      says it with each move, so it is not journaled) */
 } ct__dsvc_consumer;
 
 typedef struct ct__dsvc_stream {
@@ -153,6 +155,9 @@ int ct__dsvc_find_worker(const ct__dsvc_state *s, int index);
 int ct__dsvc_find_worker_peer(const ct__dsvc_state *s, const void *peer, size_t peer_len);
 int ct__dsvc_find_consumer(const ct__dsvc_state *s, const char *name);
 const ct__dsvc_stream *ct__dsvc_find_stream(const ct__dsvc_state *s, int eval, uint32_t shards);
+/* Consumer `name` reads no step at or past global step `until` (0: the job's end) from its
+ * current position on: its leases stop there (an async parameter-server worker's run). */
+void ct__dsvc_consumer_until(ct__dsvc_state *s, const char *name, int64_t until);
 /* Records the wire size of one batch of a stream (measured by the dispatcher; not journaled):
  * from then on data.service.window_mb caps its consumers' leases. */
 void ct__dsvc_set_batch_bytes(ct__dsvc_state *s, int eval, uint32_t shards, int64_t bytes);

@@ -115,14 +115,16 @@ def test_data_worker_names_a_silent_dispatcher(tmp_path):
 
 
 def test_async_parameter_server_workers_through_the_service(tmp_path):
-    """Async parameter-server workers fed by the service train the job (the chief hands each
-    worker runs of split_steps consecutive batches), and the data worker's done line counts what
-    it produced: at least the 2 x 63 training batches and the 2 evaluations. How much more it
-    produces (batches leased ahead for a position a worker then leaves) depends on timing:
-    docs/benchmarks.md has the figures, not this test."""
+    """Async parameter-server workers fed by the service: the chief hands each worker runs of
+    split_steps consecutive batches and says where each run ends; the worker's consumer tells
+    the dispatcher (with its moves and acks), which leases nothing past a run. The data
+    worker's done line counts what it produced: the 2 x 63 training batches and the
+    evaluations, and little more: at most the first window of each worker (leased before it
+    knew its first run). One batch handed out at a time produced 700-940 here, runs without
+    their end 150-490; with it, 150-190."""
     flags = ("--ps", "1", "--workers", "2")
     run_with_service(tmp_path, 1, *PS, "--set", "strategy.mode=async", train_flags=flags)
     done = re.search(r"ctrain-data-worker 0: done: (\d+) batches, (\d+) examples produced",
                      (tmp_path / "worker0.log").read_text())
     assert done, (tmp_path / "worker0.log").read_text()
-    assert int(done.group(1)) >= 128 and int(done.group(2)) >= 2 * 2000 + 2 * 500, done.group(0)
+    assert 128 <= int(done.group(1)) <= 260, done.group(0)

@@ -156,6 +156,10 @@ typedef struct ct_service_stats {
 /* Fills *ret and returns 1 when `l` reads from the data service; returns 0 (and zeroes *ret)
  * otherwise. */
 CT_API int ct_loader_service_stats(const ct_loader *l, ct_service_stats *ret);
+/* A hint for a loader over the data service: the coming reads stop before batch `index` of
+ * `epoch` (a run of consecutive batches, as an async parameter-server worker gets), so the
+ * service leases nothing past it for this reader's next position. Other loaders ignore it. */
+CT_API void ct_loader_read_until(ct_loader *l, int64_t epoch, int64_t index);
 
 /* Stops the prefetch thread and frees everything; accepts NULL. */
 CT_API void ct_loader_destroy(ct_loader *l);

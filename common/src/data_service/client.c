@@ -49,6 +49,7 @@ struct ct__dsvc_client {
     int stop, closing, closed;
     int want_seek, want_ack;
     int64_t seek_epoch, seek_step, ack_epoch, ack_step;
+    int64_t until_epoch, until_index; /* ct_loader_read_until; until_epoch -1: not said */
     uint64_t ack_incarnation;
     int have_info; /* the DS_INFO of the last move arrived */
     uint64_t incarnation;
@@ -277,6 +278,16 @@ static void drain(ct__dsvc_client *c, void *sock, int from_dispatcher) {
     }
 }
 
+/* The global step ct_loader_read_until named (0: none said). */
+static int64_t until_step(ct__dsvc_client *c) {
+    pthread_mutex_lock(&c->mu);
+    int64_t until = c->until_epoch < 0 || c->info.steps_per_epoch <= 0
+                        ? 0
+                        : c->until_epoch * c->info.steps_per_epoch + c->until_index;
+    pthread_mutex_unlock(&c->mu);
+    return until;
+}
+
 static void send_consumer(ct__dsvc_client *c, int64_t epoch, int64_t step) {
     Ctrain__DataService__Consumer pos = CTRAIN__DATA_SERVICE__CONSUMER__INIT;
     pos.name = c->name;
@@ -286,6 +297,7 @@ static void send_consumer(ct__dsvc_client *c, int64_t epoch, int64_t step) {
     pos.epoch = epoch;
     pos.step = step;
     pos.count_only = c->count_only;
+    pos.until = until_step(c);
     ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
     env.kind = CTRAIN__WIRE__KIND__DS_CONSUMER;
     env.consumer = &pos;
@@ -300,6 +312,7 @@ static void send_ack(ct__dsvc_client *c, uint64_t incarnation, int64_t epoch, in
     ack.epoch = epoch;
     ack.step = step;
     ack.closed = closed;
+    ack.until = until_step(c);
     ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
     env.kind = CTRAIN__WIRE__KIND__DS_ACK;
     env.ack = &ack;
@@ -471,6 +484,7 @@ static ct_status client_create(const ct_job *job, int eval, int shard, int shard
         return ct_err_set(err, CT_ENOMEM, "data service: out of memory");
     }
     c->count_only = count_only;
+    c->until_epoch = -1;
     ct_status st = client_init(c, job, eval, shard, shards, err);
     if (st == CT_OK) {
         c->last_heard = c->last_return = ct__now_s();
@@ -508,6 +522,13 @@ ct_status ct__dsvc_client_count(const ct_job *job, int eval, int shards, ct__dsv
         ct__dsvc_client_destroy(c);
     }
     return st;
+}
+
+void ct__dsvc_client_until(ct__dsvc_client *c, int64_t epoch, int64_t index) {
+    pthread_mutex_lock(&c->mu);
+    c->until_epoch = epoch;
+    c->until_index = index;
+    pthread_mutex_unlock(&c->mu);
 }
 
 void ct__dsvc_client_info(const ct__dsvc_client *c, ct__dsvc_stream_info *ret) {

@@ -47,6 +47,9 @@ ct_status ct__dsvc_client_count(const ct_job *job, int eval, int shards, ct__dsv
  * workers), re-seeking every lost_after * heartbeat seconds of waiting. */
 ct_status ct__dsvc_client_batch(ct__dsvc_client *c, int64_t epoch, int64_t step, ct_element *ret,
                                 ct_err *err);
+/* ct_loader_read_until: the next DS_CONSUMER (a move) asks for no lease at or past (epoch,
+ * index). */
+void ct__dsvc_client_until(ct__dsvc_client *c, int64_t epoch, int64_t index);
 /* The numbers of ct_loader_service_stats. */
 void ct__dsvc_client_stats(ct__dsvc_client *c, ct_service_stats *ret);
 /* Sends DS_ACK closed, stops the I/O thread, frees everything; accepts NULL. */

@@ -30,6 +30,7 @@ struct ct_loader {
     int64_t example_size;
     int64_t global_n, global_batch; /* examples per epoch and per step across ranks; -1 unknown */
     void (*service_stats)(void *user, ct_service_stats *ret); /* NULL: not the data service */
+    void (*service_until)(void *user, int64_t epoch, int64_t index);
     void *service_user;
 };
 
@@ -184,9 +185,17 @@ void ct_loader_set_global(ct_loader *l, int64_t examples_per_epoch, int64_t glob
 }
 
 void ct__loader_set_service_stats(ct_loader *l, void (*stats)(void *user, ct_service_stats *ret),
+                                  void (*until)(void *user, int64_t epoch, int64_t index),
                                   void *user) {
     l->service_stats = stats;
+    l->service_until = until;
     l->service_user = user;
+}
+
+void ct_loader_read_until(ct_loader *l, int64_t epoch, int64_t index) {
+    if (l != NULL && l->service_until != NULL) {
+        l->service_until(l->service_user, epoch, index);
+    }
 }
 
 int ct_loader_service_stats(const ct_loader *l, ct_service_stats *ret) {

@@ -5,9 +5,10 @@
 
 #include "ctrain/data.h"
 
-/* ct_loader_service_stats(l) calls stats(user, ret) from now on; user must outlive l (the data
- * service's client, owned by l's pipeline). */
+/* ct_loader_service_stats(l) calls stats(user, ret) from now on, ct_loader_read_until(l)
+ * until(user, ...); user must outlive l (the data service's client, owned by l's pipeline). */
 void ct__loader_set_service_stats(ct_loader *l, void (*stats)(void *user, ct_service_stats *ret),
+                                  void (*until)(void *user, int64_t epoch, int64_t index),
                                   void *user);
 
 #endif

@@ -16,6 +16,10 @@ static void service_stats(void *client, ct_service_stats *ret) {
     ct__dsvc_client_stats(client, ret);
 }
 
+static void service_until(void *client, int64_t epoch, int64_t index) {
+    ct__dsvc_client_until(client, epoch, index);
+}
+
 static ct_status service_loader(const ct_job *job, int eval, int shard_index, int shard_count,
                                 ct_loader **ret, ct_err *err) {
     ct__dsvc_client *c = NULL;
@@ -32,7 +36,7 @@ static ct_status service_loader(const ct_job *job, int eval, int shard_index, in
     st = ct_loader_create_pipeline(ds, info.steps_per_epoch, ret, err);
     if (st == CT_OK) {
         ct_loader_set_global(*ret, info.examples, info.global_batch);
-        ct__loader_set_service_stats(*ret, service_stats, c);
+        ct__loader_set_service_stats(*ret, service_stats, service_until, c);
     }
     ct_dataset_destroy(ds);
     return st;
