@@ -3,6 +3,7 @@
  * passed on. */
 #include "mpi_launch.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -125,12 +126,15 @@ static int wait_child(pid_t pid, const char *started_file, double timeout_s) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* Forks mpirun with CT_ROLE_STARTED_FILE_ENV naming a fresh empty file; returns as wait_child. */
-static int run_mpirun(const char *const *argv, double timeout_s) {
-    char started[] = "/tmp/ctrain-started-XXXXXX";
+/* Forks mpirun with CT_ROLE_STARTED_FILE_ENV naming a fresh empty file in $TMPDIR (else /tmp);
+ * returns as wait_child, or -3 when that file cannot be made (started: its path, for the
+ * message). */
+static int run_mpirun(const char *const *argv, double timeout_s, char started[PATH_MAX]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(started, PATH_MAX, "%s/ctrain-started-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     int fd = mkstemp(started);
     if (fd < 0) {
-        return -1;
+        return -3;
     }
     close(fd);
     setenv(CT_ROLE_STARTED_FILE_ENV, started, 1);
@@ -162,7 +166,17 @@ int mpi_run_replicas(const cli *c) {
     const char *argv[2 * MAX_SETS + 24];
     build_argv(c, worker, np, slow, argv);
     double timeout_s = c->start_timeout_s > 0 ? c->start_timeout_s : START_TIMEOUT_S;
-    int rc = run_mpirun(argv, timeout_s);
+    char started[PATH_MAX];
+    int rc = run_mpirun(argv, timeout_s, started);
+    if (rc == -3) {
+        int why = errno;
+        *strrchr(started, '/') = '\0'; /* the directory: mkstemp may have filled the name in */
+        fprintf(stderr,
+                "ctrain: --replicas %d: cannot create a file in %s to learn when the ranks start "
+                "(%s); set TMPDIR to a writable directory\n",
+                c->replicas, started, strerror(why));
+        return EXIT_RUNTIME;
+    }
     if (rc == -2) {
         fprintf(stderr,
                 "ctrain: --replicas %d: mpirun started no rank within %g s (waited for rank 0 to "

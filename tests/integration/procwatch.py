@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 
 GONE = (FileNotFoundError, ProcessLookupError, PermissionError)
@@ -225,3 +226,16 @@ def wait_for_step(run_dir, step, proc=None, timeout=120, read=logged_step):
         s = read(run_dir)
         return s if s is not None and s >= step else None
     return wait_until(reached, proc, timeout)
+
+
+def end(proc, grace=60):
+    """After a failed check: stops proc if it still runs (SIGTERM, which a launcher passes on to
+    its processes; SIGKILL after `grace` seconds) and reaps it."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()

@@ -414,13 +414,7 @@ def test_training_with_a_killed_data_worker_reaches_the_bar(tmp_path):
         assert killed, "no data worker to kill"
         out, err = p.communicate(timeout=900)
     finally:
-        if p.poll() is None:  # a failed check: stop the run and its processes
-            p.terminate()
-            try:
-                p.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
+        procwatch.end(p, grace=60)  # a failed check: stop the run and its processes
     assert p.returncode == 0, err
     acc = float(re.search(r"done: .*test_accuracy=([\d.]+)", out).group(1))
     assert acc >= 0.865, out

@@ -175,13 +175,7 @@ def test_stopped_rank_is_named(tmp_path):
     finally:
         if rank1 is not None:
             rank1.send(signal.SIGCONT)
-        if p.poll() is None:  # a failed check: end the run (mpirun passes SIGTERM on)
-            p.terminate()
-            try:
-                p.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
+        procwatch.end(p, grace=30)  # a failed check: end the run (mpirun passes SIGTERM on)
     assert p.returncode != 0
     assert re.search(r"stall: step \d+, .*missing rank\(s\): 1 \(last seen", err), err
 
@@ -313,3 +307,15 @@ def test_start_timeout_names_the_wait(tmp_path, port_6006):
     r = subprocess.run([CTRAIN, "train", JOB, "--start-timeout", "0"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--start-timeout needs seconds" in r.stderr
+
+
+def test_an_unwritable_tmpdir_is_named(tmp_path):
+    """ctrain learns that the ranks started from a file in $TMPDIR: one it cannot create is one
+    line naming the directory and the remedy, before mpirun runs."""
+    r = subprocess.run([CTRAIN, "train", JOB, "--replicas", "2", *SMALL, "--quiet", "--set",
+                        f"run_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env=dict(ENV, TMPDIR=str(tmp_path / "missing")))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        f"ctrain: --replicas 2: cannot create a file in {tmp_path / 'missing'} to learn when the "
+        "ranks start (No such file or directory); set TMPDIR to a writable directory"), r.stderr

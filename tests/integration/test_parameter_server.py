@@ -320,13 +320,7 @@ def test_a_killed_server_is_restarted_and_restored_from_the_last_checkpoint(tmp_
         assert killed, "ps 1 is not a child of ctrain"
         out, err = p.communicate(timeout=600)
     finally:
-        if p.poll() is None:  # a failed check: stop the run and its processes
-            p.terminate()
-            try:
-                p.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
+        procwatch.end(p, grace=60)  # a failed check: stop the run and its processes
     assert p.returncode == 0, err
     lost = int(re.search(r"ps 1 lost \(at step (\d+): its process exited\)", out).group(1))
     assert "restarting ps 1" in out and "ps 1 is back" in out, out

@@ -153,6 +153,18 @@ ct_backend *test_cpu_backend(void) {
     return be;
 }
 
+ct_graph *test_compile(ct_graph *g, unsigned passes, int threads, int n_keep, int *keep) {
+    ct_graph_options o = ct_graph_default_options();
+    o.passes = passes;
+    o.threads = threads;
+    o.split_min = 1;
+    o.deterministic = 1;
+    ct_graph *c = NULL;
+    ct_err err = {0};
+    cr_assert_eq(ct_graph_compile(g, &o, n_keep, keep, &c, &err), CT_OK, "%s", err.msg);
+    return c;
+}
+
 test_graph test_graph_open(int eager) {
     test_graph t = {.be = test_cpu_backend()};
     ct_err err = {0};

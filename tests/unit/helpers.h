@@ -97,6 +97,10 @@ test_graph test_graph_open(int eager);
 /* Destroys the graph, then the backend. */
 void test_graph_close(test_graph *t);
 
+/* g compiled with `passes` on `threads` threads, every node split however small (so the tests
+ * exercise the parts), deterministic (a solo run keeps the pool's bits); keep[] is mapped. */
+ct_graph *test_compile(ct_graph *g, unsigned passes, int threads, int n_keep, int *keep);
+
 /* Slows the pool of compiled graph cg as if the host had taken its workers' cores: each node a
  * thread other than the calling one finishes costs that thread 2 ms (the node_done hook), so
  * the adaptive executor soon runs solo. */
