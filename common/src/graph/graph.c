@@ -99,6 +99,9 @@ int ct_graph_set_scope(ct_graph *g, const char *name) {
         g->scope = 0;
         return prev;
     }
+    if (prev > 0 && !strcmp(g->scopes[prev], name)) {
+        return prev; /* a pass copying node after node of one scope: no search */
+    }
     for (int i = 1; i < g->n_scopes; i++) {
         if (!strcmp(g->scopes[i], name)) {
             g->scope = i;
