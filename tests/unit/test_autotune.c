@@ -88,6 +88,62 @@ Test(autotune, prefetch_depth_grows_for_a_slow_consumer_and_stops) {
     cr_assert_eq(nd.capacity, 2);
 }
 
+/* A map that may run inline, with a handoff of 4 us, behind a prefetch-like consumer that asks
+ * for elements as fast as they come (consumer_ns 0). */
+static ct__tune_node inline_node(double serial_ns, double work_ns) {
+    ct__tune_node nd = map_node();
+    nd.serial_ns = serial_ns;
+    nd.work_ns = work_ns;
+    nd.may_inline = 1;
+    nd.threads = 1;
+    nd.handoff_ns = 4000.0;
+    return nd;
+}
+
+Test(autotune, inline_wait_is_the_whole_element_and_threads_pay_the_handoff) {
+    ct__tune_node nd = inline_node(1e4, 1e6);
+    nd.workers = 0;
+    cr_assert_float_eq(ct__tune_wait(&nd, 1, 0.0), 1.01e6, 1.0, "inline: serial + work");
+    nd.workers = 1;
+    nd.capacity = 2;
+    cr_assert_float_eq(ct__tune_wait(&nd, 1, 0.0), 1.01e6 + 4000.0, 1.0,
+                       "one thread, the consumer always waiting: the element and a handoff");
+}
+
+Test(autotune, a_map_cheaper_than_a_handoff_goes_inline) {
+    double consumers[] = {0.0, 1e3, 1e6};
+    for (int c = 0; c < 3; c++) {
+        ct__tune_node nd = inline_node(200.0, 1500.0); /* 1.7 us an element */
+        nd.workers = 2;
+        ct__tune_climb(&nd, 1, consumers[c], 2, (int64_t)1 << 30);
+        cr_assert_eq(nd.workers, 0, "consumer %.0f ns: inline", consumers[c]);
+    }
+}
+
+Test(autotune, an_expensive_map_leaves_inline_for_the_cpu_budget) {
+    ct__tune_node nd = inline_node(1e4, 1e6);
+    nd.workers = 0;
+    ct__tune_climb(&nd, 1, 0.0, 2, (int64_t)1 << 30);
+    cr_assert_eq(nd.workers, 2, "two threads beat inline by far");
+    nd = inline_node(1e4, 1e6); /* fixed at 3 threads (parallel: 3): inline or 3 */
+    nd.tune_workers = 0;
+    nd.max_workers = 3;
+    nd.threads = 3;
+    nd.workers = 0;
+    ct__tune_climb(&nd, 1, 0.0, 2, (int64_t)1 << 30);
+    cr_assert_eq(nd.workers, 3, "a fixed count comes back whole");
+}
+
+Test(autotune, threads_that_buy_nothing_fold_back_inline) {
+    /* a consumer of 10 ms per element, a map of 20 us: the buffer is always full, threads
+     * would only move the work to another core: a tie, and ties go inline */
+    ct__tune_node nd = inline_node(1e3, 2e4);
+    nd.workers = 2;
+    nd.capacity = 4;
+    ct__tune_climb(&nd, 1, 1e7, 2, (int64_t)1 << 30);
+    cr_assert_eq(nd.workers, 0);
+}
+
 /* ---- a running pipeline ---- */
 
 #define WIDE 16384 /* f32s: 64 KiB elements */

@@ -520,6 +520,35 @@ Test(data, loader_order_depends_on_seed_and_epoch_only) {
     ct_examples_destroy(ds);
 }
 
+/* An epoch opened ahead (ct_loader_open_ahead) gives the same batches; opened ahead for
+ * another epoch, or followed by a start mid-epoch, it is dropped and changes nothing; a loader
+ * destroyed with one open frees it. */
+Test(data, loader_open_ahead_changes_no_batch) {
+    ct_examples *ds = make_dataset(100);
+    int32_t want[100], got[100];
+    for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
+        ct_loader_options o = {.batch_size = 7, .shuffle = 1, .seed = 5, .prefetch = prefetch};
+        ct_loader *l = NULL;
+        cr_assert_eq(ct_loader_create(ds, &o, &l, NULL), CT_OK);
+        for (int64_t epoch = 0; epoch < 3; epoch++) {
+            run_epoch(l, &o, 100, epoch, 0, want);
+            cr_assert_eq(ct_loader_open_ahead(l, epoch), CT_OK);
+            cr_assert_eq(run_epoch(l, &o, 100, epoch, 0, got), 100);
+            cr_assert_eq(memcmp(want, got, sizeof want), 0, "epoch %lld opened ahead",
+                         (long long)epoch);
+            cr_assert_eq(ct_loader_open_ahead(l, epoch + 1), CT_OK); /* not the one started */
+            cr_assert_eq(run_epoch(l, &o, 100, epoch, 0, got), 100);
+            cr_assert_eq(memcmp(want, got, sizeof want), 0);
+            cr_assert_eq(ct_loader_open_ahead(l, epoch), CT_OK); /* then a start mid-epoch */
+            cr_assert_eq(run_epoch(l, &o, 100, epoch, 3, got), 100 - 21);
+            cr_assert_eq(memcmp(want + 21, got, sizeof(int32_t) * 79), 0);
+        }
+        cr_assert_eq(ct_loader_open_ahead(l, 9), CT_OK);
+        ct_loader_destroy(l);
+    }
+    ct_examples_destroy(ds);
+}
+
 Test(data, loader_restart_mid_epoch) {
     ct_examples *ds = make_dataset(50);
     int32_t order[50];

@@ -122,6 +122,12 @@ CT_API ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index,
 /* Batches per epoch (counts the smaller last batch unless drop_remainder). */
 CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 
+/* Opens `epoch` from its first batch now: its pipeline fills (a shuffle buffer, the prefetch) in
+ * the background while the caller does other work, such as the evaluation after an epoch, and
+ * ct_loader_start_epoch(l, epoch, 0) then takes it over; a start elsewhere drops it. The batches
+ * are the same. A loader fed by the data service ignores it (the service reads ahead itself).
+ * A failure to open is returned and changes nothing: ct_loader_start_epoch reports it again. */
+CT_API ct_status ct_loader_open_ahead(ct_loader *l, int64_t epoch);
 /* Total seconds the consumer waited in ct_loader_next since creation. */
 CT_API double ct_loader_wait_seconds(const ct_loader *l);
 

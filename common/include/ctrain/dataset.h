@@ -296,6 +296,8 @@ typedef struct ct_iterator_options {
     int cpu_budget;        /* threads the autotuner may use in all; 0 = online cores */
     int64_t ram_budget;    /* bytes of buffered elements the autotuner may use; 0 = 1/2 RAM */
     double wait_timeout_s; /* bound on any queue wait; 0 = 60 s */
+    int no_map_fusion;     /* 1: every map its own stage (default: consecutive maps of the same
+                              kind, sequential or parallel, run as one stage; the same output) */
 } ct_iterator_options;
 
 /* Starts an iterator over one epoch of `ds` (borrowed reference kept). opt may be NULL (epoch 0

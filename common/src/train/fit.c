@@ -313,6 +313,27 @@ static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_tr
     return CT_OK;
 }
 
+/* Before a run's first step: the epoch's pipeline opens (its shuffle buffer and prefetch fill on
+ * their threads) while this thread builds the training graph of the first batch's size, instead
+ * of one after the other. A guess of the size that turns out wrong costs a graph built for
+ * nothing, never a wrong step (the graph cache is keyed by the batch size). */
+static void prepare_first_step(fit_run *f) {
+    ct_trainer *t = f->t;
+    if (t->epoch_step != 0 || t->epoch >= t->cfg.train.epochs) {
+        return;
+    }
+    (void)ct_loader_open_ahead(f->loader, t->epoch);
+    int64_t batch = t->cfg.train.batch_size, examples = ct_loader_examples(f->loader);
+    if (t->shard_count <= 1 && examples > 0 && examples < batch) {
+        batch = examples;
+    }
+    step_graph *sg;
+    ct_err ignored = {0};
+    if (!t->cfg.train.eager && batch > 0) { /* a failure shows again, named, at the step */
+        (void)ct__trainer_graph(t, batch, 1, &sg, &ignored);
+    }
+}
+
 ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eval,
                                  ct_progress_fn progress, void *user, volatile int *stop,
                                  ct_train_result *ret, ct_err *err) {
@@ -332,6 +353,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     /* a resumed run starts at the checkpoint's epoch and batch (ct_trainer_restore); a trainer
      * whose fit ran to the end has nothing left to do */
     ct__trainer_log_start(t, ct_loader_wait_seconds(f.loader));
+    int prepared = 0;
     for (int epoch = (int)t->epoch; epoch < t->cfg.train.epochs && st == CT_OK; epoch++) {
         epoch_run e = {.p = {.epoch = epoch, .epochs = t->cfg.train.epochs, .steps = f.steps}};
         e.start = ct__now_s();
@@ -339,9 +361,18 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
         e.graph0 = t->graph_seconds;
         ct__thread_use_take(t, &e.threads0);
         e.threads0_time = e.start;
+        if (!prepared++) {
+            prepare_first_step(&f);
+        }
         t->epoch = epoch;
         st = train_epoch(&f, &e, err);
         double epoch_seconds = ct__now_s() - e.start;
+        if (st == CT_OK && epoch + 1 < t->cfg.train.epochs &&
+            !(t->cfg.train.max_steps > 0 && t->step >= t->cfg.train.max_steps)) {
+            /* the next epoch's shuffle buffer and prefetch fill during the evaluation; a
+             * failure to open shows again, named, when the epoch starts */
+            (void)ct_loader_open_ahead(f.loader, epoch + 1);
+        }
         train_seconds += epoch_seconds;
         if (st != CT_OK || (st = end_epoch(&f, &e, epoch_seconds, &r, err)) != CT_OK) {
             break;

@@ -24,19 +24,43 @@ typedef struct ct__async_slot {
     char msg[sizeof(((ct_err *)0)->msg)];
 } ct__async_slot;
 
-/* Transforms `in` (consumed) into *ret, or NULL for prefetch (the element passes through). */
-typedef ct_status (*ct__async_fn)(const ct_dataset *ds, int64_t epoch, ct_element *in,
-                                  ct_element *ret, ct_err *err);
+/* Transforms `in` (consumed) into *ret with the stage's `arg`, or NULL for prefetch (the
+ * element passes through). */
+typedef ct_status (*ct__async_fn)(const void *arg, int64_t epoch, ct_element *in, ct_element *ret,
+                                  ct_err *err);
+
+/* What an async stage runs: the function and its argument (freed with free() by the iterator
+ * when owns_arg), the dataset whose iterator feeds it (ds->inputs[0] when NULL), the stage's name
+ * in the stats (ds->name when NULL), the knobs' limits and starting values. With may_inline, the
+ * stage can run the function on its consumer's thread (the `workers` knob at 0): no handoff,
+ * for a function cheaper than a handoff; the autotuner chooses (async.c, "Inline"). */
+typedef struct ct__async_config {
+    ct__async_fn fn;
+    void *arg;
+    int owns_arg;
+    const ct_dataset *input;
+    const char *stage_name;
+    int max_threads;
+    int64_t max_slots;
+    int workers; /* 0: start inline (with may_inline) */
+    int64_t capacity;
+    int may_inline;
+    int tune_threads;  /* the autotuner may move the threads within [1, max_threads] */
+    int tune_capacity; /* the autotuner may move the ring within [1, max_slots] */
+    int autotune;      /* register with the root's tuner on the first next (with a knob to tune) */
+} ct__async_config;
 
 typedef struct ct__async {
     ct__wrap_iter w;
     ct__async_fn fn;
+    void *fn_arg;
+    int owns_arg, may_inline, tune_threads, tune_capacity;
     pthread_mutex_t mutex;
     pthread_mutex_t pull_mutex; /* one thread reads the input at a time, in sequence order */
     pthread_cond_t filled, room;
     ct__async_slot *slots;
     int max_threads, started, stop, ended;
-    atomic_int workers;    /* knob: threads allowed to claim work (1..max_threads) */
+    atomic_int workers;    /* knob: threads allowed to claim work (1..max_threads; 0 inline) */
     atomic_llong capacity; /* knob: slots in use (1..max_slots) */
     int64_t max_slots;
     int64_t claimed, consumed;
@@ -44,17 +68,17 @@ typedef struct ct__async {
     pthread_t threads[CT__ASYNC_MAX_THREADS];
     int n_threads;
     int room_waiters, filled_waiters; /* threads blocked on `room` / `filled` (under mutex) */
-    int autotune;                     /* the caller sets it: register the knobs on start */
+    int autotune;                     /* register the knobs on start */
     int tune_id;                      /* registration with the root's tuner, -1 none */
     ct__tune_counters counters;       /* the workers' input and work times, for the tuner */
 } ct__async;
 
-/* Creates the iterator of an async stage over ds->inputs[0]: up to max_threads threads, a ring
- * of up to max_slots, starting with `workers` threads active and `capacity` slots. A caller whose
- * knobs are CT_AUTOTUNE sets ((ct__async *)*ret)->autotune = 1: the first next then registers
- * them with the root's tuner (data/core/autotune.h), which moves them within [1, max]. */
-ct_status ct__async_make_iter(const ct_dataset *ds, const ct__iter_ctx *ctx, ct__async_fn fn,
-                              int max_threads, int64_t max_slots, int workers, int64_t capacity,
-                              ct__iter **ret, ct_err *err);
+/* Creates the iterator of async stage `ds` as `cfg` says (the argument is the iterator's from
+ * here, also on failure): up to max_threads threads, a ring of up to max_slots, starting with
+ * `workers` threads active and `capacity` slots. With cfg->autotune the first next registers the
+ * knobs with the root's tuner (data/core/autotune.h), which moves the tuned ones within
+ * [1, max] and, with may_inline, the workers between inline and threads. */
+ct_status ct__async_make_iter(const ct_dataset *ds, const ct__iter_ctx *ctx,
+                              const ct__async_config *cfg, ct__iter **ret, ct_err *err);
 
 #endif

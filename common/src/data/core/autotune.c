@@ -81,6 +81,9 @@ static void node_init(ct__tune_node *nd, const ct__tunable *t, const tune_est *e
     nd->workers = atomic_load(t->workers);
     nd->max_workers = t->max_workers > 1 ? t->max_workers : nd->workers;
     nd->tune_workers = t->max_workers > 1;
+    nd->may_inline = t->may_inline;
+    nd->threads = t->max_workers > 1 ? 1 : t->threads;
+    nd->handoff_ns = ct__handoff_ns();
     nd->capacity = atomic_load(t->capacity);
     nd->max_capacity = t->max_capacity > 1 ? t->max_capacity : nd->capacity;
     nd->tune_capacity = t->max_capacity > 1;
@@ -159,9 +162,11 @@ static void apply(ct__autotune *a, const ct__tune_node *nodes, ct__stage **stage
                 atomic_store(t->capacity, nodes[j].capacity);
                 raised |= nodes[j].capacity > cap;
             }
-            if (t->max_workers > 1 && (pass == 0) == (nodes[j].workers < workers)) {
+            if ((t->max_workers > 1 || t->may_inline) &&
+                (pass == 0) == (nodes[j].workers < workers)) {
                 atomic_store(t->workers, nodes[j].workers);
-                raised |= nodes[j].workers > workers;
+                /* to inline: the consumer may wait for an element no worker will make now */
+                raised |= nodes[j].workers > workers || nodes[j].workers == 0;
             }
             if (raised && t->wake) {
                 t->wake(t->owner);
@@ -198,6 +203,81 @@ static int tuner_step(ct__autotune *a) {
     return measured;
 }
 
+/* ---- the handoff ---- */
+
+#define HANDOFF_ROUNDS 24
+
+typedef struct ping {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int turn; /* 0: the caller's, 1: the helper's; -1 stop */
+} ping;
+
+static void *pong_main(void *p) {
+    ping *g = p;
+    pthread_mutex_lock(&g->mutex);
+    for (;;) {
+        while (g->turn == 0) {
+            pthread_cond_wait(&g->cond, &g->mutex);
+        }
+        if (g->turn < 0) {
+            break;
+        }
+        g->turn = 0;
+        pthread_cond_signal(&g->cond);
+    }
+    pthread_mutex_unlock(&g->mutex);
+    return NULL;
+}
+
+static int cmp_i64(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* The median of HANDOFF_ROUNDS round trips to a helper thread, halved; 0 when no thread. */
+static double measure_handoff(void) {
+    ping g = {.turn = 0};
+    pthread_mutex_init(&g.mutex, NULL);
+    pthread_cond_init(&g.cond, NULL);
+    pthread_t th;
+    double ns = 0.0;
+    if (pthread_create(&th, NULL, pong_main, &g) == 0) {
+        int64_t trips[HANDOFF_ROUNDS];
+        pthread_mutex_lock(&g.mutex);
+        for (int r = 0; r < HANDOFF_ROUNDS; r++) {
+            int64_t t0 = ct__now_ns();
+            g.turn = 1;
+            pthread_cond_signal(&g.cond);
+            while (g.turn == 1) {
+                pthread_cond_wait(&g.cond, &g.mutex);
+            }
+            trips[r] = ct__now_ns() - t0;
+        }
+        g.turn = -1;
+        pthread_cond_signal(&g.cond);
+        pthread_mutex_unlock(&g.mutex);
+        pthread_join(th, NULL);
+        qsort(trips, HANDOFF_ROUNDS, sizeof trips[0], cmp_i64);
+        ns = 0.5 * (double)trips[HANDOFF_ROUNDS / 2];
+    }
+    pthread_cond_destroy(&g.cond);
+    pthread_mutex_destroy(&g.mutex);
+    return ns;
+}
+
+static pthread_once_t handoff_once = PTHREAD_ONCE_INIT;
+static double handoff_measured;
+
+static void handoff_init(void) {
+    handoff_measured = measure_handoff();
+}
+
+double ct__handoff_ns(void) {
+    pthread_once(&handoff_once, handoff_init);
+    return handoff_measured;
+}
+
 /* ---- the thread ---- */
 
 /* The CLOCK_REALTIME time ms from now. */
@@ -209,6 +289,7 @@ static void deadline_after_ms(struct timespec *ts, int ms) {
 static void *tuner_main(void *p) {
     ct__autotune *a = p;
     int period_ms = CT__TUNE_WARMUP_MS;
+    ct__handoff_ns(); /* on this thread, not on a stage's: the first tuner measures it */
     pthread_mutex_lock(&a->mutex);
     while (!a->stop) {
         struct timespec deadline;

@@ -29,8 +29,10 @@ typedef struct ct__tune_counters {
 typedef struct ct__tunable {
     ct__stage *stage; /* the consumer's wait and the elements it took */
     const ct__tune_counters *counters;
-    atomic_int *workers;    /* threads at work at once; tuned in [1, max_workers] */
+    atomic_int *workers;    /* threads at work at once; tuned in [1, max_workers]; 0: inline */
     int max_workers;        /* 1 or less: workers fixed at their value */
+    int may_inline;         /* workers may go to 0: the stage runs on its consumer's thread */
+    int threads;            /* with may_inline and fixed workers: the count when not inline */
     atomic_llong *capacity; /* buffered elements per stream; tuned in [1, max_capacity] */
     int64_t max_capacity;   /* 1 or less: capacity fixed at its value */
     int streams; /* buffers of `capacity` each (interleave: every open iterator): the memory */
@@ -69,7 +71,12 @@ typedef struct ct__tune_node {
     int streams;   /* buffers of `capacity` elements, over all instances (the memory) */
     int lanes;     /* of those, the ones its consumer takes from in turn (the model's depth) */
     int instances; /* iterators of the stage sharing these knobs (inner ones of an interleave) */
-    int workers, max_workers; /* threads per instance; tuned ones count against the CPU budget */
+    int workers, max_workers; /* threads per instance; tuned ones count against the CPU budget;
+                                 0: inline, the consumer makes each element itself */
+    int may_inline;           /* the choice between inline and threads is the tuner's */
+    int threads;              /* workers when it leaves inline (fixed ones: their count) */
+    double handoff_ns;        /* what an element handed over between threads costs its consumer
+                                 when the buffer is empty (measured: ct__handoff_ns) */
     int64_t capacity, max_capacity;
     int tune_workers, tune_capacity; /* which knobs the climb may set */
     int measured; /* 0: no element yet; the node keeps its knobs and counts no latency */
@@ -82,12 +89,20 @@ double ct__tune_wait(const ct__tune_node *nodes, int n, double consumer_ns);
 /* Bytes the nodes' buffers may hold: sum of capacity x streams x elem_bytes. */
 double ct__tune_bytes(const ct__tune_node *nodes, int n);
 
+/* One handoff between two threads through a mutex and a condition variable, the async engine's
+ * mechanism, in ns: measured once per process (the median of a few round trips) on first use. */
+double ct__handoff_ns(void);
+
 /* Hill climbing from the nodes' current knobs: first lowers capacities while the buffers exceed
- * ram_budget bytes (element sizes measured larger than expected), then repeatedly applies the
+ * ram_budget bytes (element sizes measured larger than expected); then, for each node that may
+ * run inline: inline when its element costs less than a handoff, else the climb from either
+ * choice, threads kept only when their modelled wait beats inline's by a margin (a tie goes to
+ * inline: no handoffs, and no threads taking cores from the consumer); then repeatedly applies the
  * step (+1 worker, with the buffer places it needs, or +1 capacity) with the best modelled wait
- * improvement per share of budget it uses, while the improvement is worth it, the tuned workers
- * of all nodes stay within cpu_budget and their buffers within ram_budget. Knobs only rise
- * otherwise, so the buffers never hold more than the budget while knobs move between steps. */
+ * improvement per share of budget it uses, while the improvement is worth it, the tuned workers of
+ * all nodes stay within cpu_budget and their buffers within ram_budget. Knobs only rise otherwise
+ * (going inline is the one way down), so the buffers never hold more than the budget while knobs
+ * move between steps. */
 void ct__tune_climb(ct__tune_node *nodes, int n, double consumer_ns, int cpu_budget,
                     int64_t ram_budget);
 

@@ -8,7 +8,10 @@
  * P x pi0 per element, pi0 being the probability that the buffer is empty in the birth-death
  * chain of a queue of B places filled at rate 1/P and emptied at rate 1/C:
  * pi0 = (1 - r) / (1 - r^(B+1)) with r = C / P (1 / (B + 1) when r = 1). This is the
- * M/M/1/B estimate that tf.data's model.cc uses for its asynchronous nodes. */
+ * M/M/1/B estimate that tf.data's model.cc uses for its asynchronous nodes. An empty buffer also
+ * costs the consumer the handoff h (a worker's wake-up of the waiting consumer), so the wait is
+ * (P + h) x pi0. A node running inline (workers 0) makes each element on its consumer's thread:
+ * its consumer waits s + w per element, with no buffer and no handoff. */
 #include <math.h>
 #include <string.h>
 
@@ -17,6 +20,7 @@
 #define CLIMB_MAX_STEPS 10000
 #define WORTH_FRACTION 1e-3 /* a step must save this share of the consumer's time per element */
 #define WORTH_MIN_NS 50.0
+#define INLINE_MARGIN 0.05 /* threads must save this share of the consumer's time per element */
 
 enum { STEP_WORKER, STEP_CAPACITY, STEP_KINDS };
 
@@ -42,7 +46,7 @@ static double depth(const ct__tune_node *nd) {
     return (double)nd->capacity * (double)lanes;
 }
 
-/* Threads that work for node `nd` at once. */
+/* Threads that work for node `nd` at once (an inline node: its consumer's). */
 static double effective_workers(const ct__tune_node *nd) {
     double slots = depth(nd);
     double w = nd->workers > 0 ? (double)nd->workers : 1.0;
@@ -71,8 +75,12 @@ double ct__tune_wait(const ct__tune_node *nodes, int n, double consumer_ns) {
             serial = (serial > 0.0 ? serial : 0.0) + below * below_ratio;
             double par = (serial + nd->work_ns) / effective_workers(nd);
             double producer = serial > par ? serial : par;
-            wait = producer *
-                   empty_probability(producer, consumer_interval(nodes, j, consumer_ns), depth(nd));
+            double handoff = nd->handoff_ns > 0.0 ? nd->handoff_ns : 0.0;
+            wait = nd->workers == 0
+                       ? serial + nd->work_ns
+                       : (producer + handoff) *
+                             empty_probability(producer, consumer_interval(nodes, j, consumer_ns),
+                                               depth(nd));
         }
         below = wait;
         below_measured = nd->measured ? nd->wait_ns : 0.0;
@@ -104,8 +112,8 @@ static int total_workers(const ct__tune_node *nodes, int n) {
 /* Applies step `kind` to nd; returns 0 when the knob is at its limit. A worker brings the buffer
  * places it needs to run (a parallel map with one place runs one thread). */
 static int step_apply(ct__tune_node *nd, int kind) {
-    if (kind == STEP_WORKER) {
-        if (!nd->tune_workers || nd->workers >= nd->max_workers) {
+    if (kind == STEP_WORKER) { /* leaving inline is not a step (ct__tune_climb) */
+        if (!nd->tune_workers || nd->workers == 0 || nd->workers >= nd->max_workers) {
             return 0;
         }
         nd->workers++;
@@ -178,9 +186,9 @@ static void shrink_to_fit(ct__tune_node *nodes, int n, int64_t ram_budget) {
     }
 }
 
-void ct__tune_climb(ct__tune_node *nodes, int n, double consumer_ns, int cpu_budget,
-                    int64_t ram_budget) {
-    shrink_to_fit(nodes, n, ram_budget);
+/* The steps of the climb from the nodes' knobs (see ct__tune_climb). */
+static void climb_steps(ct__tune_node *nodes, int n, double consumer_ns, int cpu_budget,
+                        int64_t ram_budget) {
     for (int step = 0; step < CLIMB_MAX_STEPS; step++) {
         int node = -1, kind = 0;
         if (best_step(nodes, n, consumer_ns, cpu_budget, ram_budget, &node, &kind) <= 0.0) {
@@ -188,4 +196,49 @@ void ct__tune_climb(ct__tune_node *nodes, int n, double consumer_ns, int cpu_bud
         }
         step_apply(&nodes[node], kind);
     }
+}
+
+/* Node j inline or on threads. An element cheaper than a handoff goes inline: the model counts
+ * no cost of the handoffs in a full buffer, but each costs both threads CPU time. Otherwise the
+ * climb from each choice, threads kept only when they save INLINE_MARGIN of the consumer's time
+ * per element (its own and its wait), within the CPU budget as the climb's steps are. */
+static void choose_inline(ct__tune_node *nodes, int n, int j, double consumer_ns, int cpu_budget,
+                          int64_t ram_budget) {
+    if (nodes[j].serial_ns + nodes[j].work_ns < nodes[j].handoff_ns) {
+        nodes[j].workers = 0;
+        return;
+    }
+    ct__tune_node on_threads[CT__TUNE_MAX];
+    memcpy(on_threads, nodes, sizeof(ct__tune_node) * (size_t)n);
+    ct__tune_node *t = &on_threads[j];
+    if (t->workers == 0) {
+        t->workers = t->threads > 0 ? t->threads : 1;
+        int lanes = t->lanes > 0 ? t->lanes : t->streams > 0 ? t->streams : 1;
+        int64_t need = (t->workers + lanes - 1) / lanes;
+        if (t->tune_capacity && t->capacity < need) {
+            t->capacity = need < t->max_capacity ? need : t->max_capacity;
+        }
+    }
+    nodes[j].workers = 0;
+    climb_steps(on_threads, n, consumer_ns, cpu_budget, ram_budget);
+    climb_steps(nodes, n, consumer_ns, cpu_budget, ram_budget);
+    double inline_wait = ct__tune_wait(nodes, n, consumer_ns);
+    double threads_wait = ct__tune_wait(on_threads, n, consumer_ns);
+    double margin = INLINE_MARGIN * (consumer_ns + inline_wait);
+    margin = margin > WORTH_MIN_NS ? margin : WORTH_MIN_NS;
+    int fits = !t->tune_workers || total_workers(on_threads, n) <= cpu_budget;
+    if (fits && threads_wait + margin < inline_wait) {
+        memcpy(nodes, on_threads, sizeof(ct__tune_node) * (size_t)n);
+    }
+}
+
+void ct__tune_climb(ct__tune_node *nodes, int n, double consumer_ns, int cpu_budget,
+                    int64_t ram_budget) {
+    shrink_to_fit(nodes, n, ram_budget);
+    for (int j = 0; j < n; j++) {
+        if (nodes[j].may_inline && nodes[j].measured) {
+            choose_inline(nodes, n, j, consumer_ns, cpu_budget, ram_budget);
+        }
+    }
+    climb_steps(nodes, n, consumer_ns, cpu_budget, ram_budget);
 }

@@ -82,6 +82,7 @@ typedef struct ct__iter_root {
     atomic_flag stages_lock;  /* guards stage registration, which worker threads also do */
     atomic_llong consumer_ns; /* the consumer's time between ct_iterator_next calls, summed */
     atomic_llong consumed;    /* elements ct_iterator_next returned (for the autotuner) */
+    int map_fusion;           /* consecutive maps run as one stage (ct_iterator_options) */
 } ct__iter_root;
 
 struct ct__iter_ctx {
@@ -96,6 +97,9 @@ typedef struct ct__iter_ops {
     /* Skips up to n elements, *ret_skipped = how many. NULL: next and drop. */
     ct_status (*skip)(ct__iter *it, int64_t n, int64_t *ret_skipped, ct_err *err);
     void (*destroy)(ct__iter *it); /* frees the kind's state and `it` itself; NULL: free(it) */
+    /* Starts the stage's background work before its first next (async stages: their threads).
+     * NULL: nothing to start. */
+    ct_status (*start)(ct__iter *it, ct_err *err);
 } ct__iter_ops;
 
 /* The first member of every kind's iterator struct. */
@@ -121,6 +125,9 @@ ct__iter_ctx ct__ctx_child(const ct__iter *parent, int64_t epoch);
 /* An async stage reports `ns` of its consumer's time spent waiting on its queue: counted as
  * wait, not busy. Called on the consumer's thread inside the stage's next. */
 void ct__iter_waited(ct__iter *it, int64_t ns);
+/* Starts the background work of the iterator's last stage (a prefetch fills its buffer) before
+ * the first next: the caller opens an epoch ahead of the time it is read (ct_loader). */
+ct_status ct__iterator_start(ct_iterator *it, ct_err *err);
 /* Frees the root's autotuner (data/core/autotune.c). Accepts NULL. */
 void ct__autotune_destroy(ct__autotune *tuner);
 /* Allocates a zeroed kind iterator of `size` bytes whose header is filled in. */
@@ -149,6 +156,14 @@ typedef struct ct__wrap_iter {
  * the iterator of ds->inputs[0] for the same epoch. */
 ct_status ct__wrap_make_iter(const ct_dataset *ds, const ct__iter_ctx *ctx, const ct__iter_ops *ops,
                              size_t size, ct__iter **ret, ct_err *err);
+/* The same over `input` (a node below ds->inputs[0]: the stages in between run fused into ds's
+ * iterator, see data/transformations/map.c). */
+ct_status ct__wrap_make_iter_over(const ct_dataset *ds, const ct_dataset *input,
+                                  const ct__iter_ctx *ctx, const ct__iter_ops *ops, size_t size,
+                                  ct__iter **ret, ct_err *err);
+/* The stats row named `name` at `depth` (created on first use). A kind's make_iter may set
+ * it->stage with it (a fused stage's row); ct__iter_make registers ds->name otherwise. */
+ct__stage *ct__stage_named(ct__iter_root *root, const char *name, int depth);
 /* Destroys the input iterator and frees `it` (for iterators with no other state). */
 void ct__wrap_destroy(ct__iter *it);
 

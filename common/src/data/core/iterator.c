@@ -23,11 +23,11 @@ struct ct_iterator {
 static _Thread_local int64_t tl_child_ns;
 static _Thread_local int tl_err_named;
 
-static ct__stage *stage_find_or_add(ct__iter_root *root, const ct_dataset *ds, int depth) {
+static ct__stage *stage_find_or_add(ct__iter_root *root, const char *name, int depth) {
     int n = atomic_load(&root->n_stages);
     for (int i = 0; i < n; i++) {
         /* Inner datasets of an interleave (one per file) share one row per name and depth. */
-        if (root->stages[i].depth == depth && strcmp(root->stages[i].name, ds->name) == 0) {
+        if (root->stages[i].depth == depth && strcmp(root->stages[i].name, name) == 0) {
             return &root->stages[i];
         }
     }
@@ -35,18 +35,18 @@ static ct__stage *stage_find_or_add(ct__iter_root *root, const ct_dataset *ds, i
         return &root->stages[CT__MAX_STAGES - 1];
     }
     ct__stage *s = &root->stages[n];
-    snprintf(s->name, sizeof s->name, "%s", ds->name);
+    snprintf(s->name, sizeof s->name, "%s", name);
     s->depth = depth;
     atomic_store(&root->n_stages, n + 1);
     return s;
 }
 
-/* The stage row of (ds, depth). Inner iterators of a parallel interleave register from worker
- * threads, so registration takes the root's spin lock (a few string compares). */
-static ct__stage *stage_register(ct__iter_root *root, const ct_dataset *ds, int depth) {
+/* Inner iterators of a parallel interleave register from worker threads, so registration takes
+ * the root's spin lock (a few string compares). */
+ct__stage *ct__stage_named(ct__iter_root *root, const char *name, int depth) {
     while (atomic_flag_test_and_set_explicit(&root->stages_lock, memory_order_acquire)) {
     }
-    ct__stage *s = stage_find_or_add(root, ds, depth);
+    ct__stage *s = stage_find_or_add(root, name, depth);
     atomic_flag_clear_explicit(&root->stages_lock, memory_order_release);
     return s;
 }
@@ -76,19 +76,27 @@ ct_status ct__iter_make(const ct_dataset *ds, const ct__iter_ctx *ctx, ct__iter 
     if (st != CT_OK) {
         return st;
     }
-    it->stage = stage_register(ctx->root, ds, ctx->depth);
+    if (it->stage == NULL) {
+        it->stage = ct__stage_named(ctx->root, ds->name, ctx->depth);
+    }
     *ret = it;
     return CT_OK;
 }
 
 ct_status ct__wrap_make_iter(const ct_dataset *ds, const ct__iter_ctx *ctx, const ct__iter_ops *ops,
                              size_t size, ct__iter **ret, ct_err *err) {
+    return ct__wrap_make_iter_over(ds, ds->inputs[0], ctx, ops, size, ret, err);
+}
+
+ct_status ct__wrap_make_iter_over(const ct_dataset *ds, const ct_dataset *input,
+                                  const ct__iter_ctx *ctx, const ct__iter_ops *ops, size_t size,
+                                  ct__iter **ret, ct_err *err) {
     ct__wrap_iter *w = ct__iter_alloc(size, ops, ds, ctx);
     if (w == NULL) {
         return ct_err_set(err, CT_ENOMEM, "%s: out of memory", ds->name);
     }
     ct__iter_ctx child = ct__ctx_child(&w->base, ctx->epoch);
-    ct_status st = ct__iter_make(ds->inputs[0], &child, &w->input, err);
+    ct_status st = ct__iter_make(input, &child, &w->input, err);
     if (st != CT_OK) {
         free(w);
         return st;
@@ -110,7 +118,7 @@ void ct__iter_waited(ct__iter *it, int64_t ns) {
 static void name_error(ct__iter *it, ct_status st, ct_err *err) {
     if (st != CT_OK && st != CT_EINTR && !tl_err_named) {
         tl_err_named = 1;
-        ct_err_prefix(err, st, "%s, element %lld", it->ds->name,
+        ct_err_prefix(err, st, "%s, element %lld", it->stage->name,
                       (long long)atomic_load(&it->stage->elements));
     }
 }
@@ -228,6 +236,7 @@ static void root_init(ct__iter_root *root, const ct_iterator_options *opt) {
                        : pages > 0 && page_size > 0 ? (int64_t)pages * page_size / 2
                                                     : (int64_t)1 << 30;
     root->wait_timeout_s = opt->wait_timeout_s > 0 ? opt->wait_timeout_s : 60.0;
+    root->map_fusion = !opt->no_map_fusion;
 }
 
 ct_status ct_iterator_create(const ct_dataset *ds, const ct_iterator_options *opt,
@@ -283,6 +292,10 @@ ct_status ct_iterator_skip(ct_iterator *it, int64_t n, int64_t *ret_skipped, ct_
         }
     }
     return st;
+}
+
+ct_status ct__iterator_start(ct_iterator *it, ct_err *err) {
+    return it->top->ops->start ? it->top->ops->start(it->top, err) : CT_OK;
 }
 
 int64_t ct_iterator_position(const ct_iterator *it) {

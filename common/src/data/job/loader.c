@@ -18,8 +18,10 @@
 #include "data/job/loader_impl.h"
 
 struct ct_loader {
-    ct_dataset *ds;       /* batches of (x, y) */
-    ct_iterator *it;      /* the current epoch; NULL before start_epoch */
+    ct_dataset *ds;     /* batches of (x, y) */
+    ct_iterator *it;    /* the current epoch; NULL before start_epoch */
+    ct_iterator *ahead; /* epoch ahead_epoch from its start, opened ahead; or NULL */
+    int64_t ahead_epoch;
     int64_t steps;        /* per epoch, for every rank; -1: until the pipeline ends */
     int64_t epoch, index; /* the next batch */
     int ended;            /* this rank's pipeline ended in this epoch */
@@ -226,8 +228,15 @@ ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch
     ct_iterator_destroy(l->it);
     l->it = NULL;
     ct_element_clear(&l->held);
-    ct_iterator_options o = {.epoch = epoch, .start = start_batch};
-    ct_status st = ct_iterator_create(l->ds, &o, &l->it, NULL);
+    ct_status st = CT_OK;
+    if (l->ahead != NULL && l->ahead_epoch == epoch && start_batch == 0) {
+        l->it = l->ahead; /* opened ahead: its buffers are filling already */
+    } else {
+        ct_iterator_destroy(l->ahead);
+        ct_iterator_options o = {.epoch = epoch, .start = start_batch};
+        st = ct_iterator_create(l->ds, &o, &l->it, NULL);
+    }
+    l->ahead = NULL;
     if (st != CT_OK) {
         return st;
     }
@@ -320,6 +329,22 @@ int64_t ct_loader_batches_per_epoch(const ct_loader *l) {
     return l->steps;
 }
 
+ct_status ct_loader_open_ahead(ct_loader *l, int64_t epoch) {
+    ct_iterator_destroy(l->ahead);
+    l->ahead = NULL;
+    if (l->service_stats != NULL || epoch < 0) {
+        return CT_OK; /* the data service reads ahead on its own */
+    }
+    ct_iterator_options o = {.epoch = epoch};
+    ct_status st = ct_iterator_create(l->ds, &o, &l->ahead, NULL);
+    if (st == CT_OK && (st = ct__iterator_start(l->ahead, NULL)) != CT_OK) {
+        ct_iterator_destroy(l->ahead);
+        l->ahead = NULL;
+    }
+    l->ahead_epoch = epoch;
+    return st;
+}
+
 double ct_loader_wait_seconds(const ct_loader *l) {
     return l->wait_seconds;
 }
@@ -334,6 +359,7 @@ void ct_loader_destroy(ct_loader *l) {
         return;
     }
     ct_iterator_destroy(l->it);
+    ct_iterator_destroy(l->ahead);
     ct_element_clear(&l->held);
     ct_dataset_destroy(l->ds);
     free(l->labels);

@@ -29,16 +29,42 @@ ct_status ct__map_apply(const ct_dataset *ds, int64_t epoch, ct_element *in, ct_
     return CT_OK;
 }
 
+ct_status ct__map_chain_apply(const void *arg, int64_t epoch, ct_element *in, ct_element *ret,
+                              ct_err *err) {
+    const ct__map_chain *c = arg;
+    ct_element cur = {0};
+    ct__element_move(&cur, in); /* the element and its key */
+    for (int i = 0; i < c->n; i++) {
+        ct_element out = {0};
+        ct_status st = ct__map_apply(c->maps[i], epoch, &cur, &out, err);
+        if (st != CT_OK) {
+            if (c->n > 1) {
+                ct_err_prefix(err, st, "%s", c->maps[i]->name);
+            }
+            return st;
+        }
+        ct__element_move(&cur, &out);
+    }
+    ct__element_move(ret, &cur);
+    return CT_OK;
+}
+
 typedef ct__wrap_iter map_iter;
 
+/* A sequential map: the chain (one map, or fused ones) on the consumer's thread. */
+typedef struct seq_map_iter {
+    ct__wrap_iter w;
+    ct__map_chain chain;
+} seq_map_iter;
+
 static ct_status map_next(ct__iter *it, ct_element *ret, int *ret_end, ct_err *err) {
-    map_iter *m = (map_iter *)it;
+    seq_map_iter *m = (seq_map_iter *)it;
     ct_element in = {0};
-    ct_status st = ct__iter_next(m->input, &in, ret_end, err);
+    ct_status st = ct__iter_next(m->w.input, &in, ret_end, err);
     if (st != CT_OK || *ret_end) {
         return st;
     }
-    return ct__map_apply(it->ds, it->ctx.epoch, &in, ret, err);
+    return ct__map_chain_apply(&m->chain, it->ctx.epoch, &in, ret, err);
 }
 
 static ct_status map_skip(ct__iter *it, int64_t n, int64_t *ret_skipped, ct_err *err) {
@@ -48,13 +74,67 @@ static ct_status map_skip(ct__iter *it, int64_t n, int64_t *ret_skipped, ct_err 
 static const ct__iter_ops map_iter_ops = {
     .next = map_next, .skip = map_skip, .destroy = ct__wrap_destroy};
 
+static const ct__dataset_ops map_ops;
+
+/* A map's threads: 0 sequential, N > 1, or CT_AUTOTUNE. */
+static int map_parallel(const ct_dataset *ds) {
+    int p = ((const ct__map_params *)ds->params)->opt.num_parallel_calls;
+    return p == CT_AUTOTUNE || p > 1 ? p : 0;
+}
+
+/* Map fusion: the maps below ds that run as one stage with it, innermost first, while they are
+ * maps of the same kind (sequential, or parallel: a sequential map's function need not be
+ * thread-safe). The parallelism is the largest, CT_AUTOTUNE when any is; the name joins theirs. */
+static const ct_dataset *map_chain(const ct_dataset *ds, int fuse, ct__map_chain *c,
+                                   int *ret_parallel, char *name, size_t size) {
+    const ct_dataset *top[CT__MAP_FUSE_MAX];
+    int n = 0, parallel = map_parallel(ds);
+    top[n++] = ds;
+    while (fuse && n < CT__MAP_FUSE_MAX && ds->inputs[0]->ops == &map_ops &&
+           (map_parallel(ds->inputs[0]) != 0) == (parallel != 0)) {
+        ds = ds->inputs[0];
+        int p = map_parallel(ds);
+        parallel = parallel == CT_AUTOTUNE || p == CT_AUTOTUNE ? CT_AUTOTUNE
+                   : p > parallel                              ? p
+                                                               : parallel;
+        top[n++] = ds;
+    }
+    c->n = n;
+    size_t used = (size_t)snprintf(name, size, "map(");
+    for (int i = 0; i < n; i++) {
+        c->maps[i] = top[n - 1 - i];
+        const char *own = ((const ct__map_params *)c->maps[i]->params)->name;
+        if (used < size) {
+            used += (size_t)snprintf(name + used, size - used, "%s%s", i ? "+" : "", own);
+        }
+    }
+    if (used < size) {
+        snprintf(name + used, size - used, ")");
+    }
+    *ret_parallel = parallel;
+    return ds->inputs[0];
+}
+
 static ct_status map_make_iter(const ct_dataset *ds, const ct__iter_ctx *ctx, ct__iter **ret,
                                ct_err *err) {
-    const ct__map_params *m = ds->params;
-    if (m->opt.num_parallel_calls > 1 || m->opt.num_parallel_calls == CT_AUTOTUNE) {
-        return ct__parallel_map_make_iter(ds, ctx, ret, err);
+    ct__map_chain chain;
+    char name[64];
+    int parallel = 0;
+    const ct_dataset *input =
+        map_chain(ds, ctx->root->map_fusion, &chain, &parallel, name, sizeof name);
+    const char *stage_name = chain.n > 1 ? name : NULL;
+    if (parallel != 0) {
+        return ct__parallel_map_make_iter(ds, ctx, &chain, parallel, input, stage_name, ret, err);
     }
-    return ct__wrap_make_iter(ds, ctx, &map_iter_ops, sizeof(map_iter), ret, err);
+    ct_status st =
+        ct__wrap_make_iter_over(ds, input, ctx, &map_iter_ops, sizeof(seq_map_iter), ret, err);
+    if (st == CT_OK) {
+        ((seq_map_iter *)*ret)->chain = chain;
+        if (stage_name) {
+            (*ret)->stage = ct__stage_named(ctx->root, stage_name, ctx->depth);
+        }
+    }
+    return st;
 }
 
 static ct_status map_get(const ct_dataset *ds, int64_t epoch, int64_t index, ct_element *ret,

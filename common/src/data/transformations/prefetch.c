@@ -17,12 +17,13 @@ static ct_status prefetch_make_iter(const ct_dataset *ds, const ct__iter_ctx *ct
     const prefetch_params *p = ds->params;
     int autotune = p->buffer == CT_AUTOTUNE;
     int64_t start = autotune ? PREFETCH_AUTOTUNE_START : p->buffer;
-    ct_status st = ct__async_make_iter(ds, ctx, NULL, 1, autotune ? CT__ASYNC_MAX_SLOTS : p->buffer,
-                                       1, start, ret, err);
-    if (st == CT_OK) {
-        ((ct__async *)*ret)->autotune = autotune;
-    }
-    return st;
+    ct__async_config cfg = {.max_threads = 1,
+                            .max_slots = autotune ? CT__ASYNC_MAX_SLOTS : p->buffer,
+                            .workers = 1,
+                            .capacity = start,
+                            .tune_capacity = autotune,
+                            .autotune = autotune};
+    return ct__async_make_iter(ds, ctx, &cfg, ret, err);
 }
 
 static void prefetch_describe(const ct_dataset *ds, char *buf, size_t size) {
