@@ -366,9 +366,18 @@ typedef struct trained_mlp {
 
 /* How train_mlp runs its steps: on a pool (threads, not adaptive); adaptively with a slowed pool
  * (test_slow_pool), so most steps run solo, deterministic or not; adaptively with each step's
- * mode set as `replay` says (1: solo); or replaying `replay`'s sequence of solo and pool steps
- * on two graphs, a pool's and a one-thread graph. */
-enum { TRAIN_POOL, TRAIN_SLOWED, TRAIN_SLOWED_DETERMINISTIC, TRAIN_FORCED, TRAIN_REPLAY };
+ * mode set as `replay` says (1: solo); replaying `replay`'s sequence of solo and pool steps on
+ * two graphs, a pool's and a one-thread graph; or adaptively with the caller telling the graph
+ * of a 20 ms wait for its input after every step the pool ran (its threads took the input
+ * pipeline's cores). */
+enum {
+    TRAIN_POOL,
+    TRAIN_SLOWED,
+    TRAIN_SLOWED_DETERMINISTIC,
+    TRAIN_FORCED,
+    TRAIN_REPLAY,
+    TRAIN_WAITED
+};
 
 /* x W1 + b1 -> relu -> dropout -> W2 + b2 -> softmax cross-entropy, with Adam fused into the
  * gradients' writers, compiled on `threads` threads. Its split plan has every kind of part:
@@ -435,7 +444,7 @@ static void train_mlp(int threads, int how, const char *replay, trained_mlp *out
     const int traced[4] = {xi, yi, loss, upd};
     const int slowed = how == TRAIN_SLOWED || how == TRAIN_SLOWED_DETERMINISTIC;
     int keep[2][4];
-    ct_graph *cg[2] = {compile_mlp(g, threads, slowed || how == TRAIN_FORCED,
+    ct_graph *cg[2] = {compile_mlp(g, threads, slowed || how == TRAIN_FORCED || how == TRAIN_WAITED,
                                    how == TRAIN_SLOWED_DETERMINISTIC, traced, keep[0]),
                        how == TRAIN_REPLAY ? compile_mlp(g, 1, 0, 0, traced, keep[1]) : NULL};
     for (int k = 0; k < 2 && cg[k]; k++) {
@@ -458,6 +467,9 @@ static void train_mlp(int threads, int how, const char *replay, trained_mlp *out
         cr_assert_eq(ct_graph_read(cg[k], keep[k][2], &out->loss[r], sizeof(float), &err), CT_OK);
         cr_assert_eq(ct_graph_read(cg[k], keep[k][3], &out->g2, sizeof(float), &err), CT_OK);
         out->solo[r] = (char)(ct_graph_get_stats(cg[k])->solo_runs > solo_before);
+        if (how == TRAIN_WAITED && !out->solo[r]) {
+            ct_graph_add_wait(cg[0], 0.02);
+        }
         if (how == TRAIN_FORCED) { /* the graph points into the arena of the plan that ran */
             const ct_exec *e = ct__graph_exec(cg[0]), *ran = out->solo[r] ? e->solo_plan : e;
             const char *at = ct_graph_node(cg[0], keep[0][2])->out.data;
@@ -538,6 +550,15 @@ Test(exec_adapt, the_pool_and_the_one_thread_plan_take_turns, .timeout = 120) {
         train_mlp(threads, TRAIN_REPLAY, modes, &replayed);
         expect_same_training(&forced, &replayed, threads, "forced, replayed");
     }
+}
+
+/* The caller's wait for its input counts in the executor's choice: a pool after whose steps the
+ * caller waits 20 ms (far more than any step) moves the steps to the caller. */
+Test(exec_adapt, an_input_wait_after_pool_steps_moves_steps_to_the_caller, .timeout = 120) {
+    static trained_mlp waited;
+    train_mlp(2, TRAIN_WAITED, NULL, &waited);
+    cr_expect_gt(waited.solo_runs, TRAIN_RUNS / 2, "%lld solo runs of %d",
+                 (long long)waited.solo_runs, TRAIN_RUNS);
 }
 
 /* ---- the backend's one-time setup, paid by compilation ---- */

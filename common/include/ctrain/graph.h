@@ -144,6 +144,12 @@ CT_API ct_status ct_graph_prepare(ct_graph *g, ct_err *err);
  * thread-safe per graph. */
 CT_API ct_status ct_graph_run(ct_graph *g, int first, int last, ct_err *err);
 
+/* Seconds the caller waited for the next run's inputs (an input pipeline on threads of its own).
+ * A compiled graph's adaptive executor counts them in that run's time when it weighs running on
+ * every thread against the calling thread alone: a pool whose threads take the input pipeline's
+ * cores shows slower, as the caller sees it. Other graphs ignore it. */
+CT_API void ct_graph_add_wait(ct_graph *g, double seconds);
+
 /* Copies node `id`'s output (bytes = its size) into host memory `dst`. Returns CT_EINVAL when
  * sizes differ or the node has no data yet. For tools and tests; works on any backend. */
 CT_API ct_status ct_graph_read(ct_graph *g, int id, void *dst, size_t bytes, ct_err *err);

@@ -138,7 +138,8 @@ struct ct_exec {
     int adaptive;        /* 1: choose parallel or solo runs by measurement (exec_adapt.c) */
     int solo;            /* the run in progress is solo: its parts share part 0's filter copy */
     ct__exec_adapt adapt;
-    atomic_int *tids; /* per thread: its kernel thread id (run-queue waits), 0 until known */
+    double pending_wait_s; /* the caller's input wait before the next run (ct_graph_add_wait) */
+    atomic_int *tids;      /* per thread: its kernel thread id (run-queue waits), 0 until known */
     pthread_t *workers;
     struct worker_arg {
         ct_exec *e;

@@ -330,7 +330,10 @@ ct_status ct__exec_run(ct_graph *g, ct_exec *e, ct_err *err) {
     }
     ct_graph_stats *stats = ct__graph_stats(g);
     if (e->adaptive) {
-        ct__exec_adapt_record(&e->adapt, ct__now_s() - start);
+        /* the caller's wait for this run's input counts as its time: a pool whose threads take
+         * the input pipeline's cores is slower, as the caller sees it */
+        ct__exec_adapt_record(&e->adapt, ct__now_s() - start + e->pending_wait_s);
+        e->pending_wait_s = 0.0;
         stats->mode_switches = e->adapt.switches;
     }
     stats->solo_runs += solo;

@@ -187,6 +187,13 @@ void ct__exec_destroy(ct_exec *e) {
     free(e);
 }
 
+void ct_graph_add_wait(ct_graph *g, double seconds) {
+    ct_exec *e = ct__graph_exec(g);
+    if (e != NULL && e->adaptive && seconds > 0.0) {
+        e->pending_wait_s += seconds;
+    }
+}
+
 int ct__exec_part_thread(const ct_graph *g, int node, int part) {
     const ct_exec *e = ct__graph_exec(g);
     if (!e || !e->ran_on || node < 0 || node >= e->n || part < 0 || part >= e->parts[node]) {

@@ -217,7 +217,9 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         ct__prof_step(step);
         const int64_t step_t0 = ct__prof_begin();
         ct_batch b;
+        const double wait0 = ct_loader_wait_seconds(f->loader);
         st = ct_loader_next_err(f->loader, &b, err);
+        t->input_wait = ct_loader_wait_seconds(f->loader) - wait0;
         if (st != CT_OK || (f->steps >= 0 ? b.index >= f->steps : b.size == 0)) {
             ct__prof_step(0); /* no step after all (the epoch ended): the evaluation is not one */
             break;

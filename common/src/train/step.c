@@ -72,6 +72,10 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     ctx->hook_user = t->reducer ? t->reducer->user : NULL;
     ct_graph_bind(sg->g, sg->x, (void *)x);
     ct_graph_bind(sg->g, sg->y, (void *)y);
+    if (sg->training) {
+        ct_graph_add_wait(sg->g, t->input_wait);
+        t->input_wait = 0.0;
+    }
     ct_status st = ct_graph_run(sg->g, 0, ct_graph_size(sg->g), err);
     if (st == CT_OK && sg->update >= 0) {
         st = ct_optimizer_check(t->opt, ct_model_params(t->model), t->step,

@@ -79,6 +79,7 @@ struct ct_trainer {
      * sums and their count. */
     ct__run_log *log;
     double graph_seconds; /* spent building and compiling step graphs, in total */
+    double input_wait;    /* the wait for the next step's batch, told to its graph's executor */
     double log_time, log_wait, win_loss, win_acc, win_n;
     int64_t log_step, hist_step; /* hist_step: the step of the last histograms (-1: none) */
     int graph_logged;
