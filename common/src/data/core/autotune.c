@@ -20,7 +20,7 @@
 typedef struct tune_est {
     int64_t input_ns, work_ns, out_elements, wait_ns, elements;
     double serial, work, wait;
-    int measured;
+    int measured; /* windows with elements made: the first one is taken, then replaced */
 } tune_est;
 
 struct ct__autotune {
@@ -50,15 +50,19 @@ static void measure(ct__autotune *a, int i) {
     int64_t input = atomic_load(&t->counters->input_ns), work = atomic_load(&t->counters->work_ns);
     int64_t out = atomic_load(&t->counters->out_elements);
     int64_t wait = atomic_load(&t->stage->wait_ns), taken = atomic_load(&t->stage->elements);
+    /* The first window holds the start: a shuffle buffer's fill, first page faults (a first
+     * element of 12 ms, then 60 us ones): the tuner acts on it, then the second window replaces
+     * it rather than being averaged with it. */
+    int replace = e->measured < 2;
     if (out > e->out_elements) {
         double n = (double)(out - e->out_elements);
-        e->serial = smooth(e->serial, (double)(input - e->input_ns) / n, e->measured);
-        e->work = smooth(e->work, (double)(work - e->work_ns) / n, e->measured);
-        e->measured = 1;
+        e->serial = smooth(e->serial, (double)(input - e->input_ns) / n, !replace);
+        e->work = smooth(e->work, (double)(work - e->work_ns) / n, !replace);
+        e->measured++;
     }
     if (taken > e->elements) {
         e->wait = smooth(e->wait, (double)(wait - e->wait_ns) / (double)(taken - e->elements),
-                         e->measured);
+                         !replace && e->measured > 0);
     }
     *e = (tune_est){input, work, out, wait, taken, e->serial, e->work, e->wait, e->measured};
 }
