@@ -195,8 +195,10 @@ static int64_t example_dims(const dw_state *s, const ct_batch *b, int64_t *dims,
     return n;
 }
 
-static ct_status send_batch(dw_state *s, void *router, const dw_lease *l, const dw_peer *p,
-                            const ct_batch *b, ct_err *err) {
+/* Sends batch b of lease l to its consumer. Its features go with no copy: the loader hands the
+ * buffer over (ct_loader_take_x) and ZeroMQ frees it once sent. */
+static ct_status send_batch(dw_state *s, void *router, ct_loader *loader, const dw_lease *l,
+                            const dw_peer *p, const ct_batch *b, ct_err *err) {
     int64_t dims[CT_IDX_MAX_DIMS + 2];
     int rank = 0;
     int64_t per = example_dims(s, b, dims, &rank);
@@ -214,7 +216,9 @@ static ct_status send_batch(dw_state *s, void *router, const dw_lease *l, const 
                                        CTRAIN__WIRE__TENSOR_REF__INIT};
     Ctrain__Wire__TensorRef *ref_ptrs[2] = {&refs[0], &refs[1]};
     size_t bytes[2] = {sizeof(float) * (size_t)(b->size * per), sizeof(int32_t) * (size_t)b->size};
-    const void *data[2] = {b->x, b->y};
+    void *x = ct_loader_take_x(loader, b);
+    void *data[2] = {x ? x : (void *)b->x, (void *)b->y};
+    const int owned[2] = {x != NULL, 0};
     refs[0].bytes = bytes[0];
     refs[1].bytes = bytes[1];
     refs[1].slot = 1;
@@ -225,7 +229,8 @@ static ct_status send_batch(dw_state *s, void *router, const dw_lease *l, const 
     env.batch = &batch;
     env.n_tensors = 2;
     env.tensors = ref_ptrs;
-    ct_status st = ct__msg_send(router, p->rid, p->rid_len, &env, s->job_id, data, bytes, 2, err);
+    ct_status st =
+        ct__msg_send_owned(router, p->rid, p->rid_len, &env, s->job_id, data, bytes, 2, owned, err);
     return st == CT_ETIMEDOUT ? CT_OK : st; /* a consumer gone: its lease will be revoked */
 }
 
@@ -275,7 +280,7 @@ ct_status dw_produce_one(dw_state *s, void *router, ct_err *err) {
     }
     dw_peer *p = peer_find(s, l->consumer);
     if (st == CT_OK) {
-        st = send_batch(s, router, l, p, &b, err);
+        st = send_batch(s, router, loader, l, p, &b, err);
     }
     if (st == CT_OK) {
         prof_batch(prof_t0, s, l, p, &b, step);

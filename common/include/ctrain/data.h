@@ -122,6 +122,11 @@ CT_API ct_status ct_loader_batch_at(ct_loader *l, int64_t epoch, int64_t index,
 /* Batches per epoch (counts the smaller last batch unless drop_remainder). */
 CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 
+/* Hands over the features of `b`, the batch ct_loader_next returned last: the malloc'ed buffer
+ * behind b->x, which the caller frees (b->x is then the caller's alone; the loader no longer
+ * frees it). NULL when b is not that batch. A data worker sends it with no copy. */
+CT_API void *ct_loader_take_x(ct_loader *l, const ct_batch *b);
+
 /* Opens `epoch` from its first batch now: its pipeline fills (a shuffle buffer, the prefetch) in
  * the background while the caller does other work, such as the evaluation after an epoch, and
  * ct_loader_start_epoch(l, epoch, 0) then takes it over; a start elsewhere drops it. The batches

@@ -212,18 +212,32 @@ ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_e
     return st;
 }
 
+/* How the tensor frames go: copied, borrowed (tracked by inflight) or handed over (owned). */
+typedef struct frame_mode {
+    ct__inflight *inflight;
+    const int *owned;
+} frame_mode;
+
 static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
                              uint64_t job_id, const void *const *data, const size_t *bytes, int n,
-                             ct__inflight *inflight, ct_err *err);
+                             frame_mode mode, ct_err *err);
 
 ct_status ct__msg_send(void *sock, const void *peer, size_t peer_len, ct__env *env, uint64_t job_id,
                        const void *const *data, const size_t *bytes, int n, ct_err *err) {
-    return send_frames(sock, peer, peer_len, env, job_id, data, bytes, n, NULL, err);
+    return send_frames(sock, peer, peer_len, env, job_id, data, bytes, n, (frame_mode){0}, err);
 }
 
 ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id, const void *const *data,
                                 const size_t *bytes, int n, ct__inflight *inflight, ct_err *err) {
-    return send_frames(sock, NULL, 0, env, job_id, data, bytes, n, inflight, err);
+    return send_frames(sock, NULL, 0, env, job_id, data, bytes, n, (frame_mode){inflight, NULL},
+                       err);
+}
+
+ct_status ct__msg_send_owned(void *sock, const void *peer, size_t peer_len, ct__env *env,
+                             uint64_t job_id, void *const *data, const size_t *bytes, int n,
+                             const int *owned, ct_err *err) {
+    return send_frames(sock, peer, peer_len, env, job_id, (const void *const *)data, bytes, n,
+                       (frame_mode){NULL, owned}, err);
 }
 
 static void release(void *data, void *hint) {
@@ -242,9 +256,36 @@ int ct__inflight_wait(ct__inflight *inflight, double timeout_s) {
     return 0;
 }
 
-/* One tensor frame: copied, or borrowed when it is large and the caller tracks it. */
-static int send_tensor(void *sock, const void *data, size_t bytes, int flags,
+static void free_owned(void *data, void *hint) {
+    (void)hint;
+    free(data);
+}
+
+/* The frames from `from` on that were handed over and will not be sent: freed. */
+static void free_unsent(const void *const *data, int n, int from, frame_mode mode) {
+    for (int k = from; mode.owned && k < n; k++) {
+        if (mode.owned[k]) {
+            free((void *)data[k]);
+        }
+    }
+}
+
+/* One tensor frame: handed over (freed once sent, or now when it cannot be), copied, or
+ * borrowed when it is large and the caller tracks it. */
+static int send_tensor(void *sock, const void *data, size_t bytes, int flags, int owned,
                        ct__inflight *inflight) {
+    if (owned) {
+        zmq_msg_t m;
+        if (zmq_msg_init_data(&m, (void *)data, bytes, free_owned, NULL) != 0) {
+            free((void *)data);
+            return -1;
+        }
+        if (zmq_msg_send(&m, sock, flags) < 0) {
+            zmq_msg_close(&m); /* frees it */
+            return -1;
+        }
+        return 0;
+    }
     if (!inflight || bytes < CT_WIRE_ZERO_COPY_BYTES) {
         return zmq_send(sock, data, bytes, flags) < 0 ? -1 : 0;
     }
@@ -263,12 +304,13 @@ static int send_tensor(void *sock, const void *data, size_t bytes, int flags,
 
 static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__env *env,
                              uint64_t job_id, const void *const *data, const size_t *bytes, int n,
-                             ct__inflight *inflight, ct_err *err) {
+                             frame_mode mode, ct_err *err) {
     env->protocol = CT_WIRE_PROTOCOL;
     env->job_id = job_id;
     size_t len = ctrain__wire__envelope__get_packed_size(env);
     zmq_msg_t head;
     if (zmq_msg_init_size(&head, len) != 0) {
+        free_unsent(data, n, 0, mode);
         return ct_err_set(err, CT_ENOMEM, "send %s: out of memory", ct__kind_name(env->kind));
     }
     ctrain__wire__envelope__pack(env, zmq_msg_data(&head));
@@ -287,6 +329,7 @@ static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__
     if (rc != 0) {
         int e = zmq_errno();
         zmq_msg_close(&head);
+        free_unsent(data, n, 0, mode);
         if (e == EAGAIN) {
             return ct_err_set(err, CT_ETIMEDOUT, "send %s: no peer to send to (not connected)",
                               ct__kind_name(env->kind));
@@ -294,7 +337,11 @@ static ct_status send_frames(void *sock, const void *peer, size_t peer_len, ct__
         errno = e;
     }
     for (int k = 0; rc == 0 && k < n; k++) {
-        rc = send_tensor(sock, data[k], bytes[k], k + 1 < n ? ZMQ_SNDMORE : 0, inflight);
+        rc = send_tensor(sock, data[k], bytes[k], k + 1 < n ? ZMQ_SNDMORE : 0,
+                         mode.owned && mode.owned[k], mode.inflight);
+        if (rc != 0) {
+            free_unsent(data, n, k + 1, mode); /* send_tensor had frame k */
+        }
     }
     if (rc != 0) {
         return ct_err_set(err, CT_EIO, "send %s: %s", ct__kind_name(env->kind),

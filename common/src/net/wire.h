@@ -77,6 +77,13 @@ typedef struct ct__inflight {
 ct_status ct__msg_send_borrowed(void *sock, ct__env *env, uint64_t job_id, const void *const *data,
                                 const size_t *bytes, int n, ct__inflight *inflight, ct_err *err);
 
+/* As ct__msg_send, but a frame k with owned[k] set is a malloc'ed buffer handed over: ZeroMQ
+ * sends it from there, with no copy, and frees it once sent; it is freed here when the send
+ * fails. The caller no longer touches those buffers. */
+ct_status ct__msg_send_owned(void *sock, const void *peer, size_t peer_len, ct__env *env,
+                             uint64_t job_id, void *const *data, const size_t *bytes, int n,
+                             const int *owned, ct_err *err);
+
 /* Waits (up to timeout_s) until ZeroMQ has released every borrowed frame; 0, or -1 on timeout. */
 int ct__inflight_wait(ct__inflight *inflight, double timeout_s);
 

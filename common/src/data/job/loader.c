@@ -329,6 +329,15 @@ int64_t ct_loader_batches_per_epoch(const ct_loader *l) {
     return l->steps;
 }
 
+void *ct_loader_take_x(ct_loader *l, const ct_batch *b) {
+    if (b == NULL || b->x == NULL || l->held.n < 1 || l->held.v[0].data != b->x) {
+        return NULL;
+    }
+    void *x = l->held.v[0].data;
+    l->held.v[0].data = NULL; /* the next ct_element_clear frees the rest */
+    return x;
+}
+
 ct_status ct_loader_open_ahead(ct_loader *l, int64_t epoch) {
     ct_iterator_destroy(l->ahead);
     l->ahead = NULL;
