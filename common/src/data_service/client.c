@@ -213,8 +213,8 @@ static void on_batch(ct__dsvc_client *c, ct__msg *m) {
         xs.dims[1 + d] = b->x_dims[d];
     }
     ct_shape ys = {.rank = 1, .dims = {b->size}};
-    if (ct_element_alloc(&batch, 0, CT_F32, &xs, 0) != CT_OK ||
-        ct_element_alloc(&batch, 1, CT_I32, &ys, 0) != CT_OK) {
+    if (ct__element_alloc_uninit(&batch, 0, CT_F32, &xs) != CT_OK ||
+        ct__element_alloc_uninit(&batch, 1, CT_I32, &ys) != CT_OK) {
         ct_element_clear(&batch); /* out of memory: the re-seek will ask again */
         return;
     }

@@ -30,7 +30,9 @@ size_t ct__element_bytes(const ct_element *e) {
     return total;
 }
 
-ct_status ct_element_alloc(ct_element *e, int i, int dtype, const ct_shape *shape, size_t nbytes) {
+/* ct_element_alloc, its bytes zeroed or not. */
+static ct_status element_alloc(ct_element *e, int i, int dtype, const ct_shape *shape,
+                               size_t nbytes, int zeroed) {
     if (i < 0 || i >= CT_ELEMENT_MAX || !dtype_valid(dtype) ||
         (dtype != CT_VALUE_BYTES &&
          (shape == NULL || shape->rank < 0 || shape->rank > CT_MAX_DIMS))) {
@@ -46,14 +48,23 @@ ct_status ct_element_alloc(ct_element *e, int i, int dtype, const ct_shape *shap
     }
     v->nbytes = nbytes;
     /* One spare byte keeps byte strings NUL-terminated for callers that print them. */
-    v->data = calloc(1, nbytes + 1);
+    v->data = zeroed ? calloc(1, nbytes + 1) : malloc(nbytes + 1);
     if (v->data == NULL) {
         return CT_ENOMEM;
     }
+    ((char *)v->data)[nbytes] = '\0';
     if (e->n < i + 1) {
         e->n = i + 1;
     }
     return CT_OK;
+}
+
+ct_status ct_element_alloc(ct_element *e, int i, int dtype, const ct_shape *shape, size_t nbytes) {
+    return element_alloc(e, i, dtype, shape, nbytes, 1);
+}
+
+ct_status ct__element_alloc_uninit(ct_element *e, int i, int dtype, const ct_shape *shape) {
+    return element_alloc(e, i, dtype, shape, 0, 0);
 }
 
 void ct_element_clear(ct_element *e) {

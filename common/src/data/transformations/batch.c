@@ -120,7 +120,10 @@ static ct_status stack(const ct_dataset *ds, const ct_element *rows, int64_t n, 
         }
         ct_shape shape = {.rank = row.rank + 1, .dims = {n}};
         memcpy(shape.dims + 1, row.dims, sizeof(int64_t) * (size_t)row.rank);
-        if (ct_element_alloc(ret, c, rows[0].v[c].dtype, &shape, 0) != CT_OK) {
+        /* unpadded rows of one shape write every byte: no zeroing first */
+        int dtype = rows[0].v[c].dtype;
+        if ((p->padded ? ct_element_alloc(ret, c, dtype, &shape, 0)
+                       : ct__element_alloc_uninit(ret, c, dtype, &shape)) != CT_OK) {
             return ct_err_set(err, CT_ENOMEM, "out of memory");
         }
         if (p->padded) {
@@ -170,8 +173,8 @@ static ct_status batch_gather(batch_iter *b, ct_element *ret, int *ret_end, ct_e
     for (int c = 0; c < in->spec.n && st == CT_OK; c++) {
         ct_shape shape = {.rank = in->spec.v[c].rank + 1, .dims = {n}};
         memcpy(shape.dims + 1, in->spec.v[c].dims, sizeof(int64_t) * (size_t)(shape.rank - 1));
-        if (ct_element_alloc(ret, c, in->spec.v[c].dtype, &shape, 0) != CT_OK) {
-            st = ct_err_set(err, CT_ENOMEM, "out of memory");
+        if (ct__element_alloc_uninit(ret, c, in->spec.v[c].dtype, &shape) != CT_OK) {
+            st = ct_err_set(err, CT_ENOMEM, "out of memory"); /* every row is written below */
         }
     }
     for (int64_t i = 0; i < n && st == CT_OK; i++) {
@@ -375,7 +378,7 @@ static ct_status unbatch_next(ct__iter *it, ct_element *ret, int *ret_end, ct_er
         const ct_value *v = &u->held.v[c];
         ct_shape row = {.rank = v->shape.rank - 1};
         memcpy(row.dims, v->shape.dims + 1, sizeof(int64_t) * (size_t)row.rank);
-        if (ct_element_alloc(ret, c, v->dtype, &row, 0) != CT_OK) {
+        if (ct__element_alloc_uninit(ret, c, v->dtype, &row) != CT_OK) {
             ct_element_clear(ret);
             return ct_err_set(err, CT_ENOMEM, "out of memory");
         }
