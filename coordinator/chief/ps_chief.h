@@ -148,8 +148,9 @@ ct_status ct__chief_on_snapshot(chief *c, slot *s, ct_err *err);
 /* async: asks for a snapshot when the finished tasks reach a checkpoint, an epoch's end or
  * the end (the last after a settling moment). */
 void ct__chief_maybe_async_snapshot(chief *c);
-/* async: the consecutive tasks a worker gets at a time (data.service.split_steps; 1 without the
- * data service). */
+/* async: the consecutive tasks a worker gets at a time (data.service.split_steps with the data
+ * service; without it CT__CHIEF_RUN_STEPS, or fewer when the job has under 4 runs per worker). */
+#define CT__CHIEF_RUN_STEPS 8
 int64_t ct__chief_run_length(const chief *c);
 /* async: tops every live worker up to MAX_OUT tasks handed out and not reported finished. */
 void ct__chief_dispatch(chief *c);
