@@ -162,7 +162,9 @@ Test(map_fusion, an_error_names_the_fused_map_that_failed) {
 Test(map_fusion, a_cheap_parallel_map_runs_inline_in_order) {
     const int parallel[] = {CT_AUTOTUNE, 2};
     for (int p = 0; p < 2; p++) {
-        enum { N = 60000 };
+        /* read until the map has gone inline and 20000 elements after that, whatever the
+         * machine's speed (the tuner decides after its first window of a few ms) */
+        const int64_t N = 50000000;
         ct_dataset *ds = map_on(test_range(N), affine, "cheap", parallel[p], 0);
         ct_iterator *it = NULL;
         cr_assert_eq(ct_iterator_create(ds, &(ct_iterator_options){.cpu_budget = 2}, &it, NULL),
@@ -183,8 +185,10 @@ Test(map_fusion, a_cheap_parallel_map_runs_inline_in_order) {
             if (st[1].parallelism == 0 && inline_from < 0) {
                 inline_from = k;
             }
+            if (inline_from >= 0 && k >= inline_from + 20000) {
+                break;
+            }
         }
-        cr_assert_eq(k, N);
         cr_assert_geq(inline_from, 0, "parallel %d: the map went inline", parallel[p]);
         ct_iterator_destroy(it);
         ct_dataset_destroy(ds);

@@ -166,7 +166,7 @@ static void apply(ct__autotune *a, const ct__tune_node *nodes, ct__stage **stage
                 atomic_store(t->capacity, nodes[j].capacity);
                 raised |= nodes[j].capacity > cap;
             }
-            if ((t->max_workers > 1 || t->may_inline) &&
+            if ((t->max_workers > 1 || t->may_inline) && nodes[j].workers != workers &&
                 (pass == 0) == (nodes[j].workers < workers)) {
                 atomic_store(t->workers, nodes[j].workers);
                 /* to inline: the consumer may wait for an element no worker will make now */
