@@ -102,14 +102,16 @@ void ct__cpu_softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
 }
 
 /* Inputs (dloss, forward node, labels): dlogits = (p - onehot(labels)) * dloss / batch. The
- * batch is the rows of the probabilities, or attrs.i[0] when set (the executor runs a range of
- * rows of a larger batch). */
+ * batch is ctx->loss_examples when set (a chunk of a larger global batch), else attrs.i[0] when
+ * set (the executor runs a range of rows of a larger batch), else the rows of the
+ * probabilities. */
 void ct__cpu_softmax_xent_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
-    (void)ctx;
     const ct_node *fwd = in[1];
     int64_t rows, cols;
     rows_cols(&fwd->aux, &rows, &cols);
-    int64_t batch = n->attrs.i[0] > 0 ? n->attrs.i[0] : rows;
+    int64_t batch = ctx->loss_examples > 0 ? ctx->loss_examples
+                    : n->attrs.i[0] > 0    ? n->attrs.i[0]
+                                           : rows;
     float scale = CT__F32(&in[0]->out)[0] / (float)(batch ? batch : 1);
     const float *p = CT__F32(&fwd->aux);
     float *o = CT__F32(&n->out);

@@ -17,12 +17,15 @@ typedef struct ct_node ct_node;
 /* What a kernel may know about the step it runs in: randomness keys and thread budget. */
 typedef struct ct_kctx {
     const ct_backend *backend;
-    uint64_t seed;        /* job seed */
-    uint64_t step;        /* global step, part of every random stream */
-    uint32_t replica;     /* replica id, part of every random stream */
-    int threads;          /* threads the kernel may use */
-    int64_t batch_offset; /* the local batch's first example within the global batch (data
-                             parallelism): random streams index examples globally */
+    uint64_t seed;         /* job seed */
+    uint64_t step;         /* global step, part of every random stream */
+    uint32_t replica;      /* replica id, part of every random stream */
+    int threads;           /* threads the kernel may use */
+    int64_t batch_offset;  /* the local batch's first example within the global batch (data
+                              parallelism): random streams index examples globally */
+    int64_t loss_examples; /* > 0: the examples a mean loss's gradient divides by (the global
+                              batch under train.invariant, so that the gradients of its chunks
+                              add up to its mean); 0: the rows of the batch */
     /* State that APPLY_OPTIMIZER updates (set by the trainer; NULL elsewhere). */
     struct ct_optimizer *optimizer;
     struct ct_params *params;

@@ -260,6 +260,11 @@ typedef struct ct_train_spec {
                                  depend on the threads or the load (every plan sums by the same
                                  parts) */
     ct_conv_algorithm conv_algorithm; /* train.conv_algorithm: auto (default), direct, winograd */
+    int invariant;        /* train.invariant: the same bits for any number of replicas at a fixed
+                             global batch (each step's gradient summed over canonical chunks in
+                             one tree; docs/determinism.md); default false */
+    int invariant_chunks; /* train.invariant_chunks: chunks of the global batch; 0 (default): the
+                             largest power of two up to 8 that divides it (ct_job_chunks) */
 } ct_train_spec;
 
 /* strategy.* of a mirrored job: the mirrored strategy's options. */
@@ -390,6 +395,10 @@ CT_API uint64_t ct_job_id(const ct_job *job, ct_job_id_scope scope);
  * workers): train.global_batch_size / replicas when it is set, else train.batch_size.
  * CT_EINVAL, naming the key, when the global batch does not split evenly. Thread-safe. */
 CT_API ct_status ct_job_replica_batch(const ct_job *job, int replicas, int *ret_batch, ct_err *err);
+/* train.invariant: the global batch's canonical chunks for `replicas` replicas (0: invariance
+ * off). Each replica must get a power of two of whole chunks; otherwise CT_EINVAL with one line
+ * naming the keys and a count that works. */
+CT_API ct_status ct_job_chunks(const ct_job *job, int replicas, int *ret_chunks, ct_err *err);
 
 /* The canonical form that ct_job_id hashes: one "key=value" line per field the scope covers, in
  * a fixed order, values printed exactly; written into buf (NUL-terminated, truncated at cap).

@@ -196,9 +196,10 @@ static void put_training(canon *c, const ct_job *job) {
     put_optimizer(c, &job->optimizer);
     put(c,
         "train.epochs=%d batch_size=%d global_batch_size=%d shuffle=%d max_steps=%lld "
-        "data.train.limit=%lld\n",
+        "data.train.limit=%lld invariant=%d:%d\n",
         job->train.epochs, job->train.batch_size, job->train.global_batch_size, job->train.shuffle,
-        (long long)job->train.max_steps, (long long)job->train_data.limit);
+        (long long)job->train.max_steps, (long long)job->train_data.limit, job->train.invariant,
+        job->train.invariant_chunks);
     put(c, "strategy.mode=%s backup_workers=%d staleness=%d:%d max_shard_bytes=%lld\n",
         job->ps.async ? "async" : "sync", job->ps.backup_workers, job->ps.staleness_policy,
         job->ps.staleness_max, (long long)job->ps.max_shard_bytes);

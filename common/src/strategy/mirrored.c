@@ -53,7 +53,8 @@ static ct_status open_rank(run *r, ct_err *err) {
     if ((st = ct_trainer_create_with(job, &r->train_spec, &r->t, err)) != CT_OK) {
         return st;
     }
-    st = ct__mirrored_create(ct_trainer_params(r->t), &job->mirrored, r->rank, r->size, &r->m, err);
+    st = ct__mirrored_create(ct_trainer_params(r->t), &job->mirrored, job->train.invariant, r->rank,
+                             r->size, &r->m, err);
     if (st == CT_OK) { /* before a resume: the checkpoint's position counts in global batches */
         ct_trainer_set_data_parallel(r->t, &r->m->iface, r->rank, r->size);
     }
@@ -196,7 +197,12 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     if (r.train_spec.threads == 0) {
         r.train_spec.threads = 1; /* one core per rank: ranks are the parallelism */
     }
+    int chunks = 0;
     ct_status bst = ct_job_replica_batch(job, r.size, &r.train_spec.batch_size, err);
+    if (bst == CT_OK) {
+        bst = ct_job_chunks(job, r.size, &chunks, err);
+        r.train_spec.invariant_chunks = chunks;
+    }
     if (bst != CT_OK) {
         return bst; /* every rank refuses alike, before any collective */
     }

@@ -72,6 +72,8 @@ static void start_bucket(ct__mirrored *m, int k) {
         }
         MPI_Iallreduce(MPI_IN_PLACE, b->half, (int)n, MPI_UINT16_T, m->half_op, MPI_COMM_WORLD,
                        &b->req);
+    } else if (m->canonical) {
+        ct__canon_start(&b->canon, g, n, m->scratch + (int64_t)k * m->scratch_per_bucket, 1000 + k);
     } else {
         ct__ring_start(&b->ring, g, n, m->scratch + (int64_t)k * m->scratch_per_bucket, 1000 + k);
     }
@@ -87,6 +89,10 @@ static void start_ready(ct__mirrored *m) {
     }
 }
 
+int ct__mirrored_p2p_progress(ct__mirrored *m, int k) {
+    return m->canonical ? ct__canon_progress(&m->b[k].canon) : ct__ring_progress(&m->b[k].ring);
+}
+
 /* Gives MPI a chance to progress the started buckets (Open MPI progresses inside calls). */
 static void poll(ct__mirrored *m) {
     for (int k = 0; k < m->next; k++) {
@@ -96,7 +102,7 @@ static void poll(ct__mirrored *m) {
                 b->t_done = ct__now_s();
             }
         } else if (!m->compression) { /* each bucket's ring moves on independently */
-            if (ct__ring_progress(&b->ring) && b->t_done == 0.0) {
+            if (ct__mirrored_p2p_progress(m, k) && b->t_done == 0.0) {
                 b->t_done = ct__now_s();
             }
         } else if (b->req != MPI_REQUEST_NULL) {
@@ -418,10 +424,11 @@ static void make_buckets(ct__mirrored *m, int64_t bucket_bytes) {
 }
 
 /* The per-bucket buffers: the 16-bit copies (compression) and one ring chunk per bucket
- * (chunks differ by at most one float). */
+ * (chunks differ by at most one float), or the canonical engine's n - 1 segments. */
 static ct_status alloc_bucket_buffers(ct__mirrored *m) {
     for (int k = 0; k < m->nb; k++) {
-        int64_t n = m->b[k].hi - m->b[k].lo, chunk = n / m->size + 1;
+        int64_t n = m->b[k].hi - m->b[k].lo;
+        int64_t chunk = m->canonical ? ct__canon_scratch(n, m->size) : n / m->size + 1;
         if (m->compression && !(m->b[k].half = malloc((size_t)n * sizeof(uint16_t)))) {
             return CT_ENOMEM;
         }
@@ -431,12 +438,19 @@ static ct_status alloc_bucket_buffers(ct__mirrored *m) {
     return m->scratch ? CT_OK : CT_ENOMEM;
 }
 
-ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int rank, int size,
-                              ct__mirrored **ret, ct_err *err) {
+ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int canonical, int rank,
+                              int size, ct__mirrored **ret, ct_err *err) {
+    if (canonical && size > CT__CANON_MAX_RANKS) {
+        return ct_err_set(err, CT_EINVAL,
+                          "train.invariant: the canonical all-reduce takes at most %d ranks, "
+                          "not %d",
+                          CT__CANON_MAX_RANKS, size);
+    }
     ct__mirrored *m = calloc(1, sizeof *m);
     if (!m) {
         return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
     }
+    m->canonical = canonical;
     m->p = p;
     m->rank = rank;
     m->size = size;
@@ -508,6 +522,7 @@ ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_mirrored_spec *sp
     if (st != CT_OK) {
         return st;
     }
+    ct__shm_set_canonical(m->shm, m->canonical);
     float *shared = ct__shm_buffer(m->shm);
     memcpy(shared, m->p->grad, (size_t)m->p->total * sizeof(float));
     m->own_grad = m->p->grad;
@@ -521,7 +536,9 @@ void ct__mirrored_describe(const ct__mirrored *m, char *buf, size_t cap) {
              "mirrored: %d ranks, %d buckets over %lld gradient bytes (%s all-reduce); "
              "exposed all-reduce wait %.3f ms per step (after backward); %.0f%% of "
              "all-reduce time overlapped backward",
-             m->size, m->nb, (long long)bytes, m->shm ? "shared-memory" : "ring",
+             m->size, m->nb, (long long)bytes,
+             m->shm ? (m->canonical ? "canonical shared-memory" : "shared-memory")
+                    : (m->canonical ? "canonical" : "ring"),
              m->steps ? 1e3 * m->wait_s / (double)m->steps : 0.0,
              m->comm_s > 0 ? 100.0 * m->hidden_s / m->comm_s : 0.0);
 }

@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "canon.h"
 #include "ctrain/job.h"
 #include "ctrain/nn.h"
 #include "ctrain/train.h"
@@ -20,6 +21,7 @@
 typedef struct ct__bucket {
     int64_t lo, hi;         /* float range of params->grad */
     ct__ring ring;          /* the f32 ring path */
+    ct__canon canon;        /* its canonical twin (train.invariant) */
     double t_start, t_done; /* this step: when it started, when it was seen complete */
     uint16_t *half; /* compressed copy (strategy.compression), reduced instead of the floats */
     int expected;   /* parameters in it whose gradient a node writes */
@@ -35,6 +37,9 @@ typedef struct ct__mirrored {
     ct__shm *shm;
     float *own_grad; /* params->grad as allocated, put back before the window goes */
     int64_t seq;     /* steps begun: the shared engine's sequence number */
+    int canonical;   /* train.invariant: the replicas' sums added in the canonical tree (the
+                        shared engine's canonical mode, or canon.c instead of the ring); set
+                        before ct__mirrored_choose_engine */
     int rank, size;
     ct__bucket *b;
     int nb, next;      /* buckets; the next to start */
@@ -75,9 +80,10 @@ typedef struct ct__mirrored {
 /* ---- mirrored_reducer.c ---- */
 
 /* Cuts p's trainable gradients into buckets of about spec->bucket_bytes (last layer first) and
- * fills m->iface. Local: no collective. p is borrowed for the object's life. Returns CT_ENOMEM. */
-ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int rank, int size,
-                              ct__mirrored **ret, ct_err *err);
+ * fills m->iface; canonical: train.invariant's canonical sums. Local: no collective. p is borrowed
+ * for the object's life. Returns CT_ENOMEM. */
+ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int canonical, int rank,
+                              int size, ct__mirrored **ret, ct_err *err);
 
 /* strategy.allreduce: the shared-memory engine when every rank is on one node (auto or shared),
  * the ring otherwise; with the shared engine p->grad moves into its window. Collective: every
@@ -111,6 +117,9 @@ void ct__mirrored_send_marker(ct__mirrored *m, int64_t step, int k);
  * heartbeat going and, after strategy.stall_timeout, returns CT_ETIMEDOUT with m->stall set. */
 ct_status ct__mirrored_wait_req(ct__mirrored *m, MPI_Request *r, int k, double start);
 ct_status ct__mirrored_wait_ring(ct__mirrored *m, int k, double start);
+/* Moves bucket k's point-to-point all-reduce (the ring or its canonical twin) on; 1 when done.
+ * (mirrored_reducer.c) */
+int ct__mirrored_p2p_progress(ct__mirrored *m, int k);
 ct_status ct__mirrored_wait_shm(ct__mirrored *m, int k, double start, int k_write);
 
 #endif

@@ -122,9 +122,9 @@ ct_status ct__mirrored_wait_req(ct__mirrored *m, MPI_Request *r, int k, double s
 }
 
 ct_status ct__mirrored_wait_ring(ct__mirrored *m, int k, double start) {
-    while (!ct__ring_progress(&m->b[k].ring)) {
+    while (!ct__mirrored_p2p_progress(m, k)) {
         for (int j = k + 1; j < m->nb; j++) {
-            ct__ring_progress(&m->b[j].ring);
+            ct__mirrored_p2p_progress(m, j);
         }
         double waited;
         ct_status st = keep_waiting(m, k, start, &waited);

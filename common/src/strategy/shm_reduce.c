@@ -4,6 +4,8 @@
  * (no copy into a receive buffer, no system call) and the flags cost a cache line each. */
 #include "shm_reduce.h"
 
+#include "core/tree_sum.h"
+
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@ typedef struct bucket_state {
 
 struct ct__shm {
     int rank, n, n_buckets;
+    int canonical; /* sum the ranks' chunks in the canonical tree (train.invariant) */
     int64_t count;
     MPI_Win data_win, flag_win;
     float *buf[MAX_RANKS];
@@ -119,6 +122,10 @@ void ct__shm_destroy(ct__shm *s) {
     free(s);
 }
 
+void ct__shm_set_canonical(ct__shm *s, int on) {
+    s->canonical = on;
+}
+
 float *ct__shm_buffer(ct__shm *s) {
     return s->buf[s->rank];
 }
@@ -161,7 +168,14 @@ int ct__shm_progress(ct__shm *s, int k, int64_t lo, int64_t hi, int64_t seq) {
         int64_t a, e;
         chunk(s, lo, hi, s->rank, &a, &e);
         float *restrict d = s->buf[s->rank];
-        for (int q = 0; q < s->n; q++) { /* ranks in order: the same sum on every owner */
+        if (s->canonical) {
+            const float *src[MAX_RANKS];
+            for (int q = 0; q < s->n; q++) {
+                src[q] = s->buf[q] + a;
+            }
+            ct__tree_sum(d + a, src, s->n, e - a);
+        }
+        for (int q = 0; q < s->n && !s->canonical; q++) { /* ranks in order, ours first */
             if (q == s->rank) {
                 continue;
             }

@@ -30,6 +30,11 @@ ct_status ct__shm_create(int64_t count, int n_buckets, ct__shm **ret, ct_err *er
 /* Frees the windows (collective); accepts NULL. */
 void ct__shm_destroy(ct__shm *s);
 
+/* on: each chunk is the canonical tree over the ranks' copies in rank order (core/tree_sum.h),
+ * the same bits for any owner; off (the default): the owner adds the others' copies to its own
+ * in rank order, a little faster from 4 ranks on. Before the first step. */
+void ct__shm_set_canonical(ct__shm *s, int on);
+
 /* This rank's buffer (count floats), valid until destroy. */
 float *ct__shm_buffer(ct__shm *s);
 

@@ -55,7 +55,9 @@ static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const i
     ct_kctx *ctx = ct_graph_ctx(sg->g);
     ctx->seed = t->cfg.seed;
     ctx->step = (uint64_t)t->step;
-    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size : 0;
+    ctx->batch_offset =
+        sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size + t->chunk_offset : 0;
+    ctx->loss_examples = sg->training ? t->loss_examples : 0;
     return ct__trainer_build_step(t, sg, x, y, err);
 }
 
@@ -67,8 +69,10 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     ctx->seed = t->cfg.seed;
     ctx->step = (uint64_t)t->step;
     ctx->total_steps = t->total_steps;
-    ctx->node_done = t->reducer ? t->reducer->node_done : NULL;
-    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size : 0;
+    ctx->node_done = t->reducer && !t->cfg.train.invariant ? t->reducer->node_done : NULL;
+    ctx->batch_offset =
+        sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size + t->chunk_offset : 0;
+    ctx->loss_examples = sg->training ? t->loss_examples : 0;
     ctx->hook_user = t->reducer ? t->reducer->user : NULL;
     ct_graph_bind(sg->g, sg->x, (void *)x);
     ct_graph_bind(sg->g, sg->y, (void *)y);
@@ -84,9 +88,8 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     return st;
 }
 
-/* Runs one forward (and backward when training) pass; loss and accuracy out. */
-static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
-                           int training, float *ret_loss, float *ret_accuracy, ct_err *err) {
+ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                int training, float *ret_loss, float *ret_accuracy, ct_err *err) {
     ct_status st = check_labels(t, y, batch, err);
     const void *xd = st == CT_OK ? input_data(t, x, batch, err) : NULL;
     if (!xd) {
@@ -109,6 +112,9 @@ static ct_status run_batch(ct_trainer *t, const float *x, const int32_t *y, int6
 ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
                                 int64_t global_n, float *ret_loss, float *ret_accuracy,
                                 ct_err *err) {
+    if (t->cfg.train.invariant) {
+        return ct__trainer_step_chunks(t, x, y, batch, global_n, ret_loss, ret_accuracy, err);
+    }
     const ct_grad_reducer *r = t->reducer;
     float loss = NAN, accuracy = NAN;
     ct_status st = CT_OK;
@@ -124,7 +130,7 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
         r->begin_step(r->user, g, t->step, batch, global_n);
     }
     if (batch > 0) {
-        st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
+        st = ct__trainer_run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
     } else {
         ct_params_zero_grad(ct_model_params(t->model)); /* an empty shard adds nothing */
     }
@@ -147,11 +153,11 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
 
 ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
                           float *ret_loss, float *ret_accuracy, ct_err *err) {
-    if (t->reducer) {
+    if (t->reducer || t->cfg.train.invariant) {
         return ct_trainer_step_shard(t, x, y, batch, batch, ret_loss, ret_accuracy, err);
     }
     float loss, accuracy;
-    ct_status st = run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
+    ct_status st = ct__trainer_run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
     if (st == CT_OK && t->cfg.train.eager) {
         /* graph mode updates inside the step graph; eagerly it is one more call. The step
          * overwrites every gradient, so no zeroing pass is needed. */
@@ -179,7 +185,7 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, i
     for (int64_t i = 0; i < n; i += bs) {
         int64_t b = n - i < bs ? n - i : bs;
         float loss, acc;
-        ct_status st = run_batch(t, x + i * example, y + i, b, 0, &loss, &acc, err);
+        ct_status st = ct__trainer_run_batch(t, x + i * example, y + i, b, 0, &loss, &acc, err);
         if (st != CT_OK) {
             return st;
         }

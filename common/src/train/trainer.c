@@ -10,7 +10,12 @@
 
 ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err) {
     ct_train_spec train = job->train; /* one replica: the global batch is the batch */
+    int chunks = 0;
     ct_status st = ct_job_replica_batch(job, 1, &train.batch_size, err);
+    if (st == CT_OK) {
+        st = ct_job_chunks(job, 1, &chunks, err);
+        train.invariant_chunks = chunks;
+    }
     return st == CT_OK ? ct_trainer_create_with(job, &train, ret, err) : st;
 }
 
@@ -81,6 +86,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_optimizer_destroy(t->opt);
     ct_model_destroy(t->model);
     ct_backend_destroy(t->be);
+    ct__tree_acc_free(&t->chunk_acc);
     free(t->vars);
     free(t->ids);
     free(t->zeros);

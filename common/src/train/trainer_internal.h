@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/tree_sum.h"
 #include "ctrain/backend.h"
 #include "ctrain/train.h"
 #include "io/run_log.h"
@@ -73,6 +74,11 @@ struct ct_trainer {
     /* data parallelism (ct_trainer_set_data_parallel) */
     const ct_grad_reducer *reducer;
     int shard_index, shard_count;
+    /* train.invariant (step_chunks.c): the chunk sums' tree, the first row of the chunk being
+     * run (its examples' dropout keys) and the global batch its loss gradient divides by */
+    ct__tree_acc chunk_acc;
+    int chunk_acc_ready;
+    int64_t chunk_offset, loss_examples;
     /* logs (ct_trainer_set_logging); NULL: none. The logging window, kept by every replica
      * whether it logs or not (with a reducer they sum theirs at each logged step): since
      * log_time, log_step and the loader's input wait log_wait, the examples' loss and accuracy
@@ -98,6 +104,22 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
 ct_status ct__trainer_graph(ct_trainer *t, int64_t batch, int kind, step_graph **ret, ct_err *err);
 /* Destroys every cached graph (the trainer's destroy; a change of strategy). */
 void ct__trainer_drop_graphs(ct_trainer *t);
+
+/* ---- step.c ---- */
+
+/* One forward (and backward when training) pass over `batch` examples, through the cached
+ * graph or eagerly; the batch's mean loss and accuracy out. */
+ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                int training, float *ret_loss, float *ret_accuracy, ct_err *err);
+
+/* ---- step_chunks.c ---- */
+
+/* A training step under train.invariant: this replica's canonical chunks one by one, their
+ * gradients summed in the canonical tree, the reducer's canonical sum, the global mean, the
+ * update. As ct_trainer_step_shard. */
+ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                  int64_t global_n, float *ret_loss, float *ret_accuracy,
+                                  ct_err *err);
 
 /* ---- thread_use.c ---- */
 

@@ -1,0 +1,94 @@
+/* A training step under train.invariant (docs/determinism.md): the same bits for any number of
+ * replicas at a fixed global batch.
+ *
+ * The global batch is cut into N canonical chunks of c examples, aligned to its global order;
+ * replica r of W holds chunks [r N/W, (r+1) N/W) (its shard is the r-th slice of the global
+ * batch). Each chunk runs as its own forward and backward pass (the step graph for c examples:
+ * a chunk's gradient depends on its examples only, never on how many rows the kernels saw), and
+ * the chunk gradients are summed in the canonical tree (core/tree_sum.h) as they come; the
+ * replicas' partial sums, nodes of that same tree, are then added by the reducer's canonical
+ * all-reduce. Each chunk's loss gradient divides by the global batch's examples (not the
+ * chunk's rows), so the sum is the global batch's mean with no scaling after it (which the
+ * shared-memory engine would forbid: the others may still read our buffer). A chunk short of c
+ * examples (the last batch of an epoch) is just smaller; a missing one adds nothing. */
+#include <math.h>
+
+#include "prof/prof.h"
+#include "train/trainer_internal.h"
+
+/* Examples per canonical chunk: the global batch over train.invariant_chunks (resolved by
+ * ct_job_chunks; 0 when a caller did not: one chunk per replica). */
+static int64_t chunk_rows(const ct_trainer *t) {
+    int64_t replicas = t->shard_count > 0 ? t->shard_count : 1;
+    int64_t chunks = t->cfg.train.invariant_chunks > 0 ? t->cfg.train.invariant_chunks : replicas;
+    int64_t rows = (int64_t)t->cfg.train.batch_size * replicas / chunks;
+    return rows > 0 ? rows : 1;
+}
+
+/* Runs this replica's chunks of a batch of `batch` examples and leaves the tree sum of their
+ * gradients in params->grad; loss and accuracy sums out. */
+static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                            double *loss_sum, double *acc_sum, ct_err *err) {
+    ct_params *p = ct_model_params(t->model);
+    const int64_t c = chunk_rows(t), slots = (t->cfg.train.batch_size + c - 1) / c;
+    int64_t example = 1;
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        example *= t->cfg.input_shape[k];
+    }
+    if (!t->chunk_acc_ready) {
+        ct__tree_acc_init(&t->chunk_acc, p->trainable_total);
+        t->chunk_acc_ready = 1;
+    }
+    ct_status st = CT_OK;
+    for (int64_t j = 0; j < slots && st == CT_OK; j++) {
+        int64_t r0 = j * c, n = batch - r0 < c ? batch - r0 : c;
+        if (n <= 0) {
+            st = ct__tree_acc_push(&t->chunk_acc, NULL);
+            continue;
+        }
+        float loss, acc;
+        t->chunk_offset = r0;
+        st = ct__trainer_run_batch(t, x + r0 * example, y + r0, n, 1, &loss, &acc, err);
+        t->chunk_offset = 0;
+        if (st != CT_OK) {
+            break;
+        }
+        *loss_sum += (double)loss * (double)n;
+        *acc_sum += (double)acc * (double)n;
+        st = ct__tree_acc_push(&t->chunk_acc, p->grad);
+        if (st == CT_ENOMEM) {
+            st = ct_err_set(err, st, "trainer: out of memory for the chunk sums");
+        }
+    }
+    ct__tree_acc_finish(&t->chunk_acc, p->grad);
+    return st;
+}
+
+ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                                  int64_t global_n, float *ret_loss, float *ret_accuracy,
+                                  ct_err *err) {
+    const ct_grad_reducer *r = t->reducer;
+    ct_params *p = ct_model_params(t->model);
+    if (r && r->begin_step) { /* a partial sum, not a mean: weight 1; no node reports */
+        r->begin_step(r->user, NULL, t->step, global_n, global_n);
+    }
+    double loss_sum = 0.0, acc_sum = 0.0;
+    t->loss_examples = global_n;
+    ct_status st = run_chunks(t, x, y, batch, &loss_sum, &acc_sum, err);
+    t->loss_examples = 0;
+    if (st == CT_OK && r && r->finish) {
+        st = r->finish(r->user, err);
+    }
+    if (st == CT_OK && !(r && r->remote_update)) {
+        const int64_t t0 = ct__prof_begin();
+        st = ct_optimizer_apply(t->opt, p, t->step, t->total_steps, 0, err);
+        ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
+    }
+    if (st == CT_OK) {
+        t->step++;
+        st = r && r->after_update ? r->after_update(r->user, t->step, err) : CT_OK;
+    }
+    *ret_loss = batch > 0 ? (float)(loss_sum / (double)batch) : NAN;
+    *ret_accuracy = batch > 0 ? (float)(acc_sum / (double)batch) : NAN;
+    return st;
+}
