@@ -7,7 +7,10 @@
  * sends only what is newer than what the worker holds.
  *
  * sync: gradients for the current version are summed, weighted by their examples; when
- * N - backup_workers have arrived the mean is applied and the version advances. A gradient for
+ * N - backup_workers have arrived the mean is applied and the version advances. Under
+ * train.invariant every worker pushes its part of the global batch's mean, already summed over
+ * its canonical chunks: the server keeps each one and adds them in worker order by the
+ * canonical tree (core/tree_sum.h), the bits of one process summing every chunk. A gradient for
  * an older version is late and dropped (backup workers), a second one from the same worker is
  * dropped. A pull that asks for a version not reached yet waits here (parked) and is answered
  * when it is reached.
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tree_sum.h"
 #include "ctrain/optim.h"
 #include "ctrain/profile.h"
 #include "net/link.h"
@@ -62,6 +66,9 @@ typedef struct server {
     int n_workers, required;
     /* sync: the sum for the current version */
     char contributed[MAX_WORKERS];
+    float *parts; /* train.invariant: each worker's gradient [n_workers][total], summed in the
+                     canonical tree when all are in */
+    int parts_workers;
     int count;
     double examples;
     /* async (ssp): pushes received per worker */
@@ -417,6 +424,33 @@ static int accumulate(server *s, ct__msg *m, int64_t examples) {
     return last;
 }
 
+/* train.invariant: keeps worker w's gradient; when every worker's is in, their canonical tree
+ * sum is the gradient. Returns 1 then, -1 out of memory. */
+static int keep_part(server *s, ct__msg *m, int w) {
+    const int64_t total = s->vars.total;
+    if (s->parts_workers != s->n_workers) {
+        free(s->parts);
+        s->parts = malloc((size_t)(s->n_workers * total + 1) * sizeof(float));
+        s->parts_workers = s->parts ? s->n_workers : 0;
+        if (!s->parts) {
+            return -1;
+        }
+    }
+    for (int k = 0; k < s->n_local; k++) {
+        memcpy(s->parts + w * total + s->vars.items[k].offset, ct__msg_tensor(m, k),
+               (size_t)s->shards[k].size * sizeof(float));
+    }
+    if (++s->count < s->n_workers) {
+        return 0;
+    }
+    const float *src[MAX_WORKERS];
+    for (int q = 0; q < s->n_workers; q++) {
+        src[q] = s->parts + q * total;
+    }
+    ct__tree_sum(s->vars.grad, src, s->n_workers, total);
+    return 1;
+}
+
 static void handle_push(server *s, ct__msg *m);
 
 /* A push from a worker: handled (summed, applied when it completes the version, or dropped) and,
@@ -469,7 +503,20 @@ static void handle_push(server *s, ct__msg *m) {
             return;
         }
         s->contributed[w] = 1;
-        if (s->required == 1 && env->examples > 0) {
+        int canonical = s->job->train.invariant && s->required > 1;
+        int kept = canonical ? keep_part(s, m, w) : 0;
+        if (kept < 0) {
+            ct_log(CT_LOG_ERROR, "%s: out of memory for the workers' gradients", s->who);
+            s->fatal = CT_ENOMEM;
+            return;
+        }
+        if (canonical && !kept) {
+            return;
+        } else if (canonical) {
+            for (int k = 0; k < s->n_local; k++) {
+                grads[k] = ct_params_grad(&s->vars, k);
+            }
+        } else if (s->required == 1 && env->examples > 0) {
             /* one gradient makes the version (one worker, or all but one are backups): it is
              * the mean as it stands, applied where it arrived */
             s->count = 1;
@@ -669,6 +716,7 @@ static void server_free(server *s) {
     ct_net_close(s->router);
     free(s->shard_version);
     free(s->scratch);
+    free(s->parts);
     ct_optimizer_destroy(s->opt);
     ct_params_finish(&s->vars);
     ct_ps_plan_finish(&s->plan);

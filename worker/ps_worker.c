@@ -587,6 +587,10 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
     }
     if (st == CT_OK) {
         /* synchronous: this worker's shard of each global batch; asynchronous: whole batches */
+        int shards = job->ps.async ? 1 : w->n_workers, chunks = 0;
+        st = ct_job_chunks(job, shards, &chunks, err);
+    }
+    if (st == CT_OK) {
         int shards = job->ps.async ? 1 : w->n_workers;
         st = ct_pipeline_loader(job, 0, job->ps.async ? 0 : o->index, shards, &w->loader, err);
     }

@@ -166,8 +166,8 @@ def test_sync_equals_single_process_on_the_global_batch(tmp_path, n_ps, n_worker
     diff = weights_rel_diff(tmp_path, final_ckpt(single), final_ckpt(multi), slots=True)
     # Rounding level: the workers' sums and the servers' average add the examples in another
     # order than the single process's plan (its sums split for CT__PLAN_WIDTH parts); 15 Adam
-    # steps amplify that to a few 1e-5 (4.3e-5 with 2 workers). One canonical order across
-    # workers is issue 34's remaining part.
+    # steps amplify that to a few 1e-5 (4.3e-5 with 2 workers). train.invariant gives the
+    # same bits (test_invariant.py).
     assert diff < 1e-4, diff
 
 

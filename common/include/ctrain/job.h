@@ -399,6 +399,9 @@ CT_API ct_status ct_job_replica_batch(const ct_job *job, int replicas, int *ret_
  * off). Each replica must get a power of two of whole chunks; otherwise CT_EINVAL with one line
  * naming the keys and a count that works. */
 CT_API ct_status ct_job_chunks(const ct_job *job, int replicas, int *ret_chunks, ct_err *err);
+/* train.invariant_chunks left out: the largest power of two up to 8 that divides the global
+ * batch. */
+CT_API int ct_job_default_chunks(int global_batch);
 
 /* The canonical form that ct_job_id hashes: one "key=value" line per field the scope covers, in
  * a fixed order, values printed exactly; written into buf (NUL-terminated, truncated at cap).

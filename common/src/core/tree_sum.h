@@ -17,7 +17,8 @@
 
 #define CT__TREE_MAX_LEVELS 33 /* a stack for up to 2^32 leaves */
 
-/* out[0, len) = the tree sum of src[0..n)[0, len) (n >= 1). out may be one of the sources. */
+/* out[0, len) = the tree sum of src[0..n)[0, len) (n >= 1). out may be one of the sources. Uses
+ * about 68 KB of stack. */
 void ct__tree_sum(float *out, const float *const *src, int n, int64_t len);
 
 /* A tree sum fed one leaf at a time (the chunks of a step, as they are computed): a stack of
@@ -33,7 +34,8 @@ typedef struct ct__tree_acc {
 } ct__tree_acc;
 
 void ct__tree_acc_init(ct__tree_acc *a, int64_t len);
-/* Adds leaf x (NULL: an empty leaf). CT_ENOMEM when a level cannot be allocated. */
+/* Adds leaf x (NULL: an empty leaf). CT_ENOMEM when a level cannot be allocated; CT_EINVAL past
+ * 2^32 leaves. */
 ct_status ct__tree_acc_push(ct__tree_acc *a, const float *x);
 /* Writes the sum of every leaf pushed since the last finish into out (zeros when there were
  * none, or all were empty) and empties the stack (its buffers stay for the next sum). */

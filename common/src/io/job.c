@@ -908,62 +908,6 @@ ct_status ct_job_replica_batch(const ct_job *job, int replicas, int *ret_batch, 
     return CT_OK;
 }
 
-/* The largest power of two up to 8 that divides n. */
-static int default_chunks(int n) {
-    int c = 1;
-    while (c < 8 && n % (2 * c) == 0) {
-        c *= 2;
-    }
-    return c;
-}
-
-ct_status ct_job_chunks(const ct_job *job, int replicas, int *ret_chunks, ct_err *err) {
-    *ret_chunks = 0;
-    if (!job->train.invariant) {
-        return CT_OK;
-    }
-    for (int k = 0; k < job->model.n_layers; k++) {
-        if (job->model.layers[k].type == CT_LAYER_BATCH_NORM) {
-            return ct_err_set(err, CT_EINVAL,
-                              "%s:%d: train.invariant: batch_norm normalizes each chunk of the "
-                              "global batch on its own and its running statistics would differ "
-                              "between replicas (synchronized batch norm is not built): remove "
-                              "batch_norm or set train.invariant: false",
-                              job->path, job->model.layers[k].line);
-        }
-    }
-    if (job->mirrored.compression != CT_COMPRESSION_NONE) {
-        return ct_err_set(err, CT_EINVAL,
-                          "%s: train.invariant sums gradients in f32; strategy.compression "
-                          "rounds each replica's partial sum to 16 bits, which depends on the "
-                          "replicas (set compression: none)",
-                          job->path);
-    }
-    int per = 0;
-    ct_status st = ct_job_replica_batch(job, replicas, &per, err);
-    if (st != CT_OK) {
-        return st;
-    }
-    const int global = per * replicas;
-    int n = job->train.invariant_chunks ? job->train.invariant_chunks : default_chunks(global);
-    if (global % n != 0) {
-        return ct_err_set(err, CT_EINVAL,
-                          "%s: train.invariant_chunks %d does not divide the global batch %d "
-                          "(make it a divisor, or leave it out: %d)",
-                          job->path, n, global, default_chunks(global));
-    }
-    int s = n / replicas;
-    if (n % replicas != 0 || (s & (s - 1)) != 0) {
-        return ct_err_set(err, CT_EINVAL,
-                          "%s: train.invariant: %d chunks of the global batch do not split over "
-                          "%d replicas as a power of two each (set train.invariant_chunks to %d "
-                          "times a power of two that divides %d)",
-                          job->path, n, replicas, replicas, global / replicas);
-    }
-    *ret_chunks = n;
-    return CT_OK;
-}
-
 ct_status ct_job_create(const char *path, const char *const *sets, int n_sets, ct_job **ret_job,
                         char **ret_text, ct_err *err) {
     ct_job *job = malloc(sizeof *job);

@@ -201,7 +201,6 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     ct_status bst = ct_job_replica_batch(job, r.size, &r.train_spec.batch_size, err);
     if (bst == CT_OK) {
         bst = ct_job_chunks(job, r.size, &chunks, err);
-        r.train_spec.invariant_chunks = chunks;
     }
     if (bst != CT_OK) {
         return bst; /* every rank refuses alike, before any collective */

@@ -16,12 +16,14 @@
 #include "prof/prof.h"
 #include "train/trainer_internal.h"
 
-/* Examples per canonical chunk: the global batch over train.invariant_chunks (resolved by
- * ct_job_chunks; 0 when a caller did not: one chunk per replica). */
+/* Examples per canonical chunk: the global batch over train.invariant_chunks (or its default;
+ * the role checked with ct_job_chunks that they split over the replicas). */
 static int64_t chunk_rows(const ct_trainer *t) {
-    int64_t replicas = t->shard_count > 0 ? t->shard_count : 1;
-    int64_t chunks = t->cfg.train.invariant_chunks > 0 ? t->cfg.train.invariant_chunks : replicas;
-    int64_t rows = (int64_t)t->cfg.train.batch_size * replicas / chunks;
+    int replicas = t->shard_count > 0 ? t->shard_count : 1;
+    int global = t->cfg.train.batch_size * replicas;
+    int chunks = t->cfg.train.invariant_chunks > 0 ? t->cfg.train.invariant_chunks
+                                                   : ct_job_default_chunks(global);
+    int64_t rows = global / chunks;
     return rows > 0 ? rows : 1;
 }
 

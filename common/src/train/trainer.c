@@ -14,7 +14,6 @@ ct_status ct_trainer_create(const ct_job *job, ct_trainer **ret, ct_err *err) {
     ct_status st = ct_job_replica_batch(job, 1, &train.batch_size, err);
     if (st == CT_OK) {
         st = ct_job_chunks(job, 1, &chunks, err);
-        train.invariant_chunks = chunks;
     }
     return st == CT_OK ? ct_trainer_create_with(job, &train, ret, err) : st;
 }
@@ -157,6 +156,9 @@ void ct_trainer_set_data_parallel(ct_trainer *t, const ct_grad_reducer *r, int i
     t->reducer = r;
     t->shard_index = index;
     t->shard_count = count;
+    if (t->cfg.train.global_batch_size > 0 && count > 0) { /* this replica's share of it */
+        t->cfg.train.batch_size = t->cfg.train.global_batch_size / count;
+    }
     ct__trainer_drop_graphs(t); /* they were built for the local strategy */
 }
 
