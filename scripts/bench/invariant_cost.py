@@ -5,7 +5,7 @@
   REPS=5 MLP_STEPS=1500 CNN_STEPS=30 /usr/bin/python3 scripts/bench/invariant_cost.py
 
 For the MLP (examples/fashion_mnist_mlp.yaml) and the CNN (examples/fashion_mnist_cnn.yaml) at a
-global batch of 64 (train.invariant's default: 8 chunks of 8 examples):
+global batch of 64 (train.invariant's default: 4 chunks of 16 examples):
   standalone   `ctrain train` (one process, the default threads)
   2 ranks      `ctrain train --replicas 2` (mirrored, one thread per rank, the shared-memory
                engine: canonical under train.invariant)

@@ -118,7 +118,7 @@ def test_sync_parameter_server_workers_give_the_standalone_bits(tmp_path):
 
 @pytest.mark.parametrize("sets,words", [
     (["--replicas", "3", "--set", "train.global_batch_size=48"],
-     ["8 chunks", "3 replicas", "invariant_chunks"]),
+     ["4 chunks", "3 replicas", "invariant_chunks"]),
     (["--set", "train.invariant_chunks=5"], ["invariant_chunks 5", "does not divide"]),
     (["--ps", "1", "--workers", "2", "--set", "strategy.mode=async"], ["strategy.mode: sync"]),
 ])

@@ -77,23 +77,23 @@ Test(job_chunks, invariant_off_has_no_chunks) {
     cr_expect_eq(chunks_of(&job, 4), 0);
 }
 
-/* Left out, the chunks are the largest power of two up to 8 that divides the global batch. */
+/* Left out, the chunks are the largest power of two up to 4 that divides the global batch. */
 Test(job_chunks, invariant_default_chunks) {
     static const struct {
         const char *set;
         int chunks;
-    } cases[] = {{"train.global_batch_size=64", 8},
+    } cases[] = {{"train.global_batch_size=64", 4},
                  {"train.global_batch_size=100", 4},
-                 {"train.global_batch_size=96", 8},
+                 {"train.global_batch_size=96", 4},
                  {"train.global_batch_size=7", 1}};
     ct_job job;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         parse_invariant("train: {invariant: true}\n", cases[c].set, &job);
         cr_expect_eq(chunks_of(&job, 1), cases[c].chunks, "%s", cases[c].set);
     }
-    cr_expect_eq(ct_job_default_chunks(64), 8);
+    cr_expect_eq(ct_job_default_chunks(64), 4);
     cr_expect_eq(ct_job_default_chunks(100), 4);
-    cr_expect_eq(ct_job_default_chunks(96), 8);
+    cr_expect_eq(ct_job_default_chunks(96), 4);
     cr_expect_eq(ct_job_default_chunks(7), 1);
 }
 
@@ -108,7 +108,7 @@ Test(job_chunks, invariant_chunks_must_divide_the_global_batch) {
 Test(job_chunks, invariant_chunks_split_over_the_replicas) {
     ct_job job;
     parse_invariant("train: {invariant: true, global_batch_size: 96}\n", NULL, &job);
-    expect_chunks_error(&job, 3, "8 chunks", "3 replicas", "set train.invariant_chunks", NULL);
+    expect_chunks_error(&job, 3, "4 chunks", "3 replicas", "set train.invariant_chunks", NULL);
     parse_invariant("train: {invariant: true, invariant_chunks: 8, global_batch_size: 96}\n", NULL,
                     &job);
     expect_chunks_error(&job, 3, "3 replicas", "set train.invariant_chunks", NULL);

@@ -264,7 +264,7 @@ typedef struct ct_train_spec {
                              global batch (each step's gradient summed over canonical chunks in
                              one tree; docs/determinism.md); default false */
     int invariant_chunks; /* train.invariant_chunks: chunks of the global batch; 0 (default): the
-                             largest power of two up to 8 that divides it (ct_job_chunks) */
+                             largest power of two up to 4 that divides it (ct_job_chunks) */
 } ct_train_spec;
 
 /* strategy.* of a mirrored job: the mirrored strategy's options. */
@@ -399,7 +399,7 @@ CT_API ct_status ct_job_replica_batch(const ct_job *job, int replicas, int *ret_
  * off). Each replica must get a power of two of whole chunks; otherwise CT_EINVAL with one line
  * naming the keys and a count that works. */
 CT_API ct_status ct_job_chunks(const ct_job *job, int replicas, int *ret_chunks, ct_err *err);
-/* train.invariant_chunks left out: the largest power of two up to 8 that divides the global
+/* train.invariant_chunks left out: the largest power of two up to 4 that divides the global
  * batch. */
 CT_API int ct_job_default_chunks(int global_batch);
 

@@ -66,6 +66,11 @@ CT_API ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spe
  * detection. CT_ENOMEM. */
 CT_API ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes,
                                        ct_err *err);
+/* The same with the ring's canonical twin (train.invariant): each bucket by direct
+ * reduce-scatter, the ranks' copies added in the canonical tree in rank order, all-gather; the
+ * same bits on every rank and for any bucket size. CT_ENOMEM; CT_EUNSUPPORTED over 64 ranks. */
+CT_API ct_status ct_canonical_allreduce(float *data, int64_t count, int64_t bucket_bytes,
+                                        ct_err *err);
 
 /* The shared-memory all-reduce on its own (the engine the strategy uses when every rank is on
  * one node; the gradients then live in its window): `count` floats per rank, summed in place in
@@ -74,6 +79,9 @@ CT_API ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucke
 typedef struct ct_shared_allreduce ct_shared_allreduce;
 CT_API ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes,
                                             ct_shared_allreduce **ret, ct_err *err);
+/* on: sum every chunk in the canonical tree over the ranks (train.invariant's mode). Before the
+ * first run. */
+CT_API void ct_shared_allreduce_set_canonical(ct_shared_allreduce *a, int on);
 /* This rank's buffer (count floats), once every rank has finished reading it in the last run
  * (so it may be written); valid until the next run. */
 CT_API float *ct_shared_allreduce_data(ct_shared_allreduce *a);

@@ -38,6 +38,13 @@ static void tree_block(float *restrict dst, const float *const *src, int lo, int
 }
 
 void ct__tree_sum(float *out, const float *const *src, int n, int64_t len) {
+    if (n == 2) { /* elementwise in place: safe when out is a source, and no copy out */
+        const float *a = src[0], *b = src[1];
+        for (int64_t i = 0; i < len; i++) {
+            out[i] = a[i] + b[i];
+        }
+        return;
+    }
     float res[BLOCK], tmp[CT__TREE_MAX_LEVELS * BLOCK];
     for (int64_t off = 0; off < len; off += BLOCK) {
         int64_t m = len - off < BLOCK ? len - off : BLOCK;
@@ -51,55 +58,88 @@ void ct__tree_acc_init(ct__tree_acc *a, int64_t len) {
     a->len = len;
 }
 
-/* The top two entries become one: left + right, an empty side adding nothing. */
-static void merge_top(ct__tree_acc *a) {
-    int l = a->depth - 2, r = a->depth - 1;
-    if (a->empty[l]) { /* the right one moves down (its buffer swaps with the left's) */
-        float *b = a->buf[l];
-        a->buf[l] = a->buf[r];
-        a->buf[r] = b;
-        a->empty[l] = a->empty[r];
-    } else if (!a->empty[r]) {
-        float *restrict x = a->buf[l];
-        const float *restrict y = a->buf[r];
-        for (int64_t i = 0; i < a->len; i++) {
-            x[i] += y[i];
+/* dst = src[0] + (src[1] + (... + src[n-1])), elementwise, one pass over memory (blocks of the
+ * running sum stay in L1): the bits of merging the top entries of the stack one by one. dst may
+ * be one of the sources. n >= 1. */
+static void right_fold(float *dst, const float *const *src, int n, int64_t len) {
+    if (n <= 2) { /* elementwise straight into dst (safe when dst is a source) */
+        const float *a = src[0], *b = src[n - 1];
+        if (n == 1) {
+            memcpy(dst, a, (size_t)len * sizeof(float));
+        }
+        for (int64_t i = 0; n == 2 && i < len; i++) {
+            dst[i] = a[i] + b[i];
+        }
+        return;
+    }
+    float acc[BLOCK];
+    for (int64_t off = 0; off < len; off += BLOCK) {
+        int64_t m = len - off < BLOCK ? len - off : BLOCK;
+        const float *y = src[n - 2] + off, *z = src[n - 1] + off;
+        for (int64_t i = 0; i < m; i++) {
+            acc[i] = y[i] + z[i];
+        }
+        for (int j = n - 3; j >= 1; j--) {
+            const float *x = src[j] + off;
+            for (int64_t i = 0; i < m; i++) {
+                acc[i] = x[i] + acc[i];
+            }
+        }
+        const float *x = src[0] + off;
+        float *d = dst + off;
+        for (int64_t i = 0; i < m; i++) {
+            d[i] = x[i] + acc[i];
         }
     }
-    a->leaves[l] += a->leaves[r];
-    a->depth--;
+}
+
+/* Levels [from, depth) and then x (NULL: an empty leaf) folded into dst; empty entries add
+ * nothing. Returns 0 when every one was empty (dst untouched). */
+static int fold_into(ct__tree_acc *a, int from, const float *x, float *dst) {
+    const float *src[CT__TREE_MAX_LEVELS + 1];
+    int n = 0;
+    for (int d = from; d < a->depth; d++) {
+        if (!a->empty[d]) {
+            src[n++] = a->buf[d];
+        }
+    }
+    if (x) {
+        src[n++] = x;
+    }
+    if (n > 1 || (n == 1 && src[0] != dst)) {
+        right_fold(dst, src, n, a->len);
+    }
+    return n > 0;
 }
 
 ct_status ct__tree_acc_push(ct__tree_acc *a, const float *x) {
     if (a->depth == CT__TREE_MAX_LEVELS) {
         return CT_EINVAL;
     }
-    int d = a->depth;
-    if (x && !a->buf[d] && !(a->buf[d] = malloc((size_t)(a->len ? a->len : 1) * sizeof(float)))) {
+    /* the top entries of 1, 2, 4, ... leaves merge with the new one into the lowest of them */
+    int m = 0;
+    while (m < a->depth && a->leaves[a->depth - 1 - m] == (int64_t)1 << m) {
+        m++;
+    }
+    int d = a->depth - m;
+    if (!a->buf[d] && !(a->buf[d] = malloc((size_t)(a->len ? a->len : 1) * sizeof(float)))) {
         return CT_ENOMEM;
     }
-    if (x) {
-        memcpy(a->buf[d], x, (size_t)a->len * sizeof(float));
-    }
-    a->empty[d] = !x;
-    a->leaves[d] = 1;
-    a->depth++;
-    while (a->depth >= 2 && a->leaves[a->depth - 2] == a->leaves[a->depth - 1]) {
-        merge_top(a);
-    }
+    a->empty[d] = !fold_into(a, d, x, a->buf[d]);
+    a->leaves[d] = (int64_t)1 << m;
+    a->depth = d + 1;
     return CT_OK;
 }
 
-void ct__tree_acc_finish(ct__tree_acc *a, float *out) {
-    while (a->depth >= 2) { /* the right end first: tree([h, n)) before the left part */
-        merge_top(a);
-    }
-    if (a->depth == 1 && !a->empty[0]) {
-        memcpy(out, a->buf[0], (size_t)a->len * sizeof(float));
-    } else {
+void ct__tree_acc_finish_with(ct__tree_acc *a, const float *x, float *out) {
+    if (!fold_into(a, 0, x, out)) { /* the right end first: tree([h, n)) before the left */
         memset(out, 0, (size_t)a->len * sizeof(float));
     }
     a->depth = 0;
+}
+
+void ct__tree_acc_finish(ct__tree_acc *a, float *out) {
+    ct__tree_acc_finish_with(a, NULL, out);
 }
 
 void ct__tree_acc_free(ct__tree_acc *a) {

@@ -40,6 +40,9 @@ ct_status ct__tree_acc_push(ct__tree_acc *a, const float *x);
 /* Writes the sum of every leaf pushed since the last finish into out (zeros when there were
  * none, or all were empty) and empties the stack (its buffers stay for the next sum). */
 void ct__tree_acc_finish(ct__tree_acc *a, float *out);
+/* ct__tree_acc_push(a, x) then ct__tree_acc_finish(a, out) in one pass over memory (x may be
+ * out: the last chunk's gradient, still in the buffer that takes the sum). */
+void ct__tree_acc_finish_with(ct__tree_acc *a, const float *x, float *out);
 void ct__tree_acc_free(ct__tree_acc *a);
 
 #endif

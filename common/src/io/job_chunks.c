@@ -6,7 +6,7 @@
 
 int ct_job_default_chunks(int n) {
     int c = 1;
-    while (c < 8 && n % (2 * c) == 0) {
+    while (c < 4 && n % (2 * c) == 0) {
         c *= 2;
     }
     return c;

@@ -1,27 +1,45 @@
-/* The benchmark-only all-reduce API (see ctrain/mirrored.h): the strategy's two engines on
- * their own, so that scripts/bench/allreduce.c measures exactly what a training step runs:
- * ct_mirrored_allreduce (the ring, ring.c) and ct_shared_allreduce_* (the shared-memory engine,
- * shm_reduce.c), each summing a buffer in buckets started back to back and then waited. No
- * stall detection: a benchmark runs under mpirun's own timeouts. */
+/* The benchmark-only all-reduce API (see ctrain/mirrored.h): the strategy's engines on their
+ * own, so that scripts/bench/allreduce.c measures exactly what a training step runs:
+ * ct_mirrored_allreduce (the ring, ring.c), ct_canonical_allreduce (its canonical twin, canon.c)
+ * and ct_shared_allreduce_* (the shared-memory engine, shm_reduce.c, canonical or not), each
+ * summing a buffer in buckets started back to back and then waited. No stall detection: a
+ * benchmark runs under mpirun's own timeouts. */
 #include <sched.h>
 #include <stdlib.h>
 
+#include "canon.h"
 #include "ctrain/mirrored.h"
 #include "ring.h"
 #include "shm_reduce.h"
 
-ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err) {
+/* Floats per bucket of bucket_bytes (the whole buffer when 0 or larger; at least 1). */
+static int64_t bucket_floats(int64_t count, int64_t bucket_bytes) {
     int64_t per = bucket_bytes / (int64_t)sizeof(float);
-    per = per > 0 && per < count ? per : (count > 0 ? count : 1);
-    int64_t nb = (count + per - 1) / per;
+    return per > 0 && per < count ? per : (count > 0 ? count : 1);
+}
+
+/* nb engine states of `state_size` bytes (zeroed), and in *scratches nb scratch areas of
+ * `scratch` floats; NULL (nothing allocated) when out of memory. */
+static void *bucket_alloc(int64_t nb, size_t state_size, int64_t scratch, float **scratches) {
+    size_t n = (size_t)(nb ? nb : 1);
+    void *states = calloc(n, state_size);
+    *scratches = malloc((n * (size_t)scratch + 1) * sizeof(float));
+    if (!states || !*scratches) {
+        free(states);
+        free(*scratches);
+        return NULL;
+    }
+    return states;
+}
+
+ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err) {
+    int64_t per = bucket_floats(count, bucket_bytes), nb = (count + per - 1) / per;
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int64_t chunk = per / size + 1;
-    ct__ring *rings = calloc((size_t)(nb ? nb : 1), sizeof *rings);
-    float *scratch = malloc((size_t)((nb ? nb : 1) * chunk) * sizeof(float));
-    if (!rings || !scratch) {
-        free(rings);
-        free(scratch);
+    float *scratch;
+    ct__ring *rings = bucket_alloc(nb, sizeof *rings, chunk, &scratch);
+    if (!rings) {
         return ct_err_set(err, CT_ENOMEM, "allreduce: out of memory");
     }
     for (int64_t k = 0; k < nb; k++) {
@@ -36,6 +54,36 @@ ct_status ct_mirrored_allreduce(float *data, int64_t count, int64_t bucket_bytes
         }
     }
     free(rings);
+    free(scratch);
+    return CT_OK;
+}
+
+ct_status ct_canonical_allreduce(float *data, int64_t count, int64_t bucket_bytes, ct_err *err) {
+    int64_t per = bucket_floats(count, bucket_bytes), nb = (count + per - 1) / per;
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > CT__CANON_MAX_RANKS) {
+        return ct_err_set(err, CT_EUNSUPPORTED, "canonical all-reduce: over %d ranks",
+                          CT__CANON_MAX_RANKS);
+    }
+    int64_t chunk = ct__canon_scratch(per, size); /* enough for every bucket (<= per floats) */
+    float *scratch;
+    ct__canon *cs = bucket_alloc(nb, sizeof *cs, chunk, &scratch);
+    if (!cs) {
+        return ct_err_set(err, CT_ENOMEM, "allreduce: out of memory");
+    }
+    for (int64_t k = 0; k < nb; k++) {
+        int64_t lo = k * per, n = count - lo < per ? count - lo : per;
+        ct__canon_start(&cs[k], data + lo, n, scratch + k * chunk, 1000 + (int)(k % 30000));
+    }
+    for (int64_t k = 0; k < nb; k++) {
+        while (!ct__canon_progress(&cs[k])) {
+            for (int64_t j = k + 1; j < nb; j++) {
+                ct__canon_progress(&cs[j]);
+            }
+        }
+    }
+    free(cs);
     free(scratch);
     return CT_OK;
 }
@@ -55,9 +103,8 @@ ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes, ct_sha
     if (!a) {
         return ct_err_set(err, CT_ENOMEM, "allreduce: out of memory");
     }
-    int64_t per = bucket_bytes / (int64_t)sizeof(float);
     a->count = count;
-    a->per = per > 0 && per < count ? per : (count > 0 ? count : 1);
+    a->per = bucket_floats(count, bucket_bytes);
     a->nb = (int)((count + a->per - 1) / a->per);
     ct_status st = ct__shm_create(count, a->nb, &a->shm, err);
     if (st != CT_OK) {
@@ -66,6 +113,10 @@ ct_status ct_shared_allreduce_create(int64_t count, int64_t bucket_bytes, ct_sha
     }
     *ret = a;
     return CT_OK;
+}
+
+void ct_shared_allreduce_set_canonical(ct_shared_allreduce *a, int on) {
+    ct__shm_set_canonical(a->shm, on);
 }
 
 float *ct_shared_allreduce_data(ct_shared_allreduce *a) {

@@ -44,22 +44,21 @@ static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int
     ct_status st = CT_OK;
     for (int64_t j = 0; j < slots && st == CT_OK; j++) {
         int64_t r0 = j * c, n = batch - r0 < c ? batch - r0 : c;
-        if (n <= 0) {
-            st = ct__tree_acc_push(&t->chunk_acc, NULL);
-            continue;
+        if (n > 0) {
+            float loss, acc;
+            t->chunk_offset = r0;
+            st = ct__trainer_run_batch(t, x + r0 * example, y + r0, n, 1, &loss, &acc, err);
+            t->chunk_offset = 0;
+            *loss_sum += (double)loss * (double)n;
+            *acc_sum += (double)acc * (double)n;
         }
-        float loss, acc;
-        t->chunk_offset = r0;
-        st = ct__trainer_run_batch(t, x + r0 * example, y + r0, n, 1, &loss, &acc, err);
-        t->chunk_offset = 0;
-        if (st != CT_OK) {
-            break;
+        const float *leaf = n > 0 ? p->grad : NULL;
+        if (st == CT_OK && j == slots - 1) { /* the last: its fold writes the sum in place */
+            ct__tree_acc_finish_with(&t->chunk_acc, leaf, p->grad);
+            return CT_OK;
         }
-        *loss_sum += (double)loss * (double)n;
-        *acc_sum += (double)acc * (double)n;
-        st = ct__tree_acc_push(&t->chunk_acc, p->grad);
-        if (st == CT_ENOMEM) {
-            st = ct_err_set(err, st, "trainer: out of memory for the chunk sums");
+        if (st == CT_OK && ct__tree_acc_push(&t->chunk_acc, leaf) != CT_OK) {
+            st = ct_err_set(err, CT_ENOMEM, "trainer: out of memory for the chunk sums");
         }
     }
     ct__tree_acc_finish(&t->chunk_acc, p->grad);
