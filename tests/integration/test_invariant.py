@@ -2,8 +2,8 @@
 number of replicas. The MLP (with dropout) and the CNN trained standalone, on 1, 2 and 4
 mirrored ranks (the shared-memory engine and the point-to-point canonical engine), and by 1, 2
 and 4 synchronous parameter-server workers end with identical checkpoints (`ctrain ckpt diff`);
-so does a run stopped on 2 ranks and resumed on 4, and an epoch whose last global batch leaves
-some ranks with a partial batch or none. Without train.invariant, 1 and 2 ranks differ (the
+so does a run stopped on 2 ranks and resumed on 1 or 4, an epoch whose last global batch leaves
+some ranks with a partial batch or none, and a resume inside a global batch on 1, 2 or 4 ranks. Without train.invariant, 1 and 2 ranks differ (the
 control that shows the comparison can fail)."""
 import os
 import subprocess
@@ -95,25 +95,45 @@ def test_a_short_last_batch_and_a_resume_on_more_ranks_keep_the_bits(tmp_path):
     sets = ["--set", "data.train.limit=1000", "--set", "train.epochs=2"]
     train(MLP, tmp_path / "solo", *sets)
     train(MLP, tmp_path / "four", *sets, "--replicas", "4")
-    run = tmp_path / "resumed"
-    train(MLP, run, *sets, "--set", "train.max_steps=21", "--replicas", "2")
-    r = train(MLP, run, *sets, "--replicas", "4")
-    assert "checkpoint of 2 replicas (global batch 64) resumed on 4" in r.stderr, r.stderr
-    assert_all_same(ckpt(tmp_path / "solo", 32), {"4 ranks": ckpt(tmp_path / "four", 32),
-                                                   "2 then 4 ranks": ckpt(run, 32)})
+    resumed = {"4 ranks": ckpt(tmp_path / "four", 32)}
+    for n in (4, 1):
+        run = tmp_path / f"resumed_on_{n}"
+        train(MLP, run, *sets, "--set", "train.max_steps=21", "--replicas", "2")
+        r = train(MLP, run, *sets, *(["--replicas", str(n)] if n > 1 else []))
+        assert f"checkpoint of 2 replicas (global batch 64) resumed on {n}" in r.stderr, r.stderr
+        resumed[f"2 then {n} ranks"] = ckpt(run, 32)
+    assert_all_same(ckpt(tmp_path / "solo", 32), resumed)
 
 
-def test_sync_parameter_server_workers_give_the_standalone_bits(tmp_path):
-    sets = ["--set", "train.max_steps=15", "--set", "data.train.limit=3000",
-            "--set", "train.threads=1", "--set", "checkpoint.every_steps=15"]
-    train(MLP, tmp_path / "solo", *sets)
-    others = {}
+@needs_mpi
+def test_a_resume_inside_a_global_batch_gives_the_same_bits_on_any_ranks(tmp_path):
+    # 5 steps at a global batch of 48 (example 240), resumed at 64: the bridge step trains the
+    # last 16 of batch 3 (examples 192..255) on 1, 2 and 4 ranks alike
+    sets = ["--set", "data.train.limit=1000", "--set", "train.max_steps=9"]
+    runs = {}
     for n in (1, 2, 4):
+        run = tmp_path / f"ranks_{n}"
+        train(MLP, run, *sets, "--set", "train.max_steps=5", "--set",
+              "train.global_batch_size=48")
+        r = train(MLP, run, *sets, *(["--replicas", str(n)] if n > 1 else []))
+        assert "without its examples trained before" in r.stderr, r.stderr
+        runs[f"{n} ranks"] = ckpt(run, 9)
+    assert_all_same(runs.pop("1 ranks"), runs)
+
+
+@pytest.mark.parametrize("job,steps,workers", [(MLP, 15, (1, 2, 4)), (CNN, 3, (2, 4))],
+                         ids=["mlp", "cnn"])
+def test_sync_parameter_server_workers_give_the_standalone_bits(tmp_path, job, steps, workers):
+    sets = ["--set", f"train.max_steps={steps}", "--set", "data.train.limit=3000",
+            "--set", "train.threads=1", "--set", f"checkpoint.every_steps={steps}"]
+    train(job, tmp_path / "solo", *sets)
+    others = {}
+    for n in workers:
         run = tmp_path / f"workers_{n}"
-        train(MLP, run, *sets, "--ps", "2", "--workers", str(n),
+        train(job, run, *sets, "--ps", "2", "--workers", str(n),
               "--set", "strategy.max_shard_bytes=65536")
-        others[f"{n} workers"] = ckpt(run, 15)
-    assert_all_same(ckpt(tmp_path / "solo", 15), others)
+        others[f"{n} workers"] = ckpt(run, steps)
+    assert_all_same(ckpt(tmp_path / "solo", steps), others)
 
 
 @pytest.mark.parametrize("sets,words", [

@@ -109,15 +109,28 @@ def test_another_global_batch_continues_at_the_same_example_and_says_so(tmp_path
     assert_each_example_once(str(tmp_path / "run"))
 
 
-def test_a_global_batch_that_would_repeat_or_skip_examples_is_refused(tmp_path):
+def test_a_global_batch_that_straddles_the_position_leaves_out_what_was_trained(tmp_path):
+    # example 140 at a global batch of 20; at 30 it lies inside batch 4 (examples 120..149),
+    # whose first 20 were trained before the stop: the first step trains only its last 10
     job = ids_job(tmp_path, batch="batch_size: 20")
-    train(job, "--set", "train.max_steps=7")  # example 140
-    r = train(job, "--set", "train.batch_size=30", check=False)
-    assert r.returncode == 2, r.stdout + r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and re.search(
-        r"written at example 140 of epoch 0 with a global batch of 20 \(1 x 20\); this run's "
-        r"global batch of 30 would repeat or skip examples", lines[0]), r.stderr
+    train(job, "--set", "train.max_steps=7")
+    r = train(job, "--set", "train.batch_size=30")
+    assert re.search(r"global batch 30: the global batch changed\): epoch 0 continues at "
+                     r"example 140 \(batch 4, without its examples trained before\)",
+                     r.stderr), r.stderr
+    assert_each_example_once(str(tmp_path / "run"))
+
+
+@needs_mpi
+def test_a_straddling_resume_on_more_ranks_trains_each_example_once(tmp_path):
+    # 2 ranks of 10 stop at example 140; 4 ranks of 10 (global 40) continue inside batch 3
+    # (120..159): ranks 0 and 1 skip their rows, ranks 2 and 3 train theirs
+    job = ids_job(tmp_path, batch="batch_size: 10")
+    train(job, "--set", "train.max_steps=7", replicas=2)
+    r = train(job, replicas=4)
+    assert "continues at example 140 (batch 3, without its examples trained before)" in \
+        r.stderr, r.stderr
+    assert_each_example_once(str(tmp_path / "run"))
 
 
 def test_a_changed_pipeline_is_refused_naming_the_change_unless_allowed(tmp_path):

@@ -203,6 +203,11 @@ CT_API ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int3
  * restored state to the other replicas. */
 CT_API void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]);
 CT_API void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]);
+/* After a resume inside a global batch (the checkpoint's global batch does not divide the
+ * examples it consumed): the examples of the next global batch trained before, which the next
+ * step leaves out; 0 otherwise. Broadcast with the position. */
+CT_API int64_t ct_trainer_resume_skip(const ct_trainer *t);
+CT_API void ct_trainer_set_resume_skip(ct_trainer *t, int64_t examples);
 CT_API struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
 /* Sets what fit would: the training set's size and the run's planned steps (stored in
  * checkpoints; the evaluator stops after the checkpoint of the last step). For drivers that

@@ -93,10 +93,12 @@ static void broadcast_state(ct_trainer *t) {
             MPI_Bcast(ct_optimizer_slot(o, k), (int)p->total, MPI_FLOAT, 0, MPI_COMM_WORLD);
         }
     }
-    int64_t pos[3];
+    int64_t pos[4];
     ct_trainer_get_position(t, pos);
-    MPI_Bcast(pos, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    pos[3] = ct_trainer_resume_skip(t);
+    MPI_Bcast(pos, 4, MPI_INT64_T, 0, MPI_COMM_WORLD);
     ct_trainer_set_position(t, pos);
+    ct_trainer_set_resume_skip(t, pos[3]);
 }
 
 /* Broadcasts the start, trains, and reports a stall in place of whatever the loop returned. */

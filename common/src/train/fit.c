@@ -149,20 +149,45 @@ static void record_labels(ct_trainer *t, int64_t epoch, const ct_batch *b) {
     fflush(t->batch_labels);
 }
 
+/* The first step after a resume inside a global batch: b without this replica's rows of the
+ * t->resume_skip examples trained before (its slice is rows [index x batch, ...) of the global
+ * batch); *skipped = the global batch's examples left out. */
+static ct_batch bridge(ct_trainer *t, const ct_batch *b, int64_t *skipped) {
+    ct_batch v = *b;
+    *skipped = t->resume_skip;
+    int64_t first = t->shard_count > 1 ? (int64_t)t->shard_index * t->cfg.train.batch_size : 0;
+    int64_t d = t->resume_skip - first;
+    d = d < 0 ? 0 : d > b->size ? b->size : d;
+    int64_t example = 1;
+    for (int k = 0; k < b->rank; k++) {
+        example *= b->example_shape[k];
+    }
+    v.x += d * example;
+    v.y += d;
+    v.size -= d;
+    t->row_base = d;
+    t->resume_skip = 0;
+    return v;
+}
+
 /* One step on batch b: the whole batch, or with a reducer this replica's slice of global batch
- * b->index (maybe empty at the tail). */
-static ct_status fit_step(fit_run *f, const ct_batch *b, float *loss, float *acc, ct_err *err) {
+ * b->index (maybe empty at the tail); skipped: examples of the global batch left out. */
+static ct_status fit_step(fit_run *f, const ct_batch *b, int64_t skipped, float *loss, float *acc,
+                          ct_err *err) {
     ct_trainer *t = f->t;
     ct_status st = check_batch(t, b, err);
-    if (st != CT_OK) {
-        return st;
+    if (st == CT_OK && !t->reducer && !skipped) {
+        st = ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
+    } else if (st == CT_OK) {
+        int64_t global = ct_loader_global_batch(
+            f->loader, b->index,
+            t->cfg.train.batch_size * (int64_t)(t->shard_count > 1 ? t->shard_count : 1));
+        st = t->reducer
+                 ? ct_trainer_step_shard(t, b->x, b->y, b->size, global - skipped, loss, acc, err)
+                 : ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
     }
-    if (!t->reducer) {
-        return ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
-    }
-    int64_t global = ct_loader_global_batch(f->loader, b->index,
-                                            t->cfg.train.batch_size * (int64_t)t->shard_count);
-    return ct_trainer_step_shard(t, b->x, b->y, b->size, global, loss, acc, err);
+    t->row_base = 0;
+    return st;
 }
 
 /* After a step on a non-empty batch: the logs, a checkpoint when one is due, the running means
@@ -226,7 +251,11 @@ static ct_status train_epoch(fit_run *f, epoch_run *e, ct_err *err) {
         }
         ct__prof_end(step_t0, CT__PROF_INPUT_WAIT, "input_wait", NULL, step, -1, -1, -1);
         float loss, acc;
-        if ((st = fit_step(f, &b, &loss, &acc, err)) != CT_OK) {
+        int64_t skipped = 0;
+        if (t->resume_skip > 0) {
+            b = bridge(t, &b, &skipped);
+        }
+        if ((st = fit_step(f, &b, skipped, &loss, &acc, err)) != CT_OK) {
             break;
         }
         t->epoch_step = b.index + 1;

@@ -55,8 +55,9 @@ static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const i
     ct_kctx *ctx = ct_graph_ctx(sg->g);
     ctx->seed = t->cfg.seed;
     ctx->step = (uint64_t)t->step;
-    ctx->batch_offset =
-        sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size + t->chunk_offset : 0;
+    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size +
+                                           t->row_base + t->chunk_offset
+                                     : 0;
     ctx->loss_examples = sg->training ? t->loss_examples : 0;
     return ct__trainer_build_step(t, sg, x, y, err);
 }
@@ -70,8 +71,9 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     ctx->step = (uint64_t)t->step;
     ctx->total_steps = t->total_steps;
     ctx->node_done = t->reducer && !t->cfg.train.invariant ? t->reducer->node_done : NULL;
-    ctx->batch_offset =
-        sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size + t->chunk_offset : 0;
+    ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size +
+                                           t->row_base + t->chunk_offset
+                                     : 0;
     ctx->loss_examples = sg->training ? t->loss_examples : 0;
     ctx->hook_user = t->reducer ? t->reducer->user : NULL;
     ct_graph_bind(sg->g, sg->x, (void *)x);

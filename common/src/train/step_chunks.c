@@ -41,9 +41,13 @@ static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int
         ct__tree_acc_init(&t->chunk_acc, p->trainable_total);
         t->chunk_acc_ready = 1;
     }
+    /* slot j holds rows [j c, (j+1) c) of the slice; x starts at its row t->row_base (a resume
+     * inside a global batch leaves the rows before out) */
+    const int64_t base = t->row_base, end = base + batch;
     ct_status st = CT_OK;
     for (int64_t j = 0; j < slots && st == CT_OK; j++) {
-        int64_t r0 = j * c, n = batch - r0 < c ? batch - r0 : c;
+        int64_t a = j * c > base ? j * c : base, e = (j + 1) * c < end ? (j + 1) * c : end;
+        int64_t r0 = a - base, n = e - a;
         if (n > 0) {
             float loss, acc;
             t->chunk_offset = r0;

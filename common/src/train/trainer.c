@@ -168,6 +168,14 @@ void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]) {
     pos[2] = t->epoch_step;
 }
 
+int64_t ct_trainer_resume_skip(const ct_trainer *t) {
+    return t->resume_skip;
+}
+
+void ct_trainer_set_resume_skip(ct_trainer *t, int64_t examples) {
+    t->resume_skip = examples;
+}
+
 void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]) {
     t->step = pos[0];
     t->epoch = pos[1];

@@ -90,7 +90,7 @@ static int state_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t *p
     pos[POS_DATASET_N] = t->dataset_n;
     pos[POS_WORLD] = world_size(t);
     pos[POS_GLOBAL] = global;
-    pos[POS_EXAMPLES] = t->epoch_step * global;
+    pos[POS_EXAMPLES] = t->epoch_step * global + t->resume_skip; /* a bridge step still due */
     memcpy(&pos[POS_INPUT], &t->cfg.input_fingerprint, sizeof pos[POS_INPUT]);
     if (n < cap) {
         ct_ckpt_tensor *e = &out[n++];
@@ -261,29 +261,32 @@ static ct_status resume_position(ct_trainer *t, const ct_ckpt *c, const char *pa
                  "resuming although the training data changed (--allow-changed-input): %s", what);
     }
     const int64_t global = t->cfg.train.batch_size * world_size(t);
-    if (pos[POS_EXAMPLES] % global != 0) {
+    const int64_t inside = pos[POS_EXAMPLES] % global;
+    if (inside != 0 && !t->reducer && t->shard_count > 1) { /* the parameter-server chief */
         return ct_err_set(err, CT_EINVAL,
                           "%s: written at example %lld of epoch %lld with a global batch of %lld "
-                          "(%lld x %lld); this run's global batch of %lld would repeat or skip "
-                          "examples: resume with a global batch that divides %lld "
-                          "(train.global_batch_size), or --no-resume",
+                          "(%lld x %lld); parameter-server workers resume at a whole global batch "
+                          "and %lld would repeat or skip examples: resume with a global batch "
+                          "that divides %lld (train.global_batch_size), or --no-resume",
                           path, (long long)pos[POS_EXAMPLES], (long long)pos[POS_EPOCH],
                           (long long)pos[POS_GLOBAL], (long long)pos[POS_WORLD],
                           (long long)pos[POS_BATCH], (long long)global,
                           (long long)pos[POS_EXAMPLES]);
     }
     *ret_step = pos[POS_EXAMPLES] / global;
+    t->resume_skip = inside; /* fit's first step leaves them out */
     if (pos[POS_WORLD] != world_size(t) || pos[POS_GLOBAL] != global) {
         char *note = t->resume_note + strlen(t->resume_note);
         size_t left = sizeof t->resume_note - strlen(t->resume_note);
         snprintf(note, left,
                  "%scheckpoint of %lld replica%s (global batch %lld) resumed on %lld (global "
-                 "batch %lld%s): epoch %lld continues at example %lld (batch %lld)",
+                 "batch %lld%s): epoch %lld continues at example %lld (batch %lld%s)",
                  note == t->resume_note ? "" : "; ", (long long)pos[POS_WORLD],
                  pos[POS_WORLD] == 1 ? "" : "s", (long long)pos[POS_GLOBAL],
                  (long long)world_size(t), (long long)global,
                  pos[POS_GLOBAL] != global ? ": the global batch changed" : ", the same",
-                 (long long)pos[POS_EPOCH], (long long)pos[POS_EXAMPLES], (long long)*ret_step);
+                 (long long)pos[POS_EPOCH], (long long)pos[POS_EXAMPLES], (long long)*ret_step,
+                 inside ? ", without its examples trained before" : "");
     }
     t->epoch = pos[POS_EPOCH];
     t->dataset_n = pos[POS_DATASET_N];
@@ -320,6 +323,7 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
     if (st != CT_OK) { /* nothing of the position taken */
         t->epoch = epoch;
         t->dataset_n = dataset_n;
+        t->resume_skip = 0;
         return st;
     }
     t->step = m->step;

@@ -79,6 +79,11 @@ struct ct_trainer {
     ct__tree_acc chunk_acc;
     int chunk_acc_ready;
     int64_t chunk_offset, loss_examples;
+    /* A resume inside a global batch (another global batch than the checkpoint's): the examples
+     * of global batch (epoch, epoch_step) trained before the checkpoint, which its step leaves
+     * out (fit.c); and, during a step, the rows of this replica's slice before x (their
+     * examples' keys count them) */
+    int64_t resume_skip, row_base;
     /* logs (ct_trainer_set_logging); NULL: none. The logging window, kept by every replica
      * whether it logs or not (with a reducer they sum theirs at each logged step): since
      * log_time, log_step and the loader's input wait log_wait, the examples' loss and accuracy
