@@ -117,6 +117,13 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
 #define CT__EWISE_GELU(EXPR) CT__UNARY_KERNEL(gelu, EXPR)
 #define CT__EWISE_SIGMOID(EXPR) CT__UNARY_KERNEL(sigmoid, EXPR)
 #define CT__EWISE_TANH(EXPR) CT__UNARY_KERNEL(tanh, EXPR)
+#define CT__EWISE_EXP(EXPR) CT__UNARY_KERNEL(exp, EXPR)
+#define CT__EWISE_LOG(EXPR) CT__UNARY_KERNEL(log, EXPR)
+#define CT__EWISE_SQRT(EXPR) CT__UNARY_KERNEL(sqrt, EXPR)
+#define CT__EWISE_RSQRT(EXPR) CT__UNARY_KERNEL(rsqrt, EXPR)
+#define CT__EWISE_ABS(EXPR) CT__UNARY_KERNEL(abs, EXPR)
+#define CT__EWISE_SILU(EXPR) CT__UNARY_KERNEL(silu, EXPR)
+#define CT__EWISE_GELU_TANH(EXPR) CT__UNARY_KERNEL(gelu_tanh, EXPR)
 
 void ct__cpu_identity(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
@@ -155,6 +162,13 @@ void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
 #define CT__EWISE_SIGMOID_GRAD(EXPR) CT__GRAD_KERNEL(sigmoid_grad, EXPR)
 #define CT__EWISE_TANH_GRAD(EXPR) CT__GRAD_KERNEL(tanh_grad, EXPR)
 #define CT__EWISE_GELU_GRAD(EXPR) CT__GRAD_KERNEL(gelu_grad, EXPR)
+#define CT__EWISE_EXP_GRAD(EXPR) CT__GRAD_KERNEL(exp_grad, EXPR)
+#define CT__EWISE_LOG_GRAD(EXPR) CT__GRAD_KERNEL(log_grad, EXPR)
+#define CT__EWISE_SQRT_GRAD(EXPR) CT__GRAD_KERNEL(sqrt_grad, EXPR)
+#define CT__EWISE_RSQRT_GRAD(EXPR) CT__GRAD_KERNEL(rsqrt_grad, EXPR)
+#define CT__EWISE_ABS_GRAD(EXPR) CT__GRAD_KERNEL(abs_grad, EXPR)
+#define CT__EWISE_SILU_GRAD(EXPR) CT__GRAD_KERNEL(silu_grad, EXPR)
+#define CT__EWISE_GELU_TANH_GRAD(EXPR) CT__GRAD_KERNEL(gelu_tanh_grad, EXPR)
 
 /* Every kernel of the fusable list, from the one list of formulas. */
 CT__EWISE_LIST(CT__EWISE_OF)

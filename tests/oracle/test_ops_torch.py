@@ -103,6 +103,16 @@ def test_unary(op, fn):
     check(op, [U(6, 10, lo=-3, hi=3)], lambda g, x: g.op(op, x), fn)
 
 
+# the elementwise math of normalizations, attention and gated units; ct_ln builds the op "log"
+@pytest.mark.parametrize("op,fn,lo,hi", [
+    ("exp", torch.exp, -3, 3), ("ln", torch.log, 0.05, 4), ("sqrt", torch.sqrt, 0.05, 4),
+    ("rsqrt", torch.rsqrt, 0.05, 4), ("abs", torch.abs, -3, 3), ("silu", F.silu, -6, 6),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), -6, 6),
+])
+def test_elementwise_math(op, fn, lo, hi):
+    check(op, [U(7, 13, lo=lo, hi=hi)], lambda g, x: g.op(op, x), fn)
+
+
 def test_scale():
     check("scale", [U(4, 3)], lambda g, x: g.op("scale", x, -1.5), lambda x: -1.5 * x)
 

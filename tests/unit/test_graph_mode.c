@@ -410,7 +410,7 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
     int steps = 6 + (int)draw(&r, 18);
     for (int s = 0; s < steps && n < POOL; s++) {
         int a = pool[draw(&r, (uint32_t)n)], b = pool[draw(&r, (uint32_t)n)], y = -1;
-        switch (draw(&r, 17)) {
+        switch (draw(&r, 20)) {
         case 0:
             y = ct_add(g, a, b);
             break;
@@ -459,7 +459,16 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
         case 15:
             y = ct_mul(g, ct_add(g, a, b), ct_add(g, a, b));
             break; /* a CSE */
-        default:   /* constant arithmetic (folded) mixed in */
+        case 16:   /* a gated unit */
+            y = ct_mul(g, ct_silu(g, a), ct_gelu_tanh(g, b));
+            break;
+        case 17: /* a norm's rsqrt of a positive sum */
+            y = ct_mul(g, a, ct_rsqrt(g, ct_add(g, ct_abs(g, b), ct_scalar(g, 0.5f))));
+            break;
+        case 18:
+            y = ct_ln(g, ct_add(g, ct_exp(g, ct_scale(g, a, 0.5f)), ct_sqrt(g, ct_abs(g, b))));
+            break;
+        default: /* constant arithmetic (folded) mixed in */
             y = ct_mul(g, a, ct_add(g, ct_scalar(g, 0.5f), ct_scalar(g, 0.25f)));
             break;
         }

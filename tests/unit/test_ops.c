@@ -229,6 +229,14 @@ Test(ops, unary_grads) {
     check_op(CT_OP_GELU, (ct_attrs){0}, 1, s, -3, 3, 0);
     check_op(CT_OP_SIGMOID, (ct_attrs){0}, 1, s, -3, 3, 0);
     check_op(CT_OP_TANH, (ct_attrs){0}, 1, s, -2, 2, 0);
+    check_op(CT_OP_EXP, (ct_attrs){0}, 1, s, -2, 2, 0);
+    check_op(CT_OP_LOG, (ct_attrs){0}, 1, s, 0.5f, 3, 0);
+    check_op(CT_OP_SQRT, (ct_attrs){0}, 1, s, 0.5f, 3, 0);
+    check_op(CT_OP_RSQRT, (ct_attrs){0}, 1, s, 0.5f, 3, 0);
+    check_op(CT_OP_ABS, (ct_attrs){0}, 1, s, 0.1f, 2, 0); /* each side of the kink */
+    check_op(CT_OP_ABS, (ct_attrs){0}, 1, s, -2, -0.1f, 0);
+    check_op(CT_OP_SILU, (ct_attrs){0}, 1, s, -3, 3, 0);
+    check_op(CT_OP_GELU_TANH, (ct_attrs){0}, 1, s, -3, 3, 0);
     check_op(CT_OP_SOFTMAX, (ct_attrs){0}, 1, s, -2, 2, 0);
     check_op(CT_OP_LOG_SOFTMAX, (ct_attrs){0}, 1, s, -2, 2, 0);
     ct_shape s3[1] = {S(2, 3, 5)};

@@ -98,6 +98,15 @@ CT_API int ct_relu(ct_graph *g, int x);
 CT_API int ct_gelu(ct_graph *g, int x);
 CT_API int ct_sigmoid(ct_graph *g, int x);
 CT_API int ct_tanh(ct_graph *g, int x);
+/* Elementwise math (f32): e^x, ln x, sqrt x, 1 / sqrt x, |x| (its gradient is 0 at 0), SiLU
+ * x sigmoid(x), and GELU's tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+CT_API int ct_exp(ct_graph *g, int x);
+CT_API int ct_ln(ct_graph *g, int x); /* the op "log" (ct_log is the library's log sink) */
+CT_API int ct_sqrt(ct_graph *g, int x);
+CT_API int ct_rsqrt(ct_graph *g, int x);
+CT_API int ct_abs(ct_graph *g, int x);
+CT_API int ct_silu(ct_graph *g, int x);
+CT_API int ct_gelu_tanh(ct_graph *g, int x);
 CT_API int ct_softmax(ct_graph *g, int x);
 CT_API int ct_log_softmax(ct_graph *g, int x);
 CT_API int ct_softmax_xent(ct_graph *g, int logits, int labels);

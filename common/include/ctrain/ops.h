@@ -35,11 +35,25 @@
     X(GELU, gelu, 1) /* exact (erf) form */                                                        \
     X(SIGMOID, sigmoid, 1)                                                                         \
     X(TANH, tanh, 1)                                                                               \
-    X(RELU_GRAD, relu_grad, 0)       /* (dy, y) */                                                 \
-    X(GELU_GRAD, gelu_grad, 0)       /* (dy, x) */                                                 \
-    X(SIGMOID_GRAD, sigmoid_grad, 0) /* (dy, y) */                                                 \
-    X(TANH_GRAD, tanh_grad, 0)       /* (dy, y) */                                                 \
-    X(SOFTMAX, softmax, 1)           /* along the last axis */                                     \
+    X(EXP, exp, 1)                                                                                 \
+    X(LOG, log, 1)                                                                                 \
+    X(SQRT, sqrt, 1)                                                                               \
+    X(RSQRT, rsqrt, 1)                                                                             \
+    X(ABS, abs, 1)                                                                                 \
+    X(SILU, silu, 1)                     /* x sigmoid(x) */                                        \
+    X(GELU_TANH, gelu_tanh, 1)           /* the tanh approximation */                              \
+    X(RELU_GRAD, relu_grad, 0)           /* (dy, y) */                                             \
+    X(GELU_GRAD, gelu_grad, 0)           /* (dy, x) */                                             \
+    X(SIGMOID_GRAD, sigmoid_grad, 0)     /* (dy, y) */                                             \
+    X(TANH_GRAD, tanh_grad, 0)           /* (dy, y) */                                             \
+    X(EXP_GRAD, exp_grad, 0)             /* (dy, y) */                                             \
+    X(LOG_GRAD, log_grad, 0)             /* (dy, x) */                                             \
+    X(SQRT_GRAD, sqrt_grad, 0)           /* (dy, y) */                                             \
+    X(RSQRT_GRAD, rsqrt_grad, 0)         /* (dy, y) */                                             \
+    X(ABS_GRAD, abs_grad, 0)             /* (dy, x) */                                             \
+    X(SILU_GRAD, silu_grad, 0)           /* (dy, x) */                                             \
+    X(GELU_TANH_GRAD, gelu_tanh_grad, 0) /* (dy, x) */                                             \
+    X(SOFTMAX, softmax, 1)               /* along the last axis */                                 \
     X(LOG_SOFTMAX, log_softmax, 1)                                                                 \
     X(SOFTMAX_GRAD, softmax_grad, 0)         /* (dy, y) */                                         \
     X(LOG_SOFTMAX_GRAD, log_softmax_grad, 0) /* (dy, y) */                                         \

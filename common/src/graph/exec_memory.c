@@ -145,10 +145,24 @@ int ct__exec_in_place_ok(const ct_node *n, const ct_node *x) {
     case CT_OP_SIGMOID:
     case CT_OP_TANH:
     case CT_OP_GELU:
+    case CT_OP_EXP:
+    case CT_OP_LOG:
+    case CT_OP_SQRT:
+    case CT_OP_RSQRT:
+    case CT_OP_ABS:
+    case CT_OP_SILU:
+    case CT_OP_GELU_TANH:
     case CT_OP_RELU_GRAD:
     case CT_OP_SIGMOID_GRAD:
     case CT_OP_TANH_GRAD:
     case CT_OP_GELU_GRAD:
+    case CT_OP_EXP_GRAD:
+    case CT_OP_LOG_GRAD:
+    case CT_OP_SQRT_GRAD:
+    case CT_OP_RSQRT_GRAD:
+    case CT_OP_ABS_GRAD:
+    case CT_OP_SILU_GRAD:
+    case CT_OP_GELU_TANH_GRAD:
         return x->out.dtype == n->out.dtype && ct_shape_equal(&x->out.shape, &n->out.shape) &&
                !(n->flags & (CT_NODE_BOUND | CT_NODE_ACCUMULATE));
     default:

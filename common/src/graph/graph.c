@@ -683,6 +683,34 @@ int ct_tanh(ct_graph *g, int x) {
     return ct__add1(g, CT_OP_TANH, x, NULL);
 }
 
+int ct_exp(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_EXP, x, NULL);
+}
+
+int ct_ln(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_LOG, x, NULL);
+}
+
+int ct_sqrt(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_SQRT, x, NULL);
+}
+
+int ct_rsqrt(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_RSQRT, x, NULL);
+}
+
+int ct_abs(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_ABS, x, NULL);
+}
+
+int ct_silu(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_SILU, x, NULL);
+}
+
+int ct_gelu_tanh(ct_graph *g, int x) {
+    return ct__add1(g, CT_OP_GELU_TANH, x, NULL);
+}
+
 int ct_softmax(ct_graph *g, int x) {
     return ct__add1(g, CT_OP_SOFTMAX, x, NULL);
 }

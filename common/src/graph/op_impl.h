@@ -2,6 +2,8 @@
 #ifndef CTRAIN_OP_IMPL_H
 #define CTRAIN_OP_IMPL_H
 
+#include <math.h>
+
 #include "ctrain/graph.h"
 
 /* Shape inference: sets n->out (dtype, shape) and n->aux; returns 0, or -1 after
@@ -98,6 +100,18 @@ static inline float ct__beta(const ct_node *n) {
     return (n->flags & CT_NODE_ACCUMULATE) ? 1.0f : 0.0f;
 }
 
+/* The tanh-approximate GELU's sqrt(2 / pi), and the derivatives of SiLU and of that GELU at x. */
+#define CT__GELU_C 0.7978845608028654f
+static inline float ct__silu_grad(float x) {
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+static inline float ct__gelu_tanh_grad(float x) {
+    float t = tanhf(CT__GELU_C * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * CT__GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 /* Elementwise ops that fusion may merge, with their per-element formula (x: input 0, y: input
  * 1, alpha: attrs.f[0]). Columns: X(ENUM, arity, EXPR). The unfused kernels and the fused loop
  * both expand these, so a fused chain computes the same values as the ops one by one. Arity 2
@@ -112,9 +126,23 @@ static inline float ct__beta(const ct_node *n) {
     X(GELU, 1, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))                                     \
     X(SIGMOID, 1, 1.0f / (1.0f + expf(-x)))                                                        \
     X(TANH, 1, tanhf(x))                                                                           \
+    X(EXP, 1, expf(x))                                                                             \
+    X(LOG, 1, logf(x))                                                                             \
+    X(SQRT, 1, sqrtf(x))                                                                           \
+    X(RSQRT, 1, 1.0f / sqrtf(x))                                                                   \
+    X(ABS, 1, fabsf(x))                                                                            \
+    X(SILU, 1, x / (1.0f + expf(-x)))                                                              \
+    X(GELU_TANH, 1, 0.5f * x * (1.0f + tanhf(CT__GELU_C * (x + 0.044715f * x * x * x))))           \
     X(RELU_GRAD, 2, y > 0.0f ? x : 0.0f)                                                           \
     X(SIGMOID_GRAD, 2, x *y *(1.0f - y))                                                           \
     X(TANH_GRAD, 2, x *(1.0f - y * y))                                                             \
+    X(EXP_GRAD, 2, x *y)                                                                           \
+    X(LOG_GRAD, 2, x / y)                                                                          \
+    X(SQRT_GRAD, 2, x * 0.5f / y)                                                                  \
+    X(RSQRT_GRAD, 2, x * -0.5f * y * y * y)                                                        \
+    X(ABS_GRAD, 2, y > 0.0f ? x : (y < 0.0f ? -x : 0.0f))                                          \
+    X(SILU_GRAD, 2, x *ct__silu_grad(y))                                                           \
+    X(GELU_TANH_GRAD, 2, x *ct__gelu_tanh_grad(y))                                                 \
     X(GELU_GRAD, 2,                                                                                \
       x *(0.5f * (1.0f + erff(y * (float)M_SQRT1_2)) +                                             \
           y * 0.3989422804014327f * expf(-0.5f * y * y)))

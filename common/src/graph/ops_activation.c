@@ -1,6 +1,8 @@
-/* Shape inference and gradients of activations, softmax, log-softmax and the fused softmax
- * cross-entropy with sparse labels. Gradient ops read the forward output where that is cheaper
- * (relu, sigmoid, tanh, softmax) and the input where they must (gelu). */
+/* Shape inference and gradients of activations (relu, gelu and its tanh form, sigmoid, tanh,
+ * silu), the elementwise math of normalizations and attention (exp, log, sqrt, rsqrt, abs),
+ * softmax, log-softmax and the fused softmax cross-entropy with sparse labels. Gradient ops read
+ * the forward output where that is cheaper (relu, sigmoid, tanh, exp, sqrt, rsqrt, softmax) and
+ * the input where they must (gelu, log, abs, silu). */
 #include "graph/op_impl.h"
 
 static int shape_unary(ct_graph *g, ct_node *n, ct_node *const *in) {
@@ -30,6 +32,13 @@ CT__UNARY_SHAPES(relu)
 CT__UNARY_SHAPES(gelu)
 CT__UNARY_SHAPES(sigmoid)
 CT__UNARY_SHAPES(tanh)
+CT__UNARY_SHAPES(exp)
+CT__UNARY_SHAPES(log)
+CT__UNARY_SHAPES(sqrt)
+CT__UNARY_SHAPES(rsqrt)
+CT__UNARY_SHAPES(abs)
+CT__UNARY_SHAPES(silu)
+CT__UNARY_SHAPES(gelu_tanh)
 CT__UNARY_SHAPES(softmax)
 CT__UNARY_SHAPES(log_softmax)
 #undef CT__UNARY_SHAPES
@@ -43,14 +52,25 @@ CT__UNARY_SHAPES(log_softmax)
 CT__GRAD_FROM_OUTPUT(relu, CT_OP_RELU_GRAD)
 CT__GRAD_FROM_OUTPUT(sigmoid, CT_OP_SIGMOID_GRAD)
 CT__GRAD_FROM_OUTPUT(tanh, CT_OP_TANH_GRAD)
+CT__GRAD_FROM_OUTPUT(exp, CT_OP_EXP_GRAD)
+CT__GRAD_FROM_OUTPUT(sqrt, CT_OP_SQRT_GRAD)
+CT__GRAD_FROM_OUTPUT(rsqrt, CT_OP_RSQRT_GRAD)
 CT__GRAD_FROM_OUTPUT(softmax, CT_OP_SOFTMAX_GRAD)
 CT__GRAD_FROM_OUTPUT(log_softmax, CT_OP_LOG_SOFTMAX_GRAD)
 #undef CT__GRAD_FROM_OUTPUT
 
-void ct__grad_gelu(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
-    (void)need;
-    ret_dx[0] = ct__add2(g, CT_OP_GELU_GRAD, dy, ct_graph_node(g, node)->in[0], NULL);
-}
+/* Gradient from the forward input x. */
+#define CT__GRAD_FROM_INPUT(name, GRAD_OP)                                                         \
+    void ct__grad_##name(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {            \
+        (void)need;                                                                                \
+        ret_dx[0] = ct__add2(g, GRAD_OP, dy, ct_graph_node(g, node)->in[0], NULL);                 \
+    }
+CT__GRAD_FROM_INPUT(gelu, CT_OP_GELU_GRAD)
+CT__GRAD_FROM_INPUT(log, CT_OP_LOG_GRAD)
+CT__GRAD_FROM_INPUT(abs, CT_OP_ABS_GRAD)
+CT__GRAD_FROM_INPUT(silu, CT_OP_SILU_GRAD)
+CT__GRAD_FROM_INPUT(gelu_tanh, CT_OP_GELU_TANH_GRAD)
+#undef CT__GRAD_FROM_INPUT
 
 int ct__shape_softmax_xent(ct_graph *g, ct_node *n, ct_node *const *in) {
     const ct_shape *x = &in[0]->out.shape, *y = &in[1]->out.shape;
