@@ -238,6 +238,45 @@ def test_dropout_matches_its_mask():
         g.close()
 
 
+def check_double(name, inputs, ct_build, torch_fn):
+    """As check, with PyTorch in float64 from float64 leaves: its f32 layer norm computes the
+    affine form x (s gamma) + (beta - mean s gamma), which loses 1e-5 to cancellation on rows of
+    one element (s = 1/sqrt(eps) ~ 316), where ours gives beta exactly; and RMS norm's gradient on
+    such rows is a difference of nearly equal terms."""
+    g = Graph()
+    try:
+        ids = [g.variable(a) for a in inputs]
+        out = ct_build(g, *ids)
+        tins = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in inputs]
+        want = torch_fn(*tins)
+        close(name + " forward", g.value(out), want.float(), RTOL)
+        w = rng.uniform(-1, 1, want.shape).astype(np.float32)
+        loss = g.op("sum", g.op("mul", out, g.constant(w)), 0, 0)
+        gids = g.gradients(loss, ids)
+        (want * torch.tensor(w.astype(np.float64))).sum().backward()
+        for k, t in enumerate(tins):
+            close(f"{name} grad {k}", g.value(gids[k]), t.grad.float(), RTOL)
+    finally:
+        g.close()
+
+
+@pytest.mark.parametrize("shape", [(6, 7), (2, 3, 33), (5, 1), (4, 64)])
+def test_layer_norm(shape):
+    c = shape[-1]
+    x, gamma, beta = U(*shape, lo=-2, hi=2), U(c, lo=0.5, hi=1.5), U(c)
+    check_double("layer_norm", [x, gamma, beta],
+                 lambda g, a, ga, be: g.op("layer_norm", a, ga, be, 1e-5),
+                 lambda a, ga, be: F.layer_norm(a, (c,), ga, be, eps=1e-5))
+
+
+@pytest.mark.parametrize("shape", [(6, 7), (2, 3, 33), (5, 1), (4, 64)])
+def test_rms_norm(shape):
+    c = shape[-1]
+    x, gamma = U(*shape, lo=-2, hi=2), U(c, lo=0.5, hi=1.5)
+    check_double("rms_norm", [x, gamma], lambda g, a, ga: g.op("rms_norm", a, ga, 1e-5),
+                 lambda a, ga: a * torch.rsqrt((a * a).mean(-1, keepdim=True) + 1e-5) * ga)
+
+
 def test_batch_norm_training():
     x, gamma, beta = U(4, 5, 5, 6), U(6, lo=0.5, hi=1.5), U(6)
     mean, var = np.zeros(6, np.float32), np.ones(6, np.float32)

@@ -410,7 +410,7 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
     int steps = 6 + (int)draw(&r, 18);
     for (int s = 0; s < steps && n < POOL; s++) {
         int a = pool[draw(&r, (uint32_t)n)], b = pool[draw(&r, (uint32_t)n)], y = -1;
-        switch (draw(&r, 20)) {
+        switch (draw(&r, 22)) {
         case 0:
             y = ct_add(g, a, b);
             break;
@@ -467,6 +467,13 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
             break;
         case 18:
             y = ct_ln(g, ct_add(g, ct_exp(g, ct_scale(g, a, 0.5f)), ct_sqrt(g, ct_abs(g, b))));
+            break;
+        case 19:
+            y = ct_layer_norm(g, a, ct_constant(g, CT_F32, &S(RS), cvals),
+                              ct_constant(g, CT_F32, &S(RS), zeros), 1e-5f);
+            break;
+        case 20:
+            y = ct_rms_norm(g, ct_add(g, a, b), ct_constant(g, CT_F32, &S(RS), cvals), 1e-3f);
             break;
         default: /* constant arithmetic (folded) mixed in */
             y = ct_mul(g, a, ct_add(g, ct_scalar(g, 0.5f), ct_scalar(g, 0.25f)));

@@ -548,6 +548,40 @@ static void check_bn_grads(ct_shape xs, int training) {
     free(var);
 }
 
+/* ---- layer norm and RMS norm ---- */
+
+static int build_ln(ct_graph *g, const int *ins, void *user) {
+    return user ? ct_rms_norm(g, ins[0], ins[1], 1e-3f)
+                : ct_layer_norm(g, ins[0], ins[1], ins[2], 1e-3f);
+}
+
+/* Finite differences of x, gamma (and beta) through layer norm (rms 0) or RMS norm. */
+static void check_norm_grads(ct_shape xs, int rms) {
+    int64_t c = xs.dims[xs.rank - 1];
+    float *x = new_uniform(ct_shape_numel(&xs), -1, 1, 61);
+    float *gamma = new_uniform(c, 0.5f, 1.5f, 62), *beta = new_uniform(c, -1, 1, 63);
+    gc_input in[3] = {{.shape = xs, .dtype = CT_F32, .value = x, .check = 1},
+                      {.shape = S(c), .dtype = CT_F32, .value = gamma, .check = 1},
+                      {.shape = S(c), .dtype = CT_F32, .value = beta, .check = 1}};
+    char msg[256];
+    double e = gradcheck(build_ln, rms ? (void *)1 : NULL, rms ? 2 : 3, in, FD_EPS, TOL_ATOL,
+                         TOL_RTOL, msg, sizeof msg);
+    cr_expect(e <= 1.0, "%s norm, rank %d, C %lld: error %.3g: %s", rms ? "rms" : "layer", xs.rank,
+              (long long)c, e, msg);
+    free(x);
+    free(gamma);
+    free(beta);
+}
+
+/* Rows of odd lengths, rank 3, and rows of one element (layer norm: y = beta, dx = 0). */
+Test(ops_nn, layer_and_rms_norm_grads) {
+    for (int rms = 0; rms < 2; rms++) {
+        check_norm_grads(S(4, 7), rms);
+        check_norm_grads(S(2, 3, 5), rms);
+        check_norm_grads(S(5, 1), rms);
+    }
+}
+
 Test(ops_nn, batch_norm_grads) {
     check_bn_grads(S(6, 3), 1);
     check_bn_grads(S(2, 3, 2, 4), 1);

@@ -126,6 +126,10 @@ CT_API int ct_max_pool(ct_graph *g, int x, int window_h, int window_w, int strid
 CT_API int ct_avg_pool(ct_graph *g, int x, int window_h, int window_w, int stride_h, int stride_w,
                        int same);
 CT_API int ct_dropout(ct_graph *g, int x, float rate, int training);
+/* Layer norm over x's last axis, each row on its own: (x - mean) / sqrt(var + epsilon) * gamma +
+ * beta, with gamma and beta [C]; RMS norm: x / sqrt(mean(x^2) + epsilon) * gamma. */
+CT_API int ct_layer_norm(ct_graph *g, int x, int gamma, int beta, float epsilon);
+CT_API int ct_rms_norm(ct_graph *g, int x, int gamma, float epsilon);
 CT_API int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
                          float momentum, float epsilon, int training);
 CT_API int ct_embedding(ct_graph *g, int table, int ids);

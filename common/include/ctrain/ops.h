@@ -94,9 +94,17 @@
      * training writes the running stats (inputs 3, 4) in place; aux [2, C]: mean, inv std */      \
     X(BATCH_NORM, batch_norm, 1)                                                                   \
     X(BATCH_NORM_GRAD, batch_norm_grad, 0) /* (dy, forward, x, gamma); aux [2,C] dgamma,dbeta */   \
-    X(AUX_ROW, aux_row, 0)                 /* (node): row i0 of node's aux; accumulates */         \
-    X(EMBEDDING, embedding, 1)             /* (table [V,D], ids i32 [...]) -> [..., D] */          \
-    X(EMBEDDING_GRAD, embedding_grad, 0)   /* (dy, ids, table) -> [V, D]; accumulates */           \
+    /* layer and RMS norm over the last axis of x, each row on its own: f0 epsilon. Layer norm     \
+     * (x, gamma [C], beta [C]), aux [rows, 2]: mean, 1/std; RMS norm (x, gamma [C]), aux          \
+     * [rows, 1]: 1/rms. The gradients (dy, forward, x, gamma) -> dx, aux [2 or 1, C]: dgamma      \
+     * (, dbeta), exposed by AUX_ROW */                                                            \
+    X(LAYER_NORM, layer_norm, 1)                                                                   \
+    X(LAYER_NORM_GRAD, layer_norm_grad, 0)                                                         \
+    X(RMS_NORM, rms_norm, 1)                                                                       \
+    X(RMS_NORM_GRAD, rms_norm_grad, 0)                                                             \
+    X(AUX_ROW, aux_row, 0)               /* (node): row i0 of node's aux; accumulates */           \
+    X(EMBEDDING, embedding, 1)           /* (table [V,D], ids i32 [...]) -> [..., D] */            \
+    X(EMBEDDING_GRAD, embedding_grad, 0) /* (dy, ids, table) -> [V, D]; accumulates */             \
     /* made by graph passes and the trainer, not by models */                                      \
     X(FUSED, fused, 0) /* elementwise chain (+ a full sum) as one loop; i0: program; aux: it */    \
     X(APPLY_OPTIMIZER, apply_optimizer, 0) /* after all earlier nodes: ctx's optimizer update */

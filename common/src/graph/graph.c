@@ -811,6 +811,22 @@ int ct_dropout(ct_graph *g, int x, float rate, int training) {
     return ct__add1(g, CT_OP_DROPOUT, x, &at);
 }
 
+int ct_layer_norm(ct_graph *g, int x, int gamma, int beta, float epsilon) {
+    if (x < 0 || gamma < 0 || beta < 0) {
+        return -1;
+    }
+    ct_attrs at = {.f = {epsilon}};
+    return ct_graph_add(g, CT_OP_LAYER_NORM, 3, (int[]){x, gamma, beta}, &at);
+}
+
+int ct_rms_norm(ct_graph *g, int x, int gamma, float epsilon) {
+    if (x < 0 || gamma < 0) {
+        return -1;
+    }
+    ct_attrs at = {.f = {epsilon}};
+    return ct_graph_add(g, CT_OP_RMS_NORM, 2, (int[]){x, gamma}, &at);
+}
+
 int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
                   float momentum, float epsilon, int training) {
     int in[5] = {x, gamma, beta, running_mean, running_var};

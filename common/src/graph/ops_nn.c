@@ -472,6 +472,97 @@ int ct__shape_batch_norm_grad(ct_graph *g, ct_node *n, ct_node *const *in) {
     return 0;
 }
 
+/* ---- layer norm and RMS norm ---- */
+
+/* x (f32, a last axis of C), then n_params f32 [C] vectors; epsilon > 0. Out like x, aux
+ * [rows, stats]. */
+static int shape_norm(ct_graph *g, ct_node *n, ct_node *const *in, int n_params, int stats) {
+    static const char *const names[3] = {"x", "gamma", "beta"};
+    char sx[96], sp[96];
+    const ct_shape *x = &in[0]->out.shape;
+    if (need_f32_rank(g, n, in, 0, -1, "x") < 0) {
+        return -1;
+    }
+    if (x->rank < 1) {
+        return ct_graph_fail(g, CT_EINVAL, "%s: x must have a last axis to normalize, got %s",
+                             ct_op_name(n->op), ct_shape_str(x, sx, sizeof sx));
+    }
+    int64_t c = x->dims[x->rank - 1];
+    for (int k = 1; k <= n_params; k++) {
+        const ct_tensor *t = &in[k]->out;
+        if (t->dtype != CT_F32 || t->shape.rank != 1 || t->shape.dims[0] != c) {
+            return ct_graph_fail(g, CT_ESHAPE, "%s: %s must be f32 [%lld] for x %s, got %s%s",
+                                 ct_op_name(n->op), names[k], (long long)c,
+                                 ct_shape_str(x, sx, sizeof sx), ct_dtype_name(t->dtype),
+                                 ct_shape_str(&t->shape, sp, sizeof sp));
+        }
+    }
+    if (!(n->attrs.f[0] > 0.0f)) {
+        return ct_graph_fail(g, CT_EINVAL, "%s: epsilon %g must be > 0", ct_op_name(n->op),
+                             (double)n->attrs.f[0]);
+    }
+    ct_tensor_set_shape(&n->out, CT_F32, x);
+    ct_shape aux = {.rank = 2, .dims = {c ? ct_shape_numel(x) / c : 0, stats}};
+    ct_tensor_set_shape(&n->aux, CT_F32, &aux);
+    return 0;
+}
+
+int ct__shape_layer_norm(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_norm(g, n, in, 2, 2);
+}
+
+int ct__shape_rms_norm(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_norm(g, n, in, 1, 1);
+}
+
+/* One gradient node computes dx and, in its aux, dgamma (and dbeta); AUX_ROW exposes them. */
+static void grad_norm(ct_graph *g, ct_op op, int n_params, int node, int dy, const int *need,
+                      int *ret_dx) {
+    ct_node n = *ct_graph_node(g, node);
+    int in[4] = {dy, node, n.in[0], n.in[1]};
+    int grad = ct_graph_add(g, op, 4, in, NULL);
+    if (need[0]) {
+        ret_dx[0] = grad;
+    }
+    for (int k = 1; k <= n_params; k++) {
+        ct_attrs row = {.i = {k - 1}};
+        ret_dx[k] = need[k] ? ct__add1(g, CT_OP_AUX_ROW, grad, &row) : ret_dx[k];
+    }
+}
+
+void ct__grad_layer_norm(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    grad_norm(g, CT_OP_LAYER_NORM_GRAD, 2, node, dy, need, ret_dx);
+}
+
+void ct__grad_rms_norm(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    grad_norm(g, CT_OP_RMS_NORM_GRAD, 1, node, dy, need, ret_dx);
+}
+
+/* (dy, forward node, x, gamma) -> dx; aux [params, C]. */
+static int shape_norm_grad(ct_graph *g, ct_node *n, ct_node *const *in, ct_op fwd_op,
+                           int n_params) {
+    const ct_node *fwd = in[1];
+    if (from_forward(g, n, fwd, fwd_op) < 0 || need_dy_like(g, n, in[0], fwd) < 0) {
+        return -1;
+    }
+    if (fwd->in[0] != in[2]->id || fwd->in[1] != in[3]->id) {
+        return ct_graph_fail(g, CT_EINVAL, "%s: inputs 2 and 3 must be the forward x and gamma",
+                             ct_op_name(n->op));
+    }
+    ct_tensor_set_shape(&n->out, CT_F32, &in[2]->out.shape);
+    ct_shape aux = {.rank = 2, .dims = {n_params, in[3]->out.shape.dims[0]}};
+    ct_tensor_set_shape(&n->aux, CT_F32, &aux);
+    return 0;
+}
+
+int ct__shape_layer_norm_grad(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_norm_grad(g, n, in, CT_OP_LAYER_NORM, 2);
+}
+
+int ct__shape_rms_norm_grad(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_norm_grad(g, n, in, CT_OP_RMS_NORM, 1);
+}
+
 /* (node) -> row i0 of node's aux: aux [R, ...] gives [...]. */
 int ct__shape_aux_row(ct_graph *g, ct_node *n, ct_node *const *in) {
     const ct_tensor *aux = &in[0]->aux;
