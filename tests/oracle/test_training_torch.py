@@ -103,3 +103,41 @@ def test_cnn_sgd_step_by_winograd():
     of the largest kernel gradient at the second step)."""
     x, y = load(16)
     cnn_run([(x, y)], ["train.conv_algorithm=auto"])
+
+
+LN_JOB = """seed: 5
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - flatten: {}
+    - dense: {units: 32}
+    - layer_norm: {epsilon: 1.0e-5}
+    - activation: {function: silu}
+    - dense: {units: 24, activation: gelu_tanh}
+    - rms_norm: {epsilon: 1.0e-5}
+    - dense: {units: 10}
+data:
+  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+"""
+
+
+def test_layer_norm_silu_gelu_tanh_rms_norm_five_sgd_steps(tmp_path):
+    """The new normalizations and activations in a job's layer stack train as PyTorch does."""
+    job = tmp_path / "ln.yaml"
+    job.write_text(LN_JOB)
+    x, y = load(300)
+    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
+              ("layer_norm_2/gamma", (32,)), ("layer_norm_2/beta", (32,)),
+              ("dense_4/kernel", (32, 24)), ("dense_4/bias", (24,)),
+              ("rms_norm_5/gamma", (24,)), ("dense_6/kernel", (24, 10)), ("dense_6/bias", (10,))]
+
+    def forward(p, xb):
+        h = xb.reshape(len(xb), -1) @ p["dense_1/kernel"] + p["dense_1/bias"]
+        h = F.silu(F.layer_norm(h, (32,), p["layer_norm_2/gamma"], p["layer_norm_2/beta"], 1e-5))
+        h = F.gelu(h @ p["dense_4/kernel"] + p["dense_4/bias"], approximate="tanh")
+        h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * p["rms_norm_5/gamma"]
+        return h @ p["dense_6/kernel"] + p["dense_6/bias"]
+    sets = ["optimizer.type=sgd", "optimizer.learning_rate=0.1"]
+    run(str(job), sets, shapes, forward, batches, 0.1)

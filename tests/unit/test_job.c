@@ -370,6 +370,30 @@ Test(job, layer_forms) {
     cr_expect_float_eq(job.model.layers[6].momentum, 0.99f, 1e-9);
 }
 
+/* layer_norm and rms_norm take epsilon (Keras' 1e-3 by default) and nothing else; silu and
+ * gelu_tanh are activations. */
+Test(job, norm_layers_and_new_activations) {
+    const char *text = "model:\n"
+                       "  input_shape: [8]\n"
+                       "  layers:\n"
+                       "    - layer_norm: {epsilon: 1.0e-5}\n"
+                       "    - dense: {units: 4, activation: gelu_tanh}\n"
+                       "    - rms_norm: {}\n"
+                       "    - activation: silu\n" TRAIN_DATA;
+    ct_job job;
+    ct_err err = {0};
+    cr_assert_eq(parse(text, &job, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(job.model.layers[0].type, CT_LAYER_LAYER_NORM);
+    cr_expect_float_eq(job.model.layers[0].epsilon, 1e-5f, 1e-12);
+    cr_expect_eq(job.model.layers[1].activation, CT_ACT_GELU_TANH);
+    cr_expect_eq(job.model.layers[2].type, CT_LAYER_RMS_NORM);
+    cr_expect_float_eq(job.model.layers[2].epsilon, 1e-3f, 1e-12);
+    cr_expect_eq(job.model.layers[3].activation, CT_ACT_SILU);
+    EXPECT_ERROR("model:\n  input_shape: [8]\n  layers:\n    - layer_norm: {momentum: 0.9}\n"
+                 "    - dense: {units: 2}\n" TRAIN_DATA,
+                 "job.yaml:4", "momentum");
+}
+
 Test(job, names) {
     cr_expect_str_eq(ct_layer_type_name(CT_LAYER_MAX_POOL2D), "max_pool2d");
     cr_expect_str_eq(ct_layer_type_name(CT_LAYER_ACTIVATION), "activation");

@@ -25,7 +25,9 @@
     X(FLATTEN, flatten)                                                                            \
     X(BATCH_NORM, batch_norm)                                                                      \
     X(EMBEDDING, embedding)                                                                        \
-    X(ACTIVATION, activation)
+    X(ACTIVATION, activation)                                                                      \
+    X(LAYER_NORM, layer_norm)                                                                      \
+    X(RMS_NORM, rms_norm)
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,
@@ -41,7 +43,9 @@ typedef enum ct_layer_type {
     X(GELU, gelu)                                                                                  \
     X(SIGMOID, sigmoid)                                                                            \
     X(TANH, tanh)                                                                                  \
-    X(SOFTMAX, softmax)
+    X(SOFTMAX, softmax)                                                                            \
+    X(SILU, silu)                                                                                  \
+    X(GELU_TANH, gelu_tanh)
 
 typedef enum ct_activation {
 #define CT_ACT_ENUM(e, name) CT_ACT_##e,
@@ -71,7 +75,7 @@ typedef struct ct_layer_spec {
     ct_init bias_init;        /* default zeros */
     float rate;               /* dropout: in [0, 1) */
     float momentum;           /* batch_norm: default 0.99 (Keras) */
-    float epsilon;            /* batch_norm: default 1e-3 (Keras) */
+    float epsilon;            /* batch_norm, layer_norm, rms_norm: default 1e-3 (Keras) */
     int input_dim;            /* embedding: vocabulary size > 0 */
     int output_dim;           /* embedding: vector size > 0 */
 } ct_layer_spec;

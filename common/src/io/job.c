@@ -33,8 +33,10 @@ static const ct__job_name activation_names[] = {CT_ACTIVATION_LIST(ACT_ROW){"lin
                                                 {NULL, 0}};
 /* An activation layer must do something, so "none" is not offered there. */
 static const ct__job_name function_names[] = {
-    {"relu", CT_ACT_RELU}, {"gelu", CT_ACT_GELU},       {"sigmoid", CT_ACT_SIGMOID},
-    {"tanh", CT_ACT_TANH}, {"softmax", CT_ACT_SOFTMAX}, {NULL, 0},
+    {"relu", CT_ACT_RELU},           {"gelu", CT_ACT_GELU},
+    {"sigmoid", CT_ACT_SIGMOID},     {"tanh", CT_ACT_TANH},
+    {"softmax", CT_ACT_SOFTMAX},     {"silu", CT_ACT_SILU},
+    {"gelu_tanh", CT_ACT_GELU_TANH}, {NULL, 0},
 };
 static const ct__job_name init_names[] = {
     {"glorot_uniform", CT_INIT_GLOROT_UNIFORM},
@@ -121,6 +123,7 @@ static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL}
 static const char *const dropout_keys[] = {"rate", NULL};
 static const char *const no_keys[] = {NULL};
 static const char *const batch_norm_keys[] = {"momentum", "epsilon", NULL};
+static const char *const norm_keys[] = {"epsilon", NULL};
 static const char *const embedding_keys[] = {"input_dim", "output_dim", NULL};
 static const char *const activation_keys[] = {"function", NULL};
 static const char *const *const layer_keys[] = {
@@ -128,7 +131,8 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_MAX_POOL2D] = pool_keys,       [CT_LAYER_AVG_POOL2D] = pool_keys,
     [CT_LAYER_DROPOUT] = dropout_keys,       [CT_LAYER_FLATTEN] = no_keys,
     [CT_LAYER_BATCH_NORM] = batch_norm_keys, [CT_LAYER_EMBEDDING] = embedding_keys,
-    [CT_LAYER_ACTIVATION] = activation_keys,
+    [CT_LAYER_ACTIVATION] = activation_keys, [CT_LAYER_LAYER_NORM] = norm_keys,
+    [CT_LAYER_RMS_NORM] = norm_keys,
 };
 
 /* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
@@ -213,6 +217,10 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
         break;
     case CT_LAYER_BATCH_NORM:
         ct__job_sec_float(s, "momentum", CT__JOB_UNIT_INTERVAL, &l->momentum);
+        ct__job_sec_float(s, "epsilon", CT__JOB_POSITIVE, &l->epsilon);
+        break;
+    case CT_LAYER_LAYER_NORM:
+    case CT_LAYER_RMS_NORM:
         ct__job_sec_float(s, "epsilon", CT__JOB_POSITIVE, &l->epsilon);
         break;
     case CT_LAYER_EMBEDDING:

@@ -111,6 +111,15 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         DECLARE("moving_variance", &c, 0, CT_INIT_ONES, 0, 0);
         return CT_OK;
     }
+    case CT_LAYER_LAYER_NORM:
+    case CT_LAYER_RMS_NORM: { /* each example's last axis; gamma (and beta) per channel */
+        ct_shape c = {.rank = 1, .dims = {last}};
+        DECLARE("gamma", &c, 1, CT_INIT_ONES, 0, 0);
+        if (l->type == CT_LAYER_LAYER_NORM) {
+            DECLARE("beta", &c, 1, CT_INIT_ZEROS, 0, 0);
+        }
+        return CT_OK;
+    }
     case CT_LAYER_EMBEDDING: {
         if (i != 0) {
             return layer_error(m, i, err, "must be the first layer (it reads integer ids)", NULL);
@@ -203,6 +212,10 @@ static int activation(ct_graph *g, int x, ct_activation act) {
         return ct_tanh(g, x);
     case CT_ACT_SOFTMAX:
         return ct_softmax(g, x);
+    case CT_ACT_SILU:
+        return ct_silu(g, x);
+    case CT_ACT_GELU_TANH:
+        return ct_gelu_tanh(g, x);
     }
     return x;
 }
@@ -266,6 +279,13 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var
             break;
         case CT_LAYER_EMBEDDING:
             x = ct_embedding(g, var(m, g, p, ret_var_nodes), x);
+            break;
+        case CT_LAYER_LAYER_NORM:
+            x = ct_layer_norm(g, x, var(m, g, p, ret_var_nodes), var(m, g, p + 1, ret_var_nodes),
+                              l->epsilon);
+            break;
+        case CT_LAYER_RMS_NORM:
+            x = ct_rms_norm(g, x, var(m, g, p, ret_var_nodes), l->epsilon);
             break;
         case CT_LAYER_ACTIVATION:
             x = activation(g, x, l->activation);
