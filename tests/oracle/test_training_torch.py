@@ -141,3 +141,41 @@ def test_layer_norm_silu_gelu_tanh_rms_norm_five_sgd_steps(tmp_path):
         return h @ p["dense_6/kernel"] + p["dense_6/bias"]
     sets = ["optimizer.type=sgd", "optimizer.learning_rate=0.1"]
     run(str(job), sets, shapes, forward, batches, 0.1)
+
+
+GAP_JOB = """seed: 9
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - conv2d: {filters: 8, kernel_size: 3, padding: same, activation: silu}
+    - max_pool2d: {}
+    - conv2d: {filters: 12, kernel_size: 3}
+    - global_avg_pool2d: {}
+    - dense: {units: 10}
+data:
+  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+"""
+
+
+def test_global_average_pooling_three_sgd_steps(tmp_path):
+    """A convolutional stack ending in global average pooling (as ResNets and ViTs do) trains as
+    PyTorch's mean over the grid does."""
+    job = tmp_path / "gap.yaml"
+    job.write_text(GAP_JOB)
+    x, y = load(48)
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
+    shapes = [("conv2d_0/kernel", (3, 3, 1, 8)), ("conv2d_0/bias", (8,)),
+              ("conv2d_2/kernel", (3, 3, 8, 12)), ("conv2d_2/bias", (12,)),
+              ("dense_4/kernel", (12, 10)), ("dense_4/bias", (10,))]
+
+    def forward(p, xb):
+        h = xb.permute(0, 3, 1, 2)
+        h = F.silu(F.conv2d(h, p["conv2d_0/kernel"].permute(3, 2, 0, 1), p["conv2d_0/bias"],
+                            padding=1))
+        h = F.max_pool2d(h, 2)
+        h = F.conv2d(h, p["conv2d_2/kernel"].permute(3, 2, 0, 1), p["conv2d_2/bias"])
+        h = h.mean(dim=(2, 3))
+        return h @ p["dense_4/kernel"] + p["dense_4/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
+        batches, 0.1)

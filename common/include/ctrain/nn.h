@@ -27,7 +27,8 @@
     X(EMBEDDING, embedding)                                                                        \
     X(ACTIVATION, activation)                                                                      \
     X(LAYER_NORM, layer_norm)                                                                      \
-    X(RMS_NORM, rms_norm)
+    X(RMS_NORM, rms_norm)                                                                          \
+    X(GLOBAL_AVG_POOL2D, global_avg_pool2d)
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,

@@ -132,7 +132,7 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_DROPOUT] = dropout_keys,       [CT_LAYER_FLATTEN] = no_keys,
     [CT_LAYER_BATCH_NORM] = batch_norm_keys, [CT_LAYER_EMBEDDING] = embedding_keys,
     [CT_LAYER_ACTIVATION] = activation_keys, [CT_LAYER_LAYER_NORM] = norm_keys,
-    [CT_LAYER_RMS_NORM] = norm_keys,
+    [CT_LAYER_RMS_NORM] = norm_keys,         [CT_LAYER_GLOBAL_AVG_POOL2D] = no_keys,
 };
 
 /* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
@@ -214,6 +214,7 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
         ct__job_sec_float(s, "rate", CT__JOB_UNIT_INTERVAL, &l->rate);
         break;
     case CT_LAYER_FLATTEN:
+    case CT_LAYER_GLOBAL_AVG_POOL2D:
         break;
     case CT_LAYER_BATCH_NORM:
         ct__job_sec_float(s, "momentum", CT__JOB_UNIT_INTERVAL, &l->momentum);

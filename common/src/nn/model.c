@@ -103,6 +103,14 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         out->rank = 1;
         out->dims[0] = ct_shape_numel(in);
         return CT_OK;
+    case CT_LAYER_GLOBAL_AVG_POOL2D: /* [H, W, C] -> [C]: each channel's mean over the grid */
+        if (in->rank != 3) {
+            return layer_error(m, i, err, "needs [height, width, channels] per example, got ",
+                               shape_str);
+        }
+        out->rank = 1;
+        out->dims[0] = last;
+        return CT_OK;
     case CT_LAYER_BATCH_NORM: {
         ct_shape c = {.rank = 1, .dims = {last}};
         DECLARE("gamma", &c, 1, CT_INIT_ONES, 0, 0);
@@ -272,6 +280,9 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var
             x = ct_reshape(g, x, 2, dims);
             break;
         }
+        case CT_LAYER_GLOBAL_AVG_POOL2D: /* NHWC: the mean over axes 1 and 2 */
+            x = ct_mean(g, x, (1u << 1) | (1u << 2), 0);
+            break;
         case CT_LAYER_BATCH_NORM:
             x = ct_batch_norm(g, x, var(m, g, p, ret_var_nodes), var(m, g, p + 1, ret_var_nodes),
                               var(m, g, p + 2, ret_var_nodes), var(m, g, p + 3, ret_var_nodes),
