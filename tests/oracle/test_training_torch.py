@@ -179,3 +179,48 @@ def test_global_average_pooling_three_sgd_steps(tmp_path):
         return h @ p["dense_4/kernel"] + p["dense_4/bias"]
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
         batches, 0.1)
+
+
+RES_JOB = """seed: 6
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - flatten: {name: flat}
+    - dense: {units: 32, activation: relu, name: h}
+    - dense: {units: 32, activation: silu}
+    - dense: {units: 32, name: o}
+    - add: {inputs: [h, o]}
+    - layer_norm: {epsilon: 1.0e-5, name: n}
+    - dense: {units: 8, inputs: flat, name: side}
+    - concat: {inputs: [n, side]}
+    - dense: {units: 10}
+data:
+  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+"""
+
+
+def test_graph_form_residual_and_concat_five_sgd_steps(tmp_path):
+    """A job-file graph (a residual block, a side branch from the flattened input, a concat)
+    trains as its PyTorch twin does."""
+    job = tmp_path / "res.yaml"
+    job.write_text(RES_JOB)
+    x, y = load(300)
+    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
+              ("dense_2/kernel", (32, 32)), ("dense_2/bias", (32,)),
+              ("dense_3/kernel", (32, 32)), ("dense_3/bias", (32,)),
+              ("layer_norm_5/gamma", (32,)), ("layer_norm_5/beta", (32,)),
+              ("dense_6/kernel", (784, 8)), ("dense_6/bias", (8,)),
+              ("dense_8/kernel", (40, 10)), ("dense_8/bias", (10,))]
+
+    def forward(p, xb):
+        flat = xb.reshape(len(xb), -1)
+        h = torch.relu(flat @ p["dense_1/kernel"] + p["dense_1/bias"])
+        o = F.silu(h @ p["dense_2/kernel"] + p["dense_2/bias"])
+        o = o @ p["dense_3/kernel"] + p["dense_3/bias"]
+        n = F.layer_norm(h + o, (32,), p["layer_norm_5/gamma"], p["layer_norm_5/beta"], 1e-5)
+        side = flat @ p["dense_6/kernel"] + p["dense_6/bias"]
+        return torch.cat([n, side], dim=1) @ p["dense_8/kernel"] + p["dense_8/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
+        batches, 0.1)

@@ -470,7 +470,7 @@ Test(job, empty_file) {
 Test(job, unknown_keys) {
     EXPECT_ERROR("model:\n  layers:\n    - flatten: {}\n    - dense: {unitz: 3}\n",
                  "job.yaml:4: model.layers[1].dense.unitz: unknown key (expected one of: units, "
-                 "activation, use_bias, kernel_initializer, bias_initializer)");
+                 "activation, use_bias, kernel_initializer, bias_initializer, name, inputs)");
     EXPECT_ERROR(MINIMAL_JOB "trian: {epochs: 1}\n", "job.yaml:12: trian: unknown key", "run_dir");
     EXPECT_ERROR(MINIMAL_JOB "optimizer: {lr: 0.1}\n", "job.yaml:12: optimizer.lr: unknown key");
     EXPECT_ERROR(MINIMAL_JOB "optimizer: {schedule: {kind: step}}\n",
@@ -478,8 +478,8 @@ Test(job, unknown_keys) {
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: local, workers: 2}\n",
                  "job.yaml:12: strategy.workers: unknown key");
     EXPECT_ERROR("model:\n  layers:\n    - flatten: {x: 1}\n",
-                 "job.yaml:3: model.layers[0].flatten.x: unknown key (model.layers[0].flatten "
-                 "takes no options)");
+                 "job.yaml:3: model.layers[0].flatten.x: unknown key (expected one of: name, "
+                 "inputs)");
     EXPECT_ERROR(MINIMAL_JOB "  eval: {images: a, labels: b, shuffle: true}\n",
                  "job.yaml:12: data.eval.shuffle: unknown key");
 }

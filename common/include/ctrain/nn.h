@@ -12,6 +12,8 @@
 #include "ctrain/status.h"
 
 #define CT_JOB_MAX_LAYERS 64
+#define CT_LAYER_NAME_MAX 32
+#define CT_LAYER_MAX_INPUTS 8
 #define CT_JOB_MAX_RANK 4
 
 /* The layer types, once: X(ENUM, name in job files). The enum, ct_layer_type_name and the job
@@ -28,7 +30,9 @@
     X(ACTIVATION, activation)                                                                      \
     X(LAYER_NORM, layer_norm)                                                                      \
     X(RMS_NORM, rms_norm)                                                                          \
-    X(GLOBAL_AVG_POOL2D, global_avg_pool2d)
+    X(GLOBAL_AVG_POOL2D, global_avg_pool2d)                                                        \
+    X(ADD, add)                                                                                    \
+    X(CONCAT, concat)
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,
@@ -79,6 +83,12 @@ typedef struct ct_layer_spec {
     float epsilon;            /* batch_norm, layer_norm, rms_norm: default 1e-3 (Keras) */
     int input_dim;            /* embedding: vocabulary size > 0 */
     int output_dim;           /* embedding: vector size > 0 */
+    int axis;                 /* concat: axis of the per-example shape; -1 (default) the last */
+    /* The graph form: every layer may have a name and take earlier layers' outputs. */
+    char name[CT_LAYER_NAME_MAX];    /* name: "" when not named */
+    int n_inputs;                    /* 0: the previous layer's output (the model input for the
+                                        first); add and concat take 2 or more */
+    int inputs[CT_LAYER_MAX_INPUTS]; /* layer indices, each before this one; -1: the model input */
 } ct_layer_spec;
 
 typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;

@@ -113,26 +113,37 @@ static const char *const strategy_keys[] = {"type",
                                             NULL};
 static const char *const staleness_keys[] = {"policy", "max", NULL};
 
-/* Option keys per layer type, indexed by ct_layer_type. */
+/* Option keys per layer type, indexed by ct_layer_type; every layer also takes the graph form's
+ * name and inputs. */
+#define GRAPH_KEYS "name", "inputs"
 static const char *const dense_keys[] = {
-    "units", "activation", "use_bias", "kernel_initializer", "bias_initializer", NULL};
+    "units", "activation", "use_bias", "kernel_initializer", "bias_initializer", GRAPH_KEYS, NULL};
 static const char *const conv_keys[] = {
-    "filters",  "kernel_size",        "strides",          "padding", "activation",
-    "use_bias", "kernel_initializer", "bias_initializer", NULL};
-static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
-static const char *const dropout_keys[] = {"rate", NULL};
-static const char *const no_keys[] = {NULL};
-static const char *const batch_norm_keys[] = {"momentum", "epsilon", NULL};
-static const char *const norm_keys[] = {"epsilon", NULL};
-static const char *const embedding_keys[] = {"input_dim", "output_dim", NULL};
-static const char *const activation_keys[] = {"function", NULL};
+    "filters",  "kernel_size",        "strides",          "padding",  "activation",
+    "use_bias", "kernel_initializer", "bias_initializer", GRAPH_KEYS, NULL};
+static const char *const pool_keys[] = {"pool_size", "strides", "padding", GRAPH_KEYS, NULL};
+static const char *const dropout_keys[] = {"rate", GRAPH_KEYS, NULL};
+static const char *const no_keys[] = {GRAPH_KEYS, NULL};
+static const char *const batch_norm_keys[] = {"momentum", "epsilon", GRAPH_KEYS, NULL};
+static const char *const norm_keys[] = {"epsilon", GRAPH_KEYS, NULL};
+static const char *const embedding_keys[] = {"input_dim", "output_dim", GRAPH_KEYS, NULL};
+static const char *const activation_keys[] = {"function", GRAPH_KEYS, NULL};
+static const char *const concat_keys[] = {"axis", GRAPH_KEYS, NULL};
 static const char *const *const layer_keys[] = {
-    [CT_LAYER_DENSE] = dense_keys,           [CT_LAYER_CONV2D] = conv_keys,
-    [CT_LAYER_MAX_POOL2D] = pool_keys,       [CT_LAYER_AVG_POOL2D] = pool_keys,
-    [CT_LAYER_DROPOUT] = dropout_keys,       [CT_LAYER_FLATTEN] = no_keys,
-    [CT_LAYER_BATCH_NORM] = batch_norm_keys, [CT_LAYER_EMBEDDING] = embedding_keys,
-    [CT_LAYER_ACTIVATION] = activation_keys, [CT_LAYER_LAYER_NORM] = norm_keys,
-    [CT_LAYER_RMS_NORM] = norm_keys,         [CT_LAYER_GLOBAL_AVG_POOL2D] = no_keys,
+    [CT_LAYER_DENSE] = dense_keys,
+    [CT_LAYER_CONV2D] = conv_keys,
+    [CT_LAYER_MAX_POOL2D] = pool_keys,
+    [CT_LAYER_AVG_POOL2D] = pool_keys,
+    [CT_LAYER_DROPOUT] = dropout_keys,
+    [CT_LAYER_FLATTEN] = no_keys,
+    [CT_LAYER_BATCH_NORM] = batch_norm_keys,
+    [CT_LAYER_EMBEDDING] = embedding_keys,
+    [CT_LAYER_ACTIVATION] = activation_keys,
+    [CT_LAYER_LAYER_NORM] = norm_keys,
+    [CT_LAYER_RMS_NORM] = norm_keys,
+    [CT_LAYER_GLOBAL_AVG_POOL2D] = no_keys,
+    [CT_LAYER_ADD] = no_keys,
+    [CT_LAYER_CONCAT] = concat_keys,
 };
 
 /* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
@@ -165,6 +176,7 @@ static void layer_defaults(ct_layer_spec *l, ct_layer_type type, int line) {
     l->bias_init = CT_INIT_ZEROS;
     l->momentum = 0.99f;
     l->epsilon = 1e-3f;
+    l->axis = -1;
 }
 
 /* Reads the options common to dense and conv2d. */
@@ -215,6 +227,10 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
         break;
     case CT_LAYER_FLATTEN:
     case CT_LAYER_GLOBAL_AVG_POOL2D:
+    case CT_LAYER_ADD:
+        break;
+    case CT_LAYER_CONCAT:
+        ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);
         break;
     case CT_LAYER_BATCH_NORM:
         ct__job_sec_float(s, "momentum", CT__JOB_UNIT_INTERVAL, &l->momentum);
@@ -241,7 +257,8 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
 
 /* One entry of model.layers: `- TYPE: {options}`, `- TYPE:` or `- TYPE`. */
 static void read_layer(ct__job_reader *r, const ct__yaml_node *item, size_t index,
-                       ct_layer_spec *l) {
+                       ct_layer_spec *layers) {
+    ct_layer_spec *l = &layers[index];
     char path[CT__JOB_KEY_CAP], buf[160], names[300];
     ct__job_key_printf(path, "model.layers[%zu]", index);
     const char *type_name = NULL;
@@ -286,6 +303,7 @@ static void read_layer(ct__job_reader *r, const ct__yaml_node *item, size_t inde
     ct__job_section s;
     ct__job_sec_open(r, options, type_path, layer_keys[l->type], item->line, &s);
     read_layer_options(&s, l);
+    ct__job_read_layer_graph(&s, layers, (int)index);
 }
 
 static void read_input_shape(const ct__job_section *model, ct_job *job) {
@@ -336,7 +354,7 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
                      layers->n, CT_JOB_MAX_LAYERS);
     }
     for (size_t i = 0; r->status == CT_OK && i < layers->n; i++) {
-        read_layer(r, layers->items[i], i, &job->model.layers[i]);
+        read_layer(r, layers->items[i], i, job->model.layers);
     }
     job->model.n_layers = r->status == CT_OK ? (int)layers->n : 0;
     read_input_shape(&model, job); /* after the layers, whose mistakes are the common ones */

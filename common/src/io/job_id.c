@@ -64,6 +64,13 @@ static void put_layer(canon *c, int i, const ct_layer_spec *l) {
         l->strides[0], l->strides[1], l->pool_size[0], l->pool_size[1], l->padding_same,
         ct_activation_name(l->activation), l->use_bias, (int)l->kernel_init, (int)l->bias_init,
         (double)l->rate, (double)l->momentum, (double)l->epsilon, l->input_dim, l->output_dim);
+    if (l->n_inputs || l->type == CT_LAYER_CONCAT) { /* the graph form: what it takes */
+        put(c, "model.layers[%d].axis=%d inputs=", i, l->axis);
+        for (int k = 0; k < l->n_inputs; k++) {
+            put(c, "%s%d", k ? "," : "", l->inputs[k]);
+        }
+        put(c, "\n");
+    }
 }
 
 static void put_model(canon *c, const ct_model_spec *m) {

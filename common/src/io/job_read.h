@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/yaml_tree.h"
+#include "ctrain/nn.h"
 #include "ctrain/status.h"
 
 #define CT__JOB_KEY_CAP 256 /* dotted keys in messages */
@@ -109,5 +110,10 @@ void ct__job_sec_name(const ct__job_section *s, const char *key, const ct__job_n
                       const char *what, int *out);
 void ct__job_sec_string(const ct__job_section *s, const char *key, char *out, size_t cap);
 void ct__job_sec_pair(const ct__job_section *s, const char *key, int out[2]);
+
+/* ---- job_layer_graph.c ---- */
+
+/* Layer i's `name` and `inputs` (the graph form), resolved among layers [0, i). */
+void ct__job_read_layer_graph(const ct__job_section *s, ct_layer_spec *layers, int i);
 
 #endif

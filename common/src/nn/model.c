@@ -35,6 +35,37 @@ static int64_t window_out(int64_t in, int window, int stride, int same) {
     return in < window ? -1 : (in - window) / stride + 1;
 }
 
+/* Layer i's input k: a layer index, or -1 for the model input (the previous layer by default). */
+static int input_of(const ct_layer_spec *l, int i, int k) {
+    return l->n_inputs ? l->inputs[k] : i - 1;
+}
+
+/* The shape of add's or concat's output from its inputs' (m->shapes[input + 1]). */
+static ct_status plan_join(ct_model *m, int i, ct_shape *out, ct_err *err) {
+    const ct_layer_spec *l = &m->spec.layers[i];
+    char a[96], b[160];
+    *out = m->shapes[l->inputs[0] + 1];
+    int axis = l->axis < 0 ? out->rank + l->axis : l->axis;
+    if (l->type == CT_LAYER_CONCAT && (axis < 0 || axis >= out->rank)) {
+        return layer_error(m, i, err, "axis out of range for inputs of shape ",
+                           ct_shape_str(out, a, sizeof a));
+    }
+    for (int k = 1; k < l->n_inputs; k++) {
+        const ct_shape *s = &m->shapes[l->inputs[k] + 1];
+        int same = s->rank == out->rank;
+        for (int d = 0; same && d < s->rank; d++) {
+            same = s->dims[d] == out->dims[d] || (l->type == CT_LAYER_CONCAT && d == axis);
+        }
+        if (!same) {
+            snprintf(b, sizeof b, "%s and %s", ct_shape_str(&m->shapes[l->inputs[0] + 1], a, 48),
+                     ct_shape_str(s, a + 48, 48));
+            return layer_error(m, i, err, "inputs of shapes that cannot be joined: ", b);
+        }
+        out->dims[axis] += l->type == CT_LAYER_CONCAT ? s->dims[axis] : 0;
+    }
+    return CT_OK;
+}
+
 /* Declares layer i's parameters and computes its output shape from `in`. */
 static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
     const ct_layer_spec *l = &m->spec.layers[i];
@@ -143,6 +174,9 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     case CT_LAYER_DROPOUT:
     case CT_LAYER_ACTIVATION:
         return CT_OK;
+    case CT_LAYER_ADD:
+    case CT_LAYER_CONCAT:
+        return plan_join(m, i, out, err);
     }
 #undef DECLARE
     return layer_error(m, i, err, "unknown layer type", NULL);
@@ -166,7 +200,8 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
     m->shapes[0] = ct_shape_make(spec->input_rank, spec->input_shape);
     for (int i = 0; i < spec->n_layers; i++) {
         int before = m->params.n;
-        if ((st = plan_layer(m, i, &m->shapes[i], &m->shapes[i + 1], err)) != CT_OK) {
+        const ct_shape *in = &m->shapes[input_of(&spec->layers[i], i, 0) + 1];
+        if ((st = plan_layer(m, i, in, &m->shapes[i + 1], err)) != CT_OK) {
             goto fail;
         }
         m->n_params[i] = m->params.n - before;
@@ -237,13 +272,34 @@ static int var(ct_model *m, ct_graph *g, int index, int *vars) {
     return vars[index];
 }
 
-int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var_nodes) {
+/* add (in input order) or concat of layer l's inputs, whose nodes are outs[input + 1]. */
+static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
+    int xs[CT_LAYER_MAX_INPUTS];
+    for (int k = 0; k < l->n_inputs; k++) {
+        xs[k] = outs[l->inputs[k] + 1];
+    }
+    if (l->type == CT_LAYER_CONCAT) {
+        int rank = ct_graph_node(g, xs[0])->out.shape.rank; /* with the batch axis */
+        return ct_concat(g, l->n_inputs, xs, l->axis < 0 ? rank + l->axis : l->axis + 1);
+    }
+    int y = xs[0];
+    for (int k = 1; k < l->n_inputs; k++) {
+        y = ct_add(g, y, xs[k]);
+    }
+    return y;
+}
+
+int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_var_nodes) {
     for (int k = 0; k < m->params.n; k++) {
         ret_var_nodes[k] = -1;
     }
     int outer = ct_graph_set_scope(g, NULL);
+    int outs[CT_JOB_MAX_LAYERS + 1]; /* the model input, then each layer's output */
+    outs[0] = x0;
+    int x = x0;
     for (int i = 0; i < m->spec.n_layers && x >= 0; i++) {
         const ct_layer_spec *l = &m->spec.layers[i];
+        x = outs[input_of(l, i, 0) + 1];
         int p = m->first_param[i];
         char scope[64]; /* the layer's name, as its variables' prefix */
         snprintf(scope, sizeof scope, "%s_%d", ct_layer_type_name(l->type), i);
@@ -301,7 +357,12 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var
         case CT_LAYER_ACTIVATION:
             x = activation(g, x, l->activation);
             break;
+        case CT_LAYER_ADD:
+        case CT_LAYER_CONCAT:
+            x = join(g, l, outs);
+            break;
         }
+        outs[i + 1] = x;
     }
     ct_graph_restore_scope(g, outer);
     return x;
