@@ -224,3 +224,41 @@ def test_graph_form_residual_and_concat_five_sgd_steps(tmp_path):
         return torch.cat([n, side], dim=1) @ p["dense_8/kernel"] + p["dense_8/bias"]
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
         batches, 0.1)
+
+
+VIT_JOB = """seed: 8
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - conv2d: {filters: 16, kernel_size: 7, strides: 7}
+    - reshape: {shape: [-1, 16]}
+    - positional_embedding: {}
+    - layer_norm: {epsilon: 1.0e-5}
+    - flatten: {}
+    - dense: {units: 10}
+data:
+  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+"""
+
+
+def test_patch_embedding_reshape_and_positions_three_sgd_steps(tmp_path):
+    """A ViT's front: 7x7 patches by a strided convolution, reshaped to 16 tokens, learned
+    positions added, each token normalized: trains as its PyTorch twin does."""
+    job = tmp_path / "vit.yaml"
+    job.write_text(VIT_JOB)
+    x, y = load(48)
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
+    shapes = [("conv2d_0/kernel", (7, 7, 1, 16)), ("conv2d_0/bias", (16,)),
+              ("positional_embedding_2/embeddings", (16, 16)),
+              ("layer_norm_3/gamma", (16,)), ("layer_norm_3/beta", (16,)),
+              ("dense_5/kernel", (256, 10)), ("dense_5/bias", (10,))]
+
+    def forward(p, xb):
+        h = F.conv2d(xb.permute(0, 3, 1, 2), p["conv2d_0/kernel"].permute(3, 2, 0, 1),
+                     p["conv2d_0/bias"], stride=7)
+        h = h.permute(0, 2, 3, 1).reshape(len(xb), 16, 16) + p["positional_embedding_2/embeddings"]
+        h = F.layer_norm(h, (16,), p["layer_norm_3/gamma"], p["layer_norm_3/beta"], 1e-5)
+        return h.reshape(len(xb), -1) @ p["dense_5/kernel"] + p["dense_5/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
+        batches, 0.1)

@@ -32,7 +32,9 @@
     X(RMS_NORM, rms_norm)                                                                          \
     X(GLOBAL_AVG_POOL2D, global_avg_pool2d)                                                        \
     X(ADD, add)                                                                                    \
-    X(CONCAT, concat)
+    X(CONCAT, concat)                                                                              \
+    X(RESHAPE, reshape)                                                                            \
+    X(POSITIONAL_EMBEDDING, positional_embedding)
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,
@@ -84,6 +86,8 @@ typedef struct ct_layer_spec {
     int input_dim;            /* embedding: vocabulary size > 0 */
     int output_dim;           /* embedding: vector size > 0 */
     int axis;                 /* concat: axis of the per-example shape; -1 (default) the last */
+    int shape_rank;           /* reshape: the per-example shape (one dim may be -1) */
+    int64_t shape[CT_JOB_MAX_RANK];
     /* The graph form: every layer may have a name and take earlier layers' outputs. */
     char name[CT_LAYER_NAME_MAX];    /* name: "" when not named */
     int n_inputs;                    /* 0: the previous layer's output (the model input for the

@@ -129,6 +129,7 @@ static const char *const norm_keys[] = {"epsilon", GRAPH_KEYS, NULL};
 static const char *const embedding_keys[] = {"input_dim", "output_dim", GRAPH_KEYS, NULL};
 static const char *const activation_keys[] = {"function", GRAPH_KEYS, NULL};
 static const char *const concat_keys[] = {"axis", GRAPH_KEYS, NULL};
+static const char *const reshape_keys[] = {"shape", GRAPH_KEYS, NULL};
 static const char *const *const layer_keys[] = {
     [CT_LAYER_DENSE] = dense_keys,
     [CT_LAYER_CONV2D] = conv_keys,
@@ -144,6 +145,8 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_GLOBAL_AVG_POOL2D] = no_keys,
     [CT_LAYER_ADD] = no_keys,
     [CT_LAYER_CONCAT] = concat_keys,
+    [CT_LAYER_RESHAPE] = reshape_keys,
+    [CT_LAYER_POSITIONAL_EMBEDDING] = no_keys,
 };
 
 /* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
@@ -197,6 +200,31 @@ static void read_weights_options(const ct__job_section *s, ct_layer_spec *l) {
     l->bias_init = (ct_init)v;
 }
 
+/* reshape's shape: 1 to CT_JOB_MAX_RANK dims per example, positive or one -1. */
+static void read_reshape(const ct__job_section *s, ct_layer_spec *l) {
+    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
+    ct__job_sec_require(s, "shape");
+    const ct__yaml_node *v = ct__job_sec_get(s, "shape", path);
+    if (!v || s->r->status != CT_OK) {
+        return;
+    }
+    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > CT_JOB_MAX_RANK) {
+        ct__job_fail(s->r, v->line, path,
+                     "must list 1 to %d dimensions per example (one may be -1), e.g. [16, 49]",
+                     CT_JOB_MAX_RANK);
+        return;
+    }
+    for (size_t k = 0; k < v->n; k++) {
+        ct__job_key_printf(item, "%s[%zu]", path, k);
+        ct__job_read_i64(s->r, v->items[k], item, INT64_MIN, INT_MAX, &l->shape[k]);
+        if (s->r->status == CT_OK && l->shape[k] < 1 && l->shape[k] != -1) {
+            ct__job_fail(s->r, v->items[k]->line, item, "must be a positive size or -1, got %lld",
+                         (long long)l->shape[k]);
+        }
+    }
+    l->shape_rank = (int)v->n;
+}
+
 static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
     int v = 0;
     switch (l->type) {
@@ -231,6 +259,11 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
         break;
     case CT_LAYER_CONCAT:
         ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);
+        break;
+    case CT_LAYER_RESHAPE:
+        read_reshape(s, l);
+        break;
+    case CT_LAYER_POSITIONAL_EMBEDDING:
         break;
     case CT_LAYER_BATCH_NORM:
         ct__job_sec_float(s, "momentum", CT__JOB_UNIT_INTERVAL, &l->momentum);

@@ -66,6 +66,31 @@ static ct_status plan_join(ct_model *m, int i, ct_shape *out, ct_err *err) {
     return CT_OK;
 }
 
+/* reshape: the per-example shape, its -1 resolved; the element count must stay. */
+static ct_status plan_reshape(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
+    const ct_layer_spec *l = &m->spec.layers[i];
+    char a[96];
+    int64_t known = 1, n = ct_shape_numel(in);
+    int free_dim = -1;
+    out->rank = l->shape_rank;
+    for (int d = 0; d < l->shape_rank; d++) {
+        out->dims[d] = l->shape[d];
+        if (l->shape[d] == -1 && free_dim < 0) {
+            free_dim = d;
+        } else {
+            known *= l->shape[d] > 0 ? l->shape[d] : 0;
+        }
+    }
+    if (free_dim >= 0 && known > 0 && n % known == 0) {
+        out->dims[free_dim] = n / known;
+    }
+    if (known == 0 || ct_shape_numel(out) != n) {
+        return layer_error(m, i, err, "shape does not hold the elements of ",
+                           ct_shape_str(in, a, sizeof a));
+    }
+    return CT_OK;
+}
+
 /* Declares layer i's parameters and computes its output shape from `in`. */
 static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
     const ct_layer_spec *l = &m->spec.layers[i];
@@ -177,6 +202,16 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     case CT_LAYER_ADD:
     case CT_LAYER_CONCAT:
         return plan_join(m, i, out, err);
+    case CT_LAYER_RESHAPE:
+        return plan_reshape(m, i, in, out, err);
+    case CT_LAYER_POSITIONAL_EMBEDDING: { /* [T, D]: a learned vector per position, added */
+        if (in->rank != 2) {
+            return layer_error(m, i, err, "needs [positions, features] per example, got ",
+                               shape_str);
+        }
+        DECLARE("embeddings", in, 1, CT_INIT_GLOROT_UNIFORM, in->dims[0], in->dims[1]);
+        return CT_OK;
+    }
     }
 #undef DECLARE
     return layer_error(m, i, err, "unknown layer type", NULL);
@@ -361,6 +396,16 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
         case CT_LAYER_CONCAT:
             x = join(g, l, outs);
             break;
+        case CT_LAYER_RESHAPE: {
+            const ct_shape *s = &m->shapes[i + 1];
+            int64_t dims[CT_MAX_DIMS] = {ct_graph_node(g, x)->out.shape.dims[0]};
+            memcpy(dims + 1, s->dims, (size_t)s->rank * sizeof *dims);
+            x = ct_reshape(g, x, s->rank + 1, dims);
+            break;
+        }
+        case CT_LAYER_POSITIONAL_EMBEDDING:
+            x = ct_add(g, x, var(m, g, p, ret_var_nodes));
+            break;
         }
         outs[i + 1] = x;
     }
@@ -372,14 +417,14 @@ void ct_model_summary(const ct_model *m, void *out) {
     FILE *f = out;
     char s[96];
     int64_t total = 0;
-    fprintf(f, "%-4s %-12s %-20s %s\n", "#", "layer", "output", "parameters");
+    fprintf(f, "%-4s %-20s %-20s %s\n", "#", "layer", "output", "parameters");
     for (int i = 0; i < m->spec.n_layers; i++) {
         int64_t count = 0;
         for (int k = m->first_param[i]; k >= 0 && k < m->first_param[i] + m->n_params[i]; k++) {
             count += m->params.items[k].size;
         }
         total += count;
-        fprintf(f, "%-4d %-12s %-20s %lld\n", i, ct_layer_type_name(m->spec.layers[i].type),
+        fprintf(f, "%-4d %-20s %-20s %lld\n", i, ct_layer_type_name(m->spec.layers[i].type),
                 ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count);
     }
     fprintf(f, "total parameters: %lld\n", (long long)total);
