@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_refs import torch_attention
 from ctrain_ffi import LIB, Graph
 
 torch.set_num_threads(1)
@@ -275,6 +276,19 @@ def test_rms_norm(shape):
     x, gamma = U(*shape, lo=-2, hi=2), U(c, lo=0.5, hi=1.5)
     check_double("rms_norm", [x, gamma], lambda g, a, ga: g.op("rms_norm", a, ga, 1e-5),
                  lambda a, ga: a * torch.rsqrt((a * a).mean(-1, keepdim=True) + 1e-5) * ga)
+
+
+
+
+# one head and many; T across the 64-key tile (70) and below it; with and without the mask
+@pytest.mark.parametrize("b,t,heads,dh", [(2, 5, 1, 4), (1, 70, 2, 3), (2, 9, 4, 2)])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention(b, t, heads, dh, causal):
+    q, k, v = (U(b, t, heads * dh, lo=-2, hi=2) for _ in range(3))
+    scale = 1.0 / float(np.sqrt(dh))
+    check("attention", [q, k, v],
+          lambda g, x, y, z: g.op("attention", x, y, z, heads, causal, scale),
+          lambda x, y, z: torch_attention(x, y, z, heads, causal, scale))
 
 
 def test_batch_norm_training():

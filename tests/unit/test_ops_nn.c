@@ -582,6 +582,32 @@ Test(ops_nn, layer_and_rms_norm_grads) {
     }
 }
 
+/* ---- attention ---- */
+
+static int build_attention(ct_graph *g, const int *ins, void *user) {
+    int causal = user != NULL;
+    return ct_attention(g, ins[0], ins[1], ins[2], 2, causal, 0.5f);
+}
+
+/* Finite differences of q, k and v through two heads of size 3 over 5 positions. */
+Test(ops_nn, attention_grads) {
+    for (int causal = 0; causal < 2; causal++) {
+        float *v[3];
+        gc_input in[3];
+        for (int k = 0; k < 3; k++) {
+            v[k] = new_uniform(2 * 5 * 6, -1, 1, 71 + (uint64_t)k);
+            in[k] = (gc_input){.shape = S(2, 5, 6), .dtype = CT_F32, .value = v[k], .check = 1};
+        }
+        char msg[256];
+        double e = gradcheck(build_attention, causal ? (void *)1 : NULL, 3, in, FD_EPS, TOL_ATOL,
+                             TOL_RTOL, msg, sizeof msg);
+        cr_expect(e <= 1.0, "attention (causal %d): error %.3g: %s", causal, e, msg);
+        for (int k = 0; k < 3; k++) {
+            free(v[k]);
+        }
+    }
+}
+
 Test(ops_nn, batch_norm_grads) {
     check_bn_grads(S(6, 3), 1);
     check_bn_grads(S(2, 3, 2, 4), 1);

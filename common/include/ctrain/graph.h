@@ -129,6 +129,10 @@ CT_API int ct_dropout(ct_graph *g, int x, float rate, int training);
 /* Layer norm over x's last axis, each row on its own: (x - mean) / sqrt(var + epsilon) * gamma +
  * beta, with gamma and beta [C]; RMS norm: x / sqrt(mean(x^2) + epsilon) * gamma. */
 CT_API int ct_layer_norm(ct_graph *g, int x, int gamma, int beta, float epsilon);
+/* Multi-head self-attention, fused: q, k, v [batch, positions, heads x head size] (heads packed
+ * along the last axis) -> softmax(q k^T scale) v per head, with keys after a query's position
+ * masked when causal. Memory O(positions) per head (tiled keys, a running max). */
+CT_API int ct_attention(ct_graph *g, int q, int k, int v, int heads, int causal, float scale);
 CT_API int ct_rms_norm(ct_graph *g, int x, int gamma, float epsilon);
 CT_API int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
                          float momentum, float epsilon, int training);

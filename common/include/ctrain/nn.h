@@ -34,7 +34,8 @@
     X(ADD, add)                                                                                    \
     X(CONCAT, concat)                                                                              \
     X(RESHAPE, reshape)                                                                            \
-    X(POSITIONAL_EMBEDDING, positional_embedding)
+    X(POSITIONAL_EMBEDDING, positional_embedding)                                                  \
+    X(ATTENTION, attention)
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,
@@ -86,6 +87,8 @@ typedef struct ct_layer_spec {
     int input_dim;            /* embedding: vocabulary size > 0 */
     int output_dim;           /* embedding: vector size > 0 */
     int axis;                 /* concat: axis of the per-example shape; -1 (default) the last */
+    int heads;                /* attention: > 0, dividing the features */
+    int causal;               /* attention: mask the keys after each position; default false */
     int shape_rank;           /* reshape: the per-example shape (one dim may be -1) */
     int64_t shape[CT_JOB_MAX_RANK];
     /* The graph form: every layer may have a name and take earlier layers' outputs. */

@@ -105,6 +105,11 @@
     X(AUX_ROW, aux_row, 0)               /* (node): row i0 of node's aux; accumulates */           \
     X(EMBEDDING, embedding, 1)           /* (table [V,D], ids i32 [...]) -> [..., D] */            \
     X(EMBEDDING_GRAD, embedding_grad, 0) /* (dy, ids, table) -> [V, D]; accumulates */             \
+    /* multi-head self-attention, fused: (q, k, v) [B, T, H*Dh] -> softmax(q k^T scale [+ causal   \
+     * mask]) v per head, i0 heads, i1 causal, f0 scale; aux [B, H, T]: each query's logsumexp.    \
+     * Keys are visited in tiles with a running max, so no [T, T] matrix is ever held. */          \
+    X(ATTENTION, attention, 1)                                                                     \
+    X(ATTENTION_GRAD, attention_grad, 0) /* (dy, forward, q, k, v) -> dq; aux [2, ...]: dk, dv */  \
     /* made by graph passes and the trainer, not by models */                                      \
     X(FUSED, fused, 0) /* elementwise chain (+ a full sum) as one loop; i0: program; aux: it */    \
     X(APPLY_OPTIMIZER, apply_optimizer, 0) /* after all earlier nodes: ctx's optimizer update */

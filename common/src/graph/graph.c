@@ -811,6 +811,14 @@ int ct_dropout(ct_graph *g, int x, float rate, int training) {
     return ct__add1(g, CT_OP_DROPOUT, x, &at);
 }
 
+int ct_attention(ct_graph *g, int q, int k, int v, int heads, int causal, float scale) {
+    if (q < 0 || k < 0 || v < 0) {
+        return -1;
+    }
+    ct_attrs at = {.i = {heads, causal}, .f = {scale}};
+    return ct_graph_add(g, CT_OP_ATTENTION, 3, (int[]){q, k, v}, &at);
+}
+
 int ct_layer_norm(ct_graph *g, int x, int gamma, int beta, float epsilon) {
     if (x < 0 || gamma < 0 || beta < 0) {
         return -1;

@@ -130,6 +130,7 @@ static const char *const embedding_keys[] = {"input_dim", "output_dim", GRAPH_KE
 static const char *const activation_keys[] = {"function", GRAPH_KEYS, NULL};
 static const char *const concat_keys[] = {"axis", GRAPH_KEYS, NULL};
 static const char *const reshape_keys[] = {"shape", GRAPH_KEYS, NULL};
+static const char *const attention_keys[] = {"heads", "causal", "use_bias", GRAPH_KEYS, NULL};
 static const char *const *const layer_keys[] = {
     [CT_LAYER_DENSE] = dense_keys,
     [CT_LAYER_CONV2D] = conv_keys,
@@ -147,6 +148,7 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_CONCAT] = concat_keys,
     [CT_LAYER_RESHAPE] = reshape_keys,
     [CT_LAYER_POSITIONAL_EMBEDDING] = no_keys,
+    [CT_LAYER_ATTENTION] = attention_keys,
 };
 
 /* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
@@ -264,6 +266,12 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
         read_reshape(s, l);
         break;
     case CT_LAYER_POSITIONAL_EMBEDDING:
+        break;
+    case CT_LAYER_ATTENTION:
+        ct__job_sec_require(s, "heads");
+        ct__job_sec_int(s, "heads", 1, &l->heads);
+        ct__job_sec_bool(s, "causal", &l->causal);
+        ct__job_sec_bool(s, "use_bias", &l->use_bias);
         break;
     case CT_LAYER_BATCH_NORM:
         ct__job_sec_float(s, "momentum", CT__JOB_UNIT_INTERVAL, &l->momentum);

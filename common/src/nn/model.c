@@ -1,6 +1,7 @@
 /* Models from a layer stack (job file or C): shape propagation with errors that name the layer,
  * parameter declaration (Keras names, initializers and fan-in/out), and the forward pass as graph
  * nodes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,26 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         return plan_join(m, i, out, err);
     case CT_LAYER_RESHAPE:
         return plan_reshape(m, i, in, out, err);
+    case CT_LAYER_ATTENTION: { /* [T, D]: q, k, v and output projections around the op */
+        if (in->rank != 2 || last % l->heads != 0) {
+            return layer_error(m, i, err,
+                               "needs [positions, features] per example, the features a multiple "
+                               "of heads, got ",
+                               shape_str);
+        }
+        ct_shape w = {.rank = 2, .dims = {last, last}}, b = {.rank = 1, .dims = {last}};
+        static const char *const names[4][2] = {{"query/kernel", "query/bias"},
+                                                {"key/kernel", "key/bias"},
+                                                {"value/kernel", "value/bias"},
+                                                {"output/kernel", "output/bias"}};
+        for (int k = 0; k < 4; k++) {
+            DECLARE(names[k][0], &w, 1, l->kernel_init, last, last);
+            if (l->use_bias) {
+                DECLARE(names[k][1], &b, 1, l->bias_init, last, last);
+            }
+        }
+        return CT_OK;
+    }
     case CT_LAYER_POSITIONAL_EMBEDDING: { /* [T, D]: a learned vector per position, added */
         if (in->rank != 2) {
             return layer_error(m, i, err, "needs [positions, features] per example, got ",
@@ -307,6 +328,24 @@ static int var(ct_model *m, ct_graph *g, int index, int *vars) {
     return vars[index];
 }
 
+/* x W + b for projection k (0..3: query, key, value, output) of an attention layer whose
+ * parameters start at p. */
+static int projection(ct_model *m, ct_graph *g, const ct_layer_spec *l, int p, int k, int x,
+                      int *vars) {
+    int per = l->use_bias ? 2 : 1;
+    int y = ct_matmul(g, x, var(m, g, p + per * k, vars), 0, 0);
+    return l->use_bias ? ct_add(g, y, var(m, g, p + per * k + 1, vars)) : y;
+}
+
+static int attention_layer(ct_model *m, ct_graph *g, const ct_layer_spec *l, int p, int x,
+                           int *vars) {
+    int64_t width = ct_graph_node(g, x)->out.shape.dims[2];
+    float scale = 1.0f / sqrtf((float)(width / l->heads));
+    int y = ct_attention(g, projection(m, g, l, p, 0, x, vars), projection(m, g, l, p, 1, x, vars),
+                         projection(m, g, l, p, 2, x, vars), l->heads, l->causal, scale);
+    return projection(m, g, l, p, 3, y, vars);
+}
+
 /* add (in input order) or concat of layer l's inputs, whose nodes are outs[input + 1]. */
 static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
     int xs[CT_LAYER_MAX_INPUTS];
@@ -405,6 +444,9 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
         }
         case CT_LAYER_POSITIONAL_EMBEDDING:
             x = ct_add(g, x, var(m, g, p, ret_var_nodes));
+            break;
+        case CT_LAYER_ATTENTION:
+            x = attention_layer(m, g, l, p, x, ret_var_nodes);
             break;
         }
         outs[i + 1] = x;

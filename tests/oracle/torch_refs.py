@@ -1,0 +1,13 @@
+"""PyTorch references that more than one oracle test uses."""
+import torch
+
+
+def torch_attention(q, k, v, heads, causal, scale):
+    """Multi-head self-attention over [B, T, heads x head size] q, k, v, heads packed along the
+    last axis (ctrain's layout), the scores [B, H, T, T] held whole: the textbook form."""
+    b, t, w = q.shape
+    split = [a.reshape(b, t, heads, w // heads).permute(0, 2, 1, 3) for a in (q, k, v)]
+    s = split[0] @ split[1].transpose(-1, -2) * scale
+    if causal:
+        s = s.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    return (torch.softmax(s, -1) @ split[2]).permute(0, 2, 1, 3).reshape(b, t, w)
