@@ -314,3 +314,35 @@ def test_attention_block_three_sgd_steps(tmp_path, causal):
         return (t + a).reshape(len(xb), -1) @ p["dense_7/kernel"] + p["dense_7/bias"]
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
         batches, 0.1, absolute=("attention_4/key/bias",))
+
+
+SWIGLU_JOB = """seed: 12
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - flatten: {name: f}
+    - dense: {units: 32, activation: silu, use_bias: false, name: gate}
+    - dense: {units: 32, use_bias: false, inputs: f, name: up}
+    - multiply: {inputs: [gate, up]}
+    - dense: {units: 10}
+data:
+  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+"""
+
+
+def test_swiglu_by_multiply_five_sgd_steps(tmp_path):
+    """SwiGLU written in the graph form, silu(x W1) * (x W2), trains as its PyTorch twin does."""
+    job = tmp_path / "swiglu.yaml"
+    job.write_text(SWIGLU_JOB)
+    x, y = load(300)
+    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    shapes = [("dense_1/kernel", (784, 32)), ("dense_2/kernel", (784, 32)),
+              ("dense_4/kernel", (32, 10)), ("dense_4/bias", (10,))]
+
+    def forward(p, xb):
+        f = xb.reshape(len(xb), -1)
+        h = F.silu(f @ p["dense_1/kernel"]) * (f @ p["dense_2/kernel"])
+        return h @ p["dense_4/kernel"] + p["dense_4/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
+        batches, 0.1)

@@ -11,7 +11,7 @@
 #include "ctrain/params.h"
 #include "ctrain/status.h"
 
-#define CT_JOB_MAX_LAYERS 64
+#define CT_JOB_MAX_LAYERS 256 /* a ResNet-20 in the graph form takes about 70 */
 #define CT_LAYER_NAME_MAX 32
 #define CT_LAYER_MAX_INPUTS 8
 #define CT_JOB_MAX_RANK 4
@@ -35,7 +35,8 @@
     X(CONCAT, concat)                                                                              \
     X(RESHAPE, reshape)                                                                            \
     X(POSITIONAL_EMBEDDING, positional_embedding)                                                  \
-    X(ATTENTION, attention)
+    X(ATTENTION, attention)                                                                        \
+    X(MULTIPLY, multiply)
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,

@@ -149,6 +149,7 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_RESHAPE] = reshape_keys,
     [CT_LAYER_POSITIONAL_EMBEDDING] = no_keys,
     [CT_LAYER_ATTENTION] = attention_keys,
+    [CT_LAYER_MULTIPLY] = no_keys,
 };
 
 /* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
@@ -258,6 +259,7 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
     case CT_LAYER_FLATTEN:
     case CT_LAYER_GLOBAL_AVG_POOL2D:
     case CT_LAYER_ADD:
+    case CT_LAYER_MULTIPLY:
         break;
     case CT_LAYER_CONCAT:
         ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);

@@ -67,13 +67,15 @@ void ct__job_read_layer_graph(const ct__job_section *s, ct_layer_spec *layers, i
     } else if (v) {
         read_input(s, v, path, layers, i);
     }
-    int joins = l->type == CT_LAYER_ADD || l->type == CT_LAYER_CONCAT;
+    int joins =
+        l->type == CT_LAYER_ADD || l->type == CT_LAYER_CONCAT || l->type == CT_LAYER_MULTIPLY;
     if (s->r->status == CT_OK && joins && l->n_inputs < 2) {
         ct__job_fail(s->r, v ? v->line : s->line, v ? path : s->path,
                      "%s needs inputs: [a, b, ...] naming 2 or more earlier layers",
                      ct_layer_type_name(l->type));
     } else if (s->r->status == CT_OK && !joins && l->n_inputs > 1) {
-        ct__job_fail(s->r, v->line, path, "%s takes one input, got %d (add or concat join more)",
+        ct__job_fail(s->r, v->line, path,
+                     "%s takes one input, got %d (add, multiply or concat join more)",
                      ct_layer_type_name(l->type), l->n_inputs);
     }
 }

@@ -201,6 +201,7 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     case CT_LAYER_ACTIVATION:
         return CT_OK;
     case CT_LAYER_ADD:
+    case CT_LAYER_MULTIPLY:
     case CT_LAYER_CONCAT:
         return plan_join(m, i, out, err);
     case CT_LAYER_RESHAPE:
@@ -346,7 +347,8 @@ static int attention_layer(ct_model *m, ct_graph *g, const ct_layer_spec *l, int
     return projection(m, g, l, p, 3, y, vars);
 }
 
-/* add (in input order) or concat of layer l's inputs, whose nodes are outs[input + 1]. */
+/* add or multiply (in input order) or concat of layer l's inputs, whose nodes are
+ * outs[input + 1]. */
 static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
     int xs[CT_LAYER_MAX_INPUTS];
     for (int k = 0; k < l->n_inputs; k++) {
@@ -358,7 +360,7 @@ static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
     }
     int y = xs[0];
     for (int k = 1; k < l->n_inputs; k++) {
-        y = ct_add(g, y, xs[k]);
+        y = l->type == CT_LAYER_MULTIPLY ? ct_mul(g, y, xs[k]) : ct_add(g, y, xs[k]);
     }
     return y;
 }
@@ -432,6 +434,7 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
             x = activation(g, x, l->activation);
             break;
         case CT_LAYER_ADD:
+        case CT_LAYER_MULTIPLY:
         case CT_LAYER_CONCAT:
             x = join(g, l, outs);
             break;
