@@ -71,6 +71,12 @@ static void put_layer(canon *c, int i, const ct_layer_spec *l) {
         }
         put(c, "\n");
     }
+    if (l->type == CT_LAYER_ATTENTION) {
+        put(c, "model.layers[%d].heads=%d causal=%d\n", i, l->heads, l->causal);
+    }
+    if (l->type == CT_LAYER_RESHAPE) {
+        put_dims(c, "model.layers.reshape", l->shape, l->shape_rank);
+    }
 }
 
 static void put_model(canon *c, const ct_model_spec *m) {
