@@ -873,6 +873,22 @@ static uint64_t id_of(const char *text, const char *set, ct_job_id_scope scope) 
     return ct_job_id(&job, scope);
 }
 
+/* The graph form's wiring and an attention layer's heads are part of what the roles train. */
+Test(job, job_id_covers_graph_wiring_and_attention) {
+    static const char *const base = "model:\n  input_shape: [4, 8]\n  layers:\n"
+                                    "    - dense: {units: 8, name: a}\n"
+                                    "    - attention: {heads: 2}\n"
+                                    "    - add: {inputs: [a, 1]}\n" TRAIN_DATA;
+    char text[1024];
+    snprintf(text, sizeof text, "%s", base);
+    char *one = strstr(text, "[a, 1]");
+    memcpy(one, "[a, a]", 6); /* a name that exists: "1" would not parse */
+    uint64_t id = id_of(text, NULL, CT_JOB_ID_TRAINING);
+    cr_expect_neq(id_of(text, "model.layers[1].attention.heads=4", CT_JOB_ID_TRAINING), id);
+    cr_expect_neq(id_of(text, "model.layers[1].attention.causal=true", CT_JOB_ID_TRAINING), id);
+    cr_expect_neq(id_of(text, "model.layers[2].add.inputs=[a, input]", CT_JOB_ID_TRAINING), id);
+}
+
 Test(job, job_id_is_the_same_however_the_file_is_written) {
     for (ct_job_id_scope scope = CT_JOB_ID_INPUT; scope <= CT_JOB_ID_TRAINING; scope++) {
         uint64_t yaml = id_of(ID_JOB_YAML, NULL, scope);
@@ -898,6 +914,7 @@ Test(job, job_id_covers_its_scope_only) {
         {"optimizer.learning_rate=0.2", 0, 1},
         {"strategy.mode=async", 0, 1},
         {"checkpoint.every_steps=10", 0, 1},
+        {"train.invariant=true", 0, 1},
         /* speed, paths and logs: the same job */
         {"data.train.pipeline[2].map.parallel=4", 0, 0},
         {"train.threads=1", 0, 0},
