@@ -26,6 +26,22 @@ def load(n):
     return (x.reshape(n, 28, 28, 1) / np.float32(255)).astype(np.float32), y.astype(np.int32)
 
 
+def job_file(tmp_path, text):
+    """A job of the oracle's models (`text`: seed and model) over the Fashion-MNIST training set."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text + """data:
+  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+""")
+    return path
+
+
+def batches_of(n, size):
+    """The first n training examples in batches of `size`."""
+    x, y = load(n)
+    return [(x[i:i + size], y[i:i + size]) for i in range(0, n, size)]
+
+
 def rel_err(got, want):
     return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
 
@@ -54,8 +70,7 @@ def run(job, sets, names_shapes, forward, batches, lr, absolute=()):
 
 
 def test_mlp_five_sgd_steps():
-    x, y = load(300)
-    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    batches = batches_of(300, 60)
     shapes = [("dense_1/kernel", (784, 128)), ("dense_1/bias", (128,)),
               ("dense_3/kernel", (128, 10)), ("dense_3/bias", (10,))]
 
@@ -121,18 +136,13 @@ model:
     - dense: {units: 24, activation: gelu_tanh}
     - rms_norm: {epsilon: 1.0e-5}
     - dense: {units: 10}
-data:
-  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
-          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
 """
 
 
 def test_layer_norm_silu_gelu_tanh_rms_norm_five_sgd_steps(tmp_path):
     """The new normalizations and activations in a job's layer stack train as PyTorch does."""
-    job = tmp_path / "ln.yaml"
-    job.write_text(LN_JOB)
-    x, y = load(300)
-    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    job = job_file(tmp_path, LN_JOB)
+    batches = batches_of(300, 60)
     shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
               ("layer_norm_2/gamma", (32,)), ("layer_norm_2/beta", (32,)),
               ("dense_4/kernel", (32, 24)), ("dense_4/bias", (24,)),
@@ -157,19 +167,14 @@ model:
     - conv2d: {filters: 12, kernel_size: 3}
     - global_avg_pool2d: {}
     - dense: {units: 10}
-data:
-  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
-          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
 """
 
 
 def test_global_average_pooling_three_sgd_steps(tmp_path):
     """A convolutional stack ending in global average pooling (as ResNets and ViTs do) trains as
     PyTorch's mean over the grid does."""
-    job = tmp_path / "gap.yaml"
-    job.write_text(GAP_JOB)
-    x, y = load(48)
-    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
+    job = job_file(tmp_path, GAP_JOB)
+    batches = batches_of(48, 16)
     shapes = [("conv2d_0/kernel", (3, 3, 1, 8)), ("conv2d_0/bias", (8,)),
               ("conv2d_2/kernel", (3, 3, 8, 12)), ("conv2d_2/bias", (12,)),
               ("dense_4/kernel", (12, 10)), ("dense_4/bias", (10,))]
@@ -199,19 +204,14 @@ model:
     - dense: {units: 8, inputs: flat, name: side}
     - concat: {inputs: [n, side]}
     - dense: {units: 10}
-data:
-  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
-          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
 """
 
 
 def test_graph_form_residual_and_concat_five_sgd_steps(tmp_path):
     """A job-file graph (a residual block, a side branch from the flattened input, a concat)
     trains as its PyTorch twin does."""
-    job = tmp_path / "res.yaml"
-    job.write_text(RES_JOB)
-    x, y = load(300)
-    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    job = job_file(tmp_path, RES_JOB)
+    batches = batches_of(300, 60)
     shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
               ("dense_2/kernel", (32, 32)), ("dense_2/bias", (32,)),
               ("dense_3/kernel", (32, 32)), ("dense_3/bias", (32,)),
@@ -241,19 +241,14 @@ model:
     - layer_norm: {epsilon: 1.0e-5}
     - flatten: {}
     - dense: {units: 10}
-data:
-  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
-          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
 """
 
 
 def test_patch_embedding_reshape_and_positions_three_sgd_steps(tmp_path):
     """A ViT's front: 7x7 patches by a strided convolution, reshaped to 16 tokens, learned
     positions added, each token normalized: trains as its PyTorch twin does."""
-    job = tmp_path / "vit.yaml"
-    job.write_text(VIT_JOB)
-    x, y = load(48)
-    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
+    job = job_file(tmp_path, VIT_JOB)
+    batches = batches_of(48, 16)
     shapes = [("conv2d_0/kernel", (7, 7, 1, 16)), ("conv2d_0/bias", (16,)),
               ("positional_embedding_2/embeddings", (16, 16)),
               ("layer_norm_3/gamma", (16,)), ("layer_norm_3/beta", (16,)),
@@ -281,9 +276,6 @@ model:
     - add: {inputs: [tokens, att]}
     - flatten: {}
     - dense: {units: 10}
-data:
-  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
-          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
 """
 
 
@@ -291,10 +283,8 @@ data:
 def test_attention_block_three_sgd_steps(tmp_path, causal):
     """A pre-norm attention block with a residual connection (a ViT's, or with the causal mask a
     GPT's) over patch tokens trains as its PyTorch twin does."""
-    job = tmp_path / "block.yaml"
-    job.write_text(BLOCK_JOB % ("true" if causal else "false"))
-    x, y = load(48)
-    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 48, 16)]
+    job = job_file(tmp_path, BLOCK_JOB % ("true" if causal else "false"))
+    batches = batches_of(48, 16)
     proj = ["query", "key", "value", "output"]
     shapes = [("conv2d_0/kernel", (7, 7, 1, 16)), ("conv2d_0/bias", (16,)),
               ("positional_embedding_2/embeddings", (16, 16)),
@@ -325,18 +315,13 @@ model:
     - dense: {units: 32, use_bias: false, inputs: f, name: up}
     - multiply: {inputs: [gate, up]}
     - dense: {units: 10}
-data:
-  train: {format: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
-          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
 """
 
 
 def test_swiglu_by_multiply_five_sgd_steps(tmp_path):
     """SwiGLU written in the graph form, silu(x W1) * (x W2), trains as its PyTorch twin does."""
-    job = tmp_path / "swiglu.yaml"
-    job.write_text(SWIGLU_JOB)
-    x, y = load(300)
-    batches = [(x[i:i + 60], y[i:i + 60]) for i in range(0, 300, 60)]
+    job = job_file(tmp_path, SWIGLU_JOB)
+    batches = batches_of(300, 60)
     shapes = [("dense_1/kernel", (784, 32)), ("dense_2/kernel", (784, 32)),
               ("dense_4/kernel", (32, 10)), ("dense_4/bias", (10,))]
 

@@ -435,26 +435,32 @@ int ct__shape_batch_norm(ct_graph *g, ct_node *n, ct_node *const *in) {
     return 0;
 }
 
-/* One BATCH_NORM_GRAD node computes dx and, in its aux, dgamma and dbeta; AUX_ROW nodes expose
- * the latter two so they can be bound to gradient buffers like any weight gradient. */
-void ct__grad_batch_norm(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+/* One gradient node of a normalization (batch, layer or RMS norm: inputs dy, the forward node, x
+ * and gamma) computes dx and, in its aux, dgamma (and dbeta); AUX_ROW nodes expose those so they
+ * can be bound to gradient buffers like any weight gradient. */
+static void grad_norm(ct_graph *g, ct_op op, int n_params, int node, int dy, const int *need,
+                      int *ret_dx) {
     ct_node n = *ct_graph_node(g, node);
-    if (!need[0] && !need[1] && !need[2]) {
+    int any = need[0];
+    for (int k = 1; k <= n_params; k++) {
+        any |= need[k];
+    }
+    if (!any) {
         return;
     }
     int in[4] = {dy, node, n.in[0], n.in[1]};
-    int grad = ct_graph_add(g, CT_OP_BATCH_NORM_GRAD, 4, in, NULL);
+    int grad = ct_graph_add(g, op, 4, in, NULL);
     if (need[0]) {
         ret_dx[0] = grad;
     }
-    if (need[1]) {
-        ct_attrs row0 = {.i = {0}};
-        ret_dx[1] = ct__add1(g, CT_OP_AUX_ROW, grad, &row0);
+    for (int k = 1; k <= n_params; k++) {
+        ct_attrs row = {.i = {k - 1}};
+        ret_dx[k] = need[k] ? ct__add1(g, CT_OP_AUX_ROW, grad, &row) : ret_dx[k];
     }
-    if (need[2]) {
-        ct_attrs row1 = {.i = {1}};
-        ret_dx[2] = ct__add1(g, CT_OP_AUX_ROW, grad, &row1);
-    }
+}
+
+void ct__grad_batch_norm(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    grad_norm(g, CT_OP_BATCH_NORM_GRAD, 2, node, dy, need, ret_dx);
 }
 
 /* (dy, forward node, x, gamma) -> dx; aux [2, C]: dgamma, dbeta. */
@@ -513,21 +519,6 @@ int ct__shape_layer_norm(ct_graph *g, ct_node *n, ct_node *const *in) {
 
 int ct__shape_rms_norm(ct_graph *g, ct_node *n, ct_node *const *in) {
     return shape_norm(g, n, in, 1, 1);
-}
-
-/* One gradient node computes dx and, in its aux, dgamma (and dbeta); AUX_ROW exposes them. */
-static void grad_norm(ct_graph *g, ct_op op, int n_params, int node, int dy, const int *need,
-                      int *ret_dx) {
-    ct_node n = *ct_graph_node(g, node);
-    int in[4] = {dy, node, n.in[0], n.in[1]};
-    int grad = ct_graph_add(g, op, 4, in, NULL);
-    if (need[0]) {
-        ret_dx[0] = grad;
-    }
-    for (int k = 1; k <= n_params; k++) {
-        ct_attrs row = {.i = {k - 1}};
-        ret_dx[k] = need[k] ? ct__add1(g, CT_OP_AUX_ROW, grad, &row) : ret_dx[k];
-    }
 }
 
 void ct__grad_layer_norm(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
