@@ -56,7 +56,9 @@ def run(job, sets, names_shapes, forward, batches, lr, absolute=()):
         for step, (x, y) in enumerate(batches):
             ours = t.step(x, y)
             opt.zero_grad()
-            loss = F.cross_entropy(forward(params, torch.tensor(x)), torch.tensor(y).long())
+            logits = forward(params, torch.tensor(x))  # [B, C], or [B, T, C]: a label per token
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                   torch.tensor(y).reshape(-1).long())
             loss.backward()
             opt.step()
             theirs = float(loss)
@@ -331,3 +333,65 @@ def test_swiglu_by_multiply_five_sgd_steps(tmp_path):
         return h @ p["dense_4/kernel"] + p["dense_4/bias"]
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
         batches, 0.1)
+
+
+GPT_JOB = """seed: 13
+model:
+  input_shape: [24]
+  layers:
+    - embedding: {input_dim: 256, output_dim: 32}
+    - positional_embedding: {name: h0}
+    - layer_norm: {epsilon: 1.0e-5}
+    - attention: {heads: 2, causal: true, name: att0}
+    - add: {inputs: [h0, att0], name: r0}
+    - layer_norm: {epsilon: 1.0e-5}
+    - dense: {units: 64, activation: gelu_tanh}
+    - dense: {units: 32, name: mlp0}
+    - add: {inputs: [r0, mlp0]}
+    - layer_norm: {epsilon: 1.0e-5}
+    - dense: {units: 256}
+"""
+
+
+def text_batches(n, size, context):
+    """Byte windows of English text and the next byte at each position, as text_windows makes."""
+    with open("/usr/share/games/fortunes/people", "rb") as f:
+        b = np.frombuffer(f.read(), np.uint8).astype(np.int64)
+    w = [b[i * context:i * context + context + 1] for i in range(n)]
+    x = np.stack([v[:-1] for v in w]).astype(np.float32)
+    y = np.stack([v[1:] for v in w]).astype(np.int32)
+    return [(x[i:i + size], y[i:i + size]) for i in range(0, n, size)]
+
+
+def test_gpt_block_token_loss_five_sgd_steps(tmp_path):
+    """A byte-level GPT block (token embedding, learned positions, pre-norm causal attention and a
+    GELU MLP, each with a residual, a final norm and logits over the 256 bytes) trained with the
+    token-level cross-entropy over [B, T, 256] matches its PyTorch twin."""
+    if not os.path.exists("/usr/share/games/fortunes/people"):
+        pytest.skip("Debian's fortunes package is not installed (scripts/setup.sh installs it)")
+    job = job_file(tmp_path, GPT_JOB)
+    proj = ["query", "key", "value", "output"]
+    shapes = [("embedding_0/embeddings", (256, 32)), ("positional_embedding_1/embeddings", (24, 32)),
+              ("layer_norm_2/gamma", (32,)), ("layer_norm_2/beta", (32,)),
+              *[(f"attention_3/{p}/{w}", (32, 32) if w == "kernel" else (32,))
+                for p in proj for w in ("kernel", "bias")],
+              ("layer_norm_5/gamma", (32,)), ("layer_norm_5/beta", (32,)),
+              ("dense_6/kernel", (32, 64)), ("dense_6/bias", (64,)),
+              ("dense_7/kernel", (64, 32)), ("dense_7/bias", (32,)),
+              ("layer_norm_9/gamma", (32,)), ("layer_norm_9/beta", (32,)),
+              ("dense_10/kernel", (32, 256)), ("dense_10/bias", (256,))]
+
+    def forward(p, xb):
+        def ln(h, name):
+            return F.layer_norm(h, (32,), p[f"{name}/gamma"], p[f"{name}/beta"], 1e-5)
+        h0 = p["embedding_0/embeddings"][xb.long()] + p["positional_embedding_1/embeddings"]
+        n = ln(h0, "layer_norm_2")
+        q, k, v = (n @ p[f"attention_3/{w}/kernel"] + p[f"attention_3/{w}/bias"] for w in proj[:3])
+        a = torch_attention(q, k, v, 2, True, 1.0 / np.sqrt(16.0))
+        r0 = h0 + a @ p["attention_3/output/kernel"] + p["attention_3/output/bias"]
+        m = F.gelu(ln(r0, "layer_norm_5") @ p["dense_6/kernel"] + p["dense_6/bias"],
+                   approximate="tanh")
+        h = r0 + m @ p["dense_7/kernel"] + p["dense_7/bias"]
+        return ln(h, "layer_norm_9") @ p["dense_10/kernel"] + p["dense_10/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.5"], shapes, forward,
+        text_batches(40, 8, 24), 0.5, absolute=("attention_3/key/bias",))

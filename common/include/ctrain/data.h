@@ -79,8 +79,9 @@ typedef struct ct_batch {
     int64_t epoch;
     int64_t index; /* batch number within the epoch */
     const float *x;
-    const int32_t *y;
-    int rank; /* of one example */
+    const int32_t *y;           /* size x labels_per_example */
+    int64_t labels_per_example; /* 1 for classes; T for a sequence's token labels [b, T] */
+    int rank;                   /* of one example */
     int64_t example_shape[CT_IDX_MAX_DIMS + 2];
 } ct_batch;
 

@@ -164,6 +164,17 @@ CT_API ct_status ct_dataset_csv(const char *const *paths, int n_paths, const ct_
 /* The lines of text files, without the newline, as bytes elements. */
 CT_API ct_status ct_dataset_text_lines(const char *const *paths, int n_paths, ct_dataset **ret,
                                        ct_err *err);
+/* Byte-level language modelling: the files' bytes joined, bytes [from, to) of them kept (shares
+ * of the whole, for a validation split), windows starting every `stride` bytes (0: the context):
+ * elements (f32 [context] byte values, i32 [context] the byte after each). */
+typedef struct ct_text_windows_options {
+    int64_t context;
+    int64_t stride;
+    double from, to;
+} ct_text_windows_options;
+CT_API ct_status ct_dataset_text_windows(const char *const *paths, int n_paths,
+                                         const ct_text_windows_options *opt, ct_dataset **ret,
+                                         ct_err *err);
 /* Image files (JPEG or PNG by content) decoded to u8 [h, w, channels] (channels 0 = as stored,
  * 1 or 3 converts); with labels (i32 [] per file) or without (NULL). */
 CT_API ct_status ct_dataset_images(const char *const *paths, int n_paths, const int32_t *labels,

@@ -36,6 +36,7 @@ typedef enum ct_stage_kind {
     CT_STAGE_IMAGES,
     CT_STAGE_RANGE,
     CT_STAGE_LIST_FILES,
+    CT_STAGE_TEXT_WINDOWS,
     CT_STAGE_MAP, /* transformations */
     CT_STAGE_BATCH,
     CT_STAGE_PADDED_BATCH,
@@ -103,6 +104,8 @@ typedef struct ct_source_spec {
     ct_job_column columns[CT_JOB_MAX_FEATURES];
     int channels;              /* images: 0 (as stored), 1 or 3 */
     int64_t start, stop, step; /* range: default 0, -, 1 */
+    int64_t context, stride;   /* text_windows: bytes per window (required); 0: the context */
+    double split[2];           /* text_windows: the share of the text kept; default [0, 1] */
     int shuffle;               /* list_files: shuffle the names every epoch; default false */
     int interleave;            /* tfrecord, cifar, csv, text: read the files interleaved */
     int cycle_length;          /* interleave: files open at once; default 2 */

@@ -92,7 +92,8 @@ CT_API ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const flo
 CT_API ct_model *ct_trainer_model(ct_trainer *t);
 CT_API ct_params *ct_trainer_params(ct_trainer *t);
 
-/* One optimizer step on a batch: x is [batch, input...] f32, y is [batch] i32 labels. Returns the
+/* One optimizer step on a batch: x is [batch, input...] f32, y is [batch] i32 labels ([batch, T]
+ * for a model that outputs [T, classes] per example: a label per position). Returns the
  * batch loss and accuracy before the update. Labels must be in [0, outputs): CT_EINVAL otherwise.
  * NaN/Inf gradients: CT_ENUMERIC naming the step and the variable. */
 CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
@@ -103,7 +104,8 @@ CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y
 CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
                                      double *ret_loss, double *ret_accuracy, ct_err *err);
 
-/* Logits of a forward pass in inference mode: out is [batch, outputs]. */
+/* Logits of a forward pass in inference mode: out is [batch, outputs] ([batch, T, classes] for a
+ * model with a label per position). */
 CT_API ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float *out,
                                     ct_err *err);
 

@@ -121,6 +121,10 @@ static void put_source(canon *c, const char *key, const ct_source_spec *s) {
         "cycle=%d block=%d\n",
         key, s->variant, s->header, s->channels, (long long)s->start, (long long)s->stop,
         (long long)s->step, s->shuffle, s->interleave, s->cycle_length, s->block_length);
+    if (s->context > 0) { /* text_windows (a line only then: older identities stay) */
+        put(c, "%s context=%lld stride=%lld split=%a:%a\n", key, (long long)s->context,
+            (long long)s->stride, s->split[0], s->split[1]);
+    }
 }
 
 static void put_map(canon *c, const char *key, const ct_map_stage_spec *m) {

@@ -25,6 +25,7 @@ static const ct__job_name source_names[] = {
     {"images", CT_STAGE_IMAGES},
     {"range", CT_STAGE_RANGE},
     {"list_files", CT_STAGE_LIST_FILES},
+    {"text_windows", CT_STAGE_TEXT_WINDOWS},
     {NULL, 0},
 };
 static const ct__job_name transformation_names[] = {
@@ -128,8 +129,8 @@ static const char *const map_shorthand[] = {
 };
 
 const char *ct_stage_kind_name(ct_stage_kind kind) {
-    return kind <= CT_STAGE_LIST_FILES ? ct__job_name_of(source_names, (int)kind)
-                                       : ct__job_name_of(transformation_names, (int)kind);
+    return kind <= CT_STAGE_TEXT_WINDOWS ? ct__job_name_of(source_names, (int)kind)
+                                         : ct__job_name_of(transformation_names, (int)kind);
 }
 
 const char *ct_map_kind_name(ct_map_kind kind) {

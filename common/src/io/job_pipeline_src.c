@@ -1,7 +1,8 @@
 /* The sources of a job file's data pipeline (the first stage; job_pipeline.h): tfrecord {files,
  * features, interleave}, idx {images, labels}, cifar {files, variant, interleave}, csv {files,
  * header, columns, interleave}, text {files, interleave}, images {dir, channels}, range {start,
- * stop, step} and list_files {pattern, shuffle, seed}. A scalar is the shorthand of the main
+ * stop, step}, list_files {pattern, shuffle, seed} and text_windows {files, context, stride,
+ * split}. A scalar is the shorthand of the main
  * parameter: `- text: data/train.txt`, `- range: 100`, `- images: photos/`. */
 #include <stdint.h>
 #include <stdio.h>
@@ -25,18 +26,25 @@ static const char *const text_keys[] = {"files", "interleave", NULL};
 static const char *const images_keys[] = {"dir", "channels", NULL};
 static const char *const range_keys[] = {"start", "stop", "step", NULL};
 static const char *const list_files_keys[] = {"pattern", "shuffle", "seed", NULL};
+static const char *const text_windows_keys[] = {"files", "context", "stride", "split", NULL};
 static const char *const *const source_keys[] = {
-    [CT_STAGE_TFRECORD] = tfrecord_keys, [CT_STAGE_IDX] = idx_keys,
-    [CT_STAGE_CIFAR] = cifar_keys,       [CT_STAGE_CSV] = csv_keys,
-    [CT_STAGE_TEXT] = text_keys,         [CT_STAGE_IMAGES] = images_keys,
-    [CT_STAGE_RANGE] = range_keys,       [CT_STAGE_LIST_FILES] = list_files_keys,
+    [CT_STAGE_TFRECORD] = tfrecord_keys,
+    [CT_STAGE_IDX] = idx_keys,
+    [CT_STAGE_CIFAR] = cifar_keys,
+    [CT_STAGE_CSV] = csv_keys,
+    [CT_STAGE_TEXT] = text_keys,
+    [CT_STAGE_IMAGES] = images_keys,
+    [CT_STAGE_RANGE] = range_keys,
+    [CT_STAGE_LIST_FILES] = list_files_keys,
+    [CT_STAGE_TEXT_WINDOWS] = text_windows_keys,
 };
 /* The main (and required) parameter, which a scalar shorthand stands for. */
 static const char *const source_main[] = {
-    [CT_STAGE_TFRECORD] = "files", [CT_STAGE_IDX] = NULL,
-    [CT_STAGE_CIFAR] = "files",    [CT_STAGE_CSV] = "files",
-    [CT_STAGE_TEXT] = "files",     [CT_STAGE_IMAGES] = "dir",
-    [CT_STAGE_RANGE] = "stop",     [CT_STAGE_LIST_FILES] = "pattern",
+    [CT_STAGE_TFRECORD] = "files",     [CT_STAGE_IDX] = NULL,
+    [CT_STAGE_CIFAR] = "files",        [CT_STAGE_CSV] = "files",
+    [CT_STAGE_TEXT] = "files",         [CT_STAGE_IMAGES] = "dir",
+    [CT_STAGE_RANGE] = "stop",         [CT_STAGE_LIST_FILES] = "pattern",
+    [CT_STAGE_TEXT_WINDOWS] = "files",
 };
 static const char *const interleave_keys[] = {"cycle_length", "block_length", "parallel", NULL};
 static const char *const feature_keys[] = {"dtype", "shape", "default", NULL};
@@ -209,6 +217,37 @@ static void read_main(ct__job_reader *r, const ct__yaml_node *node, const char *
     }
 }
 
+/* text_windows: context (required), stride, split [from, to] (shares of the text). */
+static void read_windows(const ct__job_section *s, ct_source_spec *src) {
+    char key[CT__JOB_KEY_CAP], item_key[CT__JOB_KEY_CAP], buf[160];
+    ct__job_sec_require(s, "context");
+    const ct__yaml_node *v = ct__job_sec_get(s, "context", key);
+    if (v) {
+        ct__job_read_i64(s->r, v, key, 1, INT32_MAX, &src->context);
+    }
+    if ((v = ct__job_sec_get(s, "stride", key))) {
+        ct__job_read_i64(s->r, v, key, 1, INT32_MAX, &src->stride);
+    }
+    if (!(v = ct__job_sec_get(s, "split", key))) {
+        return;
+    }
+    if (v->kind != CT__YAML_SEQ || v->n != 2) {
+        ct__job_fail(s->r, v->line, key, "must be [from, to], shares of the text, got %s",
+                     ct__yaml_describe(v, buf, sizeof buf));
+        return;
+    }
+    for (int i = 0; i < 2 && s->r->status == CT_OK; i++) {
+        ct__job_key_printf(item_key, "%s[%d]", key, i);
+        ct__job_read_number(s->r, v->items[i], item_key, CT__JOB_ANY_NUMBER, &src->split[i]);
+    }
+    if (s->r->status == CT_OK &&
+        !(src->split[0] >= 0 && src->split[0] < src->split[1] && src->split[1] <= 1)) {
+        ct__job_fail(s->r, v->line, key,
+                     "must be [from, to] with 0 <= from < to <= 1, got [%g, %g]", src->split[0],
+                     src->split[1]);
+    }
+}
+
 /* The options of each kind besides its main parameter. */
 static void read_options(const ct__job_section *s, ct_stage_spec *st, ct_data_spec *d) {
     char key[CT__JOB_KEY_CAP];
@@ -237,6 +276,9 @@ static void read_options(const ct__job_section *s, ct_stage_spec *st, ct_data_sp
         st->has_seed = 1;
         st->seed = (uint64_t)seed;
     }
+    if (st->kind == CT_STAGE_TEXT_WINDOWS) {
+        read_windows(s, src);
+    }
     if (st->kind == CT_STAGE_IDX) {
         ct__job_sec_require(s, "images");
         ct__job_sec_require(s, "labels");
@@ -256,6 +298,7 @@ void ct__job_read_source(ct__job_reader *r, const ct__yaml_node *node, const cha
     src->step = 1;
     src->cycle_length = 2;
     src->block_length = 1;
+    src->split[1] = 1.0;
     const char *main_key = source_main[st->kind];
     const ct__yaml_node *main =
         ct__job_stage_open(r, node, path, source_keys[st->kind], main_key, st->line, &s, key);

@@ -86,7 +86,7 @@ static ct_status interrupt(ct_trainer *t, ct_err *err) {
  * Checked on every batch (a few comparisons), since a pipeline's shapes may be known only when
  * it runs. */
 static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err) {
-    int64_t want = 1, got = 1, outputs = ct_model_output_size(t->model);
+    int64_t want = 1, got = 1, outputs = t->classes;
     for (int k = 0; k < t->cfg.input_rank; k++) {
         want *= t->cfg.input_shape[k];
     }
@@ -103,8 +103,18 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
                           t->cfg.path, ct_shape_str(&es, a, sizeof a), (long long)got,
                           ct_shape_str(&ms, m, sizeof m), (long long)want);
     }
+    if (b->size > 0 && b->labels_per_example != t->positions) {
+        char m[96];
+        ct_shape ms = ct_model_output_shape(t->model);
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: the data has %lld label(s) per example but the model outputs %s "
+                          "scores per example, which need %lld (one per position; for one label "
+                          "per example end the model with flatten and a dense layer)",
+                          t->cfg.path, (long long)b->labels_per_example,
+                          ct_shape_str(&ms, m, sizeof m), (long long)t->positions);
+    }
     int32_t top = -1;
-    for (int64_t i = 0; i < b->size; i++) {
+    for (int64_t i = 0; i < b->size * t->positions; i++) {
         if (b->y[i] < 0) {
             return ct_err_set(err, CT_EINVAL, "%s: batch %lld has the negative label %d",
                               t->cfg.path, (long long)b->index, b->y[i]);
@@ -142,7 +152,7 @@ static void record_labels(ct_trainer *t, int64_t epoch, const ct_batch *b) {
         }
     }
     fprintf(t->batch_labels, "epoch %lld batch %lld:", (long long)epoch, (long long)b->index);
-    for (int64_t i = 0; i < b->size; i++) {
+    for (int64_t i = 0; i < b->size * t->positions; i++) {
         fprintf(t->batch_labels, " %d", (int)b->y[i]);
     }
     fputc('\n', t->batch_labels);

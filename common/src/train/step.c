@@ -10,12 +10,12 @@
 #include "train/trainer_internal.h"
 
 static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n * t->positions; i++) {
         if (y[i] < 0 || y[i] >= t->classes) {
             return ct_err_set(err, CT_EINVAL,
                               "label %d of example %lld is outside [0, %lld): the model's last "
                               "layer needs at least %d units",
-                              y[i], (long long)i, (long long)t->classes, y[i] + 1);
+                              y[i], (long long)(i / t->positions), (long long)t->classes, y[i] + 1);
         }
     }
     return CT_OK;
@@ -58,7 +58,7 @@ static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const i
     ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size +
                                            t->row_base + t->chunk_offset
                                      : 0;
-    ctx->loss_examples = sg->training ? t->loss_examples : 0;
+    ctx->loss_examples = sg->training ? t->loss_examples * t->positions : 0;
     return ct__trainer_build_step(t, sg, x, y, err);
 }
 
@@ -74,7 +74,7 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size +
                                            t->row_base + t->chunk_offset
                                      : 0;
-    ctx->loss_examples = sg->training ? t->loss_examples : 0;
+    ctx->loss_examples = sg->training ? t->loss_examples * t->positions : 0;
     ctx->hook_user = t->reducer ? t->reducer->user : NULL;
     ct_graph_bind(sg->g, sg->x, (void *)x);
     ct_graph_bind(sg->g, sg->y, (void *)y);
@@ -187,7 +187,8 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, i
     for (int64_t i = 0; i < n; i += bs) {
         int64_t b = n - i < bs ? n - i : bs;
         float loss, acc;
-        ct_status st = ct__trainer_run_batch(t, x + i * example, y + i, b, 0, &loss, &acc, err);
+        ct_status st =
+            ct__trainer_run_batch(t, x + i * example, y + i * t->positions, b, 0, &loss, &acc, err);
         if (st != CT_OK) {
             return st;
         }
@@ -206,14 +207,15 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
     if (!xd) {
         return CT_ENOMEM;
     }
-    if (batch > t->zeros_cap) { /* labels for the placeholder the graph no longer reads */
-        int32_t *z = realloc(t->zeros, (size_t)batch * sizeof *z);
+    int64_t labels = batch * t->positions;
+    if (labels > t->zeros_cap) { /* labels for the placeholder the graph no longer reads */
+        int32_t *z = realloc(t->zeros, (size_t)labels * sizeof *z);
         if (!z) {
             return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
         }
-        memset(z, 0, (size_t)batch * sizeof *z);
+        memset(z, 0, (size_t)labels * sizeof *z);
         t->zeros = z;
-        t->zeros_cap = batch;
+        t->zeros_cap = labels;
     }
     int32_t *zeros = t->zeros;
     ct_status st = ct__trainer_graph(t, batch, PREDICT, &sg, err);
@@ -224,7 +226,7 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
     }
     if (st == CT_OK) {
         memcpy(out, ct_graph_node(sg->g, sg->logits)->out.data,
-               (size_t)(batch * t->classes) * sizeof *out);
+               (size_t)(labels * t->classes) * sizeof *out);
     }
     return st;
 }

@@ -51,7 +51,8 @@ static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int
         if (n > 0) {
             float loss, acc;
             t->chunk_offset = r0;
-            st = ct__trainer_run_batch(t, x + r0 * example, y + r0, n, 1, &loss, &acc, err);
+            st = ct__trainer_run_batch(t, x + r0 * example, y + r0 * t->positions, n, 1, &loss,
+                                       &acc, err);
             t->chunk_offset = 0;
             *loss_sum += (double)loss * (double)n;
             *acc_sum += (double)acc * (double)n;

@@ -77,7 +77,7 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     for (int k = 0; k < t->cfg.input_rank; k++) {
         xs.dims[k + 1] = t->cfg.input_shape[k];
     }
-    ct_shape ys = {.rank = 1, .dims = {sg->batch}};
+    ct_shape ys = {.rank = t->positions > 1 ? 2 : 1, .dims = {sg->batch, t->positions}};
     sg->x = ct_placeholder(g, ct_model_input_dtype(t->model), &xs, "input");
     sg->y = ct_placeholder(g, CT_I32, &ys, "labels");
     if (x_data && sg->x >= 0 && sg->y >= 0) {
@@ -86,9 +86,15 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     }
     sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
     ct_graph_set_scope(g, "loss"); /* name scopes for TensorBoard's graph, as TensorFlow's */
-    sg->loss = ct_softmax_xent(g, sg->logits, sg->y);
+    int logits = sg->logits, labels = sg->y;
+    if (t->positions > 1) { /* a label per position: every position is a row of the loss */
+        int64_t rows[2] = {sg->batch * t->positions, t->classes};
+        logits = ct_reshape(g, logits, 2, rows);
+        labels = ct_reshape(g, labels, 1, rows);
+    }
+    sg->loss = ct_softmax_xent(g, logits, labels);
     ct_graph_set_scope(g, "accuracy");
-    sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, sg->logits), sg->y), 0, 0);
+    sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, logits), labels), 0, 0);
     if (sg->training == 1 && sg->loss >= 0) {
         ct_graph_set_scope(g, "gradients");
         ct_status st = add_backward(t, sg, err);

@@ -51,16 +51,21 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
         goto fail;
     }
     ct_shape out = ct_model_output_shape(t->model);
-    if (out.rank != 1 || out.dims[0] < 2) {
+    if (out.rank < 1 || out.dims[out.rank - 1] < 2) {
         char s[96];
         st = ct_err_set(err, CT_EINVAL,
-                        "%s:%d: model.layers: the last layer must output a vector of class "
-                        "scores per example, got %s (add flatten and a dense layer)",
+                        "%s:%d: model.layers: the last layer must output class scores per "
+                        "example ([classes], or [positions, classes] for a label per position), "
+                        "got %s (add a dense layer)",
                         job->path, job->model.layers[job->model.n_layers - 1].line,
                         ct_shape_str(&out, s, sizeof s));
         goto fail;
     }
-    t->classes = out.dims[0];
+    t->classes = out.dims[out.rank - 1];
+    t->positions = 1;
+    for (int k = 0; k + 1 < out.rank; k++) {
+        t->positions *= out.dims[k];
+    }
     ct_params *p = ct_model_params(t->model);
     t->vars = calloc((size_t)(p->n ? p->n : 1), sizeof *t->vars);
     if (!t->vars) {

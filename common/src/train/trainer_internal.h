@@ -57,8 +57,9 @@ struct ct_trainer {
     int *vars;
     int64_t step;
     int64_t total_steps;
-    int64_t classes;
-    int32_t *ids; /* inputs converted to ids for models that start with an embedding */
+    int64_t classes;   /* the last axis of the model's output */
+    int64_t positions; /* labels per example: 1, or T for [T, classes] outputs (a sequence) */
+    int32_t *ids;      /* inputs converted to ids for models that start with an embedding */
     int64_t ids_cap;
     int32_t *zeros; /* labels bound (unread) when predicting */
     int64_t zeros_cap;

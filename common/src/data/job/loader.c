@@ -246,34 +246,39 @@ ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch
     return CT_OK;
 }
 
-/* Fills *b from the element held (x f32, y converted to i32). */
+/* Fills *b from the element held (x f32, y converted to i32): y is [b] (a class per example)
+ * or [b, ...] (a label per position: a sequence's tokens). */
 static ct_status view_batch(ct_loader *l, ct_batch *b, ct_err *err) {
     const ct_value *x = &l->held.v[0], *y = &l->held.v[1];
     if (l->held.n < 2 || x->dtype != CT_F32 || x->shape.rank < 1 ||
-        (y->dtype != CT_I32 && y->dtype != CT_I64) || y->shape.rank != 1 ||
+        (y->dtype != CT_I32 && y->dtype != CT_I64) || y->shape.rank < 1 ||
         y->shape.dims[0] != x->shape.dims[0]) {
         return ct_err_set(err, CT_EINVAL,
-                          "batch %lld: expected (f32 [b, ...], integer [b]) components",
+                          "batch %lld: expected (f32 [b, ...], integer [b, ...]) components",
                           (long long)l->index);
     }
-    int64_t n = x->shape.dims[0];
+    int64_t n = x->shape.dims[0], per = 1;
+    for (int k = 1; k < y->shape.rank; k++) {
+        per *= y->shape.dims[k];
+    }
     b->size = n;
     b->x = x->data;
+    b->labels_per_example = per;
     b->rank = x->shape.rank - 1 < CT_IDX_MAX_DIMS + 2 ? x->shape.rank - 1 : CT_IDX_MAX_DIMS + 2;
     memcpy(b->example_shape, x->shape.dims + 1, sizeof(int64_t) * (size_t)b->rank);
     if (y->dtype == CT_I32) {
         b->y = y->data;
         return CT_OK;
     }
-    if (n > l->labels_cap) {
-        int32_t *grown = realloc(l->labels, sizeof(int32_t) * (size_t)n);
+    if (n * per > l->labels_cap) {
+        int32_t *grown = realloc(l->labels, sizeof(int32_t) * (size_t)(n * per));
         if (grown == NULL) {
             return ct_err_set(err, CT_ENOMEM, "out of memory");
         }
         l->labels = grown;
-        l->labels_cap = n;
+        l->labels_cap = n * per;
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n * per; i++) {
         l->labels[i] = (int32_t)((const int64_t *)y->data)[i];
     }
     b->y = l->labels;

@@ -206,6 +206,23 @@ static ct_status file_source_build(const ct_data_spec *spec, const ct_pipeline_c
     return st;
 }
 
+/* text_windows: the files (globs expanded) read whole, joined. */
+static ct_status text_windows_build(const ct_data_spec *spec, const ct_pipeline_context *ctx,
+                                    ct_dataset **ret, ct_err *err) {
+    const ct_source_spec *src = &spec->source;
+    file_list files = {0};
+    ct_status st = expand_files(src, ctx, &files, err);
+    if (st == CT_OK) {
+        ct_text_windows_options o = {.context = src->context,
+                                     .stride = src->stride,
+                                     .from = src->split[0],
+                                     .to = src->split[1]};
+        st = ct_dataset_text_windows((const char *const *)files.paths, files.n, &o, ret, err);
+    }
+    file_list_free(&files);
+    return st;
+}
+
 /* tfrecord.features: a decode map right after the records. */
 static ct_status parse_features(const ct_source_spec *src, ct_dataset **ds, ct_err *err) {
     ct_feature_spec features[CT_JOB_MAX_FEATURES];
@@ -248,6 +265,8 @@ ct_status ct__pipeline_source(const ct_data_spec *spec, const ct_pipeline_contex
         return st != CT_OK ? st
                            : ct_dataset_list_files(a, src->shuffle,
                                                    st0->has_seed ? st0->seed : ctx->seed, ret, err);
+    case CT_STAGE_TEXT_WINDOWS:
+        return text_windows_build(spec, ctx, ret, err);
     default:
         if ((st = file_source_build(spec, ctx, ret, err)) != CT_OK || src->n_features == 0) {
             return st;
