@@ -340,14 +340,17 @@ model:
   input_shape: [24]
   layers:
     - embedding: {input_dim: 256, output_dim: 32}
-    - positional_embedding: {name: h0}
-    - layer_norm: {epsilon: 1.0e-5}
-    - attention: {heads: 2, causal: true, name: att0}
-    - add: {inputs: [h0, att0], name: r0}
-    - layer_norm: {epsilon: 1.0e-5}
-    - dense: {units: 64, activation: gelu_tanh}
-    - dense: {units: 32, name: mlp0}
-    - add: {inputs: [r0, mlp0]}
+    - positional_embedding: {}
+    - repeat:
+        times: 2
+        layers:
+          - layer_norm: {epsilon: 1.0e-5}
+          - attention: {heads: 2, causal: true, name: att}
+          - add: {inputs: [block_input, att], name: mid}
+          - layer_norm: {epsilon: 1.0e-5}
+          - dense: {units: 64, activation: gelu_tanh}
+          - dense: {units: 32, name: mlp}
+          - add: {inputs: [mid, mlp]}
     - layer_norm: {epsilon: 1.0e-5}
     - dense: {units: 256}
 """
@@ -363,35 +366,41 @@ def text_batches(n, size, context):
     return [(x[i:i + size], y[i:i + size]) for i in range(0, n, size)]
 
 
-def test_gpt_block_token_loss_five_sgd_steps(tmp_path):
-    """A byte-level GPT block (token embedding, learned positions, pre-norm causal attention and a
-    GELU MLP, each with a residual, a final norm and logits over the 256 bytes) trained with the
-    token-level cross-entropy over [B, T, 256] matches its PyTorch twin."""
+def test_gpt_two_blocks_token_loss_five_sgd_steps(tmp_path):
+    """A byte-level GPT (token embedding, learned positions, a pre-norm block of causal attention
+    and a GELU MLP with residuals written once and repeated twice, a final norm, logits over the
+    256 bytes) trained with the token-level cross-entropy over [B, T, 256] matches its PyTorch
+    twin: the repeat's wiring, block_input and the per-token loss."""
     if not os.path.exists("/usr/share/games/fortunes/people"):
         pytest.skip("Debian's fortunes package is not installed (scripts/setup.sh installs it)")
     job = job_file(tmp_path, GPT_JOB)
     proj = ["query", "key", "value", "output"]
-    shapes = [("embedding_0/embeddings", (256, 32)), ("positional_embedding_1/embeddings", (24, 32)),
-              ("layer_norm_2/gamma", (32,)), ("layer_norm_2/beta", (32,)),
-              *[(f"attention_3/{p}/{w}", (32, 32) if w == "kernel" else (32,))
-                for p in proj for w in ("kernel", "bias")],
-              ("layer_norm_5/gamma", (32,)), ("layer_norm_5/beta", (32,)),
-              ("dense_6/kernel", (32, 64)), ("dense_6/bias", (64,)),
-              ("dense_7/kernel", (64, 32)), ("dense_7/bias", (32,)),
-              ("layer_norm_9/gamma", (32,)), ("layer_norm_9/beta", (32,)),
-              ("dense_10/kernel", (32, 256)), ("dense_10/bias", (256,))]
+    shapes = [("embedding_0/embeddings", (256, 32)), ("positional_embedding_1/embeddings", (24, 32))]
+    for b in (2, 9):  # each block's first layer index: 7 layers a block
+        shapes += [(f"layer_norm_{b}/gamma", (32,)), (f"layer_norm_{b}/beta", (32,)),
+                   *[(f"attention_{b + 1}/{p}/{w}", (32, 32) if w == "kernel" else (32,))
+                     for p in proj for w in ("kernel", "bias")],
+                   (f"layer_norm_{b + 3}/gamma", (32,)), (f"layer_norm_{b + 3}/beta", (32,)),
+                   (f"dense_{b + 4}/kernel", (32, 64)), (f"dense_{b + 4}/bias", (64,)),
+                   (f"dense_{b + 5}/kernel", (64, 32)), (f"dense_{b + 5}/bias", (32,))]
+    shapes += [("layer_norm_16/gamma", (32,)), ("layer_norm_16/beta", (32,)),
+               ("dense_17/kernel", (32, 256)), ("dense_17/bias", (256,))]
 
     def forward(p, xb):
-        def ln(h, name):
-            return F.layer_norm(h, (32,), p[f"{name}/gamma"], p[f"{name}/beta"], 1e-5)
-        h0 = p["embedding_0/embeddings"][xb.long()] + p["positional_embedding_1/embeddings"]
-        n = ln(h0, "layer_norm_2")
-        q, k, v = (n @ p[f"attention_3/{w}/kernel"] + p[f"attention_3/{w}/bias"] for w in proj[:3])
-        a = torch_attention(q, k, v, 2, True, 1.0 / np.sqrt(16.0))
-        r0 = h0 + a @ p["attention_3/output/kernel"] + p["attention_3/output/bias"]
-        m = F.gelu(ln(r0, "layer_norm_5") @ p["dense_6/kernel"] + p["dense_6/bias"],
-                   approximate="tanh")
-        h = r0 + m @ p["dense_7/kernel"] + p["dense_7/bias"]
-        return ln(h, "layer_norm_9") @ p["dense_10/kernel"] + p["dense_10/bias"]
+        def ln(h, i):
+            return F.layer_norm(h, (32,), p[f"layer_norm_{i}/gamma"], p[f"layer_norm_{i}/beta"],
+                                1e-5)
+
+        def dense(h, i):
+            return h @ p[f"dense_{i}/kernel"] + p[f"dense_{i}/bias"]
+        h = p["embedding_0/embeddings"][xb.long()] + p["positional_embedding_1/embeddings"]
+        for b in (2, 9):
+            n = ln(h, b)
+            att = f"attention_{b + 1}"
+            q, k, v = (n @ p[f"{att}/{w}/kernel"] + p[f"{att}/{w}/bias"] for w in proj[:3])
+            a = torch_attention(q, k, v, 2, True, 1.0 / np.sqrt(16.0))
+            mid = h + a @ p[f"{att}/output/kernel"] + p[f"{att}/output/bias"]
+            h = mid + dense(F.gelu(dense(ln(mid, b + 3), b + 4), approximate="tanh"), b + 5)
+        return dense(ln(h, 16), 17)
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.5"], shapes, forward,
-        text_batches(40, 8, 24), 0.5, absolute=("attention_3/key/bias",))
+        text_batches(40, 8, 24), 0.5, absolute=("attention_3/key/bias", "attention_10/key/bias"))

@@ -299,11 +299,10 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
 }
 
 /* One entry of model.layers: `- TYPE: {options}`, `- TYPE:` or `- TYPE`. */
-static void read_layer(ct__job_reader *r, const ct__yaml_node *item, size_t index,
-                       ct_layer_spec *layers) {
+static void read_layer(ct__job_reader *r, const ct__yaml_node *item, const char *path,
+                       ct_layer_spec *layers, int index) {
     ct_layer_spec *l = &layers[index];
-    char path[CT__JOB_KEY_CAP], buf[160], names[300];
-    ct__job_key_printf(path, "model.layers[%zu]", index);
+    char buf[160], names[300];
     const char *type_name = NULL;
     const ct__yaml_node *options = NULL;
     int type_line = item->line, type = 0;
@@ -346,7 +345,7 @@ static void read_layer(ct__job_reader *r, const ct__yaml_node *item, size_t inde
     ct__job_section s;
     ct__job_sec_open(r, options, type_path, layer_keys[l->type], item->line, &s);
     read_layer_options(&s, l);
-    ct__job_read_layer_graph(&s, layers, (int)index);
+    ct__job_read_layer_graph(&s, layers, index);
 }
 
 static void read_input_shape(const ct__job_section *model, ct_job *job) {
@@ -396,10 +395,8 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
         ct__job_fail(r, job->model.layers_line, path, "too many layers (%zu; at most %d)",
                      layers->n, CT_JOB_MAX_LAYERS);
     }
-    for (size_t i = 0; r->status == CT_OK && i < layers->n; i++) {
-        read_layer(r, layers->items[i], i, job->model.layers);
-    }
-    job->model.n_layers = r->status == CT_OK ? (int)layers->n : 0;
+    job->model.n_layers =
+        r->status == CT_OK ? ct__job_read_layer_list(r, layers, job->model.layers, read_layer) : 0;
     read_input_shape(&model, job); /* after the layers, whose mistakes are the common ones */
 }
 
@@ -833,7 +830,7 @@ ct_status ct_job_parse(const char *text, size_t len, const char *name, const cha
     ct_job *job = NULL;
     char buf[160];
     name = name ? name : "<string>";
-    ct__job_reader r = {.file = name, .err = err, .status = CT_OK};
+    ct__job_reader r = {.file = name, .err = err, .status = CT_OK, .rep = -1};
     if (!text && len > 0) {
         return ct_err_set(err, CT_EINVAL, "%s: no text", name);
     }

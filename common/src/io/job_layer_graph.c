@@ -1,20 +1,38 @@
-/* The graph form of model.layers: a layer's `name` and `inputs` (see job-file.md). Names are
- * resolved while the layers are read, in order, so an input can only be an earlier layer or the
- * model's `input`: a model is a DAG by construction, and a name that is not (yet) known gets one
- * line naming the file, the line and the key. */
+/* The graph form of model.layers: a layer's `name` and `inputs`, and blocks repeated with
+ * `repeat: {times, layers}` (see job-file.md). Names are resolved while the layers are read, in
+ * order, so an input can only be an earlier layer or the model's `input`: a model is a DAG by
+ * construction, and a name that is not (yet) known gets one line naming the file, the line and
+ * the key.
+ *
+ * A repeated block is unrolled as it is read. Inside repetition k a name is stored as "name#k"
+ * and looked up there first, so each repetition's names are its own, and `block_input` names
+ * the output the repetition starts from (the layer before the block, or the last repetition). */
 #include <stdio.h>
 #include <string.h>
 
 #include "io/job_read.h"
 
-/* The index of the layer named `name` among layers [0, n) (-1: the model input), or -2. */
-static int find_name(const ct_layer_spec *layers, int n, const char *name) {
+#define REPEAT_MAX_NAME (CT_LAYER_NAME_MAX - 5) /* room for "#k" up to k = 999 */
+
+static const char *const repeat_keys[] = {"times", "layers", NULL};
+
+/* The index of the layer named `name` among layers [0, n) (-1: the model input), or -2; inside a
+ * repetition, its own "name#k" first. */
+static int find_name(const ct__job_reader *r, const ct_layer_spec *layers, int n,
+                     const char *name) {
+    char scoped[CT_LAYER_NAME_MAX + 16];
     if (strcmp(name, "input") == 0) {
         return -1;
     }
-    for (int k = 0; k < n; k++) {
-        if (strcmp(layers[k].name, name) == 0) {
-            return k;
+    if (r->rep >= 0 && strcmp(name, "block_input") == 0) {
+        return r->block_input;
+    }
+    snprintf(scoped, sizeof scoped, "%s#%d", name, r->rep);
+    for (int pass = r->rep >= 0 ? 0 : 1; pass < 2; pass++) {
+        for (int k = 0; k < n; k++) {
+            if (strcmp(layers[k].name, pass == 0 ? scoped : name) == 0) {
+                return k;
+            }
         }
     }
     return -2;
@@ -26,26 +44,33 @@ static void read_name(const ct__job_section *s, ct_layer_spec *layers, int i) {
     if (!v) {
         return;
     }
-    if (v->kind != CT__YAML_SCALAR || !v->text[0] || strlen(v->text) >= CT_LAYER_NAME_MAX ||
-        strcmp(v->text, "input") == 0 || find_name(layers, i, v->text) >= 0) {
+    int cap = s->r->rep >= 0 ? REPEAT_MAX_NAME : CT_LAYER_NAME_MAX;
+    if (v->kind != CT__YAML_SCALAR || !v->text[0] || strlen(v->text) >= (size_t)cap ||
+        strcmp(v->text, "input") == 0 || strcmp(v->text, "block_input") == 0 ||
+        find_name(s->r, layers, i, v->text) >= 0) {
         ct__job_fail(s->r, v->line, path,
-                     "must be a new name of 1 to %d characters, not 'input' nor an earlier "
-                     "layer's",
-                     CT_LAYER_NAME_MAX - 1);
+                     "must be a new name of 1 to %d characters, not 'input', 'block_input' nor "
+                     "an earlier layer's",
+                     cap - 1);
         return;
     }
-    snprintf(layers[i].name, sizeof layers[i].name, "%s", v->text);
+    if (s->r->rep >= 0) {
+        snprintf(layers[i].name, sizeof layers[i].name, "%s#%d", v->text, s->r->rep);
+    } else {
+        snprintf(layers[i].name, sizeof layers[i].name, "%s", v->text);
+    }
 }
 
 /* One entry of `inputs` (a name) into layer i's list. */
 static void read_input(const ct__job_section *s, const ct__yaml_node *v, const char *path,
                        ct_layer_spec *layers, int i) {
     ct_layer_spec *l = &layers[i];
-    int k = v->kind == CT__YAML_SCALAR ? find_name(layers, i, v->text) : -2;
+    int k = v->kind == CT__YAML_SCALAR ? find_name(s->r, layers, i, v->text) : -2;
     if (k == -2) {
         ct__job_fail(s->r, v->line, path,
                      "'%s' is not the name of an earlier layer nor 'input' (a layer takes only "
-                     "earlier layers' outputs; name one with name: ...)",
+                     "earlier layers' outputs; name one with name: ...; in a repeated block "
+                     "'block_input' is the block's input)",
                      v->kind == CT__YAML_SCALAR ? v->text : "(not a name)");
     } else if (l->n_inputs == CT_LAYER_MAX_INPUTS) {
         ct__job_fail(s->r, v->line, path, "at most %d inputs", CT_LAYER_MAX_INPUTS);
@@ -78,4 +103,67 @@ void ct__job_read_layer_graph(const ct__job_section *s, ct_layer_spec *layers, i
                      "%s takes one input, got %d (add, multiply or concat join more)",
                      ct_layer_type_name(l->type), l->n_inputs);
     }
+}
+
+static int is_repeat(const ct__yaml_node *item) {
+    return item->kind == CT__YAML_MAP && item->n == 1 && strcmp(item->pairs[0].key, "repeat") == 0;
+}
+
+/* `- repeat: {times: N, layers: [...]}` at path: its block unrolled N times from layers[*n]. */
+static void read_repeat(ct__job_reader *r, const ct__yaml_node *item, const char *path,
+                        ct_layer_spec *layers, int *n, ct__job_layer_fn read_one) {
+    char key[CT__JOB_KEY_CAP], item_path[CT__JOB_KEY_CAP], buf[160];
+    ct__job_section s;
+    int times = 1;
+    ct__job_sec_open(r, item->pairs[0].value, path, repeat_keys, item->line, &s);
+    ct__job_sec_require(&s, "times");
+    ct__job_sec_require(&s, "layers");
+    ct__job_sec_int(&s, "times", 1, &times);
+    const ct__yaml_node *block = ct__job_sec_get(&s, "layers", key);
+    if (r->status != CT_OK) {
+        return;
+    }
+    if (block->kind != CT__YAML_SEQ || block->n == 0) {
+        ct__job_fail(r, block->line, key, "must be a list of layers to repeat, got %s",
+                     ct__yaml_describe(block, buf, sizeof buf));
+        return;
+    }
+    if (*n + (int64_t)times * (int64_t)block->n > CT_JOB_MAX_LAYERS || times > 999) {
+        ct__job_fail(r, item->line, path, "unrolls to too many layers (%lld; at most %d)",
+                     (long long)*n + (long long)times * (long long)block->n, CT_JOB_MAX_LAYERS);
+        return;
+    }
+    for (int k = 0; k < times && r->status == CT_OK; k++) {
+        r->rep = k;
+        r->block_input = *n - 1;
+        for (size_t j = 0; j < block->n && r->status == CT_OK; j++) {
+            ct__job_key_printf(item_path, "%s[%zu]", key, j);
+            if (is_repeat(block->items[j])) {
+                ct__job_fail(r, block->items[j]->line, item_path,
+                             "a repeated block cannot hold another repeat (unroll the inner one)");
+            } else {
+                read_one(r, block->items[j], item_path, layers, (*n)++);
+            }
+        }
+    }
+    r->rep = -1;
+}
+
+int ct__job_read_layer_list(ct__job_reader *r, const ct__yaml_node *list, ct_layer_spec *layers,
+                            ct__job_layer_fn read_one) {
+    char path[CT__JOB_KEY_CAP], repeat_path[CT__JOB_KEY_CAP];
+    int n = 0;
+    for (size_t i = 0; i < list->n && r->status == CT_OK; i++) {
+        const ct__yaml_node *item = list->items[i];
+        ct__job_key_printf(path, "model.layers[%zu]", i);
+        if (is_repeat(item)) {
+            ct__job_join_path(repeat_path, path, "repeat");
+            read_repeat(r, item, repeat_path, layers, &n, read_one);
+        } else if (n == CT_JOB_MAX_LAYERS) {
+            ct__job_fail(r, item->line, path, "too many layers (at most %d)", CT_JOB_MAX_LAYERS);
+        } else {
+            read_one(r, item, path, layers, n++);
+        }
+    }
+    return r->status == CT_OK ? n : 0;
 }

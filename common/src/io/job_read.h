@@ -26,6 +26,9 @@ typedef struct ct__job_reader {
     const char *file; /* name used in messages */
     ct_err *err;
     ct_status status; /* sticky: the first error */
+    /* model.layers: inside a `repeat` block, the repetition being read (-1: none) and the layer
+     * its `block_input` names (-1: the model input) */
+    int rep, block_input;
 } ct__job_reader;
 
 /* A mapping being read (NULL map: absent or empty) with its dotted path and the line that
@@ -115,5 +118,13 @@ void ct__job_sec_pair(const ct__job_section *s, const char *key, int out[2]);
 
 /* Layer i's `name` and `inputs` (the graph form), resolved among layers [0, i). */
 void ct__job_read_layer_graph(const ct__job_section *s, ct_layer_spec *layers, int i);
+
+/* Reads one layer entry (`item`, at dotted `path`) into layers[i]. */
+typedef void (*ct__job_layer_fn)(ct__job_reader *r, const ct__yaml_node *item, const char *path,
+                                 ct_layer_spec *layers, int i);
+/* Reads the list model.layers into layers, a `repeat: {times, layers}` entry unrolled; returns
+ * the number of layers (0 after an error). */
+int ct__job_read_layer_list(ct__job_reader *r, const ct__yaml_node *list, ct_layer_spec *layers,
+                            ct__job_layer_fn read_one);
 
 #endif
