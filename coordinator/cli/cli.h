@@ -42,5 +42,7 @@ int cmd_graph(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 /* ctrain profile RUN_DIR (coordinator/cli/cmd_profile.c). */
 int cmd_profile(int argc, char **argv);
+/* ctrain generate CKPT (coordinator/cli/cmd_generate.c). */
+int cmd_generate(int argc, char **argv);
 
 #endif

@@ -2,7 +2,8 @@
  * this machine; `ctrain summary JOB` prints the model; `ctrain graph JOB` the compiled step. A thin
  * main: parse flags, load the job and data through the library, run, print, map the status to an
  * exit code (0 ok, 1 runtime failure, 2 bad input, 130 SIGINT, 143 SIGTERM). The
- * commands live in cmd_train.c, cmd_inspect.c, cmd_data.c, cmd_profile.c and ckpt_cmd.c. */
+ * commands live in cmd_train.c, cmd_inspect.c, cmd_data.c, cmd_profile.c, cmd_generate.c and
+ * cmd_ckpt.c. */
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -33,6 +34,7 @@ static void usage(FILE *f) {
         "  graph [JOB.yaml]    print the optimized step graph, fused groups and memory plan\n"
         "  ckpt ls|show|diff|export  inspect, compare and export checkpoints\n"
         "  data inspect|bench|convert  look at, time and convert a job's input pipeline\n"
+        "  generate CKPT       sample text from a byte-level language model's checkpoint\n"
         "  profile RUN_DIR     report a run trained with --profile A:B (step time, top ops,\n"
         "                      input-bound verdict)\n"
         "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
@@ -103,9 +105,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "profile")) {
         return cmd_profile(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "generate")) {
+        return cmd_generate(argc - 2, argv + 2);
+    }
     fprintf(stderr,
             "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, data, profile, "
-            "keygen, version)\n",
+            "generate, keygen, version)\n",
             cmd);
     return EXIT_BAD_INPUT;
 }

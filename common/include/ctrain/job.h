@@ -374,6 +374,11 @@ CT_API void ct_job_destroy(ct_job *job);
 CT_API ct_status ct_job_parse(const char *text, size_t len, const char *name,
                               const char *const *sets, int n_sets, ct_job *ret_job, ct_err *err);
 
+/* Parses a job as a checkpoint stores it (the text of ct_job_load_text: the file, then one
+ * "# --set KEY=VALUE" line per override), the overrides applied again. */
+CT_API ct_status ct_job_parse_stored(const char *text, const char *name, ct_job *ret_job,
+                                     ct_err *err);
+
 /* What a job id covers. */
 typedef enum ct_job_id_scope {
     /* What every batch depends on (the seed, the input shape, data.train and data.eval, the batch

@@ -67,6 +67,8 @@ typedef struct ct_train_result {
     double test_loss, test_accuracy;   /* NaN without eval data */
     double seconds;                    /* training time, evaluation excluded */
     double samples_per_s;
+    int64_t positions; /* labels per example: > 1 for a language model ([T, classes] out), whose
+                          done line adds perplexity and tokens per second; 0 or 1: neither */
 } ct_train_result;
 
 /* Creates a trainer for `job`: CPU backend with job->train.threads, the model (validated), the
@@ -166,6 +168,8 @@ CT_API ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_e
 /* The last checkpoint written or restored ("" if none). */
 CT_API const char *ct_trainer_last_checkpoint(const ct_trainer *t);
 CT_API int64_t ct_trainer_step_count(const ct_trainer *t);
+/* Labels per example: 1, or T for a model that outputs [T, classes] per example. */
+CT_API int64_t ct_trainer_positions(const ct_trainer *t);
 
 /* ---- data parallelism ---- */
 

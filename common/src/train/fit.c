@@ -436,6 +436,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     r.steps = t->step;
     r.seconds = train_seconds;
     r.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
+    r.positions = t->positions;
     *ret = r;
     return st;
 }

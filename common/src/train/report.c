@@ -1,6 +1,7 @@
 /* The epoch and done lines (see report.h). */
 #include "ctrain/report.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -58,11 +59,16 @@ int ct_format_input_line(char *buf, size_t cap, const ct_train_progress *p) {
 }
 
 int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const char *extra) {
+    char lm[96] = ""; /* a language model: the test perplexity and tokens per second */
+    if (r->positions > 1) {
+        snprintf(lm, sizeof lm, " test_perplexity=%.4f tokens_per_s=%.0f", exp(r->test_loss),
+                 r->samples_per_s * (double)r->positions);
+    }
     return snprintf(buf, cap,
                     "done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
-                    "samples_per_s=%.1f%s%s",
+                    "samples_per_s=%.1f%s%s%s",
                     r->epochs, (long long)r->steps, r->test_loss, r->test_accuracy, r->seconds,
-                    r->samples_per_s, extra && *extra ? " " : "", extra ? extra : "");
+                    r->samples_per_s, lm, extra && *extra ? " " : "", extra ? extra : "");
 }
 
 void ct_report_notice(const ct_train_reporter *r, const char *fmt, ...) {

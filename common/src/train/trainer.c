@@ -199,3 +199,7 @@ void ct_trainer_set_run(ct_trainer *t, int64_t dataset_n, int64_t total_steps) {
 int64_t ct_trainer_step_count(const ct_trainer *t) {
     return t->step;
 }
+
+int64_t ct_trainer_positions(const ct_trainer *t) {
+    return t->positions;
+}

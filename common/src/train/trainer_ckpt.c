@@ -181,25 +181,9 @@ static void differing_token(const char *a, size_t la, const char *b, size_t lb, 
  * lists, in canonical form) and this run's differ: "data.train.pipeline[1]=shuffle count=16 ...
  * (now: ... count=32 ...)"; or why it cannot say. */
 static void what_changed(const ct_trainer *t, const ct_ckpt_meta *m, char *buf, size_t cap) {
-    const char *sets[64];
-    int n_sets = 0;
-    const char *text = m->job_text ? m->job_text : "";
-    for (const char *l = text; l && *l && n_sets < 64;
-         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        if (!strncmp(l, "# --set ", 8)) {
-            sets[n_sets++] = l + 8; /* up to the line's end: copied below */
-        }
-    }
-    char owned[64][256];
-    for (int k = 0; k < n_sets; k++) {
-        size_t len = strcspn(sets[k], "\n");
-        snprintf(owned[k], sizeof owned[k], "%.*s", (int)len, sets[k]);
-        sets[k] = owned[k];
-    }
     ct_job *old = malloc(sizeof *old);
     ct_err perr = {0};
-    if (!old || ct_job_parse(text, strlen(text), "the checkpoint's job", sets, n_sets, old,
-                             &perr) != CT_OK) {
+    if (!old || ct_job_parse_stored(m->job_text, "the checkpoint's job", old, &perr) != CT_OK) {
         snprintf(buf, cap, "its job text does not parse here (%s)", old ? perr.msg : "memory");
         free(old);
         return;

@@ -60,6 +60,19 @@ ct_status ct_pipeline_context_shard(ct_pipeline_context *ctx, const ct_job *job,
     int batch = 0;
     ct_status st = ct_job_replica_batch(job, (int)ctx->num_shards, &batch, err);
     ctx->batch_size = batch;
+    const ct_data_spec *d = &job->train_data;
+    for (int i = 1; st == CT_OK && job->train.global_batch_size > 0 && i < d->n_stages; i++) {
+        const ct_stage_spec *s = &d->stages[i];
+        if ((s->kind == CT_STAGE_BATCH || s->kind == CT_STAGE_PADDED_BATCH) && s->count > 0 &&
+            s->count != batch) {
+            st = ct_err_set(err, CT_EINVAL,
+                            "%s:%d: data.train.pipeline[%d].batch: %lld examples, but "
+                            "train.global_batch_size %d gives each of %lld replicas %d: write "
+                            "`batch: {}` to take the replica's share",
+                            job->path, s->line, i, (long long)s->count,
+                            job->train.global_batch_size, (long long)ctx->num_shards, batch);
+        }
+    }
     return st;
 }
 
