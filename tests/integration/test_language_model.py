@@ -121,6 +121,15 @@ def test_invariant_bits_standalone_mirrored_and_parameter_servers(tmp_path):
         assert same, f"{name} differs from the standalone run:\n{out}"
 
 
+def test_one_thread_and_two_give_the_same_bits(tmp_path):
+    """The attention ops split by examples over the executor's threads; the bits do not change."""
+    for threads in (1, 2):
+        train(tmp_path, tmp_path / f"t{threads}", "--set", f"train.threads={threads}", "--set",
+              "train.max_steps=10")
+    same, out = same_weights(ckpt(tmp_path / "t1", 10), ckpt(tmp_path / "t2", 10))
+    assert same, out
+
+
 def test_a_pipeline_batch_that_contradicts_the_global_batch_is_refused(tmp_path):
     path = tmp_path / "fixed.yaml"
     path.write_text((JOB % {"text": TEXT}).replace("batch: {}", "batch: 16"))

@@ -217,6 +217,11 @@ static void run_part_kernel(ct_exec *e, int i, int part, ct__part_view v) {
         run_dropout_part(e, i, ins, v);
     } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
         run_xent_part(e, i, part, ins, v);
+    } else if (n->op == CT_OP_ATTENTION || n->op == CT_OP_ATTENTION_GRAD) {
+        ct_node view = *n; /* the kernel computes examples [begin, end) of the whole tensors */
+        view.attrs.i[2] = v.begin;
+        view.attrs.i[3] = v.end;
+        e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, ins);
     } else if (ct__exec_batch_op(n->op)) {
         run_batch_part(e, i, part, ins, v);
     } else {

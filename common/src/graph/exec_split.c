@@ -188,6 +188,15 @@ static int plan_batch(ct_graph *g, ct_exec *e, int i, split_ctx *s) {
     return 1;
 }
 
+/* Attention and its gradient: whole examples per part (each example's queries, keys and values
+ * are its own), not a row split that neighbours could follow; cost: the score multiply-adds. */
+static void plan_examples(ct_graph *g, ct_exec *e, int i, split_ctx *s) {
+    const ct_node *n = ct_graph_node(g, i);
+    const ct_shape *q = &n->out.shape;
+    e->work[i] = q->dims[0];
+    s->cost = q->dims[0] * q->dims[1] * q->dims[1] * q->dims[2] / 16;
+}
+
 /* Softmax cross-entropy and its gradient: rows of the logits; splits only to follow its input
  * (cost 0). Returns 0 when it cannot split. */
 static int plan_xent(ct_graph *g, ct_exec *e, int i, split_ctx *s) {
@@ -288,6 +297,8 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         if (!plan_xent(g, e, i, &s)) {
             return 1;
         }
+    } else if (n->op == CT_OP_ATTENTION || n->op == CT_OP_ATTENTION_GRAD) {
+        plan_examples(g, e, i, &s);
     } else if (ct__exec_batch_op(n->op)) {
         if (!plan_batch(g, e, i, &s)) {
             return 1;

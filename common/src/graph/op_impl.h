@@ -3,6 +3,7 @@
 #define CTRAIN_OP_IMPL_H
 
 #include <math.h>
+#include <string.h>
 
 #include "ctrain/graph.h"
 
@@ -95,21 +96,54 @@ int ct__conv_winograd_chosen(const ct_graph *g, int64_t kh, int64_t kw, int64_t 
                              int64_t in_c, int64_t out_c, int64_t out_h, int64_t out_w);
 ct_conv_algorithm ct__graph_conv_algorithm(const ct_graph *g);
 
+/* The largest attention head size (a tile of keys is held transposed on the stack). */
+#define CT__ATTENTION_MAX_HEAD 256
+
 /* Accumulating kernels write out = beta*out + result: beta is 1 with CT_NODE_ACCUMULATE. */
 static inline float ct__beta(const ct_node *n) {
     return (n->flags & CT_NODE_ACCUMULATE) ? 1.0f : 0.0f;
 }
 
-/* The tanh-approximate GELU's sqrt(2 / pi), and the derivatives of SiLU and of that GELU at x. */
+/* exp(x) in plain arithmetic that loops vectorize (libm's expf is a call per element): x = n ln 2
+ * + r with |r| <= ln 2 / 2 (ln 2 in two parts), e^r by its Taylor series to r^7 (relative error
+ * below 2e-7), 2^n put in the exponent bits; x is clamped to [-87, 88], where the result is
+ * normal. The same formula in every loop and tail, so it is one function of x. */
+static inline float ct__exp(float x) {
+    x = x > -87.0f ? x : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
+    float n = rintf(x * 1.4426950408889634f);
+    float r = x - n * 0.693145751953125f - n * 1.4286068203094172e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) * (1 << 23);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* The tanh-approximate GELU's sqrt(2 / pi). With u = C (x + 0.044715 x^3), GELU-tanh is
+ * 0.5 x (1 + tanh u) = x sigmoid(2u): computed so, there is no cancellation near 0 and no tanh.
+ * The derivatives of SiLU and of that GELU at x follow. */
 #define CT__GELU_C 0.7978845608028654f
+static inline float ct__sigmoid(float x) {
+    return 1.0f / (1.0f + ct__exp(-x));
+}
 static inline float ct__silu_grad(float x) {
-    float s = 1.0f / (1.0f + expf(-x));
+    float s = ct__sigmoid(x);
     return s * (1.0f + x * (1.0f - s));
 }
+static inline float ct__gelu_tanh_u2(float x) {
+    return 2.0f * CT__GELU_C * (x + 0.044715f * x * x * x);
+}
 static inline float ct__gelu_tanh_grad(float x) {
-    float t = tanhf(CT__GELU_C * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + t) +
-           0.5f * x * (1.0f - t * t) * CT__GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
+    float s = ct__sigmoid(ct__gelu_tanh_u2(x)); /* 0.5 (1 + tanh u) */
+    return s + x * 2.0f * s * (1.0f - s) * CT__GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 /* Elementwise ops that fusion may merge, with their per-element formula (x: input 0, y: input
@@ -131,8 +165,8 @@ static inline float ct__gelu_tanh_grad(float x) {
     X(SQRT, 1, sqrtf(x))                                                                           \
     X(RSQRT, 1, 1.0f / sqrtf(x))                                                                   \
     X(ABS, 1, fabsf(x))                                                                            \
-    X(SILU, 1, x / (1.0f + expf(-x)))                                                              \
-    X(GELU_TANH, 1, 0.5f * x * (1.0f + tanhf(CT__GELU_C * (x + 0.044715f * x * x * x))))           \
+    X(SILU, 1, x *ct__sigmoid(x))                                                                  \
+    X(GELU_TANH, 1, x *ct__sigmoid(ct__gelu_tanh_u2(x)))                                           \
     X(RELU_GRAD, 2, y > 0.0f ? x : 0.0f)                                                           \
     X(SIGMOID_GRAD, 2, x *y *(1.0f - y))                                                           \
     X(TANH_GRAD, 2, x *(1.0f - y * y))                                                             \

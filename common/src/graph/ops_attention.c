@@ -18,6 +18,12 @@ int ct__shape_attention(ct_graph *g, ct_node *n, ct_node *const *in) {
                              "%lld heads dividing the last axis, got %s",
                              (long long)heads, ct_shape_str(q, s, sizeof s));
     }
+    if (q->dims[2] / heads > CT__ATTENTION_MAX_HEAD) {
+        return ct_graph_fail(g, CT_ESHAPE,
+                             "attention: a head of %lld features is above the %d supported (use "
+                             "more heads)",
+                             (long long)(q->dims[2] / heads), CT__ATTENTION_MAX_HEAD);
+    }
     ct_tensor_set_shape(&n->out, CT_F32, q);
     ct_shape aux = {.rank = 3, .dims = {q->dims[0], heads, q->dims[1]}};
     ct_tensor_set_shape(&n->aux, CT_F32, &aux);
