@@ -151,10 +151,10 @@ int main(int argc, char **argv) {
     step_ctx c = {.t = t,
                   .batch = batch,
                   .x = filled(batch * example, 1.0f),
-                  .y = malloc((size_t)batch * sizeof(int32_t)),
+                  .y = malloc((size_t)(batch * ct_trainer_positions(t)) * sizeof(int32_t)),
                   .logits = malloc((size_t)(batch * ct_model_output_size(ct_trainer_model(t))) *
                                    sizeof(float))};
-    for (int64_t i = 0; i < batch; i++) {
+    for (int64_t i = 0; i < batch * ct_trainer_positions(t); i++) { /* a label per position */
         c.y[i] = (int32_t)(i % 10);
     }
     int iters = (int)(200000 / batch) > 20 ? (int)(200000 / batch) : 20;

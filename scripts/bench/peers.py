@@ -37,6 +37,15 @@ Sections:
           the floor is the step's FLOPs (forward conv and dense FLOPs per example from the job
           file, x 3 for forward and backward, x batch) over 2 threads x the one-thread SGEMM
           rate of ctrain's GEMM library (bench_gemm_rate, 1024^3), measured in each round.
+  gpt     the GPT example's training step (examples/gpt_fortunes.yaml: 4 pre-norm Transformer
+          blocks, d_model 256, 4 causal heads, GELU-tanh MLP of 1024, context 128, 256 byte
+          values), batch 16, 2 threads, random token ids: ctrain bench_train, torch eager and
+          torch.compile (the same model with F.scaled_dot_product_attention, AdamW), a Keras 3
+          tf.function step (MultiHeadAttention with the causal mask, exact GELU, AdamW). Ratios
+          peer / ctrain, and step / FLOP floor: the GEMM multiply-adds of every token (q, k, v,
+          output and MLP projections, logits) and the causal half of the attention scores and
+          sums, x 2 FLOPs x 3 for forward and backward, over 2 threads x the one-thread SGEMM
+          rate.
   loaded  the MLP epoch (batch 64) and the CNN step with `yes > /dev/null` pinned to the last
           CPU, and without it, interleaved: ctrain with its default thread count (train.threads
           unset: 2 here) against train.threads=1; also TF's custom loop and torch eager at 2
@@ -66,7 +75,9 @@ PEER_PACKAGES = ["tensorflow-cpu==2.21.*", "torch==2.15.*", "numpy"]
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
-SECTIONS = ("seed", "mlp", "cnn", "loaded")
+SECTIONS = ("seed", "mlp", "cnn", "gpt", "loaded")
+GPT_JOB = os.path.join(ROOT, "examples", "gpt_fortunes.yaml")
+GPT = {"d": 256, "heads": 4, "layers": 4, "t": 128, "vocab": 256, "ff": 1024}
 CAP_S = 15.0  # a peer's measurement stops after this long (a contended host can make one crawl)
 SEED_TF = (7.697, 4.414)  # the seed's own TensorFlow: eager and graph seconds for 10000 calls
 
@@ -244,14 +255,18 @@ def ctrain_epochs(batch, threads, run_dir):
     return rates
 
 
-def ctrain_cnn_step(batch, threads, iters, reps):
-    """bench_train on the CNN job: seconds per step of each of `reps` rounds of `iters` steps."""
-    args = [binary("scripts/bench/bench_train"), CNN_JOB, str(batch), "--iters", str(iters),
+def run_bench_train(job, batch, threads, iters, reps):
+    """bench_train on a job: seconds per step of each of `reps` rounds of `iters` steps."""
+    args = [binary("scripts/bench/bench_train"), job, str(batch), "--iters", str(iters),
             "--reps", str(reps)]
     if threads:
         args += ["--set", f"train.threads={threads}"]
-    out = last_json(run_binary(args, threads))
-    return out["train_step_rounds_s"], out["gemm"]
+    return last_json(run_binary(args, threads))["train_step_rounds_s"]
+
+
+def ctrain_cnn_step(batch, threads, iters, reps):
+    """bench_train on the CNN job."""
+    return run_bench_train(CNN_JOB, batch, threads, iters, reps)
 
 
 def gemm_rate():
@@ -515,7 +530,7 @@ def cnn_round(ctx, s, threads, peers, with_ctrain=True):
     """One round of the CNN step: ctrain's bench_train, then each peer (rounds of steps)."""
     batch, iters, reps = 64, ctx.cnn_iters, ctx.cnn_reps
     if with_ctrain:
-        s["ctrain"].add(lambda: ctrain_cnn_step(batch, threads, iters, reps)[0])
+        s["ctrain"].add(lambda: ctrain_cnn_step(batch, threads, iters, reps))
     for name, fw, op, extra in peers:
         pause()
         s[name].add(lambda: ctx.peers.call(fw, threads or 2, op, batch=batch, iters=iters,
@@ -547,6 +562,49 @@ def section_cnn(ctx):
                  f"GEMM rate: ctrain's one-thread SGEMM 1024^3 ({ctx.gemm_name}, bench_gemm_rate), "
                  f"best of the run's rounds (median {fmt(rate.median(), '.1f')} GFLOP/s)",
                  ctx.others_note("cnn")] + cut_notes(s))
+    return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
+            **{n: x.summary() for n, x in s.items()}}
+
+
+GPT_PEERS = [("torch eager", "torch", "gpt_steps", {"compiled": False}),
+             ("torch.compile", "torch", "gpt_steps", {"compiled": True}),
+             ("Keras tf.function step", "tf", "gpt_steps", {})]
+
+
+def gpt_flops(batch):
+    """FLOPs of the GPT example's training step (see the section's note)."""
+    d, ff, t, v, layers = GPT["d"], GPT["ff"], GPT["t"], GPT["vocab"], GPT["layers"]
+    gemm_macs = batch * t * (layers * (4 * d * d + 2 * d * ff) + d * v)
+    attention_macs = batch * layers * 2 * d * t * (t + 1) // 2
+    return 3 * 2 * (gemm_macs + attention_macs)
+
+
+def section_gpt(ctx):
+    threads, batch = 2, 16
+    names = ["ctrain"] + [p[0] for p in GPT_PEERS]
+    s = {n: Series("s per step", False) for n in names}
+    rate = Series("GFLOP/s", True)
+    for _ in ctx.rounds_of("gpt"):
+        rate.add(lambda: gemm_rate()[0])
+        s["ctrain"].add(lambda: run_bench_train(GPT_JOB, batch, threads, ctx.gpt_iters,
+                                                ctx.gpt_reps))
+        for name, fw, op, extra in GPT_PEERS:
+            pause()
+            s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch, iters=ctx.gpt_iters,
+                                               reps=ctx.gpt_reps, **extra))
+    flops = gpt_flops(batch)
+    floor = ratio(flops, 2 * rate.best() * 1e9) if rate.ok() else None
+    base = s["ctrain"].median()
+    rows = [[n, cell(x, 1e3, ".1f"), fmt(x.best() and x.best() * 1e3, ".1f"),
+             fmt(ratio(x.median(), floor), ".2f"), fmt(ratio(x.median(), base), ".2f", "x")]
+            for n, x in s.items()]
+    print_table(f"GPT training step (examples/gpt_fortunes.yaml), batch {batch}, {threads} "
+                f"threads, ms per step: median and best of {ctx.rounds} rounds x {ctx.gpt_reps} "
+                f"reps of {ctx.gpt_iters} steps",
+                ["implementation", "median ms", "best ms", "median/floor", "impl / ctrain"], rows,
+                [f"FLOP floor: {flops / 1e9:.1f} GFLOP per step / (2 threads x "
+                 f"{fmt(rate.best(), '.1f')} GFLOP/s) = {fmt(floor and floor * 1e3, '.1f')} ms",
+                 ctx.others_note("gpt")] + cut_notes(s))
     return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
             **{n: x.summary() for n, x in s.items()}}
 
@@ -624,6 +682,7 @@ class Context:
         self.rounds = 1 if args.quick else args.rounds
         self.seed_calls = 1000 if args.quick else 10000
         self.cnn_iters, self.cnn_reps = (3, 2) if args.quick else (10, 5)
+        self.gpt_iters, self.gpt_reps = (2, 1) if args.quick else (5, 3)
         self.loaded_peers = not args.no_loaded_peers
         self.run_dir = run_dir
         self.peers = Peers(log_dir)
@@ -975,6 +1034,52 @@ class TfPeer:
         step, x, y = self.cache[("cnn", batch)]
         return time_steps(lambda: step(x, y)[0].numpy(), iters, reps)
 
+    def _gpt(self):
+        """The GPT example in Keras 3: MultiHeadAttention with the causal mask, learned
+        positions, exact GELU (Keras's gelu activation)."""
+        keras = self.keras
+        L = keras.layers
+        d, t = GPT["d"], GPT["t"]
+
+        class Positions(L.Layer):
+            def build(s, shape):
+                s.p = s.add_weight(shape=(t, d), initializer="zeros")
+
+            def call(s, x):
+                return x + s.p
+        inp = L.Input((t,), dtype="int32")
+        x = Positions()(L.Embedding(GPT["vocab"], d)(inp))
+        for _ in range(GPT["layers"]):
+            h = L.LayerNormalization(epsilon=1e-5)(x)
+            x = L.Add()([x, L.MultiHeadAttention(GPT["heads"], d // GPT["heads"])(
+                h, h, use_causal_mask=True)])
+            h = L.LayerNormalization(epsilon=1e-5)(x)
+            x = L.Add()([x, L.Dense(d)(L.Dense(GPT["ff"], activation="gelu")(h))])
+        out = L.Dense(GPT["vocab"])(L.LayerNormalization(epsilon=1e-5)(x))
+        return keras.Model(inp, out)
+
+    def gpt_steps(self, batch, iters, reps):
+        tf, keras = self.tf, self.keras
+        if ("gpt", batch) not in self.cache:
+            model = self._gpt()
+            opt = keras.optimizers.AdamW(1e-3, weight_decay=0.01)
+            opt.build(model.trainable_variables)
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+            @tf.function
+            def step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            x = tf.random.uniform([batch, GPT["t"]], 0, GPT["vocab"], tf.int32, seed=1)
+            y = tf.random.uniform([batch, GPT["t"]], 0, GPT["vocab"], tf.int32, seed=2)
+            step(x, y)
+            self.cache[("gpt", batch)] = (step, x, y)
+        step, x, y = self.cache[("gpt", batch)]
+        return time_steps(lambda: step(x, y).numpy(), iters, reps)
+
 
 class TorchPeer:
     """PyTorch 2.15: torch.set_num_threads(`threads`), interop 1."""
@@ -1078,6 +1183,68 @@ class TorchPeer:
         if key not in self.cache:
             x, y = torch.rand(batch, 1, 28, 28), torch.arange(batch) % 10
             step = self._step_fn(self._cnn().train(), compiled)
+            step(x, y)
+            self.cache[key] = (step, x, y)
+        step, x, y = self.cache[key]
+        return time_steps(lambda: step(x, y).item(), iters, reps)
+
+    def _gpt(self):
+        """The GPT example in PyTorch: the same layers and sizes (q, k and v as one projection,
+        F.scaled_dot_product_attention with the causal mask)."""
+        torch = self.torch
+        nn, F = torch.nn, torch.nn.functional
+        d, heads, t, v, ff = GPT["d"], GPT["heads"], GPT["t"], GPT["vocab"], GPT["ff"]
+
+        class Block(nn.Module):
+            def __init__(s):
+                super().__init__()
+                s.ln1, s.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+                s.qkv, s.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+                s.fc, s.out = nn.Linear(d, ff), nn.Linear(ff, d)
+
+            def forward(s, x):
+                b = x.shape[0]
+                q, k, w = (z.view(b, t, heads, d // heads).transpose(1, 2)
+                           for z in s.qkv(s.ln1(x)).split(d, dim=2))
+                a = F.scaled_dot_product_attention(q, k, w, is_causal=True)
+                x = x + s.proj(a.transpose(1, 2).reshape(b, t, d))
+                return x + s.out(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
+
+        class Gpt(nn.Module):
+            def __init__(s):
+                super().__init__()
+                s.tok, s.pos = nn.Embedding(v, d), nn.Parameter(torch.zeros(t, d))
+                s.blocks = nn.ModuleList(Block() for _ in range(GPT["layers"]))
+                s.ln, s.head = nn.LayerNorm(d), nn.Linear(d, v)
+
+            def forward(s, idx):
+                x = s.tok(idx) + s.pos
+                for blk in s.blocks:
+                    x = blk(x)
+                return s.head(s.ln(x))
+        return Gpt()
+
+    def gpt_steps(self, batch, iters, reps, compiled):
+        torch = self.torch
+        key = ("gpt", batch, compiled)
+        if key not in self.cache:
+            model = self._gpt().train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+
+            def loss_of(x, y):
+                logits = model(x)
+                return torch.nn.functional.cross_entropy(logits.view(-1, GPT["vocab"]),
+                                                         y.view(-1))
+            fwd = torch.compile(loss_of, dynamic=False) if compiled else loss_of
+
+            def step(x, y):
+                opt.zero_grad(set_to_none=True)
+                loss = fwd(x, y)
+                loss.backward()
+                opt.step()
+                return loss
+            x = torch.randint(0, GPT["vocab"], (batch, GPT["t"]))
+            y = torch.randint(0, GPT["vocab"], (batch, GPT["t"]))
             step(x, y)
             self.cache[key] = (step, x, y)
         step, x, y = self.cache[key]
