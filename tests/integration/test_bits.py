@@ -79,3 +79,28 @@ def test_resume_with_default_settings_is_exact(tmp_path):
             train(MLP, run, "--set", f"train.max_steps={total}")
             same, out = identical(ckpt(tmp_path / "straight", total), ckpt(run, total))
             assert same, f"stopped at {at}, resumed: differs\n{out}"
+
+
+def test_gradient_accumulation_is_the_invariant_chunk_sum(tmp_path):
+    """train.gradient_accumulation: 4 runs each batch of 64 as 4 micro-batches of 16 and sums
+    their gradients by the canonical tree before one update: the bits of train.invariant with 4
+    chunks, and within rounding of the one-pass step (not bit-equal: other sums)."""
+    sets = ["--set", "train.batch_size=64", "--set", "train.max_steps=30"]
+    train(MLP, tmp_path / "acc", *sets, "--set", "train.gradient_accumulation=4")
+    train(MLP, tmp_path / "inv", *sets, "--set", "train.invariant=true", "--set",
+          "train.invariant_chunks=4")
+    train(MLP, tmp_path / "one", *sets)
+    r = subprocess.run([CTRAIN, "ckpt", "diff", ckpt(tmp_path / "acc", 30),
+                        ckpt(tmp_path / "inv", 30)], capture_output=True, text=True, timeout=120)
+    differs = [x for x in r.stdout.splitlines()
+               if "differs" in x and not x.startswith("input/position")]
+    assert not differs, r.stdout
+    same, out = identical(ckpt(tmp_path / "acc", 30), ckpt(tmp_path / "one", 30))
+    assert not same
+    worst = max(float(x.split("relative ")[1].rstrip(")")) for x in out.splitlines()
+                if "differs" in x and "/" in x.split(":")[0] and x.split(":")[0].count("/") == 1)
+    assert worst < 1e-4, out
+    bad = subprocess.run([CTRAIN, "train", MLP, *sets, "--set", "train.gradient_accumulation=3"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert "train.gradient_accumulation 3 does not divide each replica's batch of 64" in bad.stderr

@@ -268,6 +268,9 @@ typedef struct ct_train_spec {
                              one tree; docs/determinism.md); default false */
     int invariant_chunks; /* train.invariant_chunks: chunks of the global batch; 0 (default): the
                              largest power of two up to 4 that divides it (ct_job_chunks) */
+    int accumulation;     /* train.gradient_accumulation: micro-batches per step, run one after
+                             another and their gradients summed (a tree) before one update: the
+                             memory of a micro-batch; 0 or 1 (default): off */
 } ct_train_spec;
 
 /* strategy.* of a mirrored job: the mirrored strategy's options. */

@@ -93,6 +93,7 @@ static const char *const train_keys[] = {"epochs",
                                          "global_batch_size",
                                          "invariant",
                                          "invariant_chunks",
+                                         "gradient_accumulation",
                                          NULL};
 static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
@@ -621,6 +622,7 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_bool(&s, "deterministic", &job->train.deterministic);
     ct__job_sec_bool(&s, "invariant", &job->train.invariant);
     ct__job_sec_int(&s, "invariant_chunks", 1, &job->train.invariant_chunks);
+    ct__job_sec_int(&s, "gradient_accumulation", 1, &job->train.accumulation);
     static const ct__job_name conv_names[] = {{"auto", CT_CONV_AUTO},
                                               {"direct", CT_CONV_DIRECT},
                                               {"winograd", CT_CONV_WINOGRAD},

@@ -41,8 +41,32 @@ static ct_status invariant_refusal(const ct_job *job, ct_err *err) {
     return CT_OK;
 }
 
+/* train.gradient_accumulation without train.invariant: micro-batches of the replica's batch. */
+static ct_status accumulation_chunks(const ct_job *job, int replicas, int *ret_chunks,
+                                     ct_err *err) {
+    int per = 0, n = job->train.accumulation;
+    ct_status st = ct_job_replica_batch(job, replicas, &per, err);
+    if (st == CT_OK && per % n != 0) {
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: train.gradient_accumulation %d does not divide each replica's batch "
+                        "of %d examples (choose a divisor)",
+                        job->path, n, per);
+    }
+    *ret_chunks = st == CT_OK ? n * replicas : 0;
+    return st;
+}
+
 ct_status ct_job_chunks(const ct_job *job, int replicas, int *ret_chunks, ct_err *err) {
     *ret_chunks = 0;
+    if (job->train.accumulation > 1 && job->train.invariant) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: train.gradient_accumulation with train.invariant: set "
+                          "train.invariant_chunks instead (each chunk is a micro-batch)",
+                          job->path);
+    }
+    if (job->train.accumulation > 1) {
+        return accumulation_chunks(job, replicas, ret_chunks, err);
+    }
     if (!job->train.invariant) {
         return CT_OK;
     }

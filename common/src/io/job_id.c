@@ -217,6 +217,9 @@ static void put_training(canon *c, const ct_job *job) {
         job->train.epochs, job->train.batch_size, job->train.global_batch_size, job->train.shuffle,
         (long long)job->train.max_steps, (long long)job->train_data.limit, job->train.invariant,
         job->train.invariant_chunks);
+    if (job->train.accumulation > 1) { /* a line only then: older identities stay */
+        put(c, "train.gradient_accumulation=%d\n", job->train.accumulation);
+    }
     put(c, "strategy.mode=%s backup_workers=%d staleness=%d:%d max_shard_bytes=%lld\n",
         job->ps.async ? "async" : "sync", job->ps.backup_workers, job->ps.staleness_policy,
         job->ps.staleness_max, (long long)job->ps.max_shard_bytes);

@@ -70,7 +70,7 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     ctx->seed = t->cfg.seed;
     ctx->step = (uint64_t)t->step;
     ctx->total_steps = t->total_steps;
-    ctx->node_done = t->reducer && !t->cfg.train.invariant ? t->reducer->node_done : NULL;
+    ctx->node_done = t->reducer && !ct__trainer_chunked(t) ? t->reducer->node_done : NULL;
     ctx->batch_offset = sg->training ? (int64_t)t->shard_index * t->cfg.train.batch_size +
                                            t->row_base + t->chunk_offset
                                      : 0;
@@ -114,7 +114,7 @@ ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y,
 ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
                                 int64_t global_n, float *ret_loss, float *ret_accuracy,
                                 ct_err *err) {
-    if (t->cfg.train.invariant) {
+    if (ct__trainer_chunked(t)) {
         return ct__trainer_step_chunks(t, x, y, batch, global_n, ret_loss, ret_accuracy, err);
     }
     const ct_grad_reducer *r = t->reducer;
@@ -155,7 +155,7 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
 
 ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
                           float *ret_loss, float *ret_accuracy, ct_err *err) {
-    if (t->reducer || t->cfg.train.invariant) {
+    if (t->reducer || ct__trainer_chunked(t)) {
         return ct_trainer_step_shard(t, x, y, batch, batch, ret_loss, ret_accuracy, err);
     }
     float loss, accuracy;

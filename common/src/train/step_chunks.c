@@ -1,5 +1,6 @@
 /* A training step under train.invariant (docs/determinism.md): the same bits for any number of
- * replicas at a fixed global batch.
+ * replicas at a fixed global batch; and gradient accumulation (train.gradient_accumulation: the
+ * replica's batch in that many micro-batches, summed the same way).
  *
  * The global batch is cut into N canonical chunks of c examples, aligned to its global order;
  * replica r of W holds chunks [r N/W, (r+1) N/W) (its shard is the r-th slice of the global
@@ -19,6 +20,9 @@
 /* Examples per canonical chunk: the global batch over train.invariant_chunks (or its default;
  * the role checked with ct_job_chunks that they split over the replicas). */
 static int64_t chunk_rows(const ct_trainer *t) {
+    if (!t->cfg.train.invariant) { /* gradient accumulation: micro-batches of this replica's */
+        return t->cfg.train.batch_size / t->cfg.train.accumulation;
+    }
     int replicas = t->shard_count > 0 ? t->shard_count : 1;
     int global = t->cfg.train.batch_size * replicas;
     int chunks = t->cfg.train.invariant_chunks > 0 ? t->cfg.train.invariant_chunks

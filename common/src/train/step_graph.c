@@ -103,7 +103,7 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
         }
         /* graph mode: the optimizer update is the step graph's last node */
         ct_graph_set_scope(g, "optimizer");
-        sg->update = (x_data || t->reducer || t->cfg.train.invariant) ? -1 : ct_apply_optimizer(g);
+        sg->update = (x_data || t->reducer || ct__trainer_chunked(t)) ? -1 : ct_apply_optimizer(g);
     }
     ct_graph_set_scope(g, NULL);
     ct_status built = ct_graph_status(g, err);

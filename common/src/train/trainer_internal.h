@@ -97,6 +97,12 @@ struct ct_trainer {
     int graph_logged;
 };
 
+/* Steps run as chunks summed in a tree (step_chunks.c): train.invariant or gradient
+ * accumulation. */
+static inline int ct__trainer_chunked(const ct_trainer *t) {
+    return t->cfg.train.invariant || t->cfg.train.accumulation > 1;
+}
+
 /* ---- step_graph.c ---- */
 
 /* Adds the step's nodes to sg->g (batch and kind set): inputs, forward, loss, accuracy and
