@@ -46,13 +46,15 @@ def rel_err(got, want):
     return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
 
 
-def run(job, sets, names_shapes, forward, batches, lr, absolute=()):
+def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None):
     """absolute: parameters whose true gradient is 0 (an attention's key bias: softmax ignores a
-    shift shared by every key), compared within 1e-6 absolute, not relative to their rounding."""
+    shift shared by every key), compared within 1e-6 absolute, not relative to their rounding.
+    make_opt(params by name): the torch optimizer (default SGD at lr)."""
     t = Trainer(os.path.join(ROOT, job), sets)
     try:
         params = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in names_shapes}
-        opt = torch.optim.SGD(list(params.values()), lr=lr)
+        opt = (make_opt(params) if make_opt
+               else torch.optim.SGD(list(params.values()), lr=lr))
         for step, (x, y) in enumerate(batches):
             ours = t.step(x, y)
             opt.zero_grad()
@@ -141,23 +143,43 @@ model:
 """
 
 
+LN_SHAPES = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
+             ("layer_norm_2/gamma", (32,)), ("layer_norm_2/beta", (32,)),
+             ("dense_4/kernel", (32, 24)), ("dense_4/bias", (24,)),
+             ("rms_norm_5/gamma", (24,)), ("dense_6/kernel", (24, 10)), ("dense_6/bias", (10,))]
+
+
+def ln_forward(p, xb):
+    """LN_JOB's model in torch."""
+    h = xb.reshape(len(xb), -1) @ p["dense_1/kernel"] + p["dense_1/bias"]
+    h = F.silu(F.layer_norm(h, (32,), p["layer_norm_2/gamma"], p["layer_norm_2/beta"], 1e-5))
+    h = F.gelu(h @ p["dense_4/kernel"] + p["dense_4/bias"], approximate="tanh")
+    h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * p["rms_norm_5/gamma"]
+    return h @ p["dense_6/kernel"] + p["dense_6/bias"]
+
+
 def test_layer_norm_silu_gelu_tanh_rms_norm_five_sgd_steps(tmp_path):
     """The new normalizations and activations in a job's layer stack train as PyTorch does."""
     job = job_file(tmp_path, LN_JOB)
     batches = batches_of(300, 60)
-    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
-              ("layer_norm_2/gamma", (32,)), ("layer_norm_2/beta", (32,)),
-              ("dense_4/kernel", (32, 24)), ("dense_4/bias", (24,)),
-              ("rms_norm_5/gamma", (24,)), ("dense_6/kernel", (24, 10)), ("dense_6/bias", (10,))]
-
-    def forward(p, xb):
-        h = xb.reshape(len(xb), -1) @ p["dense_1/kernel"] + p["dense_1/bias"]
-        h = F.silu(F.layer_norm(h, (32,), p["layer_norm_2/gamma"], p["layer_norm_2/beta"], 1e-5))
-        h = F.gelu(h @ p["dense_4/kernel"] + p["dense_4/bias"], approximate="tanh")
-        h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * p["rms_norm_5/gamma"]
-        return h @ p["dense_6/kernel"] + p["dense_6/bias"]
     sets = ["optimizer.type=sgd", "optimizer.learning_rate=0.1"]
-    run(str(job), sets, shapes, forward, batches, 0.1)
+    run(str(job), sets, LN_SHAPES, ln_forward, batches, 0.1)
+
+
+def test_adamw_leaves_out_what_decay_exclude_names_five_steps(tmp_path):
+    """AdamW with optimizer.decay_exclude [bias, layer_norm]: the biases and the layer norm's
+    gamma and beta get no weight decay, as PyTorch's AdamW with those in a group of decay 0."""
+    job = job_file(tmp_path, LN_JOB)
+    batches = batches_of(300, 60)
+
+    def adamw(params):
+        kept = [v for n, v in params.items() if "bias" in n or "layer_norm" in n]
+        decayed = [v for n, v in params.items() if not ("bias" in n or "layer_norm" in n)]
+        return torch.optim.AdamW([{"params": decayed}, {"params": kept, "weight_decay": 0.0}],
+                                 lr=0.002, weight_decay=0.5, eps=1e-7)
+    sets = ["optimizer.type=adamw", "optimizer.learning_rate=0.002",
+            "optimizer.weight_decay=0.5", "optimizer.decay_exclude=[bias, layer_norm]"]
+    run(str(job), sets, LN_SHAPES, ln_forward, batches, 0.002, make_opt=adamw)
 
 
 GAP_JOB = """seed: 9

@@ -29,6 +29,8 @@ typedef enum ct_schedule_type {
     CT_SCHED_COSINE
 } ct_schedule_type;
 
+#define CT_OPT_MAX_EXCLUDE 8
+
 typedef struct ct_optimizer_spec {
     ct_optimizer_type type;    /* optimizer.type: sgd, adam, adamw, rmsprop */
     float learning_rate;       /* optimizer.learning_rate: > 0; default 1e-3 */
@@ -46,6 +48,10 @@ typedef struct ct_optimizer_spec {
     float gamma;               /* step: default 0.1 */
     int64_t decay_steps;       /* cosine: steps from peak to min_lr (0: the whole run) */
     float min_lr;              /* cosine: default 0 */
+    /* adamw: optimizer.decay_exclude: parameters whose name holds one of these parts ("bias",
+     * "layer_norm", "embeddings") get no weight decay, as Keras's exclude_from_weight_decay */
+    int n_decay_exclude;
+    char decay_exclude[CT_OPT_MAX_EXCLUDE][32];
 } ct_optimizer_spec;
 
 typedef struct ct_optimizer ct_optimizer;

@@ -4,8 +4,9 @@
  *
  * Reading uses a sticky status (io/job_read.h): each getter does nothing once an error has been
  * recorded, so the section readers are flat lists of fields and the first error wins. This file
- * holds the whole schema (every section, layer type and optimizer rule) in one place, next to
- * the tables that name the accepted values; the data pipeline's stages are in job_pipeline.c. */
+ * holds the schema (every section and layer type) next to the tables that name the accepted
+ * values; the optimizer section is in job_optimizer.c, the data pipeline's stages in
+ * job_pipeline.c. */
 #include "ctrain/job.h"
 
 #include <errno.h>
@@ -27,7 +28,6 @@
 #define NAME_ROW(prefix, e, name) {#name, prefix##e},
 #define LAYER_ROW(e, name) NAME_ROW(CT_LAYER_, e, name)
 #define ACT_ROW(e, name) NAME_ROW(CT_ACT_, e, name)
-#define OPT_ROW(e, name) NAME_ROW(CT_OPT_, e, name)
 static const ct__job_name layer_names[] = {CT_LAYER_LIST(LAYER_ROW){NULL, 0}};
 static const ct__job_name activation_names[] = {CT_ACTIVATION_LIST(ACT_ROW){"linear", CT_ACT_NONE},
                                                 {NULL, 0}};
@@ -46,13 +46,6 @@ static const ct__job_name init_names[] = {
     {NULL, 0},
 };
 static const ct__job_name padding_names[] = {{"valid", 0}, {"same", 1}, {NULL, 0}};
-static const ct__job_name optimizer_names[] = {CT_OPTIMIZER_LIST(OPT_ROW){NULL, 0}};
-static const ct__job_name schedule_names[] = {
-    {"constant", CT_SCHED_CONSTANT},
-    {"step", CT_SCHED_STEP},
-    {"cosine", CT_SCHED_COSINE},
-    {NULL, 0},
-};
 static const ct__job_name loss_names[] = {
     {"sparse_categorical_crossentropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
     {"softmax_cross_entropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
@@ -69,11 +62,6 @@ static const char *const checkpoint_keys[] = {
 static const char *const logs_keys[] = {"tensorboard", "every_steps", "histogram_every_steps",
                                         "batch_labels", NULL};
 static const char *const model_keys[] = {"input_shape", "layers", NULL};
-static const char *const optimizer_keys[] = {
-    "type", "learning_rate", "momentum", "nesterov",  "beta1",    "beta2", "epsilon",
-    "rho",  "weight_decay",  "decay",    "clip_norm", "schedule", NULL};
-static const char *const schedule_keys[] = {"type",        "warmup_steps", "step_size", "gamma",
-                                            "decay_steps", "min_lr",       NULL};
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {"epochs",
@@ -151,21 +139,6 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_POSITIONAL_EMBEDDING] = no_keys,
     [CT_LAYER_ATTENTION] = attention_keys,
     [CT_LAYER_MULTIPLY] = no_keys,
-};
-
-/* Which optimizer types read an optimizer key (bit per ct_optimizer_type); other keys: all. */
-#define OPT_BIT(type) (1u << (type))
-static const struct {
-    const char *key;
-    unsigned types;
-} optimizer_key_users[] = {
-    {"momentum", OPT_BIT(CT_OPT_SGD) | OPT_BIT(CT_OPT_RMSPROP)},
-    {"nesterov", OPT_BIT(CT_OPT_SGD)},
-    {"beta1", OPT_BIT(CT_OPT_ADAM) | OPT_BIT(CT_OPT_ADAMW)},
-    {"beta2", OPT_BIT(CT_OPT_ADAM) | OPT_BIT(CT_OPT_ADAMW)},
-    {"epsilon", OPT_BIT(CT_OPT_ADAM) | OPT_BIT(CT_OPT_ADAMW) | OPT_BIT(CT_OPT_RMSPROP)},
-    {"rho", OPT_BIT(CT_OPT_RMSPROP)},
-    {"weight_decay", OPT_BIT(CT_OPT_ADAMW)},
 };
 
 /* ---- model ---- */
@@ -442,95 +415,6 @@ static void read_seed(ct__job_reader *r, const ct__job_section *top, ct_job *job
     }
 }
 
-/* ---- optimizer ---- */
-
-static void optimizer_defaults(ct_optimizer_spec *o, ct_optimizer_type type) {
-    memset(o, 0, sizeof *o);
-    o->type = type;
-    o->learning_rate = 1e-3f;
-    o->beta1 = 0.9f;
-    o->beta2 = 0.999f;
-    o->epsilon = 1e-7f;
-    o->rho = 0.9f;
-    o->weight_decay = type == CT_OPT_ADAMW ? 0.004f : 0.0f;
-    o->schedule = CT_SCHED_CONSTANT;
-    o->gamma = 0.1f;
-}
-
-/* Refuses keys that the chosen optimizer would silently ignore. */
-static void check_optimizer_keys(const ct__job_section *s, ct_optimizer_type type) {
-    char path[CT__JOB_KEY_CAP], users[120];
-    size_t n = sizeof optimizer_key_users / sizeof optimizer_key_users[0];
-    for (size_t i = 0; i < n; i++) {
-        unsigned mask = optimizer_key_users[i].types;
-        if (!ct__job_sec_get(s, optimizer_key_users[i].key, path) || (mask & OPT_BIT(type))) {
-            continue;
-        }
-        size_t used = 0;
-        users[0] = '\0';
-        for (int t = CT_OPT_SGD; t <= CT_OPT_RMSPROP; t++) {
-            if (mask & OPT_BIT(t)) {
-                used += (size_t)snprintf(users + used, sizeof users - used, "%s%s",
-                                         used ? ", " : "", ct__job_name_of(optimizer_names, t));
-            }
-        }
-        ct__job_fail(s->r, ct__job_key_line(s, optimizer_key_users[i].key), path,
-                     "not used by %s (only by %s)", ct__job_name_of(optimizer_names, type), users);
-        return;
-    }
-}
-
-static void read_schedule(ct__job_reader *r, const ct__job_section *opt, ct_optimizer_spec *o) {
-    char path[CT__JOB_KEY_CAP];
-    ct__job_section s;
-    int type = CT_SCHED_CONSTANT;
-    ct__job_sec_open(r, ct__job_sec_get(opt, "schedule", path), path, schedule_keys,
-                     ct__job_key_line(opt, "schedule"), &s);
-    ct__job_sec_name(&s, "type", schedule_names, "schedule", &type);
-    o->schedule = (ct_schedule_type)type;
-    ct__job_sec_i64(&s, "warmup_steps", 0, &o->warmup_steps);
-    const char *step_only[] = {"step_size", "gamma"}, *cosine_only[] = {"decay_steps", "min_lr"};
-    for (int k = 0; k < 2; k++) {
-        if (type != CT_SCHED_STEP && ct__job_sec_get(&s, step_only[k], path)) {
-            ct__job_fail(r, ct__job_key_line(&s, step_only[k]), path,
-                         "only used by the step schedule");
-        }
-        if (type != CT_SCHED_COSINE && ct__job_sec_get(&s, cosine_only[k], path)) {
-            ct__job_fail(r, ct__job_key_line(&s, cosine_only[k]), path,
-                         "only used by the cosine schedule");
-        }
-    }
-    if (type == CT_SCHED_STEP) {
-        ct__job_sec_require(&s, "step_size");
-    }
-    ct__job_sec_i64(&s, "step_size", 1, &o->step_size);
-    ct__job_sec_float(&s, "gamma", CT__JOB_POSITIVE, &o->gamma);
-    ct__job_sec_i64(&s, "decay_steps", 0, &o->decay_steps);
-    ct__job_sec_float(&s, "min_lr", CT__JOB_NON_NEGATIVE, &o->min_lr);
-}
-
-static void read_optimizer(ct__job_reader *r, const ct__job_section *top, ct_optimizer_spec *o) {
-    char path[CT__JOB_KEY_CAP];
-    ct__job_section s;
-    int type = CT_OPT_ADAM;
-    ct__job_sec_open(r, ct__job_sec_get(top, "optimizer", path), "optimizer", optimizer_keys,
-                     ct__job_key_line(top, "optimizer"), &s);
-    ct__job_sec_name(&s, "type", optimizer_names, "optimizer", &type);
-    optimizer_defaults(o, (ct_optimizer_type)type);
-    check_optimizer_keys(&s, o->type);
-    ct__job_sec_float(&s, "learning_rate", CT__JOB_POSITIVE, &o->learning_rate);
-    ct__job_sec_float(&s, "momentum", CT__JOB_UNIT_INTERVAL, &o->momentum);
-    ct__job_sec_bool(&s, "nesterov", &o->nesterov);
-    ct__job_sec_float(&s, "beta1", CT__JOB_UNIT_INTERVAL, &o->beta1);
-    ct__job_sec_float(&s, "beta2", CT__JOB_UNIT_INTERVAL, &o->beta2);
-    ct__job_sec_float(&s, "epsilon", CT__JOB_POSITIVE, &o->epsilon);
-    ct__job_sec_float(&s, "rho", CT__JOB_UNIT_INTERVAL, &o->rho);
-    ct__job_sec_float(&s, "weight_decay", CT__JOB_NON_NEGATIVE, &o->weight_decay);
-    ct__job_sec_float(&s, "decay", CT__JOB_NON_NEGATIVE, &o->decay);
-    ct__job_sec_float(&s, "clip_norm", CT__JOB_NON_NEGATIVE, &o->clip_norm);
-    read_schedule(r, &s, o);
-}
-
 /* ---- data, train, strategy ---- */
 
 static void read_split(ct__job_reader *r, const ct__job_section *data, const char *key,
@@ -775,7 +659,7 @@ static ct_status read_job(ct__job_reader *r, const ct__yaml_node *root, ct_job *
     ct__job_sec_name(&top, "loss", loss_names, "loss", &loss);
     job->model.loss = (ct_loss_type)loss;
     read_metrics(r, &top, job);
-    read_optimizer(r, &top, &job->optimizer);
+    ct__job_read_optimizer(r, &top, &job->optimizer);
     read_data(r, &top, job);
     read_train(r, &top, job);
     read_strategy(r, &top, job);
@@ -791,7 +675,7 @@ void ct_job_defaults(ct_job *job) {
     snprintf(job->path, sizeof job->path, "<string>");
     job->seed = 42;
     job->model.loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
-    optimizer_defaults(&job->optimizer, CT_OPT_ADAM);
+    ct__job_optimizer_defaults(&job->optimizer, CT_OPT_ADAM);
     job->train_data.format = CT_DATA_IDX;
     job->eval_data.format = CT_DATA_IDX;
     job->train.epochs = 1;

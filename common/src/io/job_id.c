@@ -99,6 +99,9 @@ static void put_optimizer(canon *c, const ct_optimizer_spec *o) {
         "min_lr=%a\n",
         (int)o->schedule, (long long)o->warmup_steps, (long long)o->step_size, (double)o->gamma,
         (long long)o->decay_steps, (double)o->min_lr);
+    for (int k = 0; k < o->n_decay_exclude; k++) { /* lines only then: older identities stay */
+        put(c, "optimizer.decay_exclude[%d]=%s\n", k, o->decay_exclude[k]);
+    }
 }
 
 static void put_source(canon *c, const char *key, const ct_source_spec *s) {

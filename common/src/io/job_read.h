@@ -12,6 +12,7 @@
 
 #include "core/yaml_tree.h"
 #include "ctrain/nn.h"
+#include "ctrain/optim.h"
 #include "ctrain/status.h"
 
 #define CT__JOB_KEY_CAP 256 /* dotted keys in messages */
@@ -113,6 +114,12 @@ void ct__job_sec_name(const ct__job_section *s, const char *key, const ct__job_n
                       const char *what, int *out);
 void ct__job_sec_string(const ct__job_section *s, const char *key, char *out, size_t cap);
 void ct__job_sec_pair(const ct__job_section *s, const char *key, int out[2]);
+
+/* ---- job_optimizer.c ---- */
+
+/* An optimizer's defaults (Keras's), and the section `optimizer` of a job file. */
+void ct__job_optimizer_defaults(ct_optimizer_spec *o, ct_optimizer_type type);
+void ct__job_read_optimizer(ct__job_reader *r, const ct__job_section *top, ct_optimizer_spec *o);
 
 /* ---- job_layer_graph.c ---- */
 

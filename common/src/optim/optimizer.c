@@ -14,7 +14,56 @@ struct ct_optimizer {
     int n_slots;
     float *slots[2];
     float lr_scale; /* ct_optimizer_set_lr_scale */
+    /* adamw: the ranges of the flat buffer that get no weight decay (decay_exclude), in order */
+    int n_kept;
+    int64_t (*kept)[2];
 };
+
+static int by_begin(const void *a, const void *b) {
+    const int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* The parameters whose names hold a part of spec->decay_exclude, as ranges [begin, end). */
+static ct_status find_kept(ct_optimizer *o, const ct_params *params, ct_err *err) {
+    if (o->spec.type != CT_OPT_ADAMW || o->spec.n_decay_exclude == 0 || params->n == 0) {
+        return CT_OK;
+    }
+    o->kept = malloc((size_t)params->n * sizeof *o->kept);
+    if (!o->kept) {
+        return ct_err_set(err, CT_ENOMEM, "optimizer: out of memory");
+    }
+    for (int i = 0; i < params->n; i++) {
+        const ct_param *v = &params->items[i];
+        for (int k = 0; k < o->spec.n_decay_exclude; k++) {
+            if (o->spec.decay_exclude[k][0] && strstr(v->name, o->spec.decay_exclude[k])) {
+                o->kept[o->n_kept][0] = v->offset;
+                o->kept[o->n_kept++][1] = v->offset + v->size;
+                break;
+            }
+        }
+    }
+    qsort(o->kept, (size_t)o->n_kept, sizeof *o->kept, by_begin);
+    return CT_OK;
+}
+
+/* The weight-decay factor for the elements [at, at + *n) of the flat buffer: 1 - lr wd, or 1 in
+ * an excluded parameter; *n shrinks to where that answer changes. */
+static float decay_run(const ct_optimizer *o, float lr, int64_t at, int64_t *n) {
+    const float decay = 1.0f - lr * o->spec.weight_decay;
+    for (int k = 0; k < o->n_kept; k++) {
+        const int64_t b = o->kept[k][0], e = o->kept[k][1];
+        if (at >= b && at < e) {
+            *n = e - at < *n ? e - at : *n;
+            return 1.0f;
+        }
+        if (b > at) {
+            *n = b - at < *n ? b - at : *n;
+            break;
+        }
+    }
+    return decay;
+}
 
 static int slots_needed(const ct_optimizer_spec *s) {
     switch (s->type) {
@@ -39,6 +88,11 @@ ct_status ct_optimizer_create(const ct_optimizer_spec *spec, const ct_params *pa
     o->total = params->total;
     o->n_slots = slots_needed(spec);
     o->lr_scale = 1.0f;
+    ct_status st = find_kept(o, params, err);
+    if (st != CT_OK) {
+        ct_optimizer_destroy(o);
+        return st;
+    }
     for (int k = 0; k < o->n_slots; k++) {
         size_t bytes = (size_t)(o->total ? o->total : 16) * sizeof(float);
         o->slots[k] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -59,6 +113,7 @@ void ct_optimizer_destroy(ct_optimizer *o) {
     for (int k = 0; k < 2; k++) {
         free(o->slots[k]);
     }
+    free(o->kept);
     free(o);
 }
 
@@ -198,16 +253,21 @@ float ct_optimizer_update_span(ct_optimizer *o, float *w_, const float *g_, int6
         /* w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), folded into constants */
         const float step_size = lr * (float)(1.0 / (1.0 - pow(b1, t)));
         const float c2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
-        const float decay = s->type == CT_OPT_ADAMW ? 1.0f - lr * s->weight_decay : 1.0f;
+        for (int64_t i0 = 0; i0 < n;) { /* runs of one decay factor (decay_exclude) */
+            int64_t run = n - i0;
+            const float decay =
+                s->type == CT_OPT_ADAMW ? decay_run(o, lr, slot_offset + i0, &run) : 1.0f;
 #pragma omp simd reduction(+ : g2)
-        for (int64_t i = 0; i < n; i++) {
-            float gi = g[i] * clip;
-            g2 += gi * gi;
-            float m = b1 * s0[i] + (1.0f - b1) * gi;
-            float v = b2 * s1[i] + (1.0f - b2) * gi * gi;
-            s0[i] = m;
-            s1[i] = v;
-            w[i] = w[i] * decay - step_size * m / (sqrtf(v) * c2 + eps);
+            for (int64_t i = i0; i < i0 + run; i++) {
+                float gi = g[i] * clip;
+                g2 += gi * gi;
+                float m = b1 * s0[i] + (1.0f - b1) * gi;
+                float v = b2 * s1[i] + (1.0f - b2) * gi * gi;
+                s0[i] = m;
+                s1[i] = v;
+                w[i] = w[i] * decay - step_size * m / (sqrtf(v) * c2 + eps);
+            }
+            i0 += run;
         }
         break;
     }
