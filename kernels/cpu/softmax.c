@@ -90,18 +90,28 @@ void ct__cpu_softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     int64_t rows, cols;
     rows_cols(&in[0]->out, &rows, &cols);
     const int32_t *labels = CT__I32(&in[1]->out);
+    const float eps = n->attrs.f[0]; /* label smoothing: (1 - eps) on the label, eps / C on all */
     double loss = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = CT__F32(&in[0]->out) + r * cols;
         float lse = softmax_row(x, CT__F32(&n->aux) + r * cols, cols);
         int32_t label = labels[r];
         /* A label outside [0, classes) makes the loss NaN, which the trainer reports. */
-        loss += (label >= 0 && label < cols) ? (double)(lse - x[label]) : (double)NAN;
+        float row = (label >= 0 && label < cols) ? lse - x[label] : NAN;
+        if (eps > 0.0f) { /* lse - (1 - eps) x_label - eps mean(x) */
+            float sum = 0.0f;
+            for (int64_t c = 0; c < cols; c++) {
+                sum += x[c];
+            }
+            row = (1.0f - eps) * row + eps * (lse - sum / (float)cols);
+        }
+        loss += (double)row;
     }
     CT__F32(&n->out)[0] = rows ? (float)(loss / (double)rows) : 0.0f;
 }
 
-/* Inputs (dloss, forward node, labels): dlogits = (p - onehot(labels)) * dloss / batch. The
+/* Inputs (dloss, forward node, labels): dlogits = (p - target) * dloss / batch, the target
+ * onehot(labels) or, with the forward's label smoothing eps, (1 - eps) onehot + eps / classes. The
  * batch is ctx->loss_examples when set (a chunk of a larger global batch), else attrs.i[0] when
  * set (the executor runs a range of rows of a larger batch), else the rows of the
  * probabilities. */
@@ -119,9 +129,13 @@ void ct__cpu_softmax_xent_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *i
         o[i] = p[i] * scale;
     }
     const int32_t *y = CT__I32(&in[2]->out);
+    const float eps = fwd->attrs.f[0], spread = scale * eps / (float)(cols ? cols : 1);
+    for (int64_t i = 0; eps > 0.0f && i < rows * cols; i++) { /* label smoothing's eps / C */
+        o[i] -= spread;
+    }
     for (int64_t r = 0; r < rows; r++) {
         if (y[r] >= 0 && y[r] < cols) {
-            o[r * cols + y[r]] -= scale;
+            o[r * cols + y[r]] -= scale * (1.0f - eps);
         }
     }
 }

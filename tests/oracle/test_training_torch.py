@@ -46,10 +46,11 @@ def rel_err(got, want):
     return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
 
 
-def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None):
+def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None, smoothing=0.0):
     """absolute: parameters whose true gradient is 0 (an attention's key bias: softmax ignores a
     shift shared by every key), compared within 1e-6 absolute, not relative to their rounding.
-    make_opt(params by name): the torch optimizer (default SGD at lr)."""
+    make_opt(params by name): the torch optimizer (default SGD at lr); smoothing: the loss's
+    label smoothing."""
     t = Trainer(os.path.join(ROOT, job), sets)
     try:
         params = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in names_shapes}
@@ -60,7 +61,7 @@ def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=Non
             opt.zero_grad()
             logits = forward(params, torch.tensor(x))  # [B, C], or [B, T, C]: a label per token
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                   torch.tensor(y).reshape(-1).long())
+                                   torch.tensor(y).reshape(-1).long(), label_smoothing=smoothing)
             loss.backward()
             opt.step()
             theirs = float(loss)
@@ -73,16 +74,26 @@ def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=Non
         t.close()
 
 
-def test_mlp_five_sgd_steps():
-    batches = batches_of(300, 60)
-    shapes = [("dense_1/kernel", (784, 128)), ("dense_1/bias", (128,)),
+MLP_SHAPES = [("dense_1/kernel", (784, 128)), ("dense_1/bias", (128,)),
               ("dense_3/kernel", (128, 10)), ("dense_3/bias", (10,))]
+MLP_SETS = ["optimizer.type=sgd", "optimizer.learning_rate=0.1", "model.layers[2].dropout.rate=0"]
 
-    def forward(p, xb):
-        h = torch.relu(xb.reshape(len(xb), -1) @ p["dense_1/kernel"] + p["dense_1/bias"])
-        return h @ p["dense_3/kernel"] + p["dense_3/bias"]
-    sets = ["optimizer.type=sgd", "optimizer.learning_rate=0.1", "model.layers[2].dropout.rate=0"]
-    run("examples/fashion_mnist_mlp.yaml", sets, shapes, forward, batches, 0.1)
+
+def mlp_forward(p, xb):
+    h = torch.relu(xb.reshape(len(xb), -1) @ p["dense_1/kernel"] + p["dense_1/bias"])
+    return h @ p["dense_3/kernel"] + p["dense_3/bias"]
+
+
+def test_mlp_five_sgd_steps():
+    run("examples/fashion_mnist_mlp.yaml", MLP_SETS, MLP_SHAPES, mlp_forward, batches_of(300, 60),
+        0.1)
+
+
+def test_label_smoothing_five_sgd_steps():
+    """loss: {label_smoothing: 0.1} trains as PyTorch's cross_entropy(label_smoothing=0.1)."""
+    sets = MLP_SETS + ["loss={type: sparse_categorical_crossentropy, label_smoothing: 0.1}"]
+    run("examples/fashion_mnist_mlp.yaml", sets, MLP_SHAPES, mlp_forward, batches_of(300, 60),
+        0.1, smoothing=0.1)
 
 
 def cnn_run(batches, sets):

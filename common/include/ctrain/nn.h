@@ -108,9 +108,10 @@ typedef struct ct_model_spec {
     int64_t input_shape[CT_JOB_MAX_RANK];
     int n_layers;
     ct_layer_spec layers[CT_JOB_MAX_LAYERS];
-    int layers_line;     /* line of model.layers, for errors about the whole stack */
-    ct_loss_type loss;   /* loss: sparse_categorical_crossentropy (from logits) */
-    int metric_accuracy; /* metrics: [accuracy] */
+    int layers_line;       /* line of model.layers, for errors about the whole stack */
+    ct_loss_type loss;     /* loss: sparse_categorical_crossentropy (from logits) */
+    float label_smoothing; /* loss.label_smoothing: in [0, 1); default 0 */
+    int metric_accuracy;   /* metrics: [accuracy] */
 } ct_model_spec;
 
 typedef struct ct_model ct_model;

@@ -723,6 +723,11 @@ int ct_softmax_xent(ct_graph *g, int logits, int labels) {
     return ct__add2(g, CT_OP_SOFTMAX_XENT, logits, labels, NULL);
 }
 
+int ct_softmax_xent_smoothed(ct_graph *g, int logits, int labels, float smoothing) {
+    ct_attrs at = {.f = {smoothing}};
+    return ct__add2(g, CT_OP_SOFTMAX_XENT, logits, labels, &at);
+}
+
 static int reduce(ct_graph *g, ct_op op, int x, unsigned axes_mask, int keepdims) {
     ct_attrs at = {.i = {(int64_t)axes_mask, keepdims}};
     return ct__add1(g, op, x, &at);

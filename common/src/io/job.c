@@ -376,6 +376,29 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
 
 /* ---- loss, metrics, seed ---- */
 
+/* loss: a name, or {type, label_smoothing}. */
+static void read_loss(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
+    static const char *const loss_keys[] = {"type", "label_smoothing", NULL};
+    char path[CT__JOB_KEY_CAP], type_path[CT__JOB_KEY_CAP];
+    const ct__yaml_node *v = ct__job_sec_get(top, "loss", path);
+    ct__job_section s;
+    int loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
+    const ct__yaml_node *type =
+        v ? ct__job_stage_open(r, v, path, loss_keys, "type", v->line, &s, type_path) : NULL;
+    if (type) {
+        ct__job_read_name(r, type, type_path, loss_names, "loss", &loss);
+    }
+    job->model.loss = (ct_loss_type)loss;
+    if (v && v->kind == CT__YAML_MAP) {
+        ct__job_sec_float(&s, "label_smoothing", CT__JOB_UNIT_INTERVAL,
+                          &job->model.label_smoothing);
+    }
+    if (r->status == CT_OK && job->model.label_smoothing >= 1.0f) {
+        ct__job_fail(r, ct__job_key_line(&s, "label_smoothing"), "loss.label_smoothing",
+                     "must be below 1 (0.1 is usual), got %g", (double)job->model.label_smoothing);
+    }
+}
+
 static void read_metrics(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
     char path[CT__JOB_KEY_CAP], item_key[CT__JOB_KEY_CAP], buf[160];
     const ct__yaml_node *v = ct__job_sec_get(top, "metrics", path);
@@ -655,9 +678,7 @@ static ct_status read_job(ct__job_reader *r, const ct__yaml_node *root, ct_job *
     ct__job_sec_open(r, root, "", top_keys, 1, &top);
     read_seed(r, &top, job);
     read_model(r, &top, job);
-    int loss = CT_LOSS_SPARSE_SOFTMAX_XENT;
-    ct__job_sec_name(&top, "loss", loss_names, "loss", &loss);
-    job->model.loss = (ct_loss_type)loss;
+    read_loss(r, &top, job);
     read_metrics(r, &top, job);
     ct__job_read_optimizer(r, &top, &job->optimizer);
     read_data(r, &top, job);

@@ -85,6 +85,9 @@ static void put_model(canon *c, const ct_model_spec *m) {
         put_layer(c, i, &m->layers[i]);
     }
     put(c, "loss=%d\nmetrics.accuracy=%d\n", (int)m->loss, m->metric_accuracy);
+    if (m->label_smoothing > 0.0f) { /* a line only then: older identities stay */
+        put(c, "loss.label_smoothing=%a\n", (double)m->label_smoothing);
+    }
 }
 
 static void put_optimizer(canon *c, const ct_optimizer_spec *o) {
