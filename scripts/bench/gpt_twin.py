@@ -34,6 +34,7 @@ def job_files():
 def run_ctrain(steps, threads, run_dir):
     start = time.time()
     r = subprocess.run([CTRAIN, "train", JOB, "--quiet", "--set", f"train.max_steps={steps}",
+                        "--set", "train.epochs=1000",
                         "--set", f"train.threads={threads}", "--set", f"run_dir={run_dir}",
                         "--set", "checkpoint.resume=false"],
                        capture_output=True, text=True, cwd=ROOT)

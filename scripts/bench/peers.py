@@ -46,6 +46,11 @@ Sections:
           output and MLP projections, logits) and the causal half of the attention scores and
           sums, x 2 FLOPs x 3 for forward and backward, over 2 threads x the one-thread SGEMM
           rate.
+  attention  the fused attention op alone, forward and backward (the gradients of q, k and v),
+          causal, batch 4, 4 heads of 64, T = 128, 512 and 2048, 2 threads: ctrain's
+          bench_attention against torch.nn.functional.scaled_dot_product_attention. Memory:
+          ctrain's planned arena (every intermediate of the call) and the growth of PyTorch's
+          peak resident set over the call, both against the inputs' bytes.
   loaded  the MLP epoch (batch 64) and the CNN step with `yes > /dev/null` pinned to the last
           CPU, and without it, interleaved: ctrain with its default thread count (train.threads
           unset: 2 here) against train.threads=1; also TF's custom loop and torch eager at 2
@@ -75,7 +80,7 @@ PEER_PACKAGES = ["tensorflow-cpu==2.21.*", "torch==2.15.*", "numpy"]
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
-SECTIONS = ("seed", "mlp", "cnn", "gpt", "loaded")
+SECTIONS = ("seed", "mlp", "cnn", "gpt", "attention", "loaded")
 GPT_JOB = os.path.join(ROOT, "examples", "gpt_fortunes.yaml")
 GPT = {"d": 256, "heads": 4, "layers": 4, "t": 128, "vocab": 256, "ff": 1024}
 CAP_S = 15.0  # a peer's measurement stops after this long (a contended host can make one crawl)
@@ -607,6 +612,52 @@ def section_gpt(ctx):
                  ctx.others_note("gpt")] + cut_notes(s))
     return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
             **{n: x.summary() for n, x in s.items()}}
+
+
+ATTENTION_T = (128, 512, 2048)
+
+
+def ctrain_attention(t, iters, reps):
+    out = last_json(run_binary([binary("scripts/bench/bench_attention"), str(t), "--batch", "4",
+                                "--iters", str(iters), "--reps", str(reps)], 2))
+    return out["rounds_s"], out["arena_bytes"], out["input_bytes"]
+
+
+def section_attention(ctx):
+    iters, reps = (1, 1) if ctx.rounds == 1 and ctx.gpt_iters < 5 else (2, 3)
+    s = {(n, t): Series("s per call", False) for n in ("ctrain", "torch") for t in ATTENTION_T}
+    mem = {}
+    for _ in ctx.rounds_of("attention"):
+        for t in ATTENTION_T:
+            def ours(t=t):
+                rounds, arena, inputs = ctrain_attention(t, iters, reps)
+                mem[("ctrain", t)] = (arena, inputs)
+                return rounds
+            s[("ctrain", t)].add(ours)
+            pause()
+
+            def theirs(t=t):
+                out = ctx.peers.call("torch", 2, "attention_steps", t=t, iters=iters, reps=reps)
+                if isinstance(out, dict) and "rss_growth" in out:
+                    mem[("torch", t)] = (out["rss_growth"], out["input_bytes"])
+                    return out["rounds_s"]
+                return out
+            s[("torch", t)].add(theirs)
+    rows = []
+    for t in ATTENTION_T:
+        a, b = s[("ctrain", t)], s[("torch", t)]
+        ma, mb = mem.get(("ctrain", t)), mem.get(("torch", t))
+        rows.append([str(t), cell(a, 1e3, ".2f"), cell(b, 1e3, ".2f"),
+                     fmt(ratio(b.median(), a.median()), ".2f", "x"),
+                     fmt(ma and ma[0] / 2**20, ".1f"), fmt(mb and mb[0] / 2**20, ".1f"),
+                     fmt(ma and ma[1] / 2**20, ".1f")])
+    print_table(f"Attention alone, forward + backward, causal, batch 4, 4 heads of 64, 2 threads, "
+                f"ms per call (median of {ctx.rounds} rounds x {reps} reps of {iters})",
+                ["T", "ctrain ms", "torch SDPA ms", "torch / ctrain", "ctrain arena MiB",
+                 "torch RSS growth MiB", "inputs MiB"], rows,
+                [ctx.others_note("attention")] + cut_notes(s))
+    return {f"{n}_{t}": x.summary() for (n, t), x in s.items()} | {
+        f"memory_{n}_{t}": v for (n, t), v in mem.items()}
 
 
 LOADED_MLP_PEERS = [("TF tf.function loop", "tf", "mlp_loop", {}),
@@ -1249,6 +1300,24 @@ class TorchPeer:
             self.cache[key] = (step, x, y)
         step, x, y = self.cache[key]
         return time_steps(lambda: step(x, y).item(), iters, reps)
+
+    def attention_steps(self, t, iters, reps):
+        """F.scaled_dot_product_attention, causal, forward and backward (q, k, v gradients),
+        batch 4, 4 heads of 64; with the peak RSS growth over the first call."""
+        import resource
+        torch = self.torch
+        q, k, v = (torch.rand(4, 4, t, 64, requires_grad=True) for _ in range(3))
+        dy = torch.rand(4, 4, t, 64)
+
+        def call():
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.backward(dy)
+            q.grad = k.grad = v.grad = None
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        call()
+        growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+        rounds = time_steps(call, iters, reps)
+        return {"rounds_s": rounds, "rss_growth": growth, "input_bytes": 4 * 4 * 4 * t * 64 * 4}
 
 
 if __name__ == "__main__":
