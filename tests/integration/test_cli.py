@@ -104,6 +104,10 @@ def test_summary_of_examples():
     r = ctrain("summary", "examples/fashion_mnist_cnn.yaml")
     assert r.returncode == 0, r.stderr
     assert "[5, 5, 64]" in r.stdout and "total parameters: 889834" in r.stdout
+    vit = ctrain("summary", "examples/vit_fashion_mnist.yaml")  # the graph form: inputs shown
+    assert vit.returncode == 0, vit.stderr
+    assert re.search(r"^5 +add +\[16, 64\] +0 +2,4$", vit.stdout, re.M), vit.stdout
+    assert "total parameters: 138890" in vit.stdout
 
 
 @pytest.mark.parametrize("path", sorted(

@@ -458,19 +458,39 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
     return x;
 }
 
+/* A graph-form layer's inputs for the summary: "3,5", "input", or "" (the previous layer). */
+static const char *inputs_str(const ct_layer_spec *l, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < l->n_inputs && used < cap; k++) {
+        used +=
+            (size_t)(l->inputs[k] < 0
+                         ? snprintf(buf + used, cap - used, "%sinput", k ? "," : "")
+                         : snprintf(buf + used, cap - used, "%s%d", k ? "," : "", l->inputs[k]));
+    }
+    return buf;
+}
+
 void ct_model_summary(const ct_model *m, void *out) {
     FILE *f = out;
-    char s[96];
+    char s[96], in[96];
     int64_t total = 0;
-    fprintf(f, "%-4s %-20s %-20s %s\n", "#", "layer", "output", "parameters");
+    int graph = 0; /* the graph form: a column of each layer's inputs */
+    for (int i = 0; i < m->spec.n_layers; i++) {
+        graph |= m->spec.layers[i].n_inputs > 0;
+    }
+    fprintf(f, graph ? "%-4s %-20s %-20s %-12s%s\n" : "%-4s %-20s %-20s %s%s\n", "#", "layer",
+            "output", "parameters", graph ? "inputs (layer numbers; blank: the previous)" : "");
     for (int i = 0; i < m->spec.n_layers; i++) {
         int64_t count = 0;
         for (int k = m->first_param[i]; k >= 0 && k < m->first_param[i] + m->n_params[i]; k++) {
             count += m->params.items[k].size;
         }
         total += count;
-        fprintf(f, "%-4d %-20s %-20s %lld\n", i, ct_layer_type_name(m->spec.layers[i].type),
-                ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count);
+        fprintf(f, graph ? "%-4d %-20s %-20s %-12lld%s\n" : "%-4d %-20s %-20s %lld%s\n", i,
+                ct_layer_type_name(m->spec.layers[i].type),
+                ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count,
+                graph ? inputs_str(&m->spec.layers[i], in, sizeof in) : "");
     }
     fprintf(f, "total parameters: %lld\n", (long long)total);
 }
