@@ -187,6 +187,26 @@ def test_cifar_cnn_job_trains_on_files_in_cifar_layout(tmp_path):
     assert d["test_accuracy"] > 0.5, r.stdout  # ten colours: far above chance (0.1)
 
 
+def test_resnet20_job_trains_on_files_in_cifar_layout(tmp_path):
+    """examples/resnet20_cifar10.yaml (72 layers written with three repeats, batch norm, strided
+    projections, random crops and flips) trains on files in CIFAR's layout and learns them."""
+    rng = np.random.default_rng(1)
+    data = tmp_path / "data" / "cifar-10-batches-bin"
+    data.mkdir(parents=True)
+    cifar_file(data / "data_batch_1.bin", 512, rng)
+    cifar_file(data / "test_batch.bin", 200, rng)
+    text = open(os.path.join(ROOT, "examples", "resnet20_cifar10.yaml")).read()
+    job = tmp_path / "resnet.yaml"
+    job.write_text(text.replace("../data/cifar-10-batches-bin", str(data)))
+    r = run("train", str(job), "--set", "train.epochs=6", "--set", "train.batch_size=64",
+            "--set", "optimizer.learning_rate=0.01", "--set", "optimizer.schedule.warmup_steps=4",
+            "--set", f"run_dir={tmp_path / 'run'}")
+    assert r.returncode == 0, r.stderr
+    d = done_line(r.stdout)
+    assert d["steps"] == 6 * 8, r.stdout
+    assert d["test_accuracy"] > 0.5, r.stdout  # ten colours: far above chance (0.1)
+
+
 def has_mpi():
     out = subprocess.run([CTRAIN, "--version"], capture_output=True, text=True).stdout
     return "mpi: no" not in out and shutil.which("mpirun") is not None

@@ -46,20 +46,26 @@ def rel_err(got, want):
     return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-12)
 
 
-def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None, smoothing=0.0):
+def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None, smoothing=0.0,
+        dtype=torch.float32):
     """absolute: parameters whose true gradient is 0 (an attention's key bias: softmax ignores a
     shift shared by every key), compared within 1e-6 absolute, not relative to their rounding.
     make_opt(params by name): the torch optimizer (default SGD at lr); smoothing: the loss's
-    label smoothing."""
+    label smoothing; dtype: the twin's (float64 where PyTorch's float32 is not exact enough)."""
     t = Trainer(os.path.join(ROOT, job), sets)
     try:
-        params = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in names_shapes}
+        params = {n: torch.tensor(t.get(n, s), dtype=dtype, requires_grad=True)
+                  for n, s in names_shapes}
         opt = (make_opt(params) if make_opt
                else torch.optim.SGD(list(params.values()), lr=lr))
         for step, (x, y) in enumerate(batches):
             ours = t.step(x, y)
+            # ctrain's GEMMs set this thread's OpenMP count (libgomp is shared): back to one,
+            # the oracle's setting (Debian's PyTorch 1.13 on two threads moves ResNet-20's early
+            # gradients by up to 1% against itself on one)
+            torch.set_num_threads(1)
             opt.zero_grad()
-            logits = forward(params, torch.tensor(x))  # [B, C], or [B, T, C]: a label per token
+            logits = forward(params, torch.tensor(x, dtype=dtype))  # [B, C] or [B, T, C]
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                    torch.tensor(y).reshape(-1).long(), label_smoothing=smoothing)
             loss.backward()
@@ -437,3 +443,64 @@ def test_gpt_two_blocks_token_loss_five_sgd_steps(tmp_path):
         return dense(ln(h, 16), 17)
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.5"], shapes, forward,
         text_batches(40, 8, 24), 0.5, absolute=("attention_3/key/bias", "attention_10/key/bias"))
+
+
+def resnet20_names():
+    """ResNet-20's parameters in examples/resnet20_cifar10.yaml's layer order (3 repeats
+    unrolled): conv2d_i/kernel, batch_norm_i/gamma and beta, dense_71/kernel and bias; and the
+    blocks as (first layer, stride, projection layer or None, shortcut input layer)."""
+    blocks, i = [], 3
+    for stage, filters in enumerate((16, 32, 64)):
+        for b in range(3):
+            first = stage > 0 and b == 0
+            blocks.append((i, 2 if first else 1, i + 5 if first else None, filters))
+            i += 9 if first else 7
+    shapes = [("conv2d_0/kernel", (3, 3, 3, 16)), ("batch_norm_1/gamma", (16,)),
+              ("batch_norm_1/beta", (16,))]
+    cin = 16
+    for first, stride, proj, f in blocks:
+        shapes += [(f"conv2d_{first}/kernel", (3, 3, cin, f)), (f"batch_norm_{first + 1}/gamma", (f,)),
+                   (f"batch_norm_{first + 1}/beta", (f,)), (f"conv2d_{first + 3}/kernel", (3, 3, f, f)),
+                   (f"batch_norm_{first + 4}/gamma", (f,)), (f"batch_norm_{first + 4}/beta", (f,))]
+        if proj:
+            shapes += [(f"conv2d_{proj}/kernel", (1, 1, cin, f)),
+                       (f"batch_norm_{proj + 1}/gamma", (f,)), (f"batch_norm_{proj + 1}/beta", (f,))]
+        cin = f
+    return shapes + [("dense_71/kernel", (64, 10)), ("dense_71/bias", (10,))], blocks
+
+
+def test_resnet20_five_sgd_steps(tmp_path):
+    """ResNet-20 as the example writes it (batch norm on the batch's statistics, TensorFlow's SAME
+    padding of strided convolutions, 1x1 projections) trains as its PyTorch twin does. The twin
+    runs in float64: Debian's PyTorch 1.13 in float32 is 1-3% off its own float64 on the early
+    layers' gradients here, where ctrain's float32 is within 1e-5 of it."""
+    text = open(os.path.join(ROOT, "examples", "resnet20_cifar10.yaml")).read()
+    job = job_file(tmp_path, "seed: 3\n" + text[text.index("model:"):text.index("loss:")])
+    shapes, blocks = resnet20_names()
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((8, 32, 32, 3), np.float32), rng.integers(0, 10, 8).astype(np.int32))
+               for _ in range(5)]
+
+    def conv(h, p, i, stride):
+        w = p[f"conv2d_{i}/kernel"].permute(3, 2, 0, 1)
+        if w.shape[-1] == 1:
+            return F.conv2d(h, w, stride=stride)
+        if stride == 2:  # TensorFlow's SAME on an even grid: the extra row and column at the end
+            return F.conv2d(F.pad(h, (0, 1, 0, 1)), w, stride=2)
+        return F.conv2d(h, w, padding=1)
+
+    def bn(h, p, i):
+        return F.batch_norm(h, None, None, p[f"batch_norm_{i}/gamma"], p[f"batch_norm_{i}/beta"],
+                            training=True, eps=1e-3)
+
+    def forward(p, xb):
+        h = torch.relu(bn(conv(xb.permute(0, 3, 1, 2), p, 0, 1), p, 1))
+        for first, stride, proj, _ in blocks:
+            r = torch.relu(bn(conv(h, p, first, stride), p, first + 1))
+            r = bn(conv(r, p, first + 3, 1), p, first + 4)
+            short = bn(conv(h, p, proj, 2), p, proj + 1) if proj else h
+            h = torch.relu(short + r)
+        return h.mean((2, 3)) @ p["dense_71/kernel"] + p["dense_71/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.003", "optimizer.momentum=0",
+                   "optimizer.schedule.type=constant", "optimizer.schedule.warmup_steps=0"],
+        shapes, forward, batches, 0.003, dtype=torch.float64)

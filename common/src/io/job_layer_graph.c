@@ -4,17 +4,19 @@
  * construction, and a name that is not (yet) known gets one line naming the file, the line and
  * the key.
  *
- * A repeated block is unrolled as it is read. Inside repetition k a name is stored as "name#k"
- * and looked up there first, so each repetition's names are its own, and `block_input` names
- * the output the repetition starts from (the layer before the block, or the last repetition). */
+ * A repeated block is unrolled as it is read. Inside repetition k of the block whose first layer
+ * is b a name is stored as "name#b.k" and looked up there first, so each repetition's names are its
+ * own, and `block_input` names the output the repetition starts from (the layer before the block,
+ * or the last repetition). The repeat's own `name` names its output (the last repetition's last
+ * layer) for the layers after it. */
 #include <stdio.h>
 #include <string.h>
 
 #include "io/job_read.h"
 
-#define REPEAT_MAX_NAME (CT_LAYER_NAME_MAX - 5) /* room for "#k" up to k = 999 */
+#define REPEAT_MAX_NAME (CT_LAYER_NAME_MAX - 9) /* room for "#b.k": b < 256, k < 1000 */
 
-static const char *const repeat_keys[] = {"times", "layers", NULL};
+static const char *const repeat_keys[] = {"times", "layers", "name", NULL};
 
 /* The index of the layer named `name` among layers [0, n) (-1: the model input), or -2; inside a
  * repetition, its own "name#k" first. */
@@ -27,7 +29,7 @@ static int find_name(const ct__job_reader *r, const ct_layer_spec *layers, int n
     if (r->rep >= 0 && strcmp(name, "block_input") == 0) {
         return r->block_input;
     }
-    snprintf(scoped, sizeof scoped, "%s#%d", name, r->rep);
+    snprintf(scoped, sizeof scoped, "%s#%d.%d", name, r->block_first, r->rep);
     for (int pass = r->rep >= 0 ? 0 : 1; pass < 2; pass++) {
         for (int k = 0; k < n; k++) {
             if (strcmp(layers[k].name, pass == 0 ? scoped : name) == 0) {
@@ -55,7 +57,8 @@ static void read_name(const ct__job_section *s, ct_layer_spec *layers, int i) {
         return;
     }
     if (s->r->rep >= 0) {
-        snprintf(layers[i].name, sizeof layers[i].name, "%s#%d", v->text, s->r->rep);
+        snprintf(layers[i].name, sizeof layers[i].name, "%s#%d.%d", v->text, s->r->block_first,
+                 s->r->rep);
     } else {
         snprintf(layers[i].name, sizeof layers[i].name, "%s", v->text);
     }
@@ -133,6 +136,8 @@ static void read_repeat(ct__job_reader *r, const ct__yaml_node *item, const char
                      (long long)*n + (long long)times * (long long)block->n, CT_JOB_MAX_LAYERS);
         return;
     }
+    const int first = *n;
+    r->block_first = first;
     for (int k = 0; k < times && r->status == CT_OK; k++) {
         r->rep = k;
         r->block_input = *n - 1;
@@ -147,6 +152,10 @@ static void read_repeat(ct__job_reader *r, const ct__yaml_node *item, const char
         }
     }
     r->rep = -1;
+    if (r->status == CT_OK && *n > first && ct__job_sec_get(&s, "name", key)) {
+        layers[*n - 1].name[0] = '\0'; /* `name` names the block's output, its last layer */
+        read_name(&s, layers, *n - 1);
+    }
 }
 
 int ct__job_read_layer_list(ct__job_reader *r, const ct__yaml_node *list, ct_layer_spec *layers,

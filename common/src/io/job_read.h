@@ -27,9 +27,9 @@ typedef struct ct__job_reader {
     const char *file; /* name used in messages */
     ct_err *err;
     ct_status status; /* sticky: the first error */
-    /* model.layers: inside a `repeat` block, the repetition being read (-1: none) and the layer
-     * its `block_input` names (-1: the model input) */
-    int rep, block_input;
+    /* model.layers: inside a `repeat` block, the repetition being read (-1: none), the layer its
+     * `block_input` names (-1: the model input) and the block's first layer (its names' scope) */
+    int rep, block_input, block_first;
 } ct__job_reader;
 
 /* A mapping being read (NULL map: absent or empty) with its dotted path and the line that
