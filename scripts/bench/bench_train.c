@@ -2,8 +2,10 @@
  * and the GEMM floors of the MLP (the same forward and weight-gradient GEMMs in the same BLAS, and
  * the forward GEMMs alone), measured in the same run. Prints one JSON object per measurement for
  * compare.py.
- *   bench_train JOB BATCH [--iters N] [--reps N] [--set k=v ...]   (threads: --set train.threads=1)
+ *   bench_train JOB BATCH [--iters N] [--reps N] [--warmup N] [--set k=v ...]
+ *   (threads: --set train.threads=1)
  * --iters: steps per round (default 200000 / BATCH, at least 20; 10 for convolutional models);
+ * --warmup: untimed steps first (default iters / 4 + 1; the adaptive executor settles in them);
  * --reps: rounds (default 7). train_step_rounds_s lists every round's seconds per step, so a
  * driver can take the median as well as the best (peers.py); solo_steps_per_round, how many of
  * each round's steps the adaptive executor ran on one thread (graph/exec_adapt.c). */
@@ -39,9 +41,11 @@ static int64_t solo_runs(void *user) {
 
 /* Seconds per call of fn(user): the fastest of `reps` rounds of `iters` calls, after a warm-up.
  * The minimum is the estimate least disturbed by other load on a shared machine. */
+static int warmup_steps = -1; /* --warmup N; -1: iters / 4 + 1 */
+
 static double best_time(void (*fn)(void *), void *user, int iters, int reps, double *ret_rounds,
                         int64_t *ret_solo) {
-    for (int w = 0; w < iters / 4 + 1; w++) {
+    for (int w = 0; w < (warmup_steps >= 0 ? warmup_steps : iters / 4 + 1); w++) {
         fn(user);
     }
     double best = 1e30;
@@ -125,6 +129,8 @@ int main(int argc, char **argv) {
             iters_flag = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--reps") == 0) {
             reps = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--warmup") == 0) {
+            warmup_steps = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--set") == 0 && n_sets < 32) {
             sets[n_sets++] = argv[i + 1];
         } else {

@@ -39,7 +39,9 @@ Sections:
           rate of ctrain's GEMM library (bench_gemm_rate, 1024^3), measured in each round.
   gpt     the GPT example's training step (examples/gpt_fortunes.yaml: 4 pre-norm Transformer
           blocks, d_model 256, 4 causal heads, GELU-tanh MLP of 1024, context 128, 256 byte
-          values), batch 16, 2 threads, random token ids: ctrain bench_train, torch eager and
+          values), batch 16, 2 threads, random token ids: ctrain bench_train (a fresh process
+          each round: 8 untimed steps first, where the adaptive executor settles; the peers'
+          workers stay warm), torch eager and
           torch.compile (the same model with F.scaled_dot_product_attention, AdamW), a Keras 3
           tf.function step (MultiHeadAttention with the causal mask, exact GELU, AdamW). Ratios
           peer / ctrain, and step / FLOP floor: the GEMM multiply-adds of every token (q, k, v,
@@ -80,7 +82,7 @@ PEER_PACKAGES = ["tensorflow-cpu==2.21.*", "torch==2.15.*", "numpy"]
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
-SECTIONS = ("seed", "mlp", "cnn", "gpt", "attention", "loaded")
+SECTIONS = ("seed", "mlp", "cnn", "attention", "gpt", "loaded")
 GPT_JOB = os.path.join(ROOT, "examples", "gpt_fortunes.yaml")
 GPT = {"d": 256, "heads": 4, "layers": 4, "t": 128, "vocab": 256, "ff": 1024}
 CAP_S = 15.0  # a peer's measurement stops after this long (a contended host can make one crawl)
@@ -260,10 +262,11 @@ def ctrain_epochs(batch, threads, run_dir):
     return rates
 
 
-def run_bench_train(job, batch, threads, iters, reps):
-    """bench_train on a job: seconds per step of each of `reps` rounds of `iters` steps."""
+def run_bench_train(job, batch, threads, iters, reps, warmup=None):
+    """bench_train on a job: seconds per step of each of `reps` rounds of `iters` steps (after
+    `warmup` untimed ones; default bench_train's)."""
     args = [binary("scripts/bench/bench_train"), job, str(batch), "--iters", str(iters),
-            "--reps", str(reps)]
+            "--reps", str(reps)] + (["--warmup", str(warmup)] if warmup else [])
     if threads:
         args += ["--set", f"train.threads={threads}"]
     return last_json(run_binary(args, threads))["train_step_rounds_s"]
@@ -592,7 +595,7 @@ def section_gpt(ctx):
     for _ in ctx.rounds_of("gpt"):
         rate.add(lambda: gemm_rate()[0])
         s["ctrain"].add(lambda: run_bench_train(GPT_JOB, batch, threads, ctx.gpt_iters,
-                                                ctx.gpt_reps))
+                                                ctx.gpt_reps, warmup=8))
         for name, fw, op, extra in GPT_PEERS:
             pause()
             s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch, iters=ctx.gpt_iters,
