@@ -40,7 +40,8 @@ Sections:
   gpt     the GPT example's training step (examples/gpt_fortunes.yaml: 4 pre-norm Transformer
           blocks, d_model 256, 4 causal heads, GELU-tanh MLP of 1024, context 128, 256 byte
           values), batch 16, 2 threads, random token ids: ctrain bench_train (a fresh process
-          each round: 8 untimed steps first, where the adaptive executor settles; the peers'
+          each round: 24 untimed steps first, where the adaptive executor settles (it runs the
+          first 10-20 steps of a fresh process on one thread here); the peers'
           workers stay warm), torch eager and
           torch.compile (the same model with F.scaled_dot_product_attention, AdamW), a Keras 3
           tf.function step (MultiHeadAttention with the causal mask, exact GELU, AdamW). Ratios
@@ -595,7 +596,7 @@ def section_gpt(ctx):
     for _ in ctx.rounds_of("gpt"):
         rate.add(lambda: gemm_rate()[0])
         s["ctrain"].add(lambda: run_bench_train(GPT_JOB, batch, threads, ctx.gpt_iters,
-                                                ctx.gpt_reps, warmup=8))
+                                                ctx.gpt_reps, warmup=24))
         for name, fw, op, extra in GPT_PEERS:
             pause()
             s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch, iters=ctx.gpt_iters,
