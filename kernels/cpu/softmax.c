@@ -2,6 +2,7 @@
  * softmax cross-entropy with sparse labels (mean over the batch; probabilities saved in aux for
  * the backward pass). Row maxima are subtracted for stability. */
 #include <math.h>
+#include <string.h>
 
 #include "graph/op_impl.h"
 
@@ -85,6 +86,11 @@ void ct__cpu_log_softmax_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in
     }
 }
 
+/* A label the forward node `n` ignores (attrs.i[1]: an ignore index is set, attrs.i[2] it). */
+static int ignored(const ct_node *n, int32_t label) {
+    return n->attrs.i[1] && label == (int32_t)n->attrs.i[2];
+}
+
 void ct__cpu_softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
     int64_t rows, cols;
@@ -92,10 +98,15 @@ void ct__cpu_softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     const int32_t *labels = CT__I32(&in[1]->out);
     const float eps = n->attrs.f[0]; /* label smoothing: (1 - eps) on the label, eps / C on all */
     double loss = 0.0;
+    int64_t counted = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = CT__F32(&in[0]->out) + r * cols;
         float lse = softmax_row(x, CT__F32(&n->aux) + r * cols, cols);
         int32_t label = labels[r];
+        if (ignored(n, label)) {
+            continue;
+        }
+        counted++;
         /* A label outside [0, classes) makes the loss NaN, which the trainer reports. */
         float row = (label >= 0 && label < cols) ? lse - x[label] : NAN;
         if (eps > 0.0f) { /* lse - (1 - eps) x_label - eps mean(x) */
@@ -107,7 +118,7 @@ void ct__cpu_softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
         }
         loss += (double)row;
     }
-    CT__F32(&n->out)[0] = rows ? (float)(loss / (double)rows) : 0.0f;
+    CT__F32(&n->out)[0] = counted ? (float)(loss / (double)counted) : 0.0f;
 }
 
 /* Inputs (dloss, forward node, labels): dlogits = (p - target) * dloss / batch, the target
@@ -119,22 +130,28 @@ void ct__cpu_softmax_xent_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *i
     const ct_node *fwd = in[1];
     int64_t rows, cols;
     rows_cols(&fwd->aux, &rows, &cols);
+    const int32_t *y = CT__I32(&in[2]->out);
+    int64_t counted = rows; /* with an ignore index, the rows it leaves (the node runs whole) */
+    for (int64_t r = 0; fwd->attrs.i[1] && r < rows; r++) {
+        counted -= ignored(fwd, y[r]);
+    }
     int64_t batch = ctx->loss_examples > 0 ? ctx->loss_examples
                     : n->attrs.i[0] > 0    ? n->attrs.i[0]
-                                           : rows;
+                                           : counted;
     float scale = CT__F32(&in[0]->out)[0] / (float)(batch ? batch : 1);
     const float *p = CT__F32(&fwd->aux);
     float *o = CT__F32(&n->out);
     for (int64_t i = 0; i < rows * cols; i++) {
         o[i] = p[i] * scale;
     }
-    const int32_t *y = CT__I32(&in[2]->out);
     const float eps = fwd->attrs.f[0], spread = scale * eps / (float)(cols ? cols : 1);
     for (int64_t i = 0; eps > 0.0f && i < rows * cols; i++) { /* label smoothing's eps / C */
         o[i] -= spread;
     }
     for (int64_t r = 0; r < rows; r++) {
-        if (y[r] >= 0 && y[r] < cols) {
+        if (ignored(fwd, y[r])) { /* no gradient at all */
+            memset(o + r * cols, 0, (size_t)cols * sizeof *o);
+        } else if (y[r] >= 0 && y[r] < cols) {
             o[r * cols + y[r]] -= scale * (1.0f - eps);
         }
     }

@@ -47,11 +47,12 @@ def rel_err(got, want):
 
 
 def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None, smoothing=0.0,
-        dtype=torch.float32):
+        dtype=torch.float32, ignore_index=-100):
     """absolute: parameters whose true gradient is 0 (an attention's key bias: softmax ignores a
     shift shared by every key), compared within 1e-6 absolute, not relative to their rounding.
     make_opt(params by name): the torch optimizer (default SGD at lr); smoothing: the loss's
-    label smoothing; dtype: the twin's (float64 where PyTorch's float32 is not exact enough)."""
+    label smoothing; dtype: the twin's (float64 where PyTorch's float32 is not exact enough);
+    ignore_index: PyTorch's (its default, -100)."""
     t = Trainer(os.path.join(ROOT, job), sets)
     try:
         params = {n: torch.tensor(t.get(n, s), dtype=dtype, requires_grad=True)
@@ -67,7 +68,8 @@ def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=Non
             opt.zero_grad()
             logits = forward(params, torch.tensor(x, dtype=dtype))  # [B, C] or [B, T, C]
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                   torch.tensor(y).reshape(-1).long(), label_smoothing=smoothing)
+                                   torch.tensor(y).reshape(-1).long(), label_smoothing=smoothing,
+                                   ignore_index=ignore_index)
             loss.backward()
             opt.step()
             theirs = float(loss)
@@ -93,6 +95,18 @@ def mlp_forward(p, xb):
 def test_mlp_five_sgd_steps():
     run("examples/fashion_mnist_mlp.yaml", MLP_SETS, MLP_SHAPES, mlp_forward, batches_of(300, 60),
         0.1)
+
+
+def test_ignore_index_five_sgd_steps():
+    """loss: {ignore_index: -100}: labels of -100 add nothing and the mean is over the others, as
+    PyTorch's cross_entropy(ignore_index=-100)."""
+    batches = batches_of(300, 60)
+    for k, (x, y) in enumerate(batches):
+        y = y.copy()
+        y[k % 3::3] = -100  # a third of each batch ignored
+        batches[k] = (x, y)
+    sets = MLP_SETS + ["loss={type: sparse_categorical_crossentropy, ignore_index: -100}"]
+    run("examples/fashion_mnist_mlp.yaml", sets, MLP_SHAPES, mlp_forward, batches, 0.1)
 
 
 def test_label_smoothing_five_sgd_steps():

@@ -110,9 +110,16 @@ CT_API int ct_gelu_tanh(ct_graph *g, int x);
 CT_API int ct_softmax(ct_graph *g, int x);
 CT_API int ct_log_softmax(ct_graph *g, int x);
 CT_API int ct_softmax_xent(ct_graph *g, int logits, int labels);
-/* As ct_softmax_xent with label smoothing in [0, 1): the target is (1 - smoothing) on the label
- * and smoothing / classes on every class (PyTorch's cross_entropy(label_smoothing=...)). */
-CT_API int ct_softmax_xent_smoothed(ct_graph *g, int logits, int labels, float smoothing);
+/* The options of ct_softmax_xent_ex: label smoothing in [0, 1) (the target is (1 - smoothing)
+ * on the label and smoothing / classes on every class), and an ignored label value (rows with
+ * it add nothing, and the mean is over the others), as PyTorch's cross_entropy(label_smoothing,
+ * ignore_index). */
+typedef struct ct_xent_options {
+    float label_smoothing;
+    int has_ignore_index;
+    int32_t ignore_index;
+} ct_xent_options;
+CT_API int ct_softmax_xent_ex(ct_graph *g, int logits, int labels, const ct_xent_options *o);
 /* axes_mask: bit k set = reduce axis k (0 = all axes). */
 CT_API int ct_sum(ct_graph *g, int x, unsigned axes_mask, int keepdims);
 CT_API int ct_mean(ct_graph *g, int x, unsigned axes_mask, int keepdims);

@@ -111,7 +111,9 @@ typedef struct ct_model_spec {
     int layers_line;       /* line of model.layers, for errors about the whole stack */
     ct_loss_type loss;     /* loss: sparse_categorical_crossentropy (from logits) */
     float label_smoothing; /* loss.label_smoothing: in [0, 1); default 0 */
-    int metric_accuracy;   /* metrics: [accuracy] */
+    int has_ignore_index;  /* loss.ignore_index given: labels equal to it count for nothing */
+    int32_t ignore_index;
+    int metric_accuracy; /* metrics: [accuracy] */
 } ct_model_spec;
 
 typedef struct ct_model ct_model;

@@ -202,7 +202,8 @@ static void plan_examples(ct_graph *g, ct_exec *e, int i, split_ctx *s) {
 static int plan_xent(ct_graph *g, ct_exec *e, int i, split_ctx *s) {
     const ct_node *n = ct_graph_node(g, i);
     const ct_tensor *t = n->op == CT_OP_SOFTMAX_XENT ? &ct_graph_node(g, n->in[0])->out : &n->out;
-    if (t->shape.rank != 2) {
+    const ct_node *fwd = n->op == CT_OP_SOFTMAX_XENT ? n : ct_graph_node(g, n->in[1]);
+    if (t->shape.rank != 2 || fwd->attrs.i[1]) { /* an ignore index: the mean needs every row */
         return 0;
     }
     s->batch_rows = t->shape.dims[0];

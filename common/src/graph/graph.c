@@ -723,8 +723,9 @@ int ct_softmax_xent(ct_graph *g, int logits, int labels) {
     return ct__add2(g, CT_OP_SOFTMAX_XENT, logits, labels, NULL);
 }
 
-int ct_softmax_xent_smoothed(ct_graph *g, int logits, int labels, float smoothing) {
-    ct_attrs at = {.f = {smoothing}};
+int ct_softmax_xent_ex(ct_graph *g, int logits, int labels, const ct_xent_options *o) {
+    ct_attrs at = {.f = {o ? o->label_smoothing : 0.0f},
+                   .i = {0, o && o->has_ignore_index, o ? o->ignore_index : 0}};
     return ct__add2(g, CT_OP_SOFTMAX_XENT, logits, labels, &at);
 }
 

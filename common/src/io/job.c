@@ -378,7 +378,7 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
 
 /* loss: a name, or {type, label_smoothing}. */
 static void read_loss(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
-    static const char *const loss_keys[] = {"type", "label_smoothing", NULL};
+    static const char *const loss_keys[] = {"type", "label_smoothing", "ignore_index", NULL};
     char path[CT__JOB_KEY_CAP], type_path[CT__JOB_KEY_CAP];
     const ct__yaml_node *v = ct__job_sec_get(top, "loss", path);
     ct__job_section s;
@@ -392,6 +392,17 @@ static void read_loss(ct__job_reader *r, const ct__job_section *top, ct_job *job
     if (v && v->kind == CT__YAML_MAP) {
         ct__job_sec_float(&s, "label_smoothing", CT__JOB_UNIT_INTERVAL,
                           &job->model.label_smoothing);
+        const ct__yaml_node *ig = ct__job_sec_get(&s, "ignore_index", type_path);
+        int64_t value = 0;
+        if (ig) {
+            ct__job_read_i64(r, ig, type_path, INT64_MIN, INT32_MAX, &value);
+            if (r->status == CT_OK && value < INT32_MIN) {
+                ct__job_fail(r, ig->line, type_path, "must fit in 32 bits, got %lld",
+                             (long long)value);
+            }
+            job->model.has_ignore_index = 1;
+            job->model.ignore_index = (int32_t)value;
+        }
     }
     if (r->status == CT_OK && job->model.label_smoothing >= 1.0f) {
         ct__job_fail(r, ct__job_key_line(&s, "label_smoothing"), "loss.label_smoothing",

@@ -88,6 +88,9 @@ static void put_model(canon *c, const ct_model_spec *m) {
     if (m->label_smoothing > 0.0f) { /* a line only then: older identities stay */
         put(c, "loss.label_smoothing=%a\n", (double)m->label_smoothing);
     }
+    if (m->has_ignore_index) {
+        put(c, "loss.ignore_index=%d\n", (int)m->ignore_index);
+    }
 }
 
 static void put_optimizer(canon *c, const ct_optimizer_spec *o) {

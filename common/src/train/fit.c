@@ -115,6 +115,9 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
     }
     int32_t top = -1;
     for (int64_t i = 0; i < b->size * t->positions; i++) {
+        if (t->cfg.xent.has_ignore_index && b->y[i] == t->cfg.xent.ignore_index) {
+            continue; /* loss.ignore_index: a label that counts for nothing */
+        }
         if (b->y[i] < 0) {
             return ct_err_set(err, CT_EINVAL, "%s: batch %lld has the negative label %d",
                               t->cfg.path, (long long)b->index, b->y[i]);

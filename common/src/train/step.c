@@ -11,7 +11,8 @@
 
 static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
     for (int64_t i = 0; i < n * t->positions; i++) {
-        if (y[i] < 0 || y[i] >= t->classes) {
+        if ((y[i] < 0 || y[i] >= t->classes) &&
+            !(t->cfg.xent.has_ignore_index && y[i] == t->cfg.xent.ignore_index)) {
             return ct_err_set(err, CT_EINVAL,
                               "label %d of example %lld is outside [0, %lld): the model's last "
                               "layer needs at least %d units",

@@ -92,7 +92,7 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
         logits = ct_reshape(g, logits, 2, rows);
         labels = ct_reshape(g, labels, 1, rows);
     }
-    sg->loss = ct_softmax_xent_smoothed(g, logits, labels, t->cfg.label_smoothing);
+    sg->loss = ct_softmax_xent_ex(g, logits, labels, &t->cfg.xent);
     ct_graph_set_scope(g, "accuracy");
     sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, logits), labels), 0, 0);
     if (sg->training == 1 && sg->loss >= 0) {

@@ -40,7 +40,9 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
     snprintf(t->cfg.path, sizeof t->cfg.path, "%s", job->path);
     snprintf(t->cfg.run_dir, sizeof t->cfg.run_dir, "%s", job->run_dir);
     t->cfg.seed = job->seed;
-    t->cfg.label_smoothing = job->model.label_smoothing;
+    t->cfg.xent = (ct_xent_options){.label_smoothing = job->model.label_smoothing,
+                                    .has_ignore_index = job->model.has_ignore_index,
+                                    .ignore_index = job->model.ignore_index};
     t->cfg.input_rank = job->model.input_rank;
     memcpy(t->cfg.input_shape, job->model.input_shape, sizeof t->cfg.input_shape);
     t->cfg.train = *train;

@@ -36,7 +36,7 @@ typedef struct trainer_config {
     char path[CT_JOB_PATH_MAX];
     char run_dir[CT_JOB_PATH_MAX]; /* for logs.batch_labels */
     uint64_t seed;
-    float label_smoothing; /* loss.label_smoothing */
+    ct_xent_options xent; /* loss.label_smoothing and loss.ignore_index */
     int input_rank;
     int64_t input_shape[CT_JOB_MAX_RANK];
     ct_train_spec train;
