@@ -2,7 +2,8 @@
 repeated pre-norm Transformer block, the token-level loss. The done line reports the test
 perplexity (exp of test_loss) and tokens per second; the loss falls well below a uniform guess;
 a resumed run ends on the bits of a straight one; the same run under train.invariant gives the
-same bits standalone, on 2 mirrored ranks and with 2 sync parameter-server workers; `ctrain
+same bits standalone, on 2 mirrored ranks and with 2 sync parameter-server workers, and fed by
+the data service; `ctrain
 generate` continues a prompt, the same text for the same seed, and refuses a model that is not a
 causal byte-level one in one line."""
 import math
@@ -119,6 +120,15 @@ def test_invariant_bits_standalone_mirrored_and_parameter_servers(tmp_path):
         same, out = same_weights(ckpt(tmp_path / "one", 12),
                                  ckpt(tmp_path / name.replace(" ", "_"), 12))
         assert same, f"{name} differs from the standalone run:\n{out}"
+
+
+def test_the_data_service_feeds_a_label_per_position(tmp_path):
+    """Fed by a local data service (a dispatcher and a data worker), the GPT sees the same batches
+    of [16, 32] token labels and ends on the bits of the run that reads the text itself."""
+    train(tmp_path, tmp_path / "local", "--set", "train.max_steps=10")
+    train(tmp_path, tmp_path / "service", "--set", "train.max_steps=10", "--data-workers", "1")
+    same, out = same_weights(ckpt(tmp_path / "local", 10), ckpt(tmp_path / "service", 10))
+    assert same, out
 
 
 def test_one_thread_and_two_give_the_same_bits(tmp_path):

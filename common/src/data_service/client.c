@@ -200,9 +200,11 @@ static void on_batch(ct__dsvc_client *c, ct__msg *m) {
     for (size_t d = 0; b && d < b->n_x_dims; d++) {
         per *= b->x_dims[d];
     }
+    const int64_t labels = b && b->labels_per_example > 1 ? b->labels_per_example : 1;
     if (b == NULL || m->n_frames != 2 || b->size < 0 || b->n_x_dims > CT_MAX_DIMS - 1 ||
+        b->labels_per_example < 0 ||
         zmq_msg_size(&m->frames[0]) != sizeof(float) * (size_t)(b->size * per) ||
-        zmq_msg_size(&m->frames[1]) != sizeof(int32_t) * (size_t)b->size) {
+        zmq_msg_size(&m->frames[1]) != sizeof(int32_t) * (size_t)(b->size * labels)) {
         ct_log(CT_LOG_WARN, "data service: %s: dropped a malformed DS_BATCH", c->name);
         return;
     }
@@ -212,7 +214,7 @@ static void on_batch(ct__dsvc_client *c, ct__msg *m) {
     for (size_t d = 0; d < b->n_x_dims; d++) {
         xs.dims[1 + d] = b->x_dims[d];
     }
-    ct_shape ys = {.rank = 1, .dims = {b->size}};
+    ct_shape ys = {.rank = labels > 1 ? 2 : 1, .dims = {b->size, labels}}; /* [b] or [b, T] */
     if (ct__element_alloc_uninit(&batch, 0, CT_F32, &xs) != CT_OK ||
         ct__element_alloc_uninit(&batch, 1, CT_I32, &ys) != CT_OK) {
         ct_element_clear(&batch); /* out of memory: the re-seek will ask again */

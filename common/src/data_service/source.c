@@ -105,7 +105,7 @@ ct_status ct__dataset_service(ct__dsvc_client *c, const ct_job *job, ct_dataset 
         spec.v[0].dims[1 + d] = job->model.input_shape[d];
     }
     spec.v[1].dtype = CT_I32;
-    spec.v[1].rank = 1;
+    spec.v[1].rank = 1; /* [b], or [b, T] for a label per position: batches say which */
     spec.v[1].dims[0] = -1;
     ds->spec = spec;
     *ret = ds;
