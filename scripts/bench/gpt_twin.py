@@ -7,7 +7,7 @@ loss (nats per byte; the twin evaluates on the same windows) and the training ti
 
 ctrain runs `ctrain train examples/gpt_fortunes.yaml --set train.max_steps=N`; the twin is the
 model of scripts/bench/peers.py's gpt section (PyTorch 2.15 from build-peers-venv/, made by
-`scripts/bench/peers.py --setup`) with AdamW (lr 1e-3, weight decay 0.01, eps 1e-7 as ctrain's),
+`scripts/bench/peers.py --setup`, imported from there) with AdamW (lr 1e-3, weight decay 0.01, eps 1e-7 as ctrain's),
 batch 16, windows of 128 bytes every 128 from the first 95% of the text, the last 5% for
 validation. One after the other, not at once: each gets both cores."""
 import argparse
@@ -50,11 +50,11 @@ TWIN = r'''
 import json, sys, time, math
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-steps, threads, files = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-torch.set_num_threads(threads)
-torch.manual_seed(42)
+steps, threads, files = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4:]
+sys.path.insert(0, sys.argv[3])
+import peers
+peer = peers.TorchPeer(threads)  # torch.set_num_threads(threads), seed 42
 data = np.frombuffer(b"".join(open(f, "rb").read() for f in files), np.uint8).astype(np.int64)
 cut = int(0.95 * len(data))
 def windows(a):
@@ -64,31 +64,8 @@ def windows(a):
     return w[:, :-1], w[:, 1:]
 xtr, ytr = windows(data[:cut])
 xva, yva = windows(data[cut:])
-D, H, T, V, FF = 256, 4, 128, 256, 1024
-class Block(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.ln1, s.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        s.qkv, s.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        s.fc, s.out = nn.Linear(D, FF), nn.Linear(FF, D)
-    def forward(s, x):
-        b = x.shape[0]
-        q, k, v = (z.view(b, T, H, D // H).transpose(1, 2) for z in s.qkv(s.ln1(x)).split(D, 2))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + s.proj(a.transpose(1, 2).reshape(b, T, D))
-        return x + s.out(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
-class Gpt(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.tok, s.pos = nn.Embedding(V, D), nn.Parameter(torch.randn(T, D) * 0.02)
-        s.blocks = nn.ModuleList(Block() for _ in range(4))
-        s.ln, s.head = nn.LayerNorm(D), nn.Linear(D, V)
-    def forward(s, i):
-        x = s.tok(i) + s.pos
-        for b in s.blocks:
-            x = b(x)
-        return s.head(s.ln(x))
-model = Gpt()
+V = 256
+model = peer._gpt()  # the model of peers.py's gpt section
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-7)
 perm, at, start = torch.randperm(len(xtr)), 0, time.time()
 for step in range(steps):
@@ -110,7 +87,8 @@ print(json.dumps({"test_loss": total / yva.numel(), "seconds": seconds, "torch":
 
 
 def run_twin(steps, threads):
-    r = subprocess.run([VENV_PY, "-c", TWIN, str(steps), str(threads), *job_files()],
+    r = subprocess.run([VENV_PY, "-c", TWIN, str(steps), str(threads),
+                        os.path.dirname(os.path.abspath(__file__)), *job_files()],
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"gpt_twin: the PyTorch twin failed: {r.stderr.strip()[-500:]}")
