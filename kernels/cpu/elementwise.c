@@ -96,6 +96,9 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
 #define CT__EWISE_SUB(EXPR) CT__BINARY_KERNEL(sub, EXPR)
 #define CT__EWISE_MUL(EXPR) CT__BINARY_KERNEL(mul, EXPR)
 #define CT__EWISE_DIV(EXPR) CT__BINARY_KERNEL(div, EXPR)
+#define CT__EWISE_POW(EXPR) CT__BINARY_KERNEL(pow, EXPR)
+#define CT__EWISE_MINIMUM(EXPR) CT__BINARY_KERNEL(minimum, EXPR)
+#define CT__EWISE_MAXIMUM(EXPR) CT__BINARY_KERNEL(maximum, EXPR)
 
 /* out = f(x) over the whole tensor; accumulating nodes add into out. */
 #define CT__UNARY_KERNEL(name, EXPR)                                                               \
@@ -113,6 +116,7 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
     }
 
 #define CT__EWISE_SCALE(EXPR) CT__UNARY_KERNEL(scale, EXPR)
+#define CT__EWISE_STEP(EXPR) CT__UNARY_KERNEL(step, EXPR)
 #define CT__EWISE_RELU(EXPR) CT__UNARY_KERNEL(relu, EXPR)
 #define CT__EWISE_GELU(EXPR) CT__UNARY_KERNEL(gelu, EXPR)
 #define CT__EWISE_SIGMOID(EXPR) CT__UNARY_KERNEL(sigmoid, EXPR)
@@ -172,3 +176,32 @@ void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
 
 /* Every kernel of the fusable list, from the one list of formulas. */
 CT__EWISE_LIST(CT__EWISE_OF)
+
+/* where: out = c != 0 ? a : b over the broadcast shape of the three. */
+void ct__cpu_where(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const ct_shape *so = &n->out.shape;
+    const float *v[3];
+    int64_t str[3][CT_MAX_DIMS], at[3] = {0}, idx[CT_MAX_DIMS] = {0};
+    for (int k = 0; k < 3; k++) {
+        v[k] = CT__F32(&in[k]->out);
+        broadcast_strides(&in[k]->out.shape, so, str[k]);
+    }
+    float *restrict o = CT__F32(&n->out);
+    int64_t total = ct_shape_numel(so);
+    for (int64_t i = 0; i < total; i++) {
+        o[i] = v[0][at[0]] != 0.0f ? v[1][at[1]] : v[2][at[2]];
+        for (int d = so->rank - 1; d >= 0; d--) {
+            for (int k = 0; k < 3; k++) {
+                at[k] += str[k][d];
+            }
+            if (++idx[d] < so->dims[d]) {
+                break;
+            }
+            for (int k = 0; k < 3; k++) {
+                at[k] -= str[k][d] * so->dims[d];
+            }
+            idx[d] = 0;
+        }
+    }
+}

@@ -96,6 +96,59 @@ def test_broadcast_arith(op, sa, sb):
     check(op, [a, b], lambda g, x, y: g.op(op, x, y), fn)
 
 
+@pytest.mark.parametrize("op", ["pow", "minimum", "maximum"])
+@pytest.mark.parametrize("sa,sb", [((4, 5), (4, 5)), ((4, 5), (5,)), ((3, 1, 5), (4, 1)),
+                                   ((4, 5), (1,))])
+def test_pow_minimum_maximum(op, sa, sb):
+    lo = 0.3 if op == "pow" else -1.0
+    a, b = U(*sa, lo=lo, hi=2.0), U(*sb, lo=-1.5, hi=2.0)
+    fn = {"pow": torch.pow, "minimum": torch.minimum, "maximum": torch.maximum}[op]
+    check(op, [a, b], lambda g, x, y: g.op(op, x, y), fn)
+
+
+@pytest.mark.parametrize("op", ["minimum", "maximum"])
+def test_minimum_maximum_ties(op):
+    """Ties send half the gradient each way, as PyTorch does; NaN wins."""
+    a = np.array([[1.0, 2.0, -3.0, 0.5], [np.nan, 4.0, 4.0, -1.0]], np.float32)
+    b = np.array([[1.0, 1.5, -3.0, 0.7], [0.0, np.nan, 4.0, -1.0]], np.float32)
+    fn = {"minimum": torch.minimum, "maximum": torch.maximum}[op]
+    g = Graph()
+    try:
+        x, y = g.variable(a), g.variable(b)
+        out = g.op(op, x, y)
+        ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        want = fn(ta, tb)
+        np.testing.assert_array_equal(g.value(out), want.detach().numpy())
+        gx, gy = g.gradients(g.op("sum", out, 0, 0), [x, y])
+        want.sum().backward()
+        ok = ~np.isnan(a) & ~np.isnan(b)  # PyTorch sends a NaN's gradient either way
+        np.testing.assert_array_equal(g.value(gx)[ok], ta.grad.numpy()[ok])
+        np.testing.assert_array_equal(g.value(gy)[ok], tb.grad.numpy()[ok])
+    finally:
+        g.close()
+
+
+@pytest.mark.parametrize("sc,sa,sb", [((4, 5), (4, 5), (4, 5)), ((4, 1), (5,), (4, 5)),
+                                      ((5,), (3, 4, 5), (1,))])
+def test_where(sc, sa, sb):
+    cond = (rng.uniform(0, 1, sc) < 0.5).astype(np.float32)
+    a, b = U(*sa), U(*sb)
+    g = Graph()
+    try:
+        c, x, y = g.constant(cond), g.variable(a), g.variable(b)
+        out = g.op("where", c, x, y)
+        ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        want = torch.where(torch.tensor(cond) != 0, ta, tb)
+        close("where forward", g.value(out), want)
+        w = U(*want.shape)
+        gx, gy = g.gradients(g.op("sum", g.op("mul", out, g.constant(w)), 0, 0), [x, y])
+        (want * torch.tensor(w)).sum().backward()
+        close("where grad a", g.value(gx), ta.grad)
+        close("where grad b", g.value(gy), tb.grad)
+    finally:
+        g.close()
+
+
 @pytest.mark.parametrize("op,fn", [
     ("relu", torch.relu), ("gelu", F.gelu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
     ("softmax", lambda x: torch.softmax(x, -1)), ("log_softmax", lambda x: F.log_softmax(x, -1)),

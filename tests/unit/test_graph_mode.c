@@ -410,7 +410,7 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
     int steps = 6 + (int)draw(&r, 18);
     for (int s = 0; s < steps && n < POOL; s++) {
         int a = pool[draw(&r, (uint32_t)n)], b = pool[draw(&r, (uint32_t)n)], y = -1;
-        switch (draw(&r, 22)) {
+        switch (draw(&r, 25)) {
         case 0:
             y = ct_add(g, a, b);
             break;
@@ -474,6 +474,15 @@ static int build_random(ct_graph *g, uint64_t seed, float *x0, float *x1, float 
             break;
         case 20:
             y = ct_rms_norm(g, ct_add(g, a, b), ct_constant(g, CT_F32, &S(RS), cvals), 1e-3f);
+            break;
+        case 21: /* a clamp */
+            y = ct_maximum(g, ct_minimum(g, a, ct_scalar(g, 0.5f)), b);
+            break;
+        case 22:
+            y = ct_pow(g, ct_add(g, ct_abs(g, a), ct_scalar(g, 0.5f)), ct_tanh(g, b));
+            break;
+        case 23: /* a where of a sign */
+            y = ct_where(g, ct_relu(g, a), b, ct_scale(g, a, 0.25f));
             break;
         default: /* constant arithmetic (folded) mixed in */
             y = ct_mul(g, a, ct_add(g, ct_scalar(g, 0.5f), ct_scalar(g, 0.25f)));

@@ -222,6 +222,34 @@ Test(ops, broadcast_arith_grads) {
     }
 }
 
+/* pow (positive bases, so d/db exists), minimum and maximum (random values: no ties) */
+Test(ops, pow_minimum_maximum_grads) {
+    ct_shape pairs[][2] = {
+        {S(3, 4), S(3, 4)}, {S(3, 4), S(4)}, {S(3, 1), S(1, 4)}, {S(3, 4), S(1)}};
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        check_op(CT_OP_POW, (ct_attrs){0}, 2, pairs[p], 0.5f, 2.0f, 0);
+        check_op(CT_OP_MINIMUM, (ct_attrs){0}, 2, pairs[p], 0, 0, 1);
+        check_op(CT_OP_MAXIMUM, (ct_attrs){0}, 2, pairs[p], 0, 0, 1);
+    }
+}
+
+/* where: a condition of zeros and ones (not checked: it has no gradient), broadcast operands. */
+Test(ops, where_grads) {
+    float c[12], a[12], b[4];
+    for (int i = 0; i < 12; i++) {
+        c[i] = (float)((i * 7) % 3 == 0);
+    }
+    gc_fill_uniform(a, 12, -1, 1, 3);
+    gc_fill_uniform(b, 4, -1, 1, 4);
+    gc_input in[3] = {{.shape = S(3, 4), .dtype = CT_F32, .value = c},
+                      {.shape = S(3, 4), .dtype = CT_F32, .value = a, .check = 1},
+                      {.shape = S(4), .dtype = CT_F32, .value = b, .check = 1}};
+    case_ctx cc = {.op = CT_OP_WHERE, .n_in = 3};
+    char msg[256];
+    double e = gradcheck(build_generic, &cc, 3, in, 1e-2f, TOL_ATOL, TOL_RTOL, msg, sizeof msg);
+    cr_expect(e <= 1.0, "where: error %.3g: %s", e, msg);
+}
+
 Test(ops, unary_grads) {
     ct_shape s[1] = {S(3, 7)};
     check_op(CT_OP_SCALE, (ct_attrs){.f = {-2.5f}}, 1, s, -1, 1, 0);

@@ -93,6 +93,13 @@ CT_API int ct_add(ct_graph *g, int a, int b);
 CT_API int ct_sub(ct_graph *g, int a, int b);
 CT_API int ct_mul(ct_graph *g, int a, int b);
 CT_API int ct_div(ct_graph *g, int a, int b);
+/* a^b (the gradient for b needs a > 0), elementwise minimum and maximum (NaN wins; a tie sends
+ * half the gradient to each side, as PyTorch's), and where: cond != 0 ? a : b, cond f32 (as
+ * ct_equal makes it). All broadcast as numpy does. */
+CT_API int ct_pow(ct_graph *g, int a, int b);
+CT_API int ct_minimum(ct_graph *g, int a, int b);
+CT_API int ct_maximum(ct_graph *g, int a, int b);
+CT_API int ct_where(ct_graph *g, int cond, int a, int b);
 CT_API int ct_scale(ct_graph *g, int x, float alpha);
 CT_API int ct_relu(ct_graph *g, int x);
 CT_API int ct_gelu(ct_graph *g, int x);

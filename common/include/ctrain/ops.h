@@ -29,7 +29,12 @@
     X(SUB, sub, 1)                                                                                 \
     X(MUL, mul, 1)                                                                                 \
     X(DIV, div, 1)                                                                                 \
-    X(SCALE, scale, 1) /* f0: alpha; out = alpha * x */                                            \
+    X(SCALE, scale, 1)     /* f0: alpha; out = alpha * x */                                        \
+    X(POW, pow, 1)         /* a^b; d/db is for a > 0 */                                            \
+    X(MINIMUM, minimum, 1) /* NaN wins; a tie's gradient is split in halves, as PyTorch's */       \
+    X(MAXIMUM, maximum, 1)                                                                         \
+    X(WHERE, where, 1) /* (cond f32, a, b): cond != 0 ? a : b, the three broadcast */              \
+    X(STEP, step, 0)   /* x > 0: 1, x == 0: 0.5, else 0 (the gradients of minimum, maximum) */     \
     /* activations and their gradients (grad ops take dy and the forward output or input) */       \
     X(RELU, relu, 1)                                                                               \
     X(GELU, gelu, 1) /* exact (erf) form */                                                        \

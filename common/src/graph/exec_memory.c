@@ -140,6 +140,10 @@ int ct__exec_in_place_ok(const ct_node *n, const ct_node *x) {
     case CT_OP_SUB:
     case CT_OP_MUL:
     case CT_OP_DIV:
+    case CT_OP_POW:
+    case CT_OP_MINIMUM:
+    case CT_OP_MAXIMUM:
+    case CT_OP_STEP:
     case CT_OP_SCALE:
     case CT_OP_RELU:
     case CT_OP_SIGMOID:

@@ -306,7 +306,8 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
         }
     } else if (n->op == CT_OP_FUSED || ct__exec_in_place_ok(n, ct_graph_node(g, n->in[0])) ||
                n->op == CT_OP_ADD || n->op == CT_OP_SUB || n->op == CT_OP_MUL ||
-               n->op == CT_OP_DIV) {
+               n->op == CT_OP_DIV || n->op == CT_OP_POW || n->op == CT_OP_MINIMUM ||
+               n->op == CT_OP_MAXIMUM) {
         if (!plan_elementwise(g, e, i, &s)) {
             return 1;
         }

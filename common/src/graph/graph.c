@@ -662,6 +662,22 @@ int ct_div(ct_graph *g, int a, int b) {
     return ct__add2(g, CT_OP_DIV, a, b, NULL);
 }
 
+int ct_pow(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_POW, a, b, NULL);
+}
+
+int ct_minimum(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_MINIMUM, a, b, NULL);
+}
+
+int ct_maximum(ct_graph *g, int a, int b) {
+    return ct__add2(g, CT_OP_MAXIMUM, a, b, NULL);
+}
+
+int ct_where(ct_graph *g, int cond, int a, int b) {
+    return ct__add3(g, CT_OP_WHERE, cond, a, b, NULL);
+}
+
 int ct_scale(ct_graph *g, int x, float alpha) {
     ct_attrs at = {.f = {alpha}};
     return ct__add1(g, CT_OP_SCALE, x, &at);

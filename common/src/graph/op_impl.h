@@ -156,6 +156,10 @@ static inline float ct__gelu_tanh_grad(float x) {
     X(MUL, 2, x *y)                                                                                \
     X(DIV, 2, x / y)                                                                               \
     X(SCALE, 1, alpha *x)                                                                          \
+    X(POW, 2, powf(x, y))                                                                          \
+    X(MINIMUM, 2, (x < y || x != x) ? x : y)                                                       \
+    X(MAXIMUM, 2, (x > y || x != x) ? x : y)                                                       \
+    X(STEP, 1, x > 0.0f ? 1.0f : (x == 0.0f ? 0.5f : 0.0f))                                        \
     X(RELU, 1, x > 0.0f ? x : 0.0f)                                                                \
     X(GELU, 1, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))                                     \
     X(SIGMOID, 1, 1.0f / (1.0f + expf(-x)))                                                        \

@@ -1,4 +1,5 @@
-/* Shape inference and gradients of matmul, broadcasting arithmetic, reductions, argmax, equal. */
+/* Shape inference and gradients of matmul, broadcasting arithmetic (add, sub, mul, div, pow,
+ * minimum, maximum, where), reductions, argmax, equal. */
 #include "graph/op_impl.h"
 
 int ct__broadcast_shape(const ct_shape *a, const ct_shape *b, ct_shape *ret) {
@@ -96,6 +97,43 @@ int ct__shape_div(ct_graph *g, ct_node *n, ct_node *const *in) {
     return shape_binary(g, n, in);
 }
 
+int ct__shape_pow(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_binary(g, n, in);
+}
+int ct__shape_minimum(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_binary(g, n, in);
+}
+int ct__shape_maximum(ct_graph *g, ct_node *n, ct_node *const *in) {
+    return shape_binary(g, n, in);
+}
+int ct__shape_step(ct_graph *g, ct_node *n, ct_node *const *in) {
+    if (in[0]->out.dtype != CT_F32) {
+        return ct_graph_fail(g, CT_EINVAL, "step: input must be f32");
+    }
+    ct_tensor_set_shape(&n->out, CT_F32, &in[0]->out.shape);
+    return 0;
+}
+
+int ct__shape_where(ct_graph *g, ct_node *n, ct_node *const *in) {
+    ct_shape s;
+    char sc[96], sa[96], sb[96];
+    for (int k = 0; k < 3; k++) {
+        if (in[k]->out.dtype != CT_F32) {
+            return ct_graph_fail(g, CT_EINVAL,
+                                 "where: operand %d must be f32 (cond: nonzero is true)", k);
+        }
+    }
+    if (ct__broadcast_shape(&in[0]->out.shape, &in[1]->out.shape, &s) < 0 ||
+        ct__broadcast_shape(&s, &in[2]->out.shape, &s) < 0) {
+        return ct_graph_fail(g, CT_ESHAPE, "where: shapes %s, %s and %s do not broadcast",
+                             ct_shape_str(&in[0]->out.shape, sc, sizeof sc),
+                             ct_shape_str(&in[1]->out.shape, sa, sizeof sa),
+                             ct_shape_str(&in[2]->out.shape, sb, sizeof sb));
+    }
+    ct_tensor_set_shape(&n->out, CT_F32, &s);
+    return 0;
+}
+
 /* Sums dy down to the shape of node `like` when broadcasting widened it. */
 static int reduce_to(ct_graph *g, int dy, int like) {
     ct_shape sd = ct__shape_of(g, dy), sl = ct__shape_of(g, like);
@@ -127,6 +165,48 @@ void ct__grad_div(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
         int t = ct_mul(g, dy, ct_div(g, node, n.in[1]));
         ret_dx[1] = ct_scale(g, reduce_to(g, t, n.in[1]), -1.0f);
     }
+}
+
+void ct__grad_pow(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    ct_node n = *ct_graph_node(g, node);
+    int a = n.in[0], b = n.in[1];
+    if (need[0]) { /* b a^(b-1) */
+        int d = ct_mul(g, b, ct_pow(g, a, ct_sub(g, b, ct_scalar(g, 1.0f))));
+        ret_dx[0] = reduce_to(g, ct_mul(g, dy, d), a);
+    }
+    if (need[1]) { /* a^b ln a */
+        ret_dx[1] = reduce_to(g, ct_mul(g, dy, ct_mul(g, node, ct_ln(g, a))), b);
+    }
+}
+
+/* The gradients of maximum (sign 1) and minimum (sign -1): dy where a side wins, half on a tie. */
+static void grad_extremum(ct_graph *g, int node, int dy, const int *need, int *ret_dx, int sign) {
+    ct_node n = *ct_graph_node(g, node);
+    int a = n.in[0], b = n.in[1];
+    if (need[0]) {
+        int wins = ct__add1(g, CT_OP_STEP, sign > 0 ? ct_sub(g, a, b) : ct_sub(g, b, a), NULL);
+        ret_dx[0] = reduce_to(g, ct_mul(g, dy, wins), a);
+    }
+    if (need[1]) {
+        int wins = ct__add1(g, CT_OP_STEP, sign > 0 ? ct_sub(g, b, a) : ct_sub(g, a, b), NULL);
+        ret_dx[1] = reduce_to(g, ct_mul(g, dy, wins), b);
+    }
+}
+
+void ct__grad_maximum(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    grad_extremum(g, node, dy, need, ret_dx, 1);
+}
+
+void ct__grad_minimum(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    grad_extremum(g, node, dy, need, ret_dx, -1);
+}
+
+/* dy flows to the side the condition picked; the condition gets none. */
+void ct__grad_where(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    ct_node n = *ct_graph_node(g, node);
+    int c = n.in[0], zero = need[1] || need[2] ? ct_scalar(g, 0.0f) : -1;
+    ret_dx[1] = need[1] ? reduce_to(g, ct_where(g, c, dy, zero), n.in[1]) : -1;
+    ret_dx[2] = need[2] ? reduce_to(g, ct_where(g, c, zero, dy), n.in[2]) : -1;
 }
 
 /* Output shape of a reduction; `keep` receives the keepdims form. */
