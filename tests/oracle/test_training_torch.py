@@ -459,6 +459,57 @@ def test_gpt_two_blocks_token_loss_five_sgd_steps(tmp_path):
         text_batches(40, 8, 24), 0.5, absolute=("attention_3/key/bias", "attention_10/key/bias"))
 
 
+TIED_JOB = """seed: 14
+model:
+  input_shape: [16]
+  layers:
+    - embedding: {input_dim: 256, output_dim: 24, name: tok}
+    - dense: {units: 64, use_bias: false}
+    - split: {parts: 2, name: gv}
+    - activation: {function: silu, inputs: gv.0, name: g}
+    - multiply: {inputs: [g, gv.1]}
+    - dense: {units: 24, name: down}
+    - transpose: {perm: [1, 0]}
+    - dense: {units: 16}
+    - transpose: {perm: [1, 0], name: mixed}
+    - subtract: {inputs: [mixed, down], name: diff}
+    - maximum: {inputs: [diff, down]}
+    - dense: {units: 24, activation: tanh, name: twice}
+    - dense: {units: 24, activation: tanh, share: twice}
+    - layer_norm: {epsilon: 1.0e-5}
+    - dense: {units: 256, share: tok}
+"""
+
+
+def test_tied_embeddings_shared_layer_split_transpose_five_sgd_steps(tmp_path):
+    """Output logits through the embedding table transposed (tied), a dense layer applied twice
+    with one set of weights, SwiGLU through a split, mixing across positions between two
+    transposes, subtract and maximum: five SGD steps of the token loss as PyTorch's twin. The
+    shared weights get the sum of both uses' gradients."""
+    if not os.path.exists("/usr/share/games/fortunes/people"):
+        pytest.skip("Debian's fortunes package is not installed (scripts/setup.sh installs it)")
+    job = job_file(tmp_path, TIED_JOB)
+    shapes = [("embedding_0/embeddings", (256, 24)), ("dense_1/kernel", (24, 64)),
+              ("dense_6/kernel", (32, 24)), ("dense_6/bias", (24,)),
+              ("dense_8/kernel", (16, 16)), ("dense_8/bias", (16,)),
+              ("dense_12/kernel", (24, 24)), ("dense_12/bias", (24,)),
+              ("layer_norm_14/gamma", (24,)), ("layer_norm_14/beta", (24,)),
+              ("dense_15/bias", (256,))]
+
+    def forward(p, xb):
+        e = p["embedding_0/embeddings"]
+        u = e[xb.long()] @ p["dense_1/kernel"]
+        d = (F.silu(u[..., :32]) * u[..., 32:]) @ p["dense_6/kernel"] + p["dense_6/bias"]
+        mixed = (d.transpose(1, 2) @ p["dense_8/kernel"] + p["dense_8/bias"]).transpose(1, 2)
+        h = torch.maximum(mixed - d, d)
+        for _ in range(2):
+            h = torch.tanh(h @ p["dense_12/kernel"] + p["dense_12/bias"])
+        h = F.layer_norm(h, (24,), p["layer_norm_14/gamma"], p["layer_norm_14/beta"], 1e-5)
+        return h @ e.T + p["dense_15/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.2"], shapes, forward,
+        text_batches(40, 8, 16), 0.2)
+
+
 def resnet20_names():
     """ResNet-20's parameters in examples/resnet20_cifar10.yaml's layer order (3 repeats
     unrolled): conv2d_i/kernel, batch_norm_i/gamma and beta, dense_71/kernel and bias; and the

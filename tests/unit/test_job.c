@@ -468,9 +468,10 @@ Test(job, empty_file) {
 }
 
 Test(job, unknown_keys) {
-    EXPECT_ERROR("model:\n  layers:\n    - flatten: {}\n    - dense: {unitz: 3}\n",
-                 "job.yaml:4: model.layers[1].dense.unitz: unknown key (expected one of: units, "
-                 "activation, use_bias, kernel_initializer, bias_initializer, name, inputs)");
+    EXPECT_ERROR(
+        "model:\n  layers:\n    - flatten: {}\n    - dense: {unitz: 3}\n",
+        "job.yaml:4: model.layers[1].dense.unitz: unknown key (expected one of: units, "
+        "activation, use_bias, kernel_initializer, bias_initializer, name, inputs, share)");
     EXPECT_ERROR(MINIMAL_JOB "trian: {epochs: 1}\n", "job.yaml:12: trian: unknown key", "run_dir");
     EXPECT_ERROR(MINIMAL_JOB "optimizer: {lr: 0.1}\n", "job.yaml:12: optimizer.lr: unknown key");
     EXPECT_ERROR(MINIMAL_JOB "optimizer: {schedule: {kind: step}}\n",

@@ -36,7 +36,13 @@
     X(RESHAPE, reshape)                                                                            \
     X(POSITIONAL_EMBEDDING, positional_embedding)                                                  \
     X(ATTENTION, attention)                                                                        \
-    X(MULTIPLY, multiply)
+    X(MULTIPLY, multiply)                                                                          \
+    X(SUBTRACT, subtract)                                                                          \
+    X(MAXIMUM, maximum)                                                                            \
+    X(MINIMUM, minimum)                                                                            \
+    X(TRANSPOSE, transpose)                                                                        \
+    X(SLICE, slice)                                                                                \
+    X(SPLIT, split) /* read from job files as `parts` slices named NAME.0, NAME.1, ... */
 
 typedef enum ct_layer_type {
 #define CT_LAYER_ENUM(e, name) CT_LAYER_##e,
@@ -87,16 +93,23 @@ typedef struct ct_layer_spec {
     float epsilon;            /* batch_norm, layer_norm, rms_norm: default 1e-3 (Keras) */
     int input_dim;            /* embedding: vocabulary size > 0 */
     int output_dim;           /* embedding: vector size > 0 */
-    int axis;                 /* concat: axis of the per-example shape; -1 (default) the last */
-    int heads;                /* attention: > 0, dividing the features */
-    int causal;               /* attention: mask the keys after each position; default false */
-    int shape_rank;           /* reshape: the per-example shape (one dim may be -1) */
+    int axis;            /* concat, slice: axis of the per-example shape; -1 (default) the last */
+    int64_t begin, size; /* slice: the range [begin, begin + size) along axis, or */
+    int parts, part;     /* slice: part `part` of `parts` equal parts (parts > 0) */
+    int perm[CT_JOB_MAX_RANK]; /* transpose: the per-example axes in their new order */
+    int heads;                 /* attention: > 0, dividing the features */
+    int causal;                /* attention: mask the keys after each position; default false */
+    int shape_rank; /* reshape: the per-example shape (one dim may be -1); transpose: perm's
+                       length */
     int64_t shape[CT_JOB_MAX_RANK];
     /* The graph form: every layer may have a name and take earlier layers' outputs. */
     char name[CT_LAYER_NAME_MAX];    /* name: "" when not named */
     int n_inputs;                    /* 0: the previous layer's output (the model input for the
                                         first); add and concat take 2 or more */
     int inputs[CT_LAYER_MAX_INPUTS]; /* layer indices, each before this one; -1: the model input */
+    int shares; /* 1 + the index of an earlier layer of the same type whose parameters this one
+                   uses (0: its own). A dense layer that shares an embedding uses its table [V, D]
+                   transposed as its kernel (tied input and output embeddings), with its own bias */
 } ct_layer_spec;
 
 typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;

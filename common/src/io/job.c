@@ -105,21 +105,27 @@ static const char *const staleness_keys[] = {"policy", "max", NULL};
 /* Option keys per layer type, indexed by ct_layer_type; every layer also takes the graph form's
  * name and inputs. */
 #define GRAPH_KEYS "name", "inputs"
+#define SHARED_KEYS GRAPH_KEYS, "share" /* layers with parameters may use an earlier one's */
 static const char *const dense_keys[] = {
-    "units", "activation", "use_bias", "kernel_initializer", "bias_initializer", GRAPH_KEYS, NULL};
+    "units", "activation", "use_bias", "kernel_initializer", "bias_initializer", SHARED_KEYS, NULL};
 static const char *const conv_keys[] = {
-    "filters",  "kernel_size",        "strides",          "padding",  "activation",
-    "use_bias", "kernel_initializer", "bias_initializer", GRAPH_KEYS, NULL};
+    "filters",  "kernel_size",        "strides",          "padding",   "activation",
+    "use_bias", "kernel_initializer", "bias_initializer", SHARED_KEYS, NULL};
 static const char *const pool_keys[] = {"pool_size", "strides", "padding", GRAPH_KEYS, NULL};
 static const char *const dropout_keys[] = {"rate", GRAPH_KEYS, NULL};
 static const char *const no_keys[] = {GRAPH_KEYS, NULL};
-static const char *const batch_norm_keys[] = {"momentum", "epsilon", GRAPH_KEYS, NULL};
-static const char *const norm_keys[] = {"epsilon", GRAPH_KEYS, NULL};
-static const char *const embedding_keys[] = {"input_dim", "output_dim", GRAPH_KEYS, NULL};
+static const char *const batch_norm_keys[] = {"momentum", "epsilon", SHARED_KEYS, NULL};
+static const char *const norm_keys[] = {"epsilon", SHARED_KEYS, NULL};
+static const char *const embedding_keys[] = {"input_dim", "output_dim", SHARED_KEYS, NULL};
+static const char *const positional_keys[] = {SHARED_KEYS, NULL};
 static const char *const activation_keys[] = {"function", GRAPH_KEYS, NULL};
 static const char *const concat_keys[] = {"axis", GRAPH_KEYS, NULL};
 static const char *const reshape_keys[] = {"shape", GRAPH_KEYS, NULL};
-static const char *const attention_keys[] = {"heads", "causal", "use_bias", GRAPH_KEYS, NULL};
+static const char *const transpose_keys[] = {"perm", GRAPH_KEYS, NULL};
+static const char *const slice_keys[] = {"axis",  "begin",    "size", "parts",
+                                         "index", GRAPH_KEYS, NULL};
+static const char *const split_layer_keys[] = {"axis", "parts", GRAPH_KEYS, NULL};
+static const char *const attention_keys[] = {"heads", "causal", "use_bias", SHARED_KEYS, NULL};
 static const char *const *const layer_keys[] = {
     [CT_LAYER_DENSE] = dense_keys,
     [CT_LAYER_CONV2D] = conv_keys,
@@ -136,9 +142,15 @@ static const char *const *const layer_keys[] = {
     [CT_LAYER_ADD] = no_keys,
     [CT_LAYER_CONCAT] = concat_keys,
     [CT_LAYER_RESHAPE] = reshape_keys,
-    [CT_LAYER_POSITIONAL_EMBEDDING] = no_keys,
+    [CT_LAYER_POSITIONAL_EMBEDDING] = positional_keys,
     [CT_LAYER_ATTENTION] = attention_keys,
     [CT_LAYER_MULTIPLY] = no_keys,
+    [CT_LAYER_SUBTRACT] = no_keys,
+    [CT_LAYER_MAXIMUM] = no_keys,
+    [CT_LAYER_MINIMUM] = no_keys,
+    [CT_LAYER_TRANSPOSE] = transpose_keys,
+    [CT_LAYER_SLICE] = slice_keys,
+    [CT_LAYER_SPLIT] = split_layer_keys,
 };
 
 /* ---- model ---- */
@@ -202,6 +214,51 @@ static void read_reshape(const ct__job_section *s, ct_layer_spec *l) {
     l->shape_rank = (int)v->n;
 }
 
+/* transpose's perm: the per-example axes in their new order (checked against the input when the
+ * model is built). */
+static void read_perm(const ct__job_section *s, ct_layer_spec *l) {
+    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
+    ct__job_sec_require(s, "perm");
+    const ct__yaml_node *v = ct__job_sec_get(s, "perm", path);
+    if (!v || s->r->status != CT_OK) {
+        return;
+    }
+    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > CT_JOB_MAX_RANK) {
+        ct__job_fail(s->r, v->line, path,
+                     "must list the per-example axes in their new order, e.g. [1, 0]");
+        return;
+    }
+    for (size_t k = 0; k < v->n; k++) {
+        int64_t a = 0;
+        ct__job_key_printf(item, "%s[%zu]", path, k);
+        ct__job_read_i64(s->r, v->items[k], item, 0, CT_JOB_MAX_RANK - 1, &a);
+        l->perm[k] = (int)a;
+    }
+    l->shape_rank = (int)v->n;
+}
+
+/* slice: {axis, begin, size} or {axis, parts, index}; split: {axis, parts}. */
+static void read_slice(const ct__job_section *s, ct_layer_spec *l) {
+    char path[CT__JOB_KEY_CAP];
+    ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);
+    ct__job_sec_int(s, "parts", 1, &l->parts);
+    ct__job_sec_int(s, "index", 0, &l->part);
+    int begin = 0, size = 0;
+    ct__job_sec_int(s, "begin", 0, &begin);
+    ct__job_sec_int(s, "size", 1, &size);
+    l->begin = begin;
+    l->size = size;
+    int by_range = ct__job_sec_get(s, "size", path) != NULL;
+    if (s->r->status == CT_OK && l->type == CT_LAYER_SPLIT) {
+        ct__job_sec_require(s, "parts");
+        ct__job_sec_require(s, "name");
+    } else if (s->r->status == CT_OK && by_range == (l->parts > 0)) {
+        ct__job_fail(s->r, s->line, s->path,
+                     "needs either size (and begin) or parts (and index), e.g. {axis: -1, parts: "
+                     "2, index: 0}");
+    }
+}
+
 static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
     int v = 0;
     switch (l->type) {
@@ -234,6 +291,16 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
     case CT_LAYER_GLOBAL_AVG_POOL2D:
     case CT_LAYER_ADD:
     case CT_LAYER_MULTIPLY:
+    case CT_LAYER_SUBTRACT:
+    case CT_LAYER_MAXIMUM:
+    case CT_LAYER_MINIMUM:
+        break;
+    case CT_LAYER_TRANSPOSE:
+        read_perm(s, l);
+        break;
+    case CT_LAYER_SLICE:
+    case CT_LAYER_SPLIT:
+        read_slice(s, l);
         break;
     case CT_LAYER_CONCAT:
         ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);

@@ -77,6 +77,19 @@ static void put_layer(canon *c, int i, const ct_layer_spec *l) {
     if (l->type == CT_LAYER_RESHAPE) {
         put_dims(c, "model.layers.reshape", l->shape, l->shape_rank);
     }
+    if (l->type == CT_LAYER_TRANSPOSE) {
+        for (int d = 0; d < l->shape_rank; d++) {
+            put(c, "%s%d", d ? "," : "model.layers.perm=", l->perm[d]);
+        }
+        put(c, "\n");
+    }
+    if (l->type == CT_LAYER_SLICE) {
+        put(c, "model.layers[%d].slice axis=%d begin=%lld size=%lld parts=%d part=%d\n", i, l->axis,
+            (long long)l->begin, (long long)l->size, l->parts, l->part);
+    }
+    if (l->shares) { /* a line only then: older identities stay */
+        put(c, "model.layers[%d].shares=%d\n", i, l->shares - 1);
+    }
 }
 
 static void put_model(canon *c, const ct_model_spec *m) {

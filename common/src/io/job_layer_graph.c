@@ -82,9 +82,33 @@ static void read_input(const ct__job_section *s, const ct__yaml_node *v, const c
     }
 }
 
+/* `share: NAME`: the earlier layer whose parameters layer i uses (checked when the model is
+ * built: the same type, or an embedding's table for a dense layer). */
+static void read_share(const ct__job_section *s, ct_layer_spec *layers, int i) {
+    char path[CT__JOB_KEY_CAP];
+    const ct__yaml_node *v = ct__job_sec_get(s, "share", path);
+    if (!v || s->r->status != CT_OK) {
+        return;
+    }
+    int k = v->kind == CT__YAML_SCALAR ? find_name(s->r, layers, i, v->text) : -2;
+    if (k < 0) {
+        ct__job_fail(s->r, v->line, path,
+                     "'%s' is not the name of an earlier layer whose parameters this one can use",
+                     v->kind == CT__YAML_SCALAR ? v->text : "(not a name)");
+        return;
+    }
+    layers[i].shares = k + 1;
+}
+
+static int is_join(ct_layer_type t) {
+    return t == CT_LAYER_ADD || t == CT_LAYER_CONCAT || t == CT_LAYER_MULTIPLY ||
+           t == CT_LAYER_SUBTRACT || t == CT_LAYER_MAXIMUM || t == CT_LAYER_MINIMUM;
+}
+
 void ct__job_read_layer_graph(const ct__job_section *s, ct_layer_spec *layers, int i) {
     char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
     read_name(s, layers, i);
+    read_share(s, layers, i);
     const ct__yaml_node *v = ct__job_sec_get(s, "inputs", path);
     ct_layer_spec *l = &layers[i];
     if (v && v->kind == CT__YAML_SEQ) {
@@ -95,21 +119,55 @@ void ct__job_read_layer_graph(const ct__job_section *s, ct_layer_spec *layers, i
     } else if (v) {
         read_input(s, v, path, layers, i);
     }
-    int joins =
-        l->type == CT_LAYER_ADD || l->type == CT_LAYER_CONCAT || l->type == CT_LAYER_MULTIPLY;
-    if (s->r->status == CT_OK && joins && l->n_inputs < 2) {
+    int joins = is_join(l->type);
+    if (s->r->status == CT_OK && l->type == CT_LAYER_SUBTRACT && l->n_inputs != 2) {
+        ct__job_fail(s->r, v ? v->line : s->line, v ? path : s->path,
+                     "subtract needs inputs: [a, b] naming 2 earlier layers (a - b)");
+    } else if (s->r->status == CT_OK && joins && l->n_inputs < 2) {
         ct__job_fail(s->r, v ? v->line : s->line, v ? path : s->path,
                      "%s needs inputs: [a, b, ...] naming 2 or more earlier layers",
                      ct_layer_type_name(l->type));
     } else if (s->r->status == CT_OK && !joins && l->n_inputs > 1) {
         ct__job_fail(s->r, v->line, path,
-                     "%s takes one input, got %d (add, multiply or concat join more)",
+                     "%s takes one input, got %d (add, subtract, multiply, maximum, minimum or "
+                     "concat join more)",
                      ct_layer_type_name(l->type), l->n_inputs);
     }
 }
 
 static int is_repeat(const ct__yaml_node *item) {
     return item->kind == CT__YAML_MAP && item->n == 1 && strcmp(item->pairs[0].key, "repeat") == 0;
+}
+
+/* A split just read as layer n - 1 becomes its `parts` slices, named NAME.0, NAME.1, ... (within a
+ * repetition NAME.k#b.r, so that NAME.k resolves there). */
+static void unroll_split(ct__job_reader *r, const char *path, ct_layer_spec *layers, int *n) {
+    ct_layer_spec split = layers[*n - 1];
+    if (r->status != CT_OK || split.type != CT_LAYER_SPLIT) {
+        return;
+    }
+    if (*n - 1 + split.parts > CT_JOB_MAX_LAYERS) {
+        ct__job_fail(r, split.line, path, "too many layers (at most %d)", CT_JOB_MAX_LAYERS);
+        return;
+    }
+    const char *scope = strchr(split.name, '#');
+    int base = scope ? (int)(scope - split.name) : (int)strlen(split.name);
+    if (base + 4 + (scope ? (int)strlen(scope) : 0) >= CT_LAYER_NAME_MAX) {
+        ct__job_fail(r, split.line, path, "name too long for its parts' names (NAME.k)");
+        return;
+    }
+    if (split.n_inputs == 0) { /* every part reads what the split reads */
+        split.n_inputs = 1;
+        split.inputs[0] = *n - 2;
+    }
+    for (int k = 0; k < split.parts; k++) {
+        ct_layer_spec *l = &layers[*n - 1 + k];
+        *l = split;
+        l->type = CT_LAYER_SLICE;
+        l->part = k;
+        snprintf(l->name, sizeof l->name, "%.*s.%d%s", base, split.name, k, scope ? scope : "");
+    }
+    *n += split.parts - 1;
 }
 
 /* `- repeat: {times: N, layers: [...]}` at path: its block unrolled N times from layers[*n]. */
@@ -148,6 +206,7 @@ static void read_repeat(ct__job_reader *r, const ct__yaml_node *item, const char
                              "a repeated block cannot hold another repeat (unroll the inner one)");
             } else {
                 read_one(r, block->items[j], item_path, layers, (*n)++);
+                unroll_split(r, item_path, layers, n);
             }
         }
     }
@@ -172,6 +231,7 @@ int ct__job_read_layer_list(ct__job_reader *r, const ct__yaml_node *list, ct_lay
             ct__job_fail(r, item->line, path, "too many layers (at most %d)", CT_JOB_MAX_LAYERS);
         } else {
             read_one(r, item, path, layers, n++);
+            unroll_split(r, path, layers, &n);
         }
     }
     return r->status == CT_OK ? n : 0;

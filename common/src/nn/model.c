@@ -16,6 +16,9 @@ struct ct_model {
     ct_params params;
     int first_param[CT_JOB_MAX_LAYERS];     /* index of each layer's first parameter (-1: none) */
     int n_params[CT_JOB_MAX_LAYERS];        /* how many parameters each layer declared */
+    int tied[CT_JOB_MAX_LAYERS];            /* a dense layer's shared embedding table, or -1 */
+    int shared_next;                        /* planning a sharing layer: its next parameter */
+    int input_ids;                          /* the input is integer ids (embeddings read it) */
     ct_shape shapes[CT_JOB_MAX_LAYERS + 1]; /* per-example shapes: input, then each layer's */
 };
 
@@ -92,24 +95,157 @@ static ct_status plan_reshape(ct_model *m, int i, const ct_shape *in, ct_shape *
     return CT_OK;
 }
 
+/* Declares parameter `suffix` of layer i, or, when the layer shares another's, checks that the
+ * other's next parameter has this shape and takes it. */
+static ct_status declare(ct_model *m, int i, const char *suffix, const ct_shape *shape,
+                         int trainable, ct_init init, int64_t fan_in, int64_t fan_out,
+                         ct_err *err) {
+    const ct_layer_spec *l = &m->spec.layers[i];
+    char name[64], a[96], b[96], detail[256];
+    int idx;
+    if (l->shares && m->tied[i] < 0) {
+        int src = l->shares - 1;
+        idx = m->shared_next++;
+        const ct_shape *have = &m->params.items[idx].shape;
+        if (idx >= m->first_param[src] + m->n_params[src] || !ct_shape_equal(have, shape)) {
+            snprintf(detail, sizeof detail, "%d, whose %s is %s where this layer needs %s", src,
+                     suffix, ct_shape_str(have, a, sizeof a), ct_shape_str(shape, b, sizeof b));
+            return layer_error(m, i, err, "shares the parameters of layer ", detail);
+        }
+    } else {
+        snprintf(name, sizeof name, "%s_%d/%s", ct_layer_type_name(l->type), i, suffix);
+        idx = ct_params_declare(&m->params, name, shape, trainable, init, fan_in, fan_out);
+        if (idx < 0) {
+            return ct_err_set(err, CT_ENOMEM, "model: out of memory");
+        }
+    }
+    if (m->first_param[i] < 0) {
+        m->first_param[i] = idx;
+    }
+    return CT_OK;
+}
+
+/* A sharing layer: the layer it names must be of its type and have parameters; a dense layer may
+ * share an embedding's table, transposed, when its input width and units fit the table. */
+static ct_status plan_share(ct_model *m, int i, int64_t last, ct_err *err) {
+    const ct_layer_spec *l = &m->spec.layers[i], *src = &m->spec.layers[l->shares - 1];
+    int s = l->shares - 1;
+    char detail[160];
+    m->tied[i] = -1;
+    m->shared_next = m->first_param[s];
+    if (l->type == CT_LAYER_DENSE && src->type == CT_LAYER_EMBEDDING) {
+        if (last != src->output_dim || l->units != src->input_dim) {
+            snprintf(detail, sizeof detail,
+                     "%d ([%d, %d]) transposed: needs %d input features and units %d, got %lld "
+                     "and %d",
+                     s, src->input_dim, src->output_dim, src->output_dim, src->input_dim,
+                     (long long)last, l->units);
+            return layer_error(m, i, err, "ties its kernel to the embedding table of layer ",
+                               detail);
+        }
+        m->tied[i] = m->first_param[s];
+        return CT_OK;
+    }
+    if (src->type != l->type || m->n_params[s] == 0) {
+        snprintf(detail, sizeof detail, "%d (%s), which %s", s, ct_layer_type_name(src->type),
+                 src->type != l->type ? "is of another type (only a dense layer may share an "
+                                        "embedding's table)"
+                                      : "has none");
+        return layer_error(m, i, err, "shares the parameters of layer ", detail);
+    }
+    return CT_OK;
+}
+
+/* transpose's perm (a permutation of the per-example axes) and slice's range, against `in`. */
+static ct_status plan_shape_layer(ct_model *m, int i, const ct_shape *in, ct_shape *out,
+                                  ct_err *err) {
+    const ct_layer_spec *l = &m->spec.layers[i];
+    char a[96];
+    ct_shape_str(in, a, sizeof a);
+    if (l->type == CT_LAYER_TRANSPOSE) {
+        unsigned seen = 0;
+        for (int d = 0; d < l->shape_rank; d++) {
+            int p = l->perm[d];
+            seen |= p >= 0 && p < in->rank ? 1u << p : 1u << 31;
+            out->dims[d] = p >= 0 && p < in->rank ? in->dims[p] : 0;
+        }
+        if (l->shape_rank != in->rank || seen != (1u << in->rank) - 1) {
+            return layer_error(m, i, err, "perm is not a permutation of the axes of ", a);
+        }
+        return CT_OK;
+    }
+    ct_layer_spec *w = &m->spec.layers[i]; /* a part becomes its begin and size */
+    int axis = l->axis < 0 ? in->rank + l->axis : l->axis;
+    if (axis < 0 || axis >= in->rank) {
+        return layer_error(m, i, err, "axis out of range for ", a);
+    }
+    if (l->parts > 0 && (in->dims[axis] % l->parts != 0 || l->part >= l->parts)) {
+        return layer_error(m, i, err, "parts do not divide the axis evenly in ", a);
+    }
+    if (l->parts > 0) {
+        w->size = in->dims[axis] / l->parts;
+        w->begin = w->size * l->part;
+    }
+    if (l->begin < 0 || l->size < 1 || l->begin + l->size > in->dims[axis]) {
+        return layer_error(m, i, err, "begin and size do not fit inside ", a);
+    }
+    out->dims[axis] = l->size;
+    return CT_OK;
+}
+
+/* conv2d and the pools over [H, W, C]: the output grid, and a convolution's kernel and bias. */
+static ct_status plan_window(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
+    const ct_layer_spec *l = &m->spec.layers[i];
+    char shape_str[96];
+    int64_t last = in->rank ? in->dims[in->rank - 1] : 1;
+    ct_status st = CT_OK;
+    ct_shape_str(in, shape_str, sizeof shape_str);
+    if (in->rank != 3) {
+        return layer_error(m, i, err, "needs a [height, width, channels] input, got ", shape_str);
+    }
+    int conv = l->type == CT_LAYER_CONV2D;
+    const int *win = conv ? l->kernel_size : l->pool_size;
+    int64_t oh = window_out(in->dims[0], win[0], l->strides[0], l->padding_same);
+    int64_t ow = window_out(in->dims[1], win[1], l->strides[1], l->padding_same);
+    if (oh <= 0 || ow <= 0) {
+        char detail[160];
+        snprintf(detail, sizeof detail, "%dx%d larger than input %s with valid padding", win[0],
+                 win[1], shape_str);
+        return layer_error(m, i, err, "window ", detail);
+    }
+    out->dims[0] = oh;
+    out->dims[1] = ow;
+    if (conv) {
+        ct_shape w = {.rank = 4, .dims = {win[0], win[1], last, l->filters}};
+        ct_shape b = {.rank = 1, .dims = {l->filters}};
+        int64_t area = (int64_t)win[0] * win[1];
+        st = declare(m, i, "kernel", &w, 1, l->kernel_init, area * last, area * l->filters, err);
+        if (st == CT_OK && l->use_bias) {
+            st = declare(m, i, "bias", &b, 1, l->bias_init, area * last, area * l->filters, err);
+        }
+        out->dims[2] = l->filters;
+    }
+    return st;
+}
+
 /* Declares layer i's parameters and computes its output shape from `in`. */
 static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *out, ct_err *err) {
     const ct_layer_spec *l = &m->spec.layers[i];
-    char name[64], shape_str[96];
-    ct_params *p = &m->params;
+    char shape_str[96];
     int64_t last = in->rank ? in->dims[in->rank - 1] : 1;
+    ct_status st;
     *out = *in;
     m->first_param[i] = -1;
+    m->tied[i] = -1;
+    if (l->shares && (st = plan_share(m, i, last, err)) != CT_OK) {
+        return st;
+    }
     ct_shape_str(in, shape_str, sizeof shape_str);
 #define DECLARE(suffix, shape, trainable, init, fi, fo)                                            \
     do {                                                                                           \
-        snprintf(name, sizeof name, "%s_%d/%s", ct_layer_type_name(l->type), i, suffix);           \
-        int idx_ = ct_params_declare(p, name, shape, trainable, init, fi, fo);                     \
-        if (idx_ < 0) {                                                                            \
-            return ct_err_set(err, CT_ENOMEM, "model: out of memory");                             \
-        }                                                                                          \
-        if (m->first_param[i] < 0) {                                                               \
-            m->first_param[i] = idx_;                                                              \
+        ct_status st_ = declare(m, i, suffix, shape, trainable, init, fi, fo, err);                \
+        if (st_ != CT_OK) {                                                                        \
+            return st_;                                                                            \
         }                                                                                          \
     } while (0)
     switch (l->type) {
@@ -118,7 +254,9 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
             return layer_error(m, i, err, "needs an input with a feature axis", NULL);
         }
         ct_shape w = {.rank = 2, .dims = {last, l->units}}, b = {.rank = 1, .dims = {l->units}};
-        DECLARE("kernel", &w, 1, l->kernel_init, last, l->units);
+        if (m->tied[i] < 0) {
+            DECLARE("kernel", &w, 1, l->kernel_init, last, l->units);
+        }
         if (l->use_bias) {
             DECLARE("bias", &b, 1, l->bias_init, last, l->units);
         }
@@ -127,35 +265,8 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     }
     case CT_LAYER_CONV2D:
     case CT_LAYER_MAX_POOL2D:
-    case CT_LAYER_AVG_POOL2D: {
-        if (in->rank != 3) {
-            return layer_error(m, i, err, "needs a [height, width, channels] input, got ",
-                               shape_str);
-        }
-        int conv = l->type == CT_LAYER_CONV2D;
-        const int *win = conv ? l->kernel_size : l->pool_size;
-        int64_t oh = window_out(in->dims[0], win[0], l->strides[0], l->padding_same);
-        int64_t ow = window_out(in->dims[1], win[1], l->strides[1], l->padding_same);
-        if (oh <= 0 || ow <= 0) {
-            char detail[160];
-            snprintf(detail, sizeof detail, "%dx%d larger than input %s with valid padding", win[0],
-                     win[1], shape_str);
-            return layer_error(m, i, err, "window ", detail);
-        }
-        out->dims[0] = oh;
-        out->dims[1] = ow;
-        if (conv) {
-            ct_shape w = {.rank = 4, .dims = {win[0], win[1], last, l->filters}};
-            ct_shape b = {.rank = 1, .dims = {l->filters}};
-            int64_t area = (int64_t)win[0] * win[1];
-            DECLARE("kernel", &w, 1, l->kernel_init, area * last, area * l->filters);
-            if (l->use_bias) {
-                DECLARE("bias", &b, 1, l->bias_init, area * last, area * l->filters);
-            }
-            out->dims[2] = l->filters;
-        }
-        return CT_OK;
-    }
+    case CT_LAYER_AVG_POOL2D:
+        return plan_window(m, i, in, out, err);
     case CT_LAYER_FLATTEN:
         out->rank = 1;
         out->dims[0] = ct_shape_numel(in);
@@ -186,8 +297,11 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         return CT_OK;
     }
     case CT_LAYER_EMBEDDING: {
-        if (i != 0) {
-            return layer_error(m, i, err, "must be the first layer (it reads integer ids)", NULL);
+        if (input_of(l, i, 0) != -1) {
+            return layer_error(m, i, err,
+                               "must read the model input (integer ids): be the first layer, or "
+                               "take inputs: input",
+                               NULL);
         }
         ct_shape t = {.rank = 2, .dims = {l->input_dim, l->output_dim}};
         DECLARE("embeddings", &t, 1, CT_INIT_GLOROT_UNIFORM, l->input_dim, l->output_dim);
@@ -202,8 +316,16 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         return CT_OK;
     case CT_LAYER_ADD:
     case CT_LAYER_MULTIPLY:
+    case CT_LAYER_SUBTRACT:
+    case CT_LAYER_MAXIMUM:
+    case CT_LAYER_MINIMUM:
     case CT_LAYER_CONCAT:
         return plan_join(m, i, out, err);
+    case CT_LAYER_TRANSPOSE:
+    case CT_LAYER_SLICE:
+        return plan_shape_layer(m, i, in, out, err);
+    case CT_LAYER_SPLIT:
+        return layer_error(m, i, err, "is read from job files as slices; build slice layers", NULL);
     case CT_LAYER_RESHAPE:
         return plan_reshape(m, i, in, out, err);
     case CT_LAYER_ATTENTION: { /* [T, D]: q, k, v and output projections around the op */
@@ -239,6 +361,29 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     return layer_error(m, i, err, "unknown layer type", NULL);
 }
 
+/* The model input is integer ids when an embedding reads it; then only embeddings may. */
+static ct_status check_input_readers(ct_model *m, ct_err *err) {
+    const ct_model_spec *spec = &m->spec;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < spec->n_layers; i++) {
+            const ct_layer_spec *l = &spec->layers[i];
+            int reads = 0;
+            for (int k = 0; k < (l->n_inputs ? l->n_inputs : 1); k++) {
+                reads |= input_of(l, i, k) == -1;
+            }
+            int embedding = l->type == CT_LAYER_EMBEDDING;
+            m->input_ids |= pass == 0 && reads && embedding;
+            if (pass == 1 && reads && !embedding && m->input_ids) {
+                return layer_error(m, i, err,
+                                   "reads the model input, which is integer ids because an "
+                                   "embedding reads it; only embeddings may",
+                                   NULL);
+            }
+        }
+    }
+    return CT_OK;
+}
+
 ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *source,
                           ct_model **ret, ct_err *err) {
     ct_status st;
@@ -255,6 +400,9 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
         goto fail;
     }
     m->shapes[0] = ct_shape_make(spec->input_rank, spec->input_shape);
+    if ((st = check_input_readers(m, err)) != CT_OK) {
+        goto fail;
+    }
     for (int i = 0; i < spec->n_layers; i++) {
         int before = m->params.n;
         const ct_shape *in = &m->shapes[input_of(&spec->layers[i], i, 0) + 1];
@@ -295,7 +443,7 @@ int64_t ct_model_output_size(const ct_model *m) {
 }
 
 ct_dtype ct_model_input_dtype(const ct_model *m) {
-    return m->spec.layers[0].type == CT_LAYER_EMBEDDING ? CT_I32 : CT_F32;
+    return m->input_ids ? CT_I32 : CT_F32;
 }
 
 static int activation(ct_graph *g, int x, ct_activation act) {
@@ -347,8 +495,8 @@ static int attention_layer(ct_model *m, ct_graph *g, const ct_layer_spec *l, int
     return projection(m, g, l, p, 3, y, vars);
 }
 
-/* add or multiply (in input order) or concat of layer l's inputs, whose nodes are
- * outs[input + 1]. */
+/* add, multiply, subtract, maximum or minimum (folded in input order) or concat of layer l's
+ * inputs, whose nodes are outs[input + 1]. */
 static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
     int xs[CT_LAYER_MAX_INPUTS];
     for (int k = 0; k < l->n_inputs; k++) {
@@ -360,7 +508,23 @@ static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
     }
     int y = xs[0];
     for (int k = 1; k < l->n_inputs; k++) {
-        y = l->type == CT_LAYER_MULTIPLY ? ct_mul(g, y, xs[k]) : ct_add(g, y, xs[k]);
+        switch (l->type) {
+        case CT_LAYER_MULTIPLY:
+            y = ct_mul(g, y, xs[k]);
+            break;
+        case CT_LAYER_SUBTRACT:
+            y = ct_sub(g, y, xs[k]);
+            break;
+        case CT_LAYER_MAXIMUM:
+            y = ct_maximum(g, y, xs[k]);
+            break;
+        case CT_LAYER_MINIMUM:
+            y = ct_minimum(g, y, xs[k]);
+            break;
+        default:
+            y = ct_add(g, y, xs[k]);
+            break;
+        }
     }
     return y;
 }
@@ -381,10 +545,11 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
         snprintf(scope, sizeof scope, "%s_%d", ct_layer_type_name(l->type), i);
         ct_graph_set_scope(g, scope);
         switch (l->type) {
-        case CT_LAYER_DENSE:
-            x = ct_matmul(g, x, var(m, g, p, ret_var_nodes), 0, 0);
+        case CT_LAYER_DENSE: /* a tied kernel is an embedding table, [units, features] */
+            x = ct_matmul(g, x, var(m, g, m->tied[i] >= 0 ? m->tied[i] : p++, ret_var_nodes), 0,
+                          m->tied[i] >= 0);
             if (l->use_bias) {
-                x = ct_add(g, x, var(m, g, p + 1, ret_var_nodes));
+                x = ct_add(g, x, var(m, g, p, ret_var_nodes));
             }
             x = activation(g, x, l->activation);
             break;
@@ -435,9 +600,27 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
             break;
         case CT_LAYER_ADD:
         case CT_LAYER_MULTIPLY:
+        case CT_LAYER_SUBTRACT:
+        case CT_LAYER_MAXIMUM:
+        case CT_LAYER_MINIMUM:
         case CT_LAYER_CONCAT:
             x = join(g, l, outs);
             break;
+        case CT_LAYER_TRANSPOSE: {
+            int perm[CT_MAX_DIMS] = {0};
+            for (int d = 0; d < l->shape_rank; d++) {
+                perm[d + 1] = l->perm[d] + 1;
+            }
+            x = ct_transpose(g, x, perm);
+            break;
+        }
+        case CT_LAYER_SPLIT: /* refused by plan_layer */
+            break;
+        case CT_LAYER_SLICE: {
+            int axis = l->axis < 0 ? m->shapes[i + 1].rank + l->axis : l->axis;
+            x = ct_slice(g, x, axis + 1, l->begin, l->size);
+            break;
+        }
         case CT_LAYER_RESHAPE: {
             const ct_shape *s = &m->shapes[i + 1];
             int64_t dims[CT_MAX_DIMS] = {ct_graph_node(g, x)->out.shape.dims[0]};
