@@ -6,6 +6,7 @@ so does a run stopped on 2 ranks and resumed on 1 or 4, an epoch whose last glob
 some ranks with a partial batch or none, and a resume inside a global batch on 1, 2 or 4 ranks. Without train.invariant, 1 and 2 ranks differ (the
 control that shows the comparison can fail)."""
 import os
+import re
 import subprocess
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
+WORKER = os.path.join(BUILD, "worker", "ctrain-worker")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -103,6 +105,30 @@ def test_a_short_last_batch_and_a_resume_on_more_ranks_keep_the_bits(tmp_path):
         assert f"checkpoint of 2 replicas (global batch 64) resumed on {n}" in r.stderr, r.stderr
         resumed[f"2 then {n} ranks"] = ckpt(run, 32)
     assert_all_same(ckpt(tmp_path / "solo", 32), resumed)
+
+
+@needs_mpi
+def test_one_mirrored_rank_with_a_short_last_batch_gives_the_standalone_bits(tmp_path):
+    """One mirrored rank (`mpirun -np 1 ctrain-worker`; `--replicas 1` trains standalone) divided
+    the epoch's short last batch by the full global batch until examples/custom_model.c's run on
+    one rank showed it (test loss 1.5% off). Now it ends on the standalone bits under
+    train.invariant, and without it within rounding (its all-reduce scales after the sum)."""
+    sets = ["--set", "data.train.limit=1000", "--set", "train.epochs=1"]  # 16 steps, the last of 40
+    losses = {}
+    for invariant in ("true", "false"):
+        flag = ["--set", f"train.invariant={invariant}"]
+        solo, one = tmp_path / f"solo_{invariant}", tmp_path / f"one_{invariant}"
+        done = train(MLP, solo, *sets, *flag).stdout
+        r = subprocess.run(["mpirun", "-np", "1", WORKER, "--job", MLP, *INVARIANT, *sets, *flag,
+                            "--set", f"run_dir={one}"],
+                           capture_output=True, text=True, env=ENV, timeout=600, cwd=ROOT)
+        assert r.returncode == 0, r.stdout + r.stderr
+        losses[invariant] = [float(re.search(r"test_loss=([\d.]+)", out).group(1))
+                             for out in (done, r.stdout)]
+        if invariant == "true":
+            assert_all_same(ckpt(solo, 16), {"1 mirrored rank": ckpt(one, 16)})
+    solo_loss, one_loss = losses["false"]
+    assert abs(one_loss - solo_loss) <= 1e-4 * solo_loss, losses
 
 
 @needs_mpi
