@@ -6,20 +6,31 @@
  * Part (a) is the high level: a model described as a layer stack in C (what a job file says in
  * YAML), trained on Fashion-MNIST by ct_trainer_fit. Part (b) is the low level: a tiny graph
  * written op by op in an eager graph, which doubles as the tape of tf.GradientTape, with its
- * gradients taken by ct_graph_gradients and one hand-written SGD step applied to the variables. */
+ * gradients taken by ct_graph_gradients and one hand-written SGD step applied to the variables.
+ *
+ * Part (c), with --graph: a model written op by op in C (a residual block with layer norm and
+ * GELU) handed to the trainer through a ct_model_builder, and trained by the mirrored strategy
+ * with the job's data, checkpoints and TensorBoard logs, exactly as a job file's model. One
+ * process trains alone; under mpirun every rank is a replica:
+ *
+ *     mpirun -np 2 ./custom_model --graph --run-dir runs/graph */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <ctrain/ctrain.h>
+#include <ctrain/mirrored.h>
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 static const char usage[] =
-    "usage: custom_model [--limit N] [--epochs E] [--data DIR]\n"
-    "  --limit N    use the first N training and test examples (default 0: all)\n"
-    "  --epochs E   epochs to train the layer-stack model (default 2)\n"
-    "  --data DIR   Fashion-MNIST IDX .gz files (default " DEFAULT_DATA_DIR ")\n";
+    "usage: custom_model [--limit N] [--epochs E] [--data DIR] [--graph [--run-dir DIR]]\n"
+    "  --limit N      use the first N training and test examples (default 0: all)\n"
+    "  --epochs E     epochs to train (default 2)\n"
+    "  --data DIR     Fashion-MNIST IDX .gz files (default " DEFAULT_DATA_DIR ")\n"
+    "  --graph        train the model built op by op in C (part c), alone or as one rank\n"
+    "                 under mpirun; it resumes from the run directory's last checkpoint\n"
+    "  --run-dir DIR  its run directory: checkpoints and logs (default runs/custom_model)\n";
 
 /* ---- (a) a model from a layer stack ---- */
 
@@ -175,6 +186,100 @@ done:
     return st;
 }
 
+/* ---- (c) a model built op by op, trained by the mirrored strategy ---- */
+
+#define HIDDEN 128
+
+/* The builder's declare: every parameter, its shape, initializer and fans (as Keras's). */
+static ct_status declare_residual_mlp(ct_params *p, void *user, ct_err *err) {
+    (void)user;
+    struct {
+        const char *name;
+        int64_t rows, cols; /* cols 0: a vector of `rows` */
+        ct_init init;
+    } const items[] = {
+        {"in/kernel", 784, HIDDEN, CT_INIT_HE_NORMAL},
+        {"in/bias", HIDDEN, 0, CT_INIT_ZEROS},
+        {"norm/gamma", HIDDEN, 0, CT_INIT_ONES},
+        {"norm/beta", HIDDEN, 0, CT_INIT_ZEROS},
+        {"mlp/kernel", HIDDEN, HIDDEN, CT_INIT_GLOROT_UNIFORM},
+        {"mlp/bias", HIDDEN, 0, CT_INIT_ZEROS},
+        {"out/kernel", HIDDEN, 10, CT_INIT_GLOROT_UNIFORM},
+        {"out/bias", 10, 0, CT_INIT_ZEROS},
+    };
+    for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
+        int64_t dims[2] = {items[k].rows, items[k].cols};
+        ct_shape s = ct_shape_make(items[k].cols ? 2 : 1, dims);
+        if (ct_params_declare(p, items[k].name, &s, 1, items[k].init, items[k].rows,
+                              items[k].cols ? items[k].cols : items[k].rows) < 0) {
+            return ct_err_set(err, CT_ENOMEM, "out of memory");
+        }
+    }
+    return CT_OK;
+}
+
+/* The builder's forward: h = relu(x W + b); h += gelu(layer_norm(h) W2 + b2); logits = h Wo + bo.
+ */
+static int forward_residual_mlp(ct_model *m, ct_graph *g, int x, int training, void *user) {
+    (void)training;
+    (void)user;
+    int64_t flat[2] = {ct_graph_node(g, x)->out.shape.dims[0], 784};
+    int h = ct_matmul(g, ct_reshape(g, x, 2, flat), ct_model_param(m, g, "in/kernel"), 0, 0);
+    h = ct_relu(g, ct_add(g, h, ct_model_param(m, g, "in/bias")));
+    int n = ct_layer_norm(g, h, ct_model_param(m, g, "norm/gamma"),
+                          ct_model_param(m, g, "norm/beta"), 1e-5f);
+    int f = ct_matmul(g, n, ct_model_param(m, g, "mlp/kernel"), 0, 0);
+    h = ct_add(g, h, ct_gelu(g, ct_add(g, f, ct_model_param(m, g, "mlp/bias"))));
+    int y = ct_matmul(g, h, ct_model_param(m, g, "out/kernel"), 0, 0);
+    return ct_add(g, y, ct_model_param(m, g, "out/bias"));
+}
+
+static const ct_model_builder residual_mlp = {.name = "residual_mlp",
+                                              .declare = declare_residual_mlp,
+                                              .forward = forward_residual_mlp,
+                                              .input_dtype = CT_F32};
+
+/* The job of part (c): everything but the model, which the job names and the program builds. */
+static ct_status train_built_model(const char *data_dir, int64_t limit, int epochs,
+                                   const char *run_dir, ct_err *err) {
+    char *text = malloc(8192);
+    ct_job *job = malloc(sizeof *job);
+    ct_status st = text && job ? CT_OK : ct_err_set(err, CT_ENOMEM, "out of memory");
+    if (st == CT_OK) {
+        snprintf(text, 8192,
+                 "seed: 7\n"
+                 "model: {input_shape: [28, 28, 1], builder: residual_mlp}\n"
+                 "optimizer: {type: adam, learning_rate: 0.001}\n"
+                 "metrics: [accuracy]\n"
+                 "data:\n"
+                 "  train: {images: %s/train-images-idx3-ubyte.gz,\n"
+                 "          labels: %s/train-labels-idx1-ubyte.gz, limit: %lld}\n"
+                 "  eval: {images: %s/t10k-images-idx3-ubyte.gz,\n"
+                 "         labels: %s/t10k-labels-idx1-ubyte.gz, limit: %lld}\n"
+                 "train: {epochs: %d, global_batch_size: 64, invariant: true}\n"
+                 "strategy: {type: mirrored}\n"
+                 "run_dir: %s\n"
+                 "checkpoint: {every_steps: 20}\n",
+                 data_dir, data_dir, (long long)limit, data_dir, data_dir, (long long)limit, epochs,
+                 run_dir);
+        st = ct_job_parse(text, strlen(text), "custom_model.c (job of part c)", NULL, 0, job, err);
+    }
+    int rank = 0;
+    ct_mirrored_result r;
+    if (st == CT_OK) {
+        job->model.builder = &residual_mlp;
+        ct_mirrored_options o = {.job_text = text};
+        st = ct_mirrored_run(job, &o, &rank, &r, err);
+    }
+    if (st == CT_OK && rank == 0) {
+        printf("graph model: steps=%lld test_loss=%.9g test_accuracy=%.6f\n",
+               (long long)r.train.steps, r.train.test_loss, r.train.test_accuracy);
+    }
+    free(job);
+    free(text);
+    return st;
+}
+
 /* Parses a non-negative integer argument; returns -1 when it is not one. */
 static long long parse_count(const char *s) {
     char *end = NULL;
@@ -183,8 +288,9 @@ static long long parse_count(const char *s) {
 }
 
 int main(int argc, char **argv) {
-    const char *data_dir = DEFAULT_DATA_DIR;
+    const char *data_dir = DEFAULT_DATA_DIR, *run_dir = "runs/custom_model";
     long long limit = 0, epochs = 2;
+    int graph = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -196,8 +302,12 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(arg, "--data") && val) {
             data_dir = argv[++i];
+        } else if (!strcmp(arg, "--graph")) {
+            graph = 1;
+        } else if (!strcmp(arg, "--run-dir") && val) {
+            run_dir = argv[++i];
         } else {
-            const char *need = !strcmp(arg, "--data")     ? "a directory"
+            const char *need = !strcmp(arg, "--data") || !strcmp(arg, "--run-dir") ? "a directory"
                                : !strcmp(arg, "--limit")  ? "an integer >= 0"
                                : !strcmp(arg, "--epochs") ? "an integer in [1, 1000]"
                                                           : NULL;
@@ -211,8 +321,9 @@ int main(int argc, char **argv) {
         }
     }
     ct_err err = {CT_OK, ""};
-    ct_status st = train_layer_stack(data_dir, limit, (int)epochs, &err);
-    if (st == CT_OK) {
+    ct_status st = graph ? train_built_model(data_dir, limit, (int)epochs, run_dir, &err)
+                         : train_layer_stack(data_dir, limit, (int)epochs, &err);
+    if (st == CT_OK && !graph) {
         st = tape_sgd_step(&err);
     }
     if (st != CT_OK) {

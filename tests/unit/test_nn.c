@@ -172,3 +172,52 @@ Test(nn, layer_errors_name_file_line_and_layer) {
     job.model.n_layers = 0;
     cr_expect_eq(ct_model_create(&job.model, job.seed, job.path, &m, &err), CT_EINVAL);
 }
+
+/* ---- a model built in C ---- */
+
+static ct_status declare_two(ct_params *p, void *user, ct_err *err) {
+    (void)user;
+    ct_shape w = ct_shape_make(2, (int64_t[]){6, 3}), b = ct_shape_make(1, (int64_t[]){3});
+    if (ct_params_declare(p, "w", &w, 1, CT_INIT_GLOROT_UNIFORM, 6, 3) < 0 ||
+        ct_params_declare(p, "b", &b, 1, CT_INIT_ZEROS, 6, 3) < 0) {
+        return ct_err_set(err, CT_ENOMEM, "out of memory");
+    }
+    return CT_OK;
+}
+
+/* user: the parameter name the forward asks for second ("b", or a wrong one). */
+static int forward_two(ct_model *m, ct_graph *g, int x, int training, void *user) {
+    (void)training;
+    return ct_add(g, ct_matmul(g, x, ct_model_param(m, g, "w"), 0, 0), ct_model_param(m, g, user));
+}
+
+/* The output shape comes from the forward pass; the job's name must match the program's; an
+ * unknown parameter, a job naming a builder with none set, and a program's other name each get
+ * one line. */
+Test(nn, built_model_shapes_and_refusals) {
+    ct_model_builder b = {.name = "affine",
+                          .declare = declare_two,
+                          .forward = forward_two,
+                          .input_dtype = CT_F32,
+                          .user = "b"};
+    ct_model_spec spec = {.input_rank = 1, .input_shape = {6}, .builder = &b};
+    ct_model *m = NULL;
+    ct_err err = {0};
+    cr_assert_eq(ct_model_create(&spec, 1, "j.yaml", &m, &err), CT_OK, "%s", err.msg);
+    ct_shape out = ct_model_output_shape(m);
+    cr_expect(out.rank == 1 && out.dims[0] == 3);
+    cr_expect_eq(ct_model_params(m)->n, 2);
+    ct_model_destroy(m);
+    b.user = "bias";
+    cr_expect_eq(ct_model_create(&spec, 1, "j.yaml", &m, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "model 'affine': no parameter 'bias'") != NULL, "%s", err.msg);
+    b.user = "b";
+    snprintf(spec.builder_name, sizeof spec.builder_name, "other");
+    cr_expect_eq(ct_model_create(&spec, 1, "j.yaml", &m, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "the job names 'other', the program builds 'affine'"), "%s", err.msg);
+    spec.builder = NULL;
+    spec.layers_line = 4;
+    cr_expect_eq(ct_model_create(&spec, 1, "j.yaml", &m, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "j.yaml:4: model.builder: 'other' is a model built in C"), "%s",
+              err.msg);
+}

@@ -59,6 +59,15 @@ CT_API ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spe
                                    const ct_mirrored_options *opts, ct_mirrored_result *ret,
                                    ct_err *err);
 
+/* ct_mirrored_train for a program that is itself the rank (a model built in C, launched by
+ * mpirun or srun): initializes MPI when the caller has not, reads the cluster spec from the
+ * launcher's environment, trains, and finalizes MPI when it initialized it. *ret_rank (may be
+ * NULL) receives this rank, so that only rank 0 prints. After a failure other than CT_EINTR MPI
+ * is left as it is: exit non-zero at once, and the launcher ends the other ranks (which may wait
+ * in a collective). CT_EUNSUPPORTED in a build without MPI. */
+CT_API ct_status ct_mirrored_run(const ct_job *job, const ct_mirrored_options *opts, int *ret_rank,
+                                 ct_mirrored_result *ret, ct_err *err);
+
 /* ---- for benchmarks only (scripts/bench/allreduce.c; builds with MPI) ---- */
 
 /* The ring all-reduce on its own: sums `count` floats in place across all ranks in buckets of

@@ -114,6 +114,23 @@ typedef struct ct_layer_spec {
 
 typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT } ct_loss_type;
 
+typedef struct ct_model ct_model;
+
+/* A model built in C, in place of a layer stack: the trainer, every strategy, checkpoints, logs
+ * and the profiler treat it as a job's model. `declare` declares its parameters once
+ * (ct_params_declare: names, shapes, initializers; the trainer initializes them from the job's
+ * seed); `forward` adds the forward pass on input x ([batch, input_shape...]) to g and returns the
+ * logits node ([batch, classes] or [batch, positions, classes]); it reads parameters with
+ * ct_model_param. Called once per graph the trainer builds (training, evaluation; again after a
+ * change of batch), from one thread at a time; the same graph for the same arguments. */
+typedef struct ct_model_builder {
+    const char *name; /* in the job identity, checkpoints and messages; matches model.builder */
+    ct_status (*declare)(ct_params *p, void *user, ct_err *err);
+    int (*forward)(ct_model *m, ct_graph *g, int x, int training, void *user);
+    ct_dtype input_dtype; /* CT_F32, or CT_I32 for token ids */
+    void *user;
+} ct_model_builder;
+
 /* model: the layer stack and what is computed from its output: the model module's options
  * (ct_model_create). */
 typedef struct ct_model_spec {
@@ -127,9 +144,12 @@ typedef struct ct_model_spec {
     int has_ignore_index;  /* loss.ignore_index given: labels equal to it count for nothing */
     int32_t ignore_index;
     int metric_accuracy; /* metrics: [accuracy] */
+    /* A model built in C (then n_layers is 0): the job file's `model.builder: NAME` names it and
+     * the program that defines it sets `builder` (its name must match) before creating the
+     * trainer. */
+    char builder_name[CT_LAYER_NAME_MAX];
+    const ct_model_builder *builder;
 } ct_model_spec;
-
-typedef struct ct_model ct_model;
 
 /* Builds a model from a layer stack (spec: layers and the per-example input shape; copied),
  * validating every layer's shape; its parameters are initialized from `seed`. Errors name
@@ -152,6 +172,10 @@ CT_API ct_dtype ct_model_input_dtype(const ct_model *m);
  * logits node. ret_var_nodes (n = params.n entries) receives the VARIABLE node of each parameter.
  * `training` selects dropout and batch statistics. Errors are recorded in g. */
 CT_API int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var_nodes);
+
+/* Inside a builder's forward: the VARIABLE node of parameter `name` (as declared), created once
+ * per graph; -1 with an error recorded in g for an unknown name. */
+CT_API int ct_model_param(ct_model *m, ct_graph *g, const char *name);
 
 /* One line per layer: type, output shape, parameter count (for `ctrain` and the README). */
 CT_API void ct_model_summary(const ct_model *m, void *out);

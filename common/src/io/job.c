@@ -61,7 +61,7 @@ static const char *const checkpoint_keys[] = {
     "dir", "every_steps", "keep_last", "keep_every_hours", "resume", "allow_changed_input", NULL};
 static const char *const logs_keys[] = {"tensorboard", "every_steps", "histogram_every_steps",
                                         "batch_labels", NULL};
-static const char *const model_keys[] = {"input_shape", "layers", NULL};
+static const char *const model_keys[] = {"input_shape", "layers", "builder", NULL};
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {"epochs",
@@ -421,6 +421,25 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_open(r, ct__job_sec_get(top, "model", path), "model", model_keys,
                      ct__job_key_line(top, "model"), &model);
     const ct__yaml_node *layers = ct__job_sec_get(&model, "layers", path);
+    const ct__yaml_node *builder = ct__job_sec_get(&model, "builder", path);
+    if (builder && !layers) { /* a model built in C by the program that trains this job */
+        job->model.layers_line = builder->line;
+        if (builder->kind != CT__YAML_SCALAR || !builder->text[0] ||
+            strlen(builder->text) >= CT_LAYER_NAME_MAX) {
+            ct__job_fail(r, builder->line, path,
+                         "must name the model a program builds in C (1 to %d characters)",
+                         CT_LAYER_NAME_MAX - 1);
+        } else {
+            snprintf(job->model.builder_name, sizeof job->model.builder_name, "%s", builder->text);
+        }
+        read_input_shape(&model, job);
+        return;
+    }
+    if (builder) {
+        ct__job_fail(r, builder->line, path,
+                     "a model has layers or a builder (a model built in C), not both");
+        return;
+    }
     if (!layers) {
         ct__job_sec_require(&model, "layers");
         return;

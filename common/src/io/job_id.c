@@ -94,6 +94,10 @@ static void put_layer(canon *c, int i, const ct_layer_spec *l) {
 
 static void put_model(canon *c, const ct_model_spec *m) {
     put_dims(c, "model.input_shape", m->input_shape, m->input_rank);
+    if (m->builder || m->builder_name[0]) { /* a line only then: older identities stay */
+        put(c, "model.builder=%s\n",
+            m->builder && m->builder->name ? m->builder->name : m->builder_name);
+    }
     for (int i = 0; i < m->n_layers; i++) {
         put_layer(c, i, &m->layers[i]);
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrain/backend.h"
 #include "ctrain/nn.h"
 
 #define SOURCE_MAX 1024 /* the job file's name, for messages (as CT_JOB_PATH_MAX) */
@@ -19,6 +20,8 @@ struct ct_model {
     int tied[CT_JOB_MAX_LAYERS];            /* a dense layer's shared embedding table, or -1 */
     int shared_next;                        /* planning a sharing layer: its next parameter */
     int input_ids;                          /* the input is integer ids (embeddings read it) */
+    ct_shape out;                           /* the output per example */
+    int *forward_vars;                      /* during a builder's forward: ret_var_nodes */
     ct_shape shapes[CT_JOB_MAX_LAYERS + 1]; /* per-example shapes: input, then each layer's */
 };
 
@@ -361,6 +364,92 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     return layer_error(m, i, err, "unknown layer type", NULL);
 }
 
+/* ---- a model built in C ---- */
+
+static int var(ct_model *m, ct_graph *g, int index, int *vars);
+
+static ct_status builder_refusal(const ct_model *m, ct_err *err) {
+    const ct_model_spec *spec = &m->spec;
+    const ct_model_builder *b = spec->builder;
+    if (!b) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s:%d: model.builder: '%s' is a model built in C: train it from the "
+                          "program that defines it (which sets model.builder, a ct_model_builder)",
+                          m->source, spec->layers_line, spec->builder_name);
+    }
+    if (!b->name || !b->name[0] || strlen(b->name) >= CT_LAYER_NAME_MAX || !b->declare ||
+        !b->forward) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: model builder: needs a name (1 to %d characters), declare and "
+                          "forward",
+                          m->source, CT_LAYER_NAME_MAX - 1);
+    }
+    if (spec->builder_name[0] && strcmp(spec->builder_name, b->name) != 0) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: model.builder: the job names '%s', the program builds '%s'",
+                          m->source, spec->builder_name, b->name);
+    }
+    if (spec->n_layers) {
+        return ct_err_set(err, CT_EINVAL, "%s: model: both layers and a builder ('%s')", m->source,
+                          b->name);
+    }
+    return CT_OK;
+}
+
+/* The output shape per example of a built model: its forward pass added once, for a batch of
+ * one, to a graph that runs nothing. */
+static ct_status built_output(ct_model *m, ct_err *err) {
+    ct_backend *be = NULL;
+    ct_graph *g = NULL;
+    int *vars = calloc((size_t)(m->params.n ? m->params.n : 1), sizeof *vars);
+    ct_status st = vars ? ct_backend_cpu_create(1, &be, err)
+                        : ct_err_set(err, CT_ENOMEM, "model: out of memory");
+    if (st == CT_OK && (st = ct_graph_create(be, 0, &g, err)) == CT_OK) {
+        ct_shape xs = {.rank = m->shapes[0].rank + 1, .dims = {1}};
+        memcpy(xs.dims + 1, m->shapes[0].dims, (size_t)m->shapes[0].rank * sizeof *xs.dims);
+        int x = ct_placeholder(g, m->spec.builder->input_dtype, &xs, "input");
+        int y = ct_model_forward(m, g, x, 1, vars);
+        ct_err gerr = {0};
+        const ct_shape *ys = y >= 0 ? &ct_graph_node(g, y)->out.shape : NULL;
+        if (ct_graph_status(g, &gerr) != CT_OK || !ys || ys->rank < 2 || ys->dims[0] != 1) {
+            st = ct_err_set(err, CT_EINVAL, "%s: model '%s': %s", m->source, m->spec.builder->name,
+                            gerr.msg[0] ? gerr.msg : "forward returned no [batch, ...] output");
+        } else {
+            m->out = (ct_shape){.rank = ys->rank - 1};
+            memcpy(m->out.dims, ys->dims + 1, (size_t)m->out.rank * sizeof *ys->dims);
+        }
+    }
+    ct_graph_destroy(g);
+    ct_backend_destroy(be);
+    free(vars);
+    return st;
+}
+
+static ct_status model_build(ct_model *m, uint64_t seed, ct_err *err) {
+    ct_status st = builder_refusal(m, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    const ct_model_builder *b = m->spec.builder;
+    snprintf(m->spec.builder_name, sizeof m->spec.builder_name, "%s", b->name);
+    if ((st = b->declare(&m->params, b->user, err)) != CT_OK ||
+        (st = ct_params_allocate(&m->params, seed, err)) != CT_OK) {
+        return st;
+    }
+    return built_output(m, err);
+}
+
+int ct_model_param(ct_model *m, ct_graph *g, const char *name) {
+    int k = ct_params_find(&m->params, name);
+    if (k < 0 || !m->forward_vars) {
+        return ct_graph_fail(g, CT_EINVAL, "model '%s': no parameter '%s'%s", m->spec.builder_name,
+                             name,
+                             m->forward_vars ? " (declare it in the builder's declare)"
+                                             : " (ct_model_param is for a builder's forward)");
+    }
+    return var(m, g, k, m->forward_vars);
+}
+
 /* The model input is integer ids when an embedding reads it; then only embeddings may. */
 static ct_status check_input_readers(ct_model *m, ct_err *err) {
     const ct_model_spec *spec = &m->spec;
@@ -394,12 +483,19 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
     m->spec = *spec;
     snprintf(m->source, sizeof m->source, "%s", source ? source : "model");
     ct_params_init(&m->params);
-    if (spec->n_layers < 1) {
+    if (spec->n_layers < 1 && !spec->builder_name[0] && !spec->builder) {
         st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer", m->source,
                         spec->layers_line);
         goto fail;
     }
     m->shapes[0] = ct_shape_make(spec->input_rank, spec->input_shape);
+    if (spec->builder_name[0] || spec->builder) {
+        if ((st = model_build(m, seed, err)) != CT_OK) {
+            goto fail;
+        }
+        *ret = m;
+        return CT_OK;
+    }
     if ((st = check_input_readers(m, err)) != CT_OK) {
         goto fail;
     }
@@ -414,6 +510,7 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
     if ((st = ct_params_allocate(&m->params, seed, err)) != CT_OK) {
         goto fail;
     }
+    m->out = m->shapes[spec->n_layers];
     *ret = m;
     return CT_OK;
 fail:
@@ -434,7 +531,7 @@ ct_params *ct_model_params(ct_model *m) {
 }
 
 ct_shape ct_model_output_shape(const ct_model *m) {
-    return m->shapes[m->spec.n_layers];
+    return m->out;
 }
 
 int64_t ct_model_output_size(const ct_model *m) {
@@ -443,6 +540,9 @@ int64_t ct_model_output_size(const ct_model *m) {
 }
 
 ct_dtype ct_model_input_dtype(const ct_model *m) {
+    if (m->spec.builder) {
+        return m->spec.builder->input_dtype;
+    }
     return m->input_ids ? CT_I32 : CT_F32;
 }
 
@@ -532,6 +632,12 @@ static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
 int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_var_nodes) {
     for (int k = 0; k < m->params.n; k++) {
         ret_var_nodes[k] = -1;
+    }
+    if (m->spec.builder) {
+        m->forward_vars = ret_var_nodes;
+        int y = m->spec.builder->forward(m, g, x0, training, m->spec.builder->user);
+        m->forward_vars = NULL;
+        return y;
     }
     int outer = ct_graph_set_scope(g, NULL);
     int outs[CT_JOB_MAX_LAYERS + 1]; /* the model input, then each layer's output */
@@ -654,10 +760,30 @@ static const char *inputs_str(const ct_layer_spec *l, char *buf, size_t cap) {
     return buf;
 }
 
+/* A built model's summary: its parameters, one a line. */
+static void built_summary(const ct_model *m, FILE *f) {
+    char s[96];
+    int64_t total = 0;
+    fprintf(f, "model built in C: %s, output %s per example\n", m->spec.builder_name,
+            ct_shape_str(&m->out, s, sizeof s));
+    fprintf(f, "%-4s %-36s %-20s %s\n", "#", "parameter", "shape", "size");
+    for (int k = 0; k < m->params.n; k++) {
+        const ct_param *q = &m->params.items[k];
+        fprintf(f, "%-4d %-36s %-20s %lld\n", k, q->name, ct_shape_str(&q->shape, s, sizeof s),
+                (long long)q->size);
+        total += q->size;
+    }
+    fprintf(f, "total parameters: %lld\n", (long long)total);
+}
+
 void ct_model_summary(const ct_model *m, void *out) {
     FILE *f = out;
     char s[96], in[96];
     int64_t total = 0;
+    if (m->spec.builder) {
+        built_summary(m, f);
+        return;
+    }
     int graph = 0; /* the graph form: a column of each layer's inputs */
     for (int i = 0; i < m->spec.n_layers; i++) {
         graph |= m->spec.layers[i].n_inputs > 0;

@@ -253,3 +253,29 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
     ct_profile_stop(); /* after the loaders' and the executor's threads are gone */
     return st;
 }
+
+ct_status ct_mirrored_run(const ct_job *job, const ct_mirrored_options *opts, int *ret_rank,
+                          ct_mirrored_result *ret, ct_err *err) {
+    ct_cluster_spec spec;
+    int inited = 0, provided = 0;
+    ret->stalled = 0;
+    if (ret_rank) {
+        *ret_rank = 0;
+    }
+    ct_status st = ct_cluster_spec_read(-1, -1, -1, NULL, NULL, &spec, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    if (ret_rank) {
+        *ret_rank = spec.rank;
+    }
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        return ct_err_set(err, CT_EIO, "MPI_Init_thread failed (start the program with mpirun)");
+    }
+    st = ct_mirrored_train(job, &spec, opts, ret, err);
+    if (!inited && (st == CT_OK || st == CT_EINTR)) {
+        MPI_Finalize();
+    }
+    return st;
+}

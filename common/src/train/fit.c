@@ -193,10 +193,10 @@ static ct_status fit_step(fit_run *f, const ct_batch *b, int64_t skipped, float 
         st = ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
     } else if (st == CT_OK) {
         /* one replica: its batch is the global batch, short at the end of an epoch too */
-        int64_t global = ct_loader_global_batch(
-            f->loader, b->index,
-            t->shard_count > 1 ? t->cfg.train.batch_size * (int64_t)t->shard_count
-                               : b->size + skipped);
+        int64_t global = ct_loader_global_batch(f->loader, b->index,
+                                                t->shard_count > 1 ? t->cfg.train.batch_size *
+                                                                         (int64_t)t->shard_count
+                                                                   : b->size + skipped);
         st = t->reducer
                  ? ct_trainer_step_shard(t, b->x, b->y, b->size, global - skipped, loss, acc, err)
                  : ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);

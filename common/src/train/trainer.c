@@ -60,7 +60,9 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
                         "%s:%d: model.layers: the last layer must output class scores per "
                         "example ([classes], or [positions, classes] for a label per position), "
                         "got %s (add a dense layer)",
-                        job->path, job->model.layers[job->model.n_layers - 1].line,
+                        job->path,
+                        job->model.n_layers ? job->model.layers[job->model.n_layers - 1].line
+                                            : job->model.layers_line,
                         ct_shape_str(&out, s, sizeof s));
         goto fail;
     }
