@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_refs import torch_attention
+from torch_refs import torch_attention, torch_rotary
 from ctrain_ffi import LIB, Graph
 
 torch.set_num_threads(1)
@@ -375,3 +375,12 @@ def test_embedding():
     ids = rng.integers(0, 20, (4, 5)).astype(np.int32)
     check("embedding", [table, ids], lambda g, t, i: g.op("embedding", t, i),
           lambda t, i: F.embedding(i.long(), t))
+
+
+@pytest.mark.parametrize("t,heads,d", [(5, 1, 2), (16, 2, 8), (33, 3, 6)])
+def test_rotary_embedding(t, heads, d):
+    """ct_rotary_embedding (a composite of slice, concat, mul and add) and its gradient."""
+    LIB.ct_rotary_embedding.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                        ctypes.c_float]
+    check("rotary", [U(2, t, heads * d)], lambda g, x: g.op("rotary_embedding", x, heads, 10000.0),
+          lambda x: torch_rotary(x, heads))

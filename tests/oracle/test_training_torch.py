@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_refs import torch_attention
+from torch_refs import torch_attention, torch_rotary
 from ctrain_ffi import ROOT, Trainer
 
 torch.set_num_threads(1)
@@ -327,18 +327,19 @@ model:
     - reshape: {shape: [-1, 16]}
     - positional_embedding: {name: tokens}
     - layer_norm: {epsilon: 1.0e-5}
-    - attention: {heads: 2, causal: %s, name: att}
+    - attention: {heads: 2, causal: %s, rotary: %s, name: att}
     - add: {inputs: [tokens, att]}
     - flatten: {}
     - dense: {units: 10}
 """
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_attention_block_three_sgd_steps(tmp_path, causal):
+@pytest.mark.parametrize("causal,rotary", [(False, False), (True, False), (True, True)])
+def test_attention_block_three_sgd_steps(tmp_path, causal, rotary):
     """A pre-norm attention block with a residual connection (a ViT's, or with the causal mask a
-    GPT's) over patch tokens trains as its PyTorch twin does."""
-    job = job_file(tmp_path, BLOCK_JOB % ("true" if causal else "false"))
+    GPT's; with rotary positions on its queries and keys, LLaMA's) over patch tokens trains as
+    its PyTorch twin does."""
+    job = job_file(tmp_path, BLOCK_JOB % (str(causal).lower(), str(rotary).lower()))
     batches = batches_of(48, 16)
     proj = ["query", "key", "value", "output"]
     shapes = [("conv2d_0/kernel", (7, 7, 1, 16)), ("conv2d_0/bias", (16,)),
@@ -354,11 +355,13 @@ def test_attention_block_three_sgd_steps(tmp_path, causal):
         t = h.permute(0, 2, 3, 1).reshape(len(xb), 16, 16) + p["positional_embedding_2/embeddings"]
         n = F.layer_norm(t, (16,), p["layer_norm_3/gamma"], p["layer_norm_3/beta"], 1e-5)
         q, k, v = (n @ p[f"attention_4/{w}/kernel"] + p[f"attention_4/{w}/bias"] for w in proj[:3])
+        if rotary:
+            q, k = torch_rotary(q, 2), torch_rotary(k, 2)
         a = torch_attention(q, k, v, 2, causal, 1.0 / np.sqrt(8.0))
         a = a @ p["attention_4/output/kernel"] + p["attention_4/output/bias"]
         return (t + a).reshape(len(xb), -1) @ p["dense_7/kernel"] + p["dense_7/bias"]
     run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
-        batches, 0.1, absolute=("attention_4/key/bias",))
+        batches, 0.1, absolute=() if rotary else ("attention_4/key/bias",))
 
 
 SWIGLU_JOB = """seed: 12

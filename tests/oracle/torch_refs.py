@@ -1,4 +1,5 @@
 """PyTorch references that more than one oracle test uses."""
+import numpy as np
 import torch
 
 
@@ -11,3 +12,17 @@ def torch_attention(q, k, v, heads, causal, scale):
     if causal:
         s = s.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
     return (torch.softmax(s, -1) @ split[2]).permute(0, 2, 1, 3).reshape(b, t, w)
+
+
+def torch_rotary(x, heads, base=10000.0):
+    """Rotary position embeddings over [B, T, heads x D] in the "rotate half" layout (GPT-NeoX,
+    LLaMA), the angles computed in float64 as ctrain does."""
+    b, t, w = x.shape
+    d = w // heads
+    i = np.arange(d) % (d // 2)
+    angle = np.arange(t)[:, None] * base ** (-2.0 * i / d)[None, :]
+    cos = torch.tensor(np.cos(angle), dtype=x.dtype)[:, None, :]
+    sin = torch.tensor(np.sin(angle), dtype=x.dtype)[:, None, :]
+    h = x.reshape(b, t, heads, d)
+    rotated = torch.cat([-h[..., d // 2:], h[..., :d // 2]], -1)
+    return (h * cos + rotated * sin).reshape(b, t, w)

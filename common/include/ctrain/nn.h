@@ -99,6 +99,7 @@ typedef struct ct_layer_spec {
     int perm[CT_JOB_MAX_RANK]; /* transpose: the per-example axes in their new order */
     int heads;                 /* attention: > 0, dividing the features */
     int causal;                /* attention: mask the keys after each position; default false */
+    int rotary;                /* attention: rotary position embeddings on queries and keys */
     int shape_rank; /* reshape: the per-example shape (one dim may be -1); transpose: perm's
                        length */
     int64_t shape[CT_JOB_MAX_RANK];
@@ -172,6 +173,11 @@ CT_API ct_dtype ct_model_input_dtype(const ct_model *m);
  * logits node. ret_var_nodes (n = params.n entries) receives the VARIABLE node of each parameter.
  * `training` selects dropout and batch statistics. Errors are recorded in g. */
 CT_API int ct_model_forward(ct_model *m, ct_graph *g, int x, int training, int *ret_var_nodes);
+
+/* Rotary position embeddings on x [batch, positions, heads * D] (D even): each head's halves
+ * (x1, x2) rotated pairwise by the angle position * base^(-2i / D), as GPT-NeoX and LLaMA (base
+ * 10000). A composite of graph ops, differentiable; errors are recorded in g. */
+CT_API int ct_rotary_embedding(ct_graph *g, int x, int heads, float base);
 
 /* Inside a builder's forward: the VARIABLE node of parameter `name` (as declared), created once
  * per graph; -1 with an error recorded in g for an unknown name. */

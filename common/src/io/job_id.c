@@ -72,7 +72,8 @@ static void put_layer(canon *c, int i, const ct_layer_spec *l) {
         put(c, "\n");
     }
     if (l->type == CT_LAYER_ATTENTION) {
-        put(c, "model.layers[%d].heads=%d causal=%d\n", i, l->heads, l->causal);
+        put(c, "model.layers[%d].heads=%d causal=%d%s\n", i, l->heads, l->causal,
+            l->rotary ? " rotary=1" : ""); /* only then: older identities stay */
     }
     if (l->type == CT_LAYER_RESHAPE) {
         put_dims(c, "model.layers.reshape", l->shape, l->shape_rank);

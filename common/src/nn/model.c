@@ -332,10 +332,10 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
     case CT_LAYER_RESHAPE:
         return plan_reshape(m, i, in, out, err);
     case CT_LAYER_ATTENTION: { /* [T, D]: q, k, v and output projections around the op */
-        if (in->rank != 2 || last % l->heads != 0) {
+        if (in->rank != 2 || last % l->heads != 0 || (l->rotary && (last / l->heads) % 2)) {
             return layer_error(m, i, err,
                                "needs [positions, features] per example, the features a multiple "
-                               "of heads, got ",
+                               "of heads (of an even head size with rotary), got ",
                                shape_str);
         }
         ct_shape w = {.rank = 2, .dims = {last, last}}, b = {.rank = 1, .dims = {last}};
@@ -590,8 +590,12 @@ static int attention_layer(ct_model *m, ct_graph *g, const ct_layer_spec *l, int
                            int *vars) {
     int64_t width = ct_graph_node(g, x)->out.shape.dims[2];
     float scale = 1.0f / sqrtf((float)(width / l->heads));
-    int y = ct_attention(g, projection(m, g, l, p, 0, x, vars), projection(m, g, l, p, 1, x, vars),
-                         projection(m, g, l, p, 2, x, vars), l->heads, l->causal, scale);
+    int q = projection(m, g, l, p, 0, x, vars), k = projection(m, g, l, p, 1, x, vars);
+    if (l->rotary) {
+        q = ct_rotary_embedding(g, q, l->heads, 10000.0f);
+        k = ct_rotary_embedding(g, k, l->heads, 10000.0f);
+    }
+    int y = ct_attention(g, q, k, projection(m, g, l, p, 2, x, vars), l->heads, l->causal, scale);
     return projection(m, g, l, p, 3, y, vars);
 }
 
