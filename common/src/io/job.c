@@ -190,76 +190,6 @@ static void read_weights_options(const ct__job_section *s, ct_layer_spec *l) {
     l->bias_init = (ct_init)v;
 }
 
-/* reshape's shape: 1 to CT_JOB_MAX_RANK dims per example, positive or one -1. */
-static void read_reshape(const ct__job_section *s, ct_layer_spec *l) {
-    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
-    ct__job_sec_require(s, "shape");
-    const ct__yaml_node *v = ct__job_sec_get(s, "shape", path);
-    if (!v || s->r->status != CT_OK) {
-        return;
-    }
-    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > CT_JOB_MAX_RANK) {
-        ct__job_fail(s->r, v->line, path,
-                     "must list 1 to %d dimensions per example (one may be -1), e.g. [16, 49]",
-                     CT_JOB_MAX_RANK);
-        return;
-    }
-    for (size_t k = 0; k < v->n; k++) {
-        ct__job_key_printf(item, "%s[%zu]", path, k);
-        ct__job_read_i64(s->r, v->items[k], item, INT64_MIN, INT_MAX, &l->shape[k]);
-        if (s->r->status == CT_OK && l->shape[k] < 1 && l->shape[k] != -1) {
-            ct__job_fail(s->r, v->items[k]->line, item, "must be a positive size or -1, got %lld",
-                         (long long)l->shape[k]);
-        }
-    }
-    l->shape_rank = (int)v->n;
-}
-
-/* transpose's perm: the per-example axes in their new order (checked against the input when the
- * model is built). */
-static void read_perm(const ct__job_section *s, ct_layer_spec *l) {
-    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
-    ct__job_sec_require(s, "perm");
-    const ct__yaml_node *v = ct__job_sec_get(s, "perm", path);
-    if (!v || s->r->status != CT_OK) {
-        return;
-    }
-    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > CT_JOB_MAX_RANK) {
-        ct__job_fail(s->r, v->line, path,
-                     "must list the per-example axes in their new order, e.g. [1, 0]");
-        return;
-    }
-    for (size_t k = 0; k < v->n; k++) {
-        int64_t a = 0;
-        ct__job_key_printf(item, "%s[%zu]", path, k);
-        ct__job_read_i64(s->r, v->items[k], item, 0, CT_JOB_MAX_RANK - 1, &a);
-        l->perm[k] = (int)a;
-    }
-    l->shape_rank = (int)v->n;
-}
-
-/* slice: {axis, begin, size} or {axis, parts, index}; split: {axis, parts}. */
-static void read_slice(const ct__job_section *s, ct_layer_spec *l) {
-    char path[CT__JOB_KEY_CAP];
-    ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);
-    ct__job_sec_int(s, "parts", 1, &l->parts);
-    ct__job_sec_int(s, "index", 0, &l->part);
-    int begin = 0, size = 0;
-    ct__job_sec_int(s, "begin", 0, &begin);
-    ct__job_sec_int(s, "size", 1, &size);
-    l->begin = begin;
-    l->size = size;
-    int by_range = ct__job_sec_get(s, "size", path) != NULL;
-    if (s->r->status == CT_OK && l->type == CT_LAYER_SPLIT) {
-        ct__job_sec_require(s, "parts");
-        ct__job_sec_require(s, "name");
-    } else if (s->r->status == CT_OK && by_range == (l->parts > 0)) {
-        ct__job_fail(s->r, s->line, s->path,
-                     "needs either size (and begin) or parts (and index), e.g. {axis: -1, parts: "
-                     "2, index: 0}");
-    }
-}
-
 static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
     int v = 0;
     switch (l->type) {
@@ -297,17 +227,17 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
     case CT_LAYER_MINIMUM:
         break;
     case CT_LAYER_TRANSPOSE:
-        read_perm(s, l);
+        ct__job_read_perm(s, l);
         break;
     case CT_LAYER_SLICE:
     case CT_LAYER_SPLIT:
-        read_slice(s, l);
+        ct__job_read_slice(s, l);
         break;
     case CT_LAYER_CONCAT:
         ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);
         break;
     case CT_LAYER_RESHAPE:
-        read_reshape(s, l);
+        ct__job_read_reshape(s, l);
         break;
     case CT_LAYER_POSITIONAL_EMBEDDING:
         break;
@@ -423,12 +353,13 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_open(r, ct__job_sec_get(top, "model", path), "model", model_keys,
                      ct__job_key_line(top, "model"), &model);
     const ct__yaml_node *layers = ct__job_sec_get(&model, "layers", path);
-    const ct__yaml_node *builder = ct__job_sec_get(&model, "builder", path);
+    char builder_path[CT__JOB_KEY_CAP];
+    const ct__yaml_node *builder = ct__job_sec_get(&model, "builder", builder_path);
     if (builder && !layers) { /* a model built in C by the program that trains this job */
         job->model.layers_line = builder->line;
         if (builder->kind != CT__YAML_SCALAR || !builder->text[0] ||
             strlen(builder->text) >= CT_LAYER_NAME_MAX) {
-            ct__job_fail(r, builder->line, path,
+            ct__job_fail(r, builder->line, builder_path,
                          "must name the model a program builds in C (1 to %d characters)",
                          CT_LAYER_NAME_MAX - 1);
         } else {
@@ -438,7 +369,7 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
         return;
     }
     if (builder) {
-        ct__job_fail(r, builder->line, path,
+        ct__job_fail(r, builder->line, builder_path,
                      "a model has layers or a builder (a model built in C), not both");
         return;
     }

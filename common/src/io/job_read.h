@@ -134,4 +134,9 @@ typedef void (*ct__job_layer_fn)(ct__job_reader *r, const ct__yaml_node *item, c
 int ct__job_read_layer_list(ct__job_reader *r, const ct__yaml_node *list, ct_layer_spec *layers,
                             ct__job_layer_fn read_one);
 
+/* reshape's shape, transpose's perm and slice's (or split's) range into l (job_layer_shapes.c). */
+void ct__job_read_reshape(const ct__job_section *s, ct_layer_spec *l);
+void ct__job_read_perm(const ct__job_section *s, ct_layer_spec *l);
+void ct__job_read_slice(const ct__job_section *s, ct_layer_spec *l);
+
 #endif
