@@ -151,6 +151,7 @@ class Trainer:
         st = LIB.ct_trainer_step(self.t, x.ctypes.data_as(vp), y.ctypes.data_as(vp), len(y),
                                  ctypes.byref(loss), ctypes.byref(acc), ctypes.byref(err))
         assert st == 0, err.msg.decode()
+        self.last_accuracy = acc.value
         return loss.value
 
     def predict(self, x, classes):

@@ -47,12 +47,13 @@ def rel_err(got, want):
 
 
 def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=None, smoothing=0.0,
-        dtype=torch.float32, ignore_index=-100):
+        dtype=torch.float32, ignore_index=-100, check_accuracy=False):
     """absolute: parameters whose true gradient is 0 (an attention's key bias: softmax ignores a
     shift shared by every key), compared within 1e-6 absolute, not relative to their rounding.
     make_opt(params by name): the torch optimizer (default SGD at lr); smoothing: the loss's
     label smoothing; dtype: the twin's (float64 where PyTorch's float32 is not exact enough);
-    ignore_index: PyTorch's (its default, -100)."""
+    ignore_index: PyTorch's (its default, -100); check_accuracy: each step's accuracy too, over
+    the labels not ignored."""
     t = Trainer(os.path.join(ROOT, job), sets)
     try:
         params = {n: torch.tensor(t.get(n, s), dtype=dtype, requires_grad=True)
@@ -72,6 +73,11 @@ def run(job, sets, names_shapes, forward, batches, lr, absolute=(), make_opt=Non
                                    ignore_index=ignore_index)
             loss.backward()
             opt.step()
+            if check_accuracy:
+                flat, labels = logits.reshape(-1, logits.shape[-1]), torch.tensor(y).reshape(-1)
+                kept = labels != ignore_index
+                want = float((flat.argmax(-1)[kept] == labels[kept]).float().mean())
+                assert abs(t.last_accuracy - want) <= 1e-6, (step, t.last_accuracy, want)
             theirs = float(loss)
             assert abs(ours - theirs) <= RTOL * abs(theirs), f"step {step}: {ours} vs {theirs}"
         for n, s in names_shapes:
@@ -99,14 +105,15 @@ def test_mlp_five_sgd_steps():
 
 def test_ignore_index_five_sgd_steps():
     """loss: {ignore_index: -100}: labels of -100 add nothing and the mean is over the others, as
-    PyTorch's cross_entropy(ignore_index=-100)."""
+    PyTorch's cross_entropy(ignore_index=-100); accuracy counts the others only."""
     batches = batches_of(300, 60)
     for k, (x, y) in enumerate(batches):
         y = y.copy()
         y[k % 3::3] = -100  # a third of each batch ignored
         batches[k] = (x, y)
     sets = MLP_SETS + ["loss={type: sparse_categorical_crossentropy, ignore_index: -100}"]
-    run("examples/fashion_mnist_mlp.yaml", sets, MLP_SHAPES, mlp_forward, batches, 0.1)
+    run("examples/fashion_mnist_mlp.yaml", sets, MLP_SHAPES, mlp_forward, batches, 0.1,
+        check_accuracy=True)
 
 
 def test_label_smoothing_five_sgd_steps():

@@ -69,6 +69,28 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     return CT_OK;
 }
 
+/* The share of rows whose largest logit is the label; with loss.ignore_index, of the rows whose
+ * label is not ignored (none: 0), as their loss counts. */
+static int accuracy(const ct_trainer *t, ct_graph *g, int logits, int labels, int64_t rows) {
+    int hits = ct_equal(g, ct_argmax(g, logits), labels);
+    if (!t->cfg.xent.has_ignore_index) {
+        return ct_mean(g, hits, 0, 0);
+    }
+    int32_t *ignored = malloc((size_t)rows * sizeof *ignored);
+    if (!ignored) {
+        return ct_graph_fail(g, CT_ENOMEM, "accuracy: out of memory");
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        ignored[i] = t->cfg.xent.ignore_index;
+    }
+    ct_shape s = {.rank = 1, .dims = {rows}};
+    int counted =
+        ct_sub(g, ct_scalar(g, 1.0f), ct_equal(g, labels, ct_constant(g, CT_I32, &s, ignored)));
+    free(ignored);
+    return ct_div(g, ct_sum(g, ct_mul(g, hits, counted), 0, 0),
+                  ct_maximum(g, ct_sum(g, counted, 0, 0), ct_scalar(g, 1.0f)));
+}
+
 ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
                                  const int32_t *y_data, ct_err *err) {
     ct_graph *g = sg->g;
@@ -94,7 +116,7 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     }
     sg->loss = ct_softmax_xent_ex(g, logits, labels, &t->cfg.xent);
     ct_graph_set_scope(g, "accuracy");
-    sg->accuracy = ct_mean(g, ct_equal(g, ct_argmax(g, logits), labels), 0, 0);
+    sg->accuracy = accuracy(t, g, logits, labels, sg->batch * t->positions);
     if (sg->training == 1 && sg->loss >= 0) {
         ct_graph_set_scope(g, "gradients");
         ct_status st = add_backward(t, sg, err);
