@@ -1,0 +1,93 @@
+"""The committed model examples (examples/vit_fashion_mnist.yaml, examples/resnet20_cifar10.yaml)
+in short runs of every strategy. The ViT under train.invariant ends on the same bits standalone,
+on 2 mirrored ranks, with 2 sync parameter-server workers and fed by the data service; async
+parameter servers train it; a run stopped halfway resumes to the straight run's bits; the
+profiler names its attention and layer-norm ops. ResNet-20 (batch norm, which train.invariant
+refuses) trains on 2 mirrored ranks and resumes exactly standalone; the parameter servers refuse
+it in one line (they keep no batch-norm statistics). The GPT's runs are in
+test_language_model.py."""
+import glob
+import gzip
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_invariant import CTRAIN, ENV, ROOT, has_mpi, same_weights
+from test_language_model import ckpt, done_fields
+from test_pipeline_train import cifar_file
+
+DATA = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+VIT = os.path.join(ROOT, "examples", "vit_fashion_mnist.yaml")
+RESNET = os.path.join(ROOT, "examples", "resnet20_cifar10.yaml")
+SHORT_VIT = ["--set", "data.train.limit=256", "--set", "data.eval.limit=128", "--set",
+             "train.max_steps=8", "--set", "train.invariant=true", "--set",
+             "train.global_batch_size=32", "--set", "optimizer.schedule.warmup_steps=2",
+             "--set", "optimizer.schedule.decay_steps=80",  # not the run's length: it stops
+             "--set", "checkpoint.every_steps=4", "--quiet"]
+
+
+def train(job, run, *args):
+    r = subprocess.run([CTRAIN, "train", job, "--set", f"run_dir={run}", *args],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.mark.skipif(not os.path.exists(DATA), reason="Fashion-MNIST is not installed")
+def test_vit_by_every_strategy_resumes_and_profiles(tmp_path):
+    one = tmp_path / "one"
+    train(VIT, one, *SHORT_VIT, "--profile", "5:6")
+    runs = {"2 sync ps workers": ["--ps", "1", "--workers", "2"],
+            "data service": ["--data-workers", "1"]}
+    if has_mpi():
+        runs["2 mirrored ranks"] = ["--replicas", "2"]
+    for name, args in runs.items():
+        run = tmp_path / name.replace(" ", "_")
+        train(VIT, run, *SHORT_VIT, *args)
+        same, out = same_weights(ckpt(one, 8), ckpt(run, 8))
+        assert same, f"{name} differs from the standalone run:\n{out}"
+    resumed = tmp_path / "resumed"
+    train(VIT, resumed, *SHORT_VIT, "--set", "train.max_steps=4")
+    train(VIT, resumed, *SHORT_VIT)
+    same, out = same_weights(ckpt(one, 8), ckpt(resumed, 8))
+    assert same, out
+    r = train(VIT, tmp_path / "async", *SHORT_VIT, "--set", "train.invariant=false", "--set",
+              "strategy.mode=async", "--ps", "1", "--workers", "2")
+    assert "test_accuracy" in done_fields(r.stdout)
+    (trace,) = glob.glob(str(one / "**" / "trace.json.gz"), recursive=True)
+    with gzip.open(trace) as f:
+        names = {e.get("name", "") for e in json.load(f)["traceEvents"]}
+    for op in ("attention", "attention_grad", "layer_norm", "layer_norm_grad"):
+        assert any(n == op or n.startswith(op + " ") or n.endswith("/" + op) for n in names), \
+            sorted(n for n in names if "att" in n or "norm" in n)[:40]
+
+
+def test_resnet20_mirrored_and_resume_and_the_parameter_servers_refusal(tmp_path):
+    rng = np.random.default_rng(2)
+    data = tmp_path / "data" / "cifar-10-batches-bin"
+    data.mkdir(parents=True)
+    cifar_file(data / "data_batch_1.bin", 128, rng)
+    cifar_file(data / "test_batch.bin", 64, rng)
+    job = tmp_path / "resnet.yaml"
+    job.write_text(open(RESNET).read().replace("../data/cifar-10-batches-bin", str(data)))
+    short = ["--set", "train.max_steps=4", "--set", "train.batch_size=16", "--set",
+             "checkpoint.every_steps=2", "--quiet"]
+    one, resumed = tmp_path / "one", tmp_path / "resumed"
+    train(str(job), one, *short)
+    train(str(job), resumed, *short, "--set", "train.max_steps=2")
+    train(str(job), resumed, *short)
+    same, out = same_weights(ckpt(one, 4), ckpt(resumed, 4))
+    assert same, out
+    if has_mpi():
+        r = train(str(job), tmp_path / "mirrored", *short, "--replicas", "2")
+        assert float(done_fields(r.stdout)["test_loss"]) > 0, r.stdout
+    # not built: batch norm's moving statistics on the parameter servers, which keep trainable
+    # variables only; the refusal is one line that says what to use instead
+    r = subprocess.run([CTRAIN, "train", str(job), *short, "--set", "strategy.mode=async", "--ps",
+                        "1", "--workers", "2", "--set", f"run_dir={tmp_path / 'ps'}"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=ENV)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "'batch_norm_1/moving_mean' is not trainable" in r.stderr, r.stderr
