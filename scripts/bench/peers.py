@@ -49,6 +49,14 @@ Sections:
           output and MLP projections, logits) and the causal half of the attention scores and
           sums, x 2 FLOPs x 3 for forward and backward, over 2 threads x the one-thread SGEMM
           rate.
+  resnet  the ResNet-20 example's training step (examples/resnet20_cifar10.yaml: 19 3x3
+          convolutions and 2 strided 1x1 projections without bias, each followed by batch norm,
+          16/32/64 channels, global average pooling, dense 10), batch 128 of 32x32x3, 2 threads,
+          SGD with momentum 0.9: ctrain bench_train (a fresh process each round, 3 untimed
+          steps first), a Keras 3 tf.function step, torch eager and torch.compile (channels
+          first, as PyTorch runs convolutions on the CPU). Ratios peer / ctrain, and step / FLOP
+          floor (the convolutions' and dense multiply-adds x 2 x 3 over 2 threads x the
+          one-thread SGEMM rate).
   attention  the fused attention op alone, forward and backward (the gradients of q, k and v),
           causal, batch 4, 4 heads of 64, T = 128, 512 and 2048, 2 threads: ctrain's
           bench_attention against torch.nn.functional.scaled_dot_product_attention. Memory:
@@ -83,9 +91,10 @@ PEER_PACKAGES = ["tensorflow-cpu==2.21.*", "torch==2.15.*", "numpy"]
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 MLP_JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
 CNN_JOB = os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml")
-SECTIONS = ("seed", "mlp", "cnn", "attention", "gpt", "loaded")
+SECTIONS = ("seed", "mlp", "cnn", "attention", "gpt", "resnet", "loaded")
 GPT_JOB = os.path.join(ROOT, "examples", "gpt_fortunes.yaml")
 GPT = {"d": 256, "heads": 4, "layers": 4, "t": 128, "vocab": 256, "ff": 1024}
+RESNET_JOB = os.path.join(ROOT, "examples", "resnet20_cifar10.yaml")
 CAP_S = 15.0  # a peer's measurement stops after this long (a contended host can make one crawl)
 SEED_TF = (7.697, 4.414)  # the seed's own TensorFlow: eager and graph seconds for 10000 calls
 
@@ -618,6 +627,53 @@ def section_gpt(ctx):
             **{n: x.summary() for n, x in s.items()}}
 
 
+RESNET_PEERS = [("Keras tf.function step", "tf", "resnet_steps", {}),
+                ("torch eager", "torch", "resnet_steps", {"compiled": False}),
+                ("torch.compile", "torch", "resnet_steps", {"compiled": True})]
+
+
+def resnet_flops(batch):
+    """FLOPs of ResNet-20's training step: the convolutions' and the dense layer's multiply-adds
+    (2 FLOPs each) x 3 for forward and backward; batch norm and the rest left out."""
+    macs = 32 * 32 * 3 * 3 * 3 * 16  # the stem
+    for size, c_in, c in ((32, 16, 16), (16, 16, 32), (8, 32, 64)):
+        macs += size * size * 9 * c * (c_in + c)  # the first block's two 3x3 convolutions
+        macs += size * size * 2 * 9 * c * c * 2  # two more blocks
+        macs += size * size * c_in * c if c_in != c else 0  # the 1x1 projection
+    return 3 * 2 * batch * (macs + 64 * 10)
+
+
+def section_resnet(ctx):
+    threads, batch = 2, 128
+    names = ["ctrain"] + [p[0] for p in RESNET_PEERS]
+    s = {n: Series("s per step", False) for n in names}
+    rate = Series("GFLOP/s", True)
+    for _ in ctx.rounds_of("resnet"):
+        rate.add(lambda: gemm_rate()[0])
+        s["ctrain"].add(lambda: run_bench_train(RESNET_JOB, batch, threads, ctx.resnet_iters,
+                                                ctx.resnet_reps, warmup=3))
+        for name, fw, op, extra in RESNET_PEERS:
+            pause()
+            s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch,
+                                               iters=ctx.resnet_iters, reps=ctx.resnet_reps,
+                                               **extra))
+    flops = resnet_flops(batch)
+    floor = ratio(flops, 2 * rate.best() * 1e9) if rate.ok() else None
+    base = s["ctrain"].median()
+    rows = [[n, cell(x, 1e3, ".0f"), fmt(x.best() and x.best() * 1e3, ".0f"),
+             fmt(ratio(x.median(), floor), ".2f"), fmt(ratio(x.median(), base), ".2f", "x")]
+            for n, x in s.items()]
+    print_table(f"ResNet-20 training step (examples/resnet20_cifar10.yaml), batch {batch}, "
+                f"{threads} threads, ms per step: median and best of {ctx.rounds} rounds x "
+                f"{ctx.resnet_reps} reps of {ctx.resnet_iters} steps",
+                ["implementation", "median ms", "best ms", "median/floor", "impl / ctrain"], rows,
+                [f"FLOP floor: {flops / 1e9:.1f} GFLOP per step / (2 threads x "
+                 f"{fmt(rate.best(), '.1f')} GFLOP/s) = {fmt(floor and floor * 1e3, '.0f')} ms",
+                 ctx.others_note("resnet")] + cut_notes(s))
+    return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
+            **{n: x.summary() for n, x in s.items()}}
+
+
 ATTENTION_T = (128, 512, 2048)
 
 
@@ -738,6 +794,7 @@ class Context:
         self.seed_calls = 1000 if args.quick else 10000
         self.cnn_iters, self.cnn_reps = (3, 2) if args.quick else (10, 5)
         self.gpt_iters, self.gpt_reps = (2, 1) if args.quick else (5, 3)
+        self.resnet_iters, self.resnet_reps = (2, 1) if args.quick else (3, 3)
         self.loaded_peers = not args.no_loaded_peers
         self.run_dir = run_dir
         self.peers = Peers(log_dir)
@@ -1135,6 +1192,48 @@ class TfPeer:
         step, x, y = self.cache[("gpt", batch)]
         return time_steps(lambda: step(x, y).numpy(), iters, reps)
 
+    def _resnet(self):
+        """ResNet-20 as the example: conv-BN-relu stem, 3 stages of 3 basic blocks (16, 32, 64
+        channels; strided 3x3 and 1x1 projection at a stage's first block), no conv bias, batch
+        norm momentum 0.9 (Keras's 0.9 = PyTorch's 0.1), global average pooling, dense 10."""
+        L = self.keras.layers
+
+        def conv_bn(x, f, k=3, stride=1):
+            x = L.Conv2D(f, k, stride, padding="same", use_bias=False)(x)
+            return L.BatchNormalization(momentum=0.9, epsilon=1e-3)(x)
+        inp = L.Input((32, 32, 3))
+        x = L.ReLU()(conv_bn(inp, 16))
+        for c, first_stride in ((16, 1), (32, 2), (64, 2)):
+            for b in range(3):
+                stride = first_stride if b == 0 else 1
+                r = conv_bn(L.ReLU()(conv_bn(x, c, 3, stride)), c)
+                short = conv_bn(x, c, 1, stride) if stride != 1 else x
+                x = L.ReLU()(L.Add()([short, r]))
+        out = L.Dense(10)(L.GlobalAveragePooling2D()(x))
+        return self.keras.Model(inp, out)
+
+    def resnet_steps(self, batch, iters, reps):
+        tf, keras = self.tf, self.keras
+        if ("resnet", batch) not in self.cache:
+            model = self._resnet()
+            opt = keras.optimizers.SGD(0.1, momentum=0.9)
+            opt.build(model.trainable_variables)
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+            @tf.function
+            def step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            x = tf.random.uniform([batch, 32, 32, 3], seed=1)
+            y = tf.constant([i % 10 for i in range(batch)], tf.int32)
+            step(x, y)
+            self.cache[("resnet", batch)] = (step, x, y)
+        step, x, y = self.cache[("resnet", batch)]
+        return time_steps(lambda: step(x, y).numpy(), iters, reps)
+
 
 class TorchPeer:
     """PyTorch 2.15: torch.set_num_threads(`threads`), interop 1."""
@@ -1300,6 +1399,54 @@ class TorchPeer:
                 return loss
             x = torch.randint(0, GPT["vocab"], (batch, GPT["t"]))
             y = torch.randint(0, GPT["vocab"], (batch, GPT["t"]))
+            step(x, y)
+            self.cache[key] = (step, x, y)
+        step, x, y = self.cache[key]
+        return time_steps(lambda: step(x, y).item(), iters, reps)
+
+    def _resnet(self):
+        """ResNet-20 as the example, channels first (PyTorch's CPU layout), batch norm momentum
+        0.1 (= Keras's 0.9), eps 1e-3."""
+        nn = self.torch.nn
+
+        def conv_bn(cin, c, k=3, stride=1):
+            return nn.Sequential(nn.Conv2d(cin, c, k, stride, k // 2, bias=False),
+                                 nn.BatchNorm2d(c, eps=1e-3, momentum=0.1))
+
+        class Block(nn.Module):
+            def __init__(s, cin, c, stride):
+                super().__init__()
+                s.a, s.b = conv_bn(cin, c, 3, stride), conv_bn(c, c)
+                s.short = conv_bn(cin, c, 1, stride) if stride != 1 else nn.Identity()
+
+            def forward(s, x):
+                return nn.functional.relu(s.short(x) + s.b(nn.functional.relu(s.a(x))))
+        blocks, cin = [], 16
+        for c, first_stride in ((16, 1), (32, 2), (64, 2)):
+            for b in range(3):
+                blocks.append(Block(cin, c, first_stride if b == 0 else 1))
+                cin = c
+        return nn.Sequential(conv_bn(3, 16), nn.ReLU(), *blocks, nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(64, 10))
+
+    def resnet_steps(self, batch, iters, reps, compiled):
+        torch = self.torch
+        key = ("resnet", batch, compiled)
+        if key not in self.cache:
+            model = self._resnet().train()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+            def loss_of(x, y):
+                return torch.nn.functional.cross_entropy(model(x), y)
+            fwd = torch.compile(loss_of, dynamic=False) if compiled else loss_of
+
+            def step(x, y):
+                opt.zero_grad(set_to_none=True)
+                loss = fwd(x, y)
+                loss.backward()
+                opt.step()
+                return loss
+            x, y = torch.rand(batch, 3, 32, 32), torch.arange(batch) % 10
             step(x, y)
             self.cache[key] = (step, x, y)
         step, x, y = self.cache[key]

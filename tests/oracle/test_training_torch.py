@@ -116,6 +116,56 @@ def test_ignore_index_five_sgd_steps():
         check_accuracy=True)
 
 
+BINARY_JOB = """seed: 15
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - flatten: {}
+    - dense: {units: 32, activation: relu}
+    - dense: {units: %d}
+loss: {type: binary_crossentropy, label_smoothing: %s}
+"""
+
+
+@pytest.mark.parametrize("outputs,smoothing", [(1, 0.0), (4, 0.0), (4, 0.1)],
+                         ids=["binary", "multi-label", "multi-label smoothed"])
+def test_binary_crossentropy_five_sgd_steps(tmp_path, outputs, smoothing):
+    """loss: binary_crossentropy: each output the logit of its own 0/1 label, as PyTorch's
+    binary_cross_entropy_with_logits (the mean over every label; label smoothing's target
+    (1 - s) y + s / 2, as Keras's). One output: is the class 5 or above; four: the class's bits.
+    Accuracy: z > 0 against the label."""
+    job = job_file(tmp_path, BINARY_JOB % (outputs, smoothing))
+    batches = []
+    for x, y in batches_of(300, 60):
+        bits = ((y[:, None] >> np.arange(4)) & 1).astype(np.int32)
+        batches.append((x, (y >= 5).astype(np.int32) if outputs == 1 else bits))
+    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
+              ("dense_2/kernel", (32, outputs)), ("dense_2/bias", (outputs,))]
+    t = Trainer(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.5"])
+    try:
+        p = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in shapes}
+        opt = torch.optim.SGD(list(p.values()), lr=0.5)
+        for step, (x, y) in enumerate(batches):
+            ours = t.step(x, y)
+            torch.set_num_threads(1)
+            opt.zero_grad()
+            h = torch.relu(torch.tensor(x).reshape(len(x), -1) @ p["dense_1/kernel"]
+                           + p["dense_1/bias"])
+            z = (h @ p["dense_2/kernel"] + p["dense_2/bias"]).reshape(y.shape)
+            target = torch.tensor(y, dtype=torch.float32) * (1 - smoothing) + smoothing / 2
+            loss = F.binary_cross_entropy_with_logits(z, target)
+            loss.backward()
+            opt.step()
+            assert abs(ours - float(loss)) <= RTOL * abs(float(loss)), (step, ours, float(loss))
+            hits = float(((z > 0).int() == torch.tensor(y)).float().mean())
+            assert abs(t.last_accuracy - hits) <= 1e-6, (step, t.last_accuracy, hits)
+        for n, s in shapes:
+            err = rel_err(t.get(n, s), p[n].detach().numpy())
+            assert err <= RTOL, f"{n}: weights differ by {err:.3g}"
+    finally:
+        t.close()
+
+
 def test_label_smoothing_five_sgd_steps():
     """loss: {label_smoothing: 0.1} trains as PyTorch's cross_entropy(label_smoothing=0.1)."""
     sets = MLP_SETS + ["loss={type: sparse_categorical_crossentropy, label_smoothing: 0.1}"]

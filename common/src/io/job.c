@@ -49,6 +49,8 @@ static const ct__job_name padding_names[] = {{"valid", 0}, {"same", 1}, {NULL, 0
 static const ct__job_name loss_names[] = {
     {"sparse_categorical_crossentropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
     {"softmax_cross_entropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
+    {"binary_crossentropy", CT_LOSS_BINARY_XENT},
+    {"sigmoid_cross_entropy", CT_LOSS_BINARY_XENT},
     {NULL, 0},
 };
 static const ct__job_name metric_names[] = {{"accuracy", 1}, {NULL, 0}};

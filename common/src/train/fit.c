@@ -124,6 +124,12 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
         }
         top = b->y[i] > top ? b->y[i] : top;
     }
+    if (top >= outputs && t->binary) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: batch %lld has label %d: loss binary_crossentropy takes labels 0 "
+                          "and 1 (use sparse_categorical_crossentropy for classes)",
+                          t->cfg.path, (long long)b->index, top);
+    }
     if (top >= outputs) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: batch %lld has label %d: the data has at least %d classes but the "
@@ -441,7 +447,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     r.steps = t->step;
     r.seconds = train_seconds;
     r.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
-    r.positions = t->positions;
+    r.positions = t->binary ? 1 : t->positions; /* a language model's figures: not for these */
     *ret = r;
     return st;
 }

@@ -12,6 +12,13 @@
 static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
     for (int64_t i = 0; i < n * t->positions; i++) {
         if ((y[i] < 0 || y[i] >= t->classes) &&
+            !(t->cfg.xent.has_ignore_index && y[i] == t->cfg.xent.ignore_index) && t->binary) {
+            return ct_err_set(err, CT_EINVAL,
+                              "label %d of example %lld: loss binary_crossentropy takes labels 0 "
+                              "and 1",
+                              y[i], (long long)(i / t->positions));
+        }
+        if ((y[i] < 0 || y[i] >= t->classes) &&
             !(t->cfg.xent.has_ignore_index && y[i] == t->cfg.xent.ignore_index)) {
             return ct_err_set(err, CT_EINVAL,
                               "label %d of example %lld is outside [0, %lld): the model's last "
@@ -227,7 +234,7 @@ ct_status ct_trainer_predict(ct_trainer *t, const float *x, int64_t batch, float
     }
     if (st == CT_OK) {
         memcpy(out, ct_graph_node(sg->g, sg->logits)->out.data,
-               (size_t)(labels * t->classes) * sizeof *out);
+               (size_t)(batch * ct_model_output_size(t->model)) * sizeof *out);
     }
     return st;
 }

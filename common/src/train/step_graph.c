@@ -69,6 +69,20 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     return CT_OK;
 }
 
+/* Binary cross-entropy as the softmax cross-entropy of two classes: each logit z beside a 0, so
+ * that the softmax's class 1 is sigmoid(z), its loss the binary loss of z (label smoothing too:
+ * the target (1 - s) y + s / 2, as Keras's), and its argmax, z > 0, the prediction. */
+static int binary_logits(ct_graph *g, int logits, int64_t rows) {
+    float *zeros = calloc((size_t)rows, sizeof *zeros);
+    if (!zeros) {
+        return ct_graph_fail(g, CT_ENOMEM, "binary loss: out of memory");
+    }
+    ct_shape col = {.rank = 2, .dims = {rows, 1}};
+    int pair[2] = {ct_constant(g, CT_F32, &col, zeros), ct_reshape(g, logits, 2, col.dims)};
+    free(zeros);
+    return ct_concat(g, 2, pair, 1);
+}
+
 /* The share of rows whose largest logit is the label; with loss.ignore_index, of the rows whose
  * label is not ignored (none: 0), as their loss counts. */
 static int accuracy(const ct_trainer *t, ct_graph *g, int logits, int labels, int64_t rows) {
@@ -109,7 +123,11 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
     ct_graph_set_scope(g, "loss"); /* name scopes for TensorBoard's graph, as TensorFlow's */
     int logits = sg->logits, labels = sg->y;
-    if (t->positions > 1) { /* a label per position: every position is a row of the loss */
+    if (t->binary) {
+        logits = binary_logits(g, logits, sg->batch * t->positions);
+        int64_t rows = sg->batch * t->positions;
+        labels = ct_reshape(g, labels, 1, &rows);
+    } else if (t->positions > 1) { /* a label per position: every position is a row of the loss */
         int64_t rows[2] = {sg->batch * t->positions, t->classes};
         logits = ct_reshape(g, logits, 2, rows);
         labels = ct_reshape(g, labels, 1, rows);

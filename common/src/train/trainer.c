@@ -54,7 +54,11 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
         goto fail;
     }
     ct_shape out = ct_model_output_shape(t->model);
-    if (out.rank < 1 || out.dims[out.rank - 1] < 2) {
+    t->binary = job->model.loss == CT_LOSS_BINARY_XENT;
+    if (t->binary) { /* every output a logit of its own 0/1 label */
+        t->classes = 2;
+        t->positions = ct_shape_numel(&out);
+    } else if (out.rank < 1 || out.dims[out.rank - 1] < 2) {
         char s[96];
         st = ct_err_set(err, CT_EINVAL,
                         "%s:%d: model.layers: the last layer must output class scores per "
@@ -66,10 +70,12 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
                         ct_shape_str(&out, s, sizeof s));
         goto fail;
     }
-    t->classes = out.dims[out.rank - 1];
-    t->positions = 1;
-    for (int k = 0; k + 1 < out.rank; k++) {
-        t->positions *= out.dims[k];
+    if (!t->binary) {
+        t->classes = out.dims[out.rank - 1];
+        t->positions = 1;
+        for (int k = 0; k + 1 < out.rank; k++) {
+            t->positions *= out.dims[k];
+        }
     }
     ct_params *p = ct_model_params(t->model);
     t->vars = calloc((size_t)(p->n ? p->n : 1), sizeof *t->vars);

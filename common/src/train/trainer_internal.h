@@ -59,7 +59,9 @@ struct ct_trainer {
     int64_t step;
     int64_t total_steps;
     int64_t classes;   /* the last axis of the model's output */
-    int64_t positions; /* labels per example: 1, or T for [T, classes] outputs (a sequence) */
+    int64_t positions; /* labels per example: 1, or T for [T, classes] outputs (a sequence); with
+                          the binary loss, every output */
+    int binary;        /* loss: binary cross-entropy (classes is then 2: labels 0 and 1) */
     int32_t *ids;      /* inputs converted to ids for models that start with an embedding */
     int64_t ids_cap;
     int32_t *zeros; /* labels bound (unread) when predicting */
