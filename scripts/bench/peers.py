@@ -597,35 +597,39 @@ def gpt_flops(batch):
     return 3 * 2 * (gemm_macs + attention_macs)
 
 
-def section_gpt(ctx):
-    threads, batch = 2, 16
-    names = ["ctrain"] + [p[0] for p in GPT_PEERS]
+def step_section(ctx, section, job, peers, iters, reps, warmup, flops, title, spec):
+    """A training step of `job` at batch 16 (gpt) or 128 (resnet) on 2 threads: ctrain's
+    bench_train and each peer per round, the medians against the FLOP floor and ctrain."""
+    threads, batch = 2, (16 if section == "gpt" else 128)
+    names = ["ctrain"] + [p[0] for p in peers]
     s = {n: Series("s per step", False) for n in names}
     rate = Series("GFLOP/s", True)
-    for _ in ctx.rounds_of("gpt"):
+    for _ in ctx.rounds_of(section):
         rate.add(lambda: gemm_rate()[0])
-        s["ctrain"].add(lambda: run_bench_train(GPT_JOB, batch, threads, ctx.gpt_iters,
-                                                ctx.gpt_reps, warmup=24))
-        for name, fw, op, extra in GPT_PEERS:
+        s["ctrain"].add(lambda: run_bench_train(job, batch, threads, iters, reps, warmup=warmup))
+        for name, fw, op, extra in peers:
             pause()
-            s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch, iters=ctx.gpt_iters,
-                                               reps=ctx.gpt_reps, **extra))
-    flops = gpt_flops(batch)
-    floor = ratio(flops, 2 * rate.best() * 1e9) if rate.ok() else None
+            s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch, iters=iters,
+                                               reps=reps, **extra))
+    total = flops(batch)
+    floor = ratio(total, 2 * rate.best() * 1e9) if rate.ok() else None
     base = s["ctrain"].median()
-    rows = [[n, cell(x, 1e3, ".1f"), fmt(x.best() and x.best() * 1e3, ".1f"),
+    rows = [[n, cell(x, 1e3, spec), fmt(x.best() and x.best() * 1e3, spec),
              fmt(ratio(x.median(), floor), ".2f"), fmt(ratio(x.median(), base), ".2f", "x")]
             for n, x in s.items()]
-    print_table(f"GPT training step (examples/gpt_fortunes.yaml), batch {batch}, {threads} "
-                f"threads, ms per step: median and best of {ctx.rounds} rounds x {ctx.gpt_reps} "
-                f"reps of {ctx.gpt_iters} steps",
+    print_table(f"{title}, batch {batch}, {threads} threads, ms per step: median and best of "
+                f"{ctx.rounds} rounds x {reps} reps of {iters} steps",
                 ["implementation", "median ms", "best ms", "median/floor", "impl / ctrain"], rows,
-                [f"FLOP floor: {flops / 1e9:.1f} GFLOP per step / (2 threads x "
-                 f"{fmt(rate.best(), '.1f')} GFLOP/s) = {fmt(floor and floor * 1e3, '.1f')} ms",
-                 ctx.others_note("gpt")] + cut_notes(s))
-    return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
+                [f"FLOP floor: {total / 1e9:.1f} GFLOP per step / (2 threads x "
+                 f"{fmt(rate.best(), '.1f')} GFLOP/s) = {fmt(floor and floor * 1e3, spec)} ms",
+                 ctx.others_note(section)] + cut_notes(s))
+    return {"flops_per_step": total, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
             **{n: x.summary() for n, x in s.items()}}
 
+
+def section_gpt(ctx):
+    return step_section(ctx, "gpt", GPT_JOB, GPT_PEERS, ctx.gpt_iters, ctx.gpt_reps, 24,
+                        gpt_flops, "GPT training step (examples/gpt_fortunes.yaml)", ".1f")
 
 RESNET_PEERS = [("Keras tf.function step", "tf", "resnet_steps", {}),
                 ("torch eager", "torch", "resnet_steps", {"compiled": False}),
@@ -644,35 +648,9 @@ def resnet_flops(batch):
 
 
 def section_resnet(ctx):
-    threads, batch = 2, 128
-    names = ["ctrain"] + [p[0] for p in RESNET_PEERS]
-    s = {n: Series("s per step", False) for n in names}
-    rate = Series("GFLOP/s", True)
-    for _ in ctx.rounds_of("resnet"):
-        rate.add(lambda: gemm_rate()[0])
-        s["ctrain"].add(lambda: run_bench_train(RESNET_JOB, batch, threads, ctx.resnet_iters,
-                                                ctx.resnet_reps, warmup=3))
-        for name, fw, op, extra in RESNET_PEERS:
-            pause()
-            s[name].add(lambda: ctx.peers.call(fw, threads, op, batch=batch,
-                                               iters=ctx.resnet_iters, reps=ctx.resnet_reps,
-                                               **extra))
-    flops = resnet_flops(batch)
-    floor = ratio(flops, 2 * rate.best() * 1e9) if rate.ok() else None
-    base = s["ctrain"].median()
-    rows = [[n, cell(x, 1e3, ".0f"), fmt(x.best() and x.best() * 1e3, ".0f"),
-             fmt(ratio(x.median(), floor), ".2f"), fmt(ratio(x.median(), base), ".2f", "x")]
-            for n, x in s.items()]
-    print_table(f"ResNet-20 training step (examples/resnet20_cifar10.yaml), batch {batch}, "
-                f"{threads} threads, ms per step: median and best of {ctx.rounds} rounds x "
-                f"{ctx.resnet_reps} reps of {ctx.resnet_iters} steps",
-                ["implementation", "median ms", "best ms", "median/floor", "impl / ctrain"], rows,
-                [f"FLOP floor: {flops / 1e9:.1f} GFLOP per step / (2 threads x "
-                 f"{fmt(rate.best(), '.1f')} GFLOP/s) = {fmt(floor and floor * 1e3, '.0f')} ms",
-                 ctx.others_note("resnet")] + cut_notes(s))
-    return {"flops_per_step": flops, "gemm_gflops_1t": rate.summary(), "floor_s": floor,
-            **{n: x.summary() for n, x in s.items()}}
-
+    return step_section(ctx, "resnet", RESNET_JOB, RESNET_PEERS, ctx.resnet_iters,
+                        ctx.resnet_reps, 3, resnet_flops,
+                        "ResNet-20 training step (examples/resnet20_cifar10.yaml)", ".0f")
 
 ATTENTION_T = (128, 512, 2048)
 
