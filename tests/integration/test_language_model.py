@@ -6,6 +6,7 @@ same bits standalone, on 2 mirrored ranks and with 2 sync parameter-server worke
 the data service; `ctrain
 generate` continues a prompt, the same text for the same seed, and refuses a model that is not a
 causal byte-level one in one line."""
+import json
 import math
 import os
 import re
@@ -87,6 +88,10 @@ def test_trains_reports_perplexity_resumes_exactly_and_generates(tmp_path):
     assert loss < 0.75 * math.log(256), done  # a uniform guess over the bytes is ln 256
     assert abs(float(done["test_perplexity"]) - math.exp(loss)) <= 1e-3 * math.exp(loss)
     assert float(done["tokens_per_s"]) == pytest.approx(32 * float(done["samples_per_s"]), 0.01)
+    with open(straight / "metrics.jsonl") as f:
+        end = [json.loads(x) for x in f if '"end_of_epoch": true' in x][-1]
+    assert end["test_perplexity"] == pytest.approx(math.exp(end["test_loss"]), rel=1e-6), end
+    assert end["epoch_perplexity"] == pytest.approx(math.exp(end["epoch_loss"]), rel=1e-6), end
 
     resumed = tmp_path / "resumed"
     train(tmp_path, resumed, "--set", "train.max_steps=25")

@@ -134,9 +134,16 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                               {"epoch_input_wait_fraction", p->input_wait_fraction}};
     ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, epoch, 4);
     log_histograms(t);
+    const int lm = t->positions > 1 && !t->binary; /* a language model: its perplexity too */
+    if (lm) {
+        ct__run_scalar ppl[] = {{"epoch_perplexity", exp(p->loss)}};
+        ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, ppl, 1);
+    }
     if (!isnan(p->test_loss)) {
-        ct__run_scalar scalars[] = {{"loss", p->test_loss}, {"accuracy", p->test_accuracy}};
-        ct__run_log_scalars(t->log, CT__RUN_LOG_VALIDATION, t->step, scalars, 2);
+        ct__run_scalar scalars[] = {{"loss", p->test_loss},
+                                    {"accuracy", p->test_accuracy},
+                                    {"perplexity", exp(p->test_loss)}};
+        ct__run_log_scalars(t->log, CT__RUN_LOG_VALIDATION, t->step, scalars, lm ? 3 : 2);
         ct__run_log_flush(t->log);
     }
     if (p->data_workers > 0) { /* the data service's verdict (ct_format_input_line) */
@@ -156,13 +163,21 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                             p->worker_elements_per_s, p->needed_elements_per_s, p->workers_needed,
                             p->input_wait_fraction > CT_INPUT_BOUND_FRACTION ? "true" : "false");
     }
+    char ppl[96] = "";
+    if (lm) { /* the test figure only with evaluation data */
+        int n = snprintf(ppl, sizeof ppl, ", \"epoch_perplexity\": %.9g", exp(p->loss));
+        if (!isnan(p->test_loss)) {
+            snprintf(ppl + n, sizeof ppl - (size_t)n, ", \"test_perplexity\": %.9g",
+                     exp(p->test_loss));
+        }
+    }
     ct__run_log_metrics(
         t->log,
         "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
         "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
         "%.9g, \"epoch_seconds\": %.6g, \"samples_per_s\": %.6g, \"input_wait_fraction\": "
-        "%.6g}",
+        "%.6g%s}",
         (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss, p->test_accuracy,
-        p->epoch_seconds, p->samples_per_s, p->input_wait_fraction);
+        p->epoch_seconds, p->samples_per_s, p->input_wait_fraction, ppl);
     ct__run_log_sync(t->log); /* the epoch's events on the disk (every step: only flushed) */
 }
