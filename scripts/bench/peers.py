@@ -52,8 +52,9 @@ Sections:
   resnet  the ResNet-20 example's training step (examples/resnet20_cifar10.yaml: 19 3x3
           convolutions and 2 strided 1x1 projections without bias, each followed by batch norm,
           16/32/64 channels, global average pooling, dense 10), batch 128 of 32x32x3, 2 threads,
-          SGD with momentum 0.9: ctrain bench_train (a fresh process each round, 3 untimed
-          steps first), a Keras 3 tf.function step, torch eager and torch.compile (channels
+          SGD with momentum 0.9: ctrain bench_train (a fresh process each round, 20 untimed
+          steps first: the adaptive executor runs a fresh process's first steps on one
+          thread), a Keras 3 tf.function step, torch eager and torch.compile (channels
           first, as PyTorch runs convolutions on the CPU). Ratios peer / ctrain, and step / FLOP
           floor (the convolutions' and dense multiply-adds x 2 x 3 over 2 threads x the
           one-thread SGEMM rate).
@@ -649,7 +650,7 @@ def resnet_flops(batch):
 
 def section_resnet(ctx):
     return step_section(ctx, "resnet", RESNET_JOB, RESNET_PEERS, ctx.resnet_iters,
-                        ctx.resnet_reps, 3, resnet_flops,
+                        ctx.resnet_reps, 20, resnet_flops,
                         "ResNet-20 training step (examples/resnet20_cifar10.yaml)", ".0f")
 
 ATTENTION_T = (128, 512, 2048)
