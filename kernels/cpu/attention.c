@@ -22,20 +22,54 @@
 #include <string.h>
 
 #include "conv_tile.h"
+#include "ctrain/rng.h"
 #include "graph/op_impl.h"
 
 #define TILE 64
 #define ROWS 4                          /* rows computed together, sharing loads */
 #define TV (TILE / VEC)                 /* vectors per tile row */
 #define MAX_HEAD CT__ATTENTION_MAX_HEAD /* the shape check refuses larger heads */
-enum { ATT_FIRST = 2, ATT_END = 3 };
+enum { ATT_FIRST = 2, ATT_END = 3, ATT_KEY = 4, ATT_TRAINING = 5 };
 
 typedef struct att_dims {
     int64_t batch, t, heads, dh, width; /* width = heads * dh, a position's stride */
     int64_t first, end;                 /* the examples to compute */
     int causal;
     float scale;
+    /* attention dropout (rate 0: none): keep when the draw's top 24 bits reach the threshold */
+    float keep_scale;
+    uint32_t threshold;
+    uint64_t seed, stream;
+    int64_t batch_offset; /* the first example's place in the global batch */
 } att_dims;
+
+/* The dropout of node n (rate attrs.f[1] in training) drawn as ctx's step and replica say. */
+static void dropout_of(const ct_kctx *ctx, const ct_node *n, att_dims *d) {
+    float rate = n->attrs.i[ATT_TRAINING] ? n->attrs.f[1] : 0.0f;
+    d->threshold = rate > 0.0f ? (uint32_t)ceil((double)rate * 16777216.0) : 0;
+    d->keep_scale = 1.0f / (1.0f - rate);
+    d->seed = ctx->seed;
+    d->stream = ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica,
+                              (uint32_t)(n->attrs.i[ATT_KEY] - 1));
+    d->batch_offset = ctx->batch_offset;
+}
+
+/* Drops the probabilities p[0, n) of query i of example b, head h, against keys from j0 (scaling
+ * the kept ones); the draw of (b, h, i, j) is element ((b' H + h) T + i) T + j of the stream,
+ * b' the example's place in the global batch. */
+static void drop_row(const att_dims *d, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                     float *p) {
+    uint32_t bits[TILE];
+    uint64_t at =
+        ((((uint64_t)(d->batch_offset + b) * (uint64_t)d->heads + (uint64_t)h) * (uint64_t)d->t +
+          (uint64_t)i) *
+         (uint64_t)d->t) +
+        (uint64_t)j0;
+    ct_rng_u32(d->seed, d->stream, at, bits, (size_t)n);
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = (bits[j] >> 8) >= d->threshold ? p[j] * d->keep_scale : 0.0f;
+    }
+}
 
 static att_dims dims_of(const ct_node *n, const ct_tensor *q) {
     att_dims d = {.batch = q->shape.dims[0],
@@ -199,8 +233,8 @@ static void softmax_update(const att_dims *d, float *s, int64_t n, float *m, flo
 }
 
 /* Example b, head h: query blocks of TILE rows, each against the key tiles it sees. */
-static void attend_head(const att_dims *d, const float *q, const float *k, const float *v,
-                        float *out, float *lse) {
+static void attend_head(const att_dims *d, int64_t b, int64_t h, const float *q, const float *k,
+                        const float *v, float *out, float *lse) {
     float kt[MAX_HEAD * TILE] __attribute__((aligned(64)));
     float S[(TILE + ROWS) * TILE] __attribute__((aligned(64))), m[TILE], l[TILE];
     for (int64_t i0 = 0; i0 < d->t; i0 += TILE) { /* a block of queries: its m and l */
@@ -216,8 +250,11 @@ static void attend_head(const att_dims *d, const float *q, const float *k, const
             transpose_tile(d, k + j0 * d->width, n, kt);
             block_scores(d, q + i0 * d->width, rows, kt, S);
             for (int64_t r = 0; r < rows; r++) {
-                softmax_update(d, S + r * TILE, visible_keys(d, i0 + r, j0, n), &m[r], &l[r],
-                               out + (i0 + r) * d->width);
+                int64_t vis = visible_keys(d, i0 + r, j0, n);
+                softmax_update(d, S + r * TILE, vis, &m[r], &l[r], out + (i0 + r) * d->width);
+                if (d->threshold) { /* after the normalizer took every probability */
+                    drop_row(d, b, h, i0 + r, j0, vis, S + r * TILE);
+                }
             }
             acc_rows(d->dh, rows, n, S, TILE, 1, v + j0 * d->width, d->width, out + i0 * d->width,
                      d->width);
@@ -233,14 +270,14 @@ static void attend_head(const att_dims *d, const float *q, const float *k, const
 }
 
 void ct__cpu_attention(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
-    (void)ctx;
     att_dims d = dims_of(n, &in[0]->out);
+    dropout_of(ctx, n, &d);
     const float *q = CT__F32(&in[0]->out), *k = CT__F32(&in[1]->out), *v = CT__F32(&in[2]->out);
     float *out = CT__F32(&n->out), *lse = CT__F32(&n->aux);
     for (int64_t b = d.first; b < d.end; b++) {
         for (int64_t h = 0; h < d.heads; h++) {
             int64_t base = b * d.t * d.width + h * d.dh;
-            attend_head(&d, q + base, k + base, v + base, out + base,
+            attend_head(&d, b, h, q + base, k + base, v + base, out + base,
                         lse + (b * d.heads + h) * d.t);
         }
     }
@@ -256,9 +293,12 @@ typedef struct grad_bufs {
 } grad_bufs;
 
 /* A query block (rows from i0) against a key tile (n keys from j0): P = exp(scale Q K^T - lse)
- * and dS = scale P (dY V^T - D), both 0 for the keys a row does not see; D_i = dy_i . o_i. */
-static void block_probs(const att_dims *d, const float *const in[5], const float *lse, int64_t i0,
-                        int64_t rows, int64_t j0, int64_t n, grad_bufs *g) {
+ * and dS = scale P (dY V^T - D), both 0 for the keys a row does not see; D_i = dy_i . o_i. With
+ * dropout's mask Z (scaled), dS = scale P (Z dY V^T - D), and P becomes P Z for dV. */
+static void block_probs(const att_dims *d, int64_t b, int64_t h, const float *const in[5],
+                        const float *lse, int64_t i0, int64_t rows, int64_t j0, int64_t n,
+                        grad_bufs *g) {
+    float z[TILE];
     block_scores(d, in[2] + i0 * d->width, rows, g->kt, g->P);
     block_scores(d, in[0] + i0 * d->width, rows, g->vt, g->dS);
     for (int64_t r = 0; r < rows; r++) {
@@ -273,16 +313,27 @@ static void block_probs(const att_dims *d, const float *const in[5], const float
             p[j] = ct__exp(d->scale * p[j] - l);
         }
         memset(p + vis, 0, (size_t)(TILE - vis) * sizeof(float));
+        if (!d->threshold) {
+            for (int64_t j = 0; j < TILE; j++) {
+                ds[j] = p[j] * (ds[j] - di) * d->scale;
+            }
+            continue;
+        }
         for (int64_t j = 0; j < TILE; j++) {
-            ds[j] = p[j] * (ds[j] - di) * d->scale;
+            z[j] = 1.0f;
+        }
+        drop_row(d, b, h, i0 + r, j0, vis, z);
+        for (int64_t j = 0; j < TILE; j++) {
+            ds[j] = p[j] * (z[j] * ds[j] - di) * d->scale;
+            p[j] *= z[j];
         }
     }
 }
 
 /* Example b, head h of the backward: key tiles outermost (each transposed once), then the query
  * blocks that see the tile: dq += dS K, dk += dS^T Q, dv += P^T dY. */
-static void grad_head(const att_dims *d, const float *const in[5], const float *lse, float *dq,
-                      float *dk, float *dv, grad_bufs *g) {
+static void grad_head(const att_dims *d, int64_t b, int64_t h, const float *const in[5],
+                      const float *lse, float *dq, float *dk, float *dv, grad_bufs *g) {
     for (int64_t i = 0; i < d->t; i++) {
         memset(dq + i * d->width, 0, (size_t)d->dh * sizeof(float));
     }
@@ -293,7 +344,7 @@ static void grad_head(const att_dims *d, const float *const in[5], const float *
         transpose_tile(d, in[4] + j0 * w, n, g->vt);
         for (int64_t i0 = d->causal ? j0 : 0; i0 < d->t; i0 += TILE) {
             int64_t rows = d->t - i0 < TILE ? d->t - i0 : TILE;
-            block_probs(d, in, lse, i0, rows, j0, n, g);
+            block_probs(d, b, h, in, lse, i0, rows, j0, n, g);
             acc_rows(d->dh, rows, n, g->dS, TILE, 1, in[3] + j0 * w, w, dq + i0 * w, w);
             acc_rows(d->dh, n, rows, g->dS, 1, TILE, in[2] + i0 * w, w, dk + j0 * w, w);
             acc_rows(d->dh, n, rows, g->P, 1, TILE, in[0] + i0 * w, w, dv + j0 * w, w);
@@ -303,8 +354,8 @@ static void grad_head(const att_dims *d, const float *const in[5], const float *
 
 /* (dy, forward node, q, k, v) -> dq; aux [2, B, T, H*Dh]: dk, dv. */
 void ct__cpu_attention_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
-    (void)ctx;
     att_dims d = dims_of(n, &in[2]->out);
+    dropout_of(ctx, n, &d);
     const float *lse = CT__F32(&in[1]->aux);
     int64_t total = d.batch * d.t * d.width, example = d.t * d.width;
     float *dq = CT__F32(&n->out), *dk = CT__F32(&n->aux), *dv = dk + total;
@@ -317,7 +368,8 @@ void ct__cpu_attention_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) 
             const float *const at[5] = {CT__F32(&in[0]->out) + base, CT__F32(&in[1]->out) + base,
                                         CT__F32(&in[2]->out) + base, CT__F32(&in[3]->out) + base,
                                         CT__F32(&in[4]->out) + base};
-            grad_head(&d, at, lse + (b * d.heads + h) * d.t, dq + base, dk + base, dv + base, g);
+            grad_head(&d, b, h, at, lse + (b * d.heads + h) * d.t, dq + base, dk + base, dv + base,
+                      g);
         }
     }
 }

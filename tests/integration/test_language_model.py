@@ -127,6 +127,28 @@ def test_invariant_bits_standalone_mirrored_and_parameter_servers(tmp_path):
         assert same, f"{name} differs from the standalone run:\n{out}"
 
 
+DROPOUT = "model.layers[2].repeat.layers[1].attention.dropout=0.2"
+
+
+def test_attention_dropout_draws_the_same_masks_on_any_threads_and_ranks(tmp_path):
+    """Attention dropout (0.2 in both blocks) under train.invariant: one thread, two, and two
+    mirrored ranks end on the same bits, as dropout's masks do; and it does change the run."""
+    inv = ["--set", "train.invariant=true", "--set", "train.global_batch_size=16", "--set",
+           "train.max_steps=8"]
+    runs = {"1 thread": ["--set", "train.threads=1"], "2 threads": ["--set", "train.threads=2"]}
+    if has_mpi():
+        runs["2 mirrored ranks"] = ["--replicas", "2"]
+    for name, args in runs.items():
+        train(tmp_path, tmp_path / name.replace(" ", "_"), *inv, "--set", DROPOUT, *args, env=ENV)
+    base = ckpt(tmp_path / "1_thread", 8)
+    for name in list(runs)[1:]:
+        same, out = same_weights(base, ckpt(tmp_path / name.replace(" ", "_"), 8))
+        assert same, f"{name} differs from one thread:\n{out}"
+    train(tmp_path, tmp_path / "none", *inv, "--set", "train.threads=1")
+    same, _ = same_weights(base, ckpt(tmp_path / "none", 8))
+    assert not same, "attention dropout changed nothing"
+
+
 def test_the_data_service_feeds_a_label_per_position(tmp_path):
     """Fed by a local data service (a dispatcher and a data worker), the GPT sees the same batches
     of [16, 32] token labels and ends on the bits of the run that reads the text itself."""

@@ -344,6 +344,49 @@ def test_attention(b, t, heads, dh, causal):
           lambda x, y, z: torch_attention(x, y, z, heads, causal, scale))
 
 
+@pytest.mark.parametrize("t,heads,causal", [(16, 2, 1), (40, 1, 0)])
+def test_attention_dropout(t, heads, causal):
+    """Attention dropout in training: the mask Z (kept / (1 - rate), else 0) is read back by
+    attending over values that are the identity (each output row is then a row of P Z); every
+    entry is 0 or PyTorch's probability / (1 - rate), about rate of them 0. A second graph of
+    the same construction draws the same mask: its output and gradients for random values equal
+    PyTorch's (softmax(q k^T scale) Z) v."""
+    LIB.ct_attention_dropout.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 5 + [
+        ctypes.c_float, ctypes.c_float, ctypes.c_int]
+    rate, dh = 0.3, t
+    q, k = (U(2, t, heads * dh, lo=-1, hi=1) for _ in range(2))
+    scale = 1.0 / float(np.sqrt(dh))
+    eye = np.tile(np.eye(t, dtype=np.float32), (2, 1, heads))  # [2, t, heads * t]
+    g = Graph()
+    try:
+        ids = [g.variable(a) for a in (q, k, eye)]
+        pz = g.value(g.op("attention_dropout", *ids, heads, causal, scale, rate, 1))
+    finally:
+        g.close()
+    qt, kt = (torch.tensor(a).reshape(2, t, heads, dh).transpose(1, 2) for a in (q, k))
+    s_ = qt @ kt.transpose(-1, -2) * scale
+    if causal:
+        s_ = s_.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    p = torch.softmax(s_, -1).numpy()  # [2, heads, t, t]
+    pz = pz.reshape(2, t, heads, t).transpose(0, 2, 1, 3)
+    kept = pz != 0
+    assert np.allclose(pz[kept], p[kept] / (1 - rate), rtol=1e-5, atol=1e-7)
+    visible = p > 0
+    share = 1 - kept[visible].mean()
+    assert abs(share - rate) < 0.06, share
+    z = torch.tensor(kept / (1 - rate), dtype=torch.float32)
+
+    def torch_dropped(x, y, w):
+        xs, ys, ws = (a.reshape(2, t, heads, dh).transpose(1, 2) for a in (x, y, w))
+        sc = xs @ ys.transpose(-1, -2) * scale
+        if causal:
+            sc = sc.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+        return ((torch.softmax(sc, -1) * z) @ ws).transpose(1, 2).reshape(2, t, heads * dh)
+    check("attention_dropout", [q, k, U(2, t, heads * dh)],
+          lambda g, x, y, w: g.op("attention_dropout", x, y, w, heads, causal, scale, rate, 1),
+          torch_dropped)
+
+
 def test_batch_norm_training():
     x, gamma, beta = U(4, 5, 5, 6), U(6, lo=0.5, hi=1.5), U(6)
     mean, var = np.zeros(6, np.float32), np.ones(6, np.float32)

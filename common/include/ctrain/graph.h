@@ -150,6 +150,12 @@ CT_API int ct_layer_norm(ct_graph *g, int x, int gamma, int beta, float epsilon)
  * along the last axis) -> softmax(q k^T scale) v per head, with keys after a query's position
  * masked when causal. Memory O(positions) per head (tiled keys, a running max). */
 CT_API int ct_attention(ct_graph *g, int q, int k, int v, int heads, int causal, float scale);
+/* The same with attention dropout in training: each probability is dropped with `rate` and the
+ * rest scaled by 1 / (1 - rate), by a counter-based draw keyed by (seed, step, the example's
+ * place in the global batch, head, query, key), so any thread count or replica split draws the
+ * same mask; the backward draws it again. */
+CT_API int ct_attention_dropout(ct_graph *g, int q, int k, int v, int heads, int causal,
+                                float scale, float rate, int training);
 CT_API int ct_rms_norm(ct_graph *g, int x, int gamma, float epsilon);
 CT_API int ct_batch_norm(ct_graph *g, int x, int gamma, int beta, int running_mean, int running_var,
                          float momentum, float epsilon, int training);

@@ -112,6 +112,7 @@
     X(EMBEDDING_GRAD, embedding_grad, 0) /* (dy, ids, table) -> [V, D]; accumulates */             \
     /* multi-head self-attention, fused: (q, k, v) [B, T, H*Dh] -> softmax(q k^T scale [+ causal   \
      * mask]) v per head, i0 heads, i1 causal, f0 scale; aux [B, H, T]: each query's logsumexp.    \
+     * Attention dropout: f1 rate, i5 training, i4 the random stream's key (as dropout's i1).      \
      * Keys are visited in tiles with a running max, so no [T, T] matrix is ever held. */          \
     X(ATTENTION, attention, 1)                                                                     \
     X(ATTENTION_GRAD, attention_grad, 0) /* (dy, forward, q, k, v) -> dq; aux [2, ...]: dk, dv */  \

@@ -591,7 +591,8 @@ int ct_apply_optimizer(ct_graph *g) {
 int ct__node_pure(const ct_node *n) {
     /* dropout draws random masks only in training at a rate above 0; otherwise it passes its
      * input through (and the simplification pass removes it) */
-    int random = n->op == CT_OP_DROPOUT && n->attrs.i[0] && n->attrs.f[0] > 0.0f;
+    int random = (n->op == CT_OP_DROPOUT && n->attrs.i[0] && n->attrs.f[0] > 0.0f) ||
+                 (n->op == CT_OP_ATTENTION && n->attrs.i[5] && n->attrs.f[1] > 0.0f);
     if (n->op <= CT_OP_CONST || n->op == CT_OP_ACCUMULATE || random ||
         n->op == CT_OP_APPLY_OPTIMIZER ||
         (n->op == CT_OP_BATCH_NORM && (n->flags & CT_NODE_TRAINING)) ||
@@ -834,10 +835,15 @@ int ct_dropout(ct_graph *g, int x, float rate, int training) {
 }
 
 int ct_attention(ct_graph *g, int q, int k, int v, int heads, int causal, float scale) {
+    return ct_attention_dropout(g, q, k, v, heads, causal, scale, 0.0f, 0);
+}
+
+int ct_attention_dropout(ct_graph *g, int q, int k, int v, int heads, int causal, float scale,
+                         float rate, int training) {
     if (q < 0 || k < 0 || v < 0) {
         return -1;
     }
-    ct_attrs at = {.i = {heads, causal}, .f = {scale}};
+    ct_attrs at = {.i = {heads, causal, 0, 0, 0, training}, .f = {scale, rate}};
     return ct_graph_add(g, CT_OP_ATTENTION, 3, (int[]){q, k, v}, &at);
 }
 

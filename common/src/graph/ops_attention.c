@@ -24,6 +24,13 @@ int ct__shape_attention(ct_graph *g, ct_node *n, ct_node *const *in) {
                              "more heads)",
                              (long long)(q->dims[2] / heads), CT__ATTENTION_MAX_HEAD);
     }
+    if (!(n->attrs.f[1] >= 0.0f && n->attrs.f[1] < 1.0f)) {
+        return ct_graph_fail(g, CT_EINVAL, "attention: dropout rate %g is outside [0, 1)",
+                             (double)n->attrs.f[1]);
+    }
+    if (n->attrs.i[4] == 0) { /* the dropout stream's key, as dropout's (kept when copied) */
+        n->attrs.i[4] = n->id + 1;
+    }
     ct_tensor_set_shape(&n->out, CT_F32, q);
     ct_shape aux = {.rank = 3, .dims = {q->dims[0], heads, q->dims[1]}};
     ct_tensor_set_shape(&n->aux, CT_F32, &aux);

@@ -127,7 +127,7 @@ static const char *const transpose_keys[] = {"perm", GRAPH_KEYS, NULL};
 static const char *const slice_keys[] = {"axis",  "begin",    "size", "parts",
                                          "index", GRAPH_KEYS, NULL};
 static const char *const split_layer_keys[] = {"axis", "parts", GRAPH_KEYS, NULL};
-static const char *const attention_keys[] = {"heads",    "causal",    "rotary",
+static const char *const attention_keys[] = {"heads",    "causal",    "rotary", "dropout",
                                              "use_bias", SHARED_KEYS, NULL};
 static const char *const *const layer_keys[] = {
     [CT_LAYER_DENSE] = dense_keys,
@@ -248,6 +248,7 @@ static void read_layer_options(const ct__job_section *s, ct_layer_spec *l) {
         ct__job_sec_int(s, "heads", 1, &l->heads);
         ct__job_sec_bool(s, "causal", &l->causal);
         ct__job_sec_bool(s, "rotary", &l->rotary);
+        ct__job_sec_float(s, "dropout", CT__JOB_UNIT_INTERVAL, &l->rate);
         ct__job_sec_bool(s, "use_bias", &l->use_bias);
         break;
     case CT_LAYER_BATCH_NORM:

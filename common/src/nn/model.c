@@ -587,7 +587,7 @@ static int projection(ct_model *m, ct_graph *g, const ct_layer_spec *l, int p, i
 }
 
 static int attention_layer(ct_model *m, ct_graph *g, const ct_layer_spec *l, int p, int x,
-                           int *vars) {
+                           int training, int *vars) {
     int64_t width = ct_graph_node(g, x)->out.shape.dims[2];
     float scale = 1.0f / sqrtf((float)(width / l->heads));
     int q = projection(m, g, l, p, 0, x, vars), k = projection(m, g, l, p, 1, x, vars);
@@ -595,7 +595,8 @@ static int attention_layer(ct_model *m, ct_graph *g, const ct_layer_spec *l, int
         q = ct_rotary_embedding(g, q, l->heads, 10000.0f);
         k = ct_rotary_embedding(g, k, l->heads, 10000.0f);
     }
-    int y = ct_attention(g, q, k, projection(m, g, l, p, 2, x, vars), l->heads, l->causal, scale);
+    int y = ct_attention_dropout(g, q, k, projection(m, g, l, p, 2, x, vars), l->heads, l->causal,
+                                 scale, l->rate, training);
     return projection(m, g, l, p, 3, y, vars);
 }
 
@@ -742,7 +743,7 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
             x = ct_add(g, x, var(m, g, p, ret_var_nodes));
             break;
         case CT_LAYER_ATTENTION:
-            x = attention_layer(m, g, l, p, x, ret_var_nodes);
+            x = attention_layer(m, g, l, p, x, training, ret_var_nodes);
             break;
         }
         outs[i + 1] = x;
