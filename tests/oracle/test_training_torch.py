@@ -570,6 +570,40 @@ def test_tied_embeddings_shared_layer_split_transpose_five_sgd_steps(tmp_path):
         text_batches(40, 8, 16), 0.2)
 
 
+TWO_INPUTS_JOB = """seed: 16
+model:
+  inputs:
+    - {name: image, shape: [28, 28, 1]}
+    - {name: meta, shape: [4]}
+  layers:
+    - flatten: {inputs: image}
+    - dense: {units: 32, activation: relu, name: h}
+    - dense: {units: 8, activation: tanh, inputs: meta, name: m}
+    - concat: {inputs: [h, m]}
+    - dense: {units: 10}
+"""
+
+
+def test_two_input_model_five_sgd_steps(tmp_path):
+    """model.inputs: an image and a 4-vector, packed one after the other in each example (as the
+    pack map makes them), each read by its own branch and joined by concat: as PyTorch's
+    two-input twin."""
+    job = job_file(tmp_path, TWO_INPUTS_JOB)
+    rng = np.random.default_rng(5)
+    batches = [(np.concatenate([x.reshape(len(x), -1), rng.uniform(-1, 1, (len(x), 4))],
+                               1).astype(np.float32), y) for x, y in batches_of(300, 60)]
+    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
+              ("dense_2/kernel", (4, 8)), ("dense_2/bias", (8,)),
+              ("dense_4/kernel", (40, 10)), ("dense_4/bias", (10,))]
+
+    def forward(p, xb):
+        h = torch.relu(xb[:, :784] @ p["dense_1/kernel"] + p["dense_1/bias"])
+        m = torch.tanh(xb[:, 784:] @ p["dense_2/kernel"] + p["dense_2/bias"])
+        return torch.cat([h, m], 1) @ p["dense_4/kernel"] + p["dense_4/bias"]
+    run(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.1"], shapes, forward,
+        batches, 0.1)
+
+
 def resnet20_names():
     """ResNet-20's parameters in examples/resnet20_cifar10.yaml's layer order (3 repeats
     unrolled): conv2d_i/kernel, batch_norm_i/gamma and beta, dense_71/kernel and bias; and the

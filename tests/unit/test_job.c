@@ -734,7 +734,7 @@ Test(job, override_errors) {
     /* created keys are unknown to validation, and the message names the override */
     EXPECT_SET_ERROR(MINIMAL_JOB, "model.foo=1",
                      "job.yaml: --set model.foo: unknown key (expected one of: input_shape, "
-                     "layers, builder)");
+                     "inputs, layers, builder)");
     EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers[1].dense.unitz=3",
                      "job.yaml: --set model.layers[1].dense.unitz: unknown key");
     EXPECT_SET_ERROR(MINIMAL_JOB, "model.layers[0].flatten.x=3",

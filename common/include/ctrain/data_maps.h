@@ -87,6 +87,11 @@ CT_API ct_status ct_dataset_map_one_hot(ct_dataset *in, int component, int64_t d
 /* delay: every element passes through unchanged after `micros` microseconds, slept (cpu 0) or
  * spent spinning on the CPU (cpu 1): tf.data's ArtificialDataset, to benchmark input-bound
  * training. CT_EINVAL for micros outside [0, 60 s]. */
+/* pack: an element (x1, ..., xn, label) becomes (x, label), x the f32 values of x1..xn one after
+ * another (each flattened): the packed examples of a model with named inputs (model.inputs, in
+ * this order). Every xi must be f32 (cast first). */
+CT_API ct_status ct_dataset_map_pack(ct_dataset *in, const ct_map_options *opt, ct_dataset **ret,
+                                     ct_err *err);
 CT_API ct_status ct_dataset_map_delay(ct_dataset *in, int64_t micros, int cpu,
                                       const ct_map_options *opt, ct_dataset **ret, ct_err *err);
 

@@ -63,6 +63,7 @@ typedef enum ct_map_kind {
     CT_MAP_RANDOM_FLIP,
     CT_MAP_ONE_HOT,
     CT_MAP_DELAY, /* benchmarks: a fixed time per element, slept or spent on the CPU */
+    CT_MAP_PACK,  /* every component but the last into one f32 vector: a model's named inputs */
 } ct_map_kind;
 
 /* decode: what the bytes component holds. */

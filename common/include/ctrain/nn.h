@@ -15,6 +15,7 @@
 #define CT_LAYER_NAME_MAX 32
 #define CT_LAYER_MAX_INPUTS 8
 #define CT_JOB_MAX_RANK 4
+#define CT_MODEL_MAX_INPUTS 4
 
 /* The layer types, once: X(ENUM, name in job files). The enum, ct_layer_type_name and the job
  * parser's names are made from this list. */
@@ -107,7 +108,8 @@ typedef struct ct_layer_spec {
     char name[CT_LAYER_NAME_MAX];    /* name: "" when not named */
     int n_inputs;                    /* 0: the previous layer's output (the model input for the
                                         first); add and concat take 2 or more */
-    int inputs[CT_LAYER_MAX_INPUTS]; /* layer indices, each before this one; -1: the model input */
+    int inputs[CT_LAYER_MAX_INPUTS]; /* layer indices, each before this one; -1 - k: the model's
+                                        input k (-1: the model input) */
     int shares; /* 1 + the index of an earlier layer of the same type whose parameters this one
                    uses (0: its own). A dense layer that shares an embedding uses its table [V, D]
                    transposed as its kernel (tied input and output embeddings), with its own bias */
@@ -140,6 +142,12 @@ typedef struct ct_model_builder {
 typedef struct ct_model_spec {
     int input_rank; /* model.input_shape: 1..3 dims, per example (no batch dim) */
     int64_t input_shape[CT_JOB_MAX_RANK];
+    /* model.inputs: named inputs (2 to CT_MODEL_MAX_INPUTS; 0: one unnamed input), packed one
+     * after another in each example's values (input_shape is then [their total]) */
+    int n_inputs;
+    char input_names[CT_MODEL_MAX_INPUTS][CT_LAYER_NAME_MAX];
+    int input_ranks[CT_MODEL_MAX_INPUTS];
+    int64_t input_shapes[CT_MODEL_MAX_INPUTS][CT_JOB_MAX_RANK];
     int n_layers;
     ct_layer_spec layers[CT_JOB_MAX_LAYERS];
     int layers_line;       /* line of model.layers, for errors about the whole stack */

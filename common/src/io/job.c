@@ -63,7 +63,7 @@ static const char *const checkpoint_keys[] = {
     "dir", "every_steps", "keep_last", "keep_every_hours", "resume", "allow_changed_input", NULL};
 static const char *const logs_keys[] = {"tensorboard", "every_steps", "histogram_every_steps",
                                         "batch_labels", NULL};
-static const char *const model_keys[] = {"input_shape", "layers", "builder", NULL};
+static const char *const model_keys[] = {"input_shape", "inputs", "layers", "builder", NULL};
 static const char *const data_keys[] = {"train", "eval", "service", NULL};
 static const char *const split_keys[] = {"format", "images", "labels", "limit", "pipeline", NULL};
 static const char *const train_keys[] = {"epochs",
@@ -327,6 +327,13 @@ static void read_layer(ct__job_reader *r, const ct__yaml_node *item, const char 
 static void read_input_shape(const ct__job_section *model, ct_job *job) {
     char path[CT__JOB_KEY_CAP], item_key[CT__JOB_KEY_CAP], buf[160];
     const ct__yaml_node *v = ct__job_sec_get(model, "input_shape", path);
+    if (job->model.n_inputs > 0) { /* model.inputs said it */
+        if (v) {
+            ct__job_fail(model->r, v->line, path,
+                         "a model has input_shape or named inputs (model.inputs), not both");
+        }
+        return;
+    }
     if (!v) {
         ct__job_sec_require(model, "input_shape");
         return;
@@ -381,6 +388,8 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
         return;
     }
     job->model.layers_line = ct__job_key_line(&model, "layers");
+    ct__job_read_model_inputs(&model, &job->model); /* before the layers, which name them */
+    r->model = &job->model;
     if (layers->kind != CT__YAML_SEQ && layers->kind != CT__YAML_NULL) {
         ct__job_fail(r, layers->line, path,
                      "must be a list of layers ('- dense: {units: 10}'), got %s",
@@ -393,6 +402,7 @@ static void read_model(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     }
     job->model.n_layers =
         r->status == CT_OK ? ct__job_read_layer_list(r, layers, job->model.layers, read_layer) : 0;
+    r->model = NULL;
     read_input_shape(&model, job); /* after the layers, whose mistakes are the common ones */
 }
 

@@ -95,6 +95,10 @@ static void put_layer(canon *c, int i, const ct_layer_spec *l) {
 
 static void put_model(canon *c, const ct_model_spec *m) {
     put_dims(c, "model.input_shape", m->input_shape, m->input_rank);
+    for (int k = 0; k < m->n_inputs; k++) { /* lines only then: older identities stay */
+        put(c, "model.inputs[%d].name=%s\n", k, m->input_names[k]);
+        put_dims(c, "model.inputs.shape", m->input_shapes[k], m->input_ranks[k]);
+    }
     if (m->builder || m->builder_name[0]) { /* a line only then: older identities stay */
         put(c, "model.builder=%s\n",
             m->builder && m->builder->name ? m->builder->name : m->builder_name);

@@ -15,16 +15,22 @@
 #include "io/job_read.h"
 
 #define REPEAT_MAX_NAME (CT_LAYER_NAME_MAX - 9) /* room for "#b.k": b < 256, k < 1000 */
+#define NO_NAME (-1000)                         /* find_name: not a name known here */
 
 static const char *const repeat_keys[] = {"times", "layers", "name", NULL};
 
-/* The index of the layer named `name` among layers [0, n) (-1: the model input), or -2; inside a
- * repetition, its own "name#k" first. */
+/* The index of the layer named `name` among layers [0, n) (-1 - k: the model's input k), or
+ * NO_NAME; inside a repetition, its own "name#k" first. */
 static int find_name(const ct__job_reader *r, const ct_layer_spec *layers, int n,
                      const char *name) {
     char scoped[CT_LAYER_NAME_MAX + 16];
     if (strcmp(name, "input") == 0) {
         return -1;
+    }
+    for (int k = 0; r->model && k < r->model->n_inputs; k++) {
+        if (strcmp(name, r->model->input_names[k]) == 0) {
+            return -1 - k;
+        }
     }
     if (r->rep >= 0 && strcmp(name, "block_input") == 0) {
         return r->block_input;
@@ -37,7 +43,7 @@ static int find_name(const ct__job_reader *r, const ct_layer_spec *layers, int n
             }
         }
     }
-    return -2;
+    return NO_NAME;
 }
 
 static void read_name(const ct__job_section *s, ct_layer_spec *layers, int i) {
@@ -49,10 +55,10 @@ static void read_name(const ct__job_section *s, ct_layer_spec *layers, int i) {
     int cap = s->r->rep >= 0 ? REPEAT_MAX_NAME : CT_LAYER_NAME_MAX;
     if (v->kind != CT__YAML_SCALAR || !v->text[0] || strlen(v->text) >= (size_t)cap ||
         strcmp(v->text, "input") == 0 || strcmp(v->text, "block_input") == 0 ||
-        find_name(s->r, layers, i, v->text) >= 0) {
+        find_name(s->r, layers, i, v->text) != NO_NAME) {
         ct__job_fail(s->r, v->line, path,
-                     "must be a new name of 1 to %d characters, not 'input', 'block_input' nor "
-                     "an earlier layer's",
+                     "must be a new name of 1 to %d characters, not 'input', 'block_input', a "
+                     "model input's nor an earlier layer's",
                      cap - 1);
         return;
     }
@@ -68,8 +74,8 @@ static void read_name(const ct__job_section *s, ct_layer_spec *layers, int i) {
 static void read_input(const ct__job_section *s, const ct__yaml_node *v, const char *path,
                        ct_layer_spec *layers, int i) {
     ct_layer_spec *l = &layers[i];
-    int k = v->kind == CT__YAML_SCALAR ? find_name(s->r, layers, i, v->text) : -2;
-    if (k == -2) {
+    int k = v->kind == CT__YAML_SCALAR ? find_name(s->r, layers, i, v->text) : NO_NAME;
+    if (k == NO_NAME) {
         ct__job_fail(s->r, v->line, path,
                      "'%s' is not the name of an earlier layer nor 'input' (a layer takes only "
                      "earlier layers' outputs; name one with name: ...; in a repeated block "
@@ -90,7 +96,7 @@ static void read_share(const ct__job_section *s, ct_layer_spec *layers, int i) {
     if (!v || s->r->status != CT_OK) {
         return;
     }
-    int k = v->kind == CT__YAML_SCALAR ? find_name(s->r, layers, i, v->text) : -2;
+    int k = v->kind == CT__YAML_SCALAR ? find_name(s->r, layers, i, v->text) : NO_NAME;
     if (k < 0) {
         ct__job_fail(s->r, v->line, path,
                      "'%s' is not the name of an earlier layer whose parameters this one can use",

@@ -1,7 +1,9 @@
-/* The options of the layers that reshape their input (reshape, transpose, slice and split): the
- * per-example shapes and ranges they name, checked against the input when the model is built. */
+/* The shapes of model.inputs, and the options of the layers that reshape their input (reshape,
+ * transpose, slice and split): the per-example shapes and ranges they name, checked against the
+ * input when the model is built. */
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "io/job_read.h"
 
@@ -72,5 +74,64 @@ void ct__job_read_slice(const ct__job_section *s, ct_layer_spec *l) {
         ct__job_fail(s->r, s->line, s->path,
                      "needs either size (and begin) or parts (and index), e.g. {axis: -1, parts: "
                      "2, index: 0}");
+    }
+}
+
+/* One entry of model.inputs: {name: NAME, shape: [dims]}. */
+static void read_one_input(const ct__job_section *model, const ct__yaml_node *item,
+                           const char *path, ct_model_spec *m) {
+    static const char *const keys[] = {"name", "shape", NULL};
+    char key[CT__JOB_KEY_CAP], dim_key[CT__JOB_KEY_CAP];
+    ct__job_section s;
+    ct__job_sec_open(model->r, item, path, keys, item->line, &s);
+    ct__job_sec_require(&s, "name");
+    ct__job_sec_require(&s, "shape");
+    int k = m->n_inputs;
+    ct__job_sec_string(&s, "name", m->input_names[k], sizeof m->input_names[k]);
+    const ct__yaml_node *shape = ct__job_sec_get(&s, "shape", key);
+    if (s.r->status != CT_OK) {
+        return;
+    }
+    int taken = strcmp(m->input_names[k], "input") == 0;
+    for (int j = 0; j < k; j++) {
+        taken |= strcmp(m->input_names[j], m->input_names[k]) == 0;
+    }
+    if (taken || !m->input_names[k][0]) {
+        ct__job_fail(s.r, item->line, path, "needs a name of its own (not 'input')");
+        return;
+    }
+    if (shape->kind != CT__YAML_SEQ || shape->n < 1 || shape->n > 3) {
+        ct__job_fail(s.r, shape->line, key, "must list 1 to 3 dimensions, e.g. [28, 28, 1]");
+        return;
+    }
+    int64_t total = 1;
+    for (size_t d = 0; d < shape->n; d++) {
+        ct__job_key_printf(dim_key, "%s[%zu]", key, d);
+        ct__job_read_i64(s.r, shape->items[d], dim_key, 1, INT_MAX, &m->input_shapes[k][d]);
+        total *= m->input_shapes[k][d];
+    }
+    m->input_ranks[k] = (int)shape->n;
+    m->input_shape[0] += total;
+    m->n_inputs++;
+}
+
+void ct__job_read_model_inputs(const ct__job_section *model, ct_model_spec *m) {
+    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
+    const ct__yaml_node *v = ct__job_sec_get(model, "inputs", path);
+    if (!v || model->r->status != CT_OK) {
+        return;
+    }
+    if (v->kind != CT__YAML_SEQ || v->n < 2 || v->n > CT_MODEL_MAX_INPUTS) {
+        ct__job_fail(model->r, v->line, path,
+                     "must list 2 to %d inputs as {name: ..., shape: [...]} (one input: "
+                     "input_shape)",
+                     CT_MODEL_MAX_INPUTS);
+        return;
+    }
+    m->input_rank = 1;
+    m->input_shape[0] = 0;
+    for (size_t k = 0; k < v->n && model->r->status == CT_OK; k++) {
+        ct__job_key_printf(item, "%s[%zu]", path, k);
+        read_one_input(model, v->items[k], item, m);
     }
 }

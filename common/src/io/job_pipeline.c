@@ -53,6 +53,7 @@ static const ct__job_name map_names[] = {
     {"random_crop", CT_MAP_RANDOM_CROP},
     {"random_flip", CT_MAP_RANDOM_FLIP},
     {"one_hot", CT_MAP_ONE_HOT},
+    {"pack", CT_MAP_PACK},
     {"delay", CT_MAP_DELAY},
     {NULL, 0},
 };
@@ -108,7 +109,7 @@ static const char *const bounds_keys[] = {"min", "max", NULL};
 
 static const char *const map_keys[] = {"decode",      "cast",        "scale",   "normalize",
                                        "random_crop", "random_flip", "one_hot", "delay",
-                                       "parallel",    "seed",        NULL};
+                                       "pack",        "parallel",    "seed",    NULL};
 static const char *const decode_keys[] = {"format", "component", NULL};
 static const char *const cast_keys[] = {"dtype", "component", NULL};
 static const char *const scale_keys[] = {"factor", "component", NULL};
@@ -117,15 +118,17 @@ static const char *const crop_keys[] = {"height", "width", "padding", "component
 static const char *const flip_keys[] = {"component", NULL};
 static const char *const one_hot_keys[] = {"depth", "component", NULL};
 static const char *const delay_keys[] = {"micros", "cpu", NULL};
+static const char *const pack_keys[] = {NULL};
 static const char *const *const map_param_keys[] = {
     [CT_MAP_DECODE] = decode_keys,    [CT_MAP_CAST] = cast_keys,
     [CT_MAP_SCALE] = scale_keys,      [CT_MAP_NORMALIZE] = normalize_keys,
     [CT_MAP_RANDOM_CROP] = crop_keys, [CT_MAP_RANDOM_FLIP] = flip_keys,
     [CT_MAP_ONE_HOT] = one_hot_keys,  [CT_MAP_DELAY] = delay_keys,
+    [CT_MAP_PACK] = pack_keys,
 };
 static const char *const map_shorthand[] = {
     [CT_MAP_DECODE] = "format", [CT_MAP_CAST] = "dtype",   [CT_MAP_SCALE] = "factor",
-    [CT_MAP_ONE_HOT] = "depth", [CT_MAP_DELAY] = "micros",
+    [CT_MAP_ONE_HOT] = "depth", [CT_MAP_DELAY] = "micros", [CT_MAP_PACK] = NULL,
 };
 
 const char *ct_stage_kind_name(ct_stage_kind kind) {
@@ -254,6 +257,8 @@ static void read_map_params(ct__job_reader *r, const ct__yaml_node *node, const 
     case CT_MAP_DELAY:
         ct__job_read_i64(r, main, key, 0, 60000000, &m->micros);
         ct__job_sec_bool(&s, "cpu", &m->cpu);
+        break;
+    case CT_MAP_PACK:
         break;
     }
 }

@@ -30,6 +30,7 @@ typedef struct ct__job_reader {
     /* model.layers: inside a `repeat` block, the repetition being read (-1: none), the layer its
      * `block_input` names (-1: the model input) and the block's first layer (its names' scope) */
     int rep, block_input, block_first;
+    const ct_model_spec *model; /* model.inputs' names, for the layers' inputs */
 } ct__job_reader;
 
 /* A mapping being read (NULL map: absent or empty) with its dotted path and the line that
@@ -134,6 +135,9 @@ typedef void (*ct__job_layer_fn)(ct__job_reader *r, const ct__yaml_node *item, c
 int ct__job_read_layer_list(ct__job_reader *r, const ct__yaml_node *list, ct_layer_spec *layers,
                             ct__job_layer_fn read_one);
 
+/* model.inputs: [{name, shape}, ...] into m (n_inputs, names, shapes; input_shape their total);
+ * absent: nothing (job_layer_shapes.c). */
+void ct__job_read_model_inputs(const ct__job_section *model, ct_model_spec *m);
 /* reshape's shape, transpose's perm and slice's (or split's) range into l (job_layer_shapes.c). */
 void ct__job_read_reshape(const ct__job_section *s, ct_layer_spec *l);
 void ct__job_read_perm(const ct__job_section *s, ct_layer_spec *l);

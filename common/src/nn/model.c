@@ -15,14 +15,17 @@ struct ct_model {
     ct_model_spec spec;      /* the caller's, copied */
     char source[SOURCE_MAX]; /* the job file, for messages */
     ct_params params;
-    int first_param[CT_JOB_MAX_LAYERS];     /* index of each layer's first parameter (-1: none) */
-    int n_params[CT_JOB_MAX_LAYERS];        /* how many parameters each layer declared */
-    int tied[CT_JOB_MAX_LAYERS];            /* a dense layer's shared embedding table, or -1 */
-    int shared_next;                        /* planning a sharing layer: its next parameter */
-    int input_ids;                          /* the input is integer ids (embeddings read it) */
-    ct_shape out;                           /* the output per example */
-    int *forward_vars;                      /* during a builder's forward: ret_var_nodes */
-    ct_shape shapes[CT_JOB_MAX_LAYERS + 1]; /* per-example shapes: input, then each layer's */
+    int first_param[CT_JOB_MAX_LAYERS]; /* index of each layer's first parameter (-1: none) */
+    int n_params[CT_JOB_MAX_LAYERS];    /* how many parameters each layer declared */
+    int tied[CT_JOB_MAX_LAYERS];        /* a dense layer's shared embedding table, or -1 */
+    int shared_next;                    /* planning a sharing layer: its next parameter */
+    int input_ids;                      /* the input is integer ids (embeddings read it) */
+    ct_shape out;                       /* the output per example */
+    int *forward_vars;                  /* during a builder's forward: ret_var_nodes */
+    /* per-example shapes: shapes[-k] the named input k (shapes[0] the input, or named input 0),
+     * then shapes[i + 1] layer i's: a layer's input X is at shapes[X + 1] */
+    ct_shape shape_store[CT_MODEL_MAX_INPUTS + CT_JOB_MAX_LAYERS];
+    ct_shape *shapes;
 };
 
 static ct_status layer_error(const ct_model *m, int i, ct_err *err, const char *fmt,
@@ -300,7 +303,7 @@ static ct_status plan_layer(ct_model *m, int i, const ct_shape *in, ct_shape *ou
         return CT_OK;
     }
     case CT_LAYER_EMBEDDING: {
-        if (input_of(l, i, 0) != -1) {
+        if (input_of(l, i, 0) >= 0) {
             return layer_error(m, i, err,
                                "must read the model input (integer ids): be the first layer, or "
                                "take inputs: input",
@@ -458,7 +461,7 @@ static ct_status check_input_readers(ct_model *m, ct_err *err) {
             const ct_layer_spec *l = &spec->layers[i];
             int reads = 0;
             for (int k = 0; k < (l->n_inputs ? l->n_inputs : 1); k++) {
-                reads |= input_of(l, i, k) == -1;
+                reads |= input_of(l, i, k) < 0;
             }
             int embedding = l->type == CT_LAYER_EMBEDDING;
             m->input_ids |= pass == 0 && reads && embedding;
@@ -488,6 +491,7 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
                         spec->layers_line);
         goto fail;
     }
+    m->shapes = m->shape_store + CT_MODEL_MAX_INPUTS - 1;
     m->shapes[0] = ct_shape_make(spec->input_rank, spec->input_shape);
     if (spec->builder_name[0] || spec->builder) {
         if ((st = model_build(m, seed, err)) != CT_OK) {
@@ -495,6 +499,9 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
         }
         *ret = m;
         return CT_OK;
+    }
+    for (int k = 0; k < spec->n_inputs; k++) { /* named inputs, packed in the examples */
+        m->shapes[-k] = ct_shape_make(spec->input_ranks[k], spec->input_shapes[k]);
     }
     if ((st = check_input_readers(m, err)) != CT_OK) {
         goto fail;
@@ -634,6 +641,19 @@ static int join(ct_graph *g, const ct_layer_spec *l, const int *outs) {
     return y;
 }
 
+/* Named inputs: outs[-k] = input k, its slice of each example's packed values, reshaped. */
+static void named_inputs(const ct_model *m, ct_graph *g, int x0, int *outs) {
+    int64_t offset = 0, batch = ct_graph_node(g, x0)->out.shape.dims[0];
+    for (int k = 0; k < m->spec.n_inputs; k++) {
+        const ct_shape *s = &m->shapes[-k];
+        int64_t dims[CT_MAX_DIMS] = {batch}, size = ct_shape_numel(s);
+        memcpy(dims + 1, s->dims, (size_t)s->rank * sizeof *dims);
+        ct_graph_set_scope(g, m->spec.input_names[k]);
+        outs[-k] = ct_reshape(g, ct_slice(g, x0, 1, offset, size), s->rank + 1, dims);
+        offset += size;
+    }
+}
+
 int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_var_nodes) {
     for (int k = 0; k < m->params.n; k++) {
         ret_var_nodes[k] = -1;
@@ -645,8 +665,10 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
         return y;
     }
     int outer = ct_graph_set_scope(g, NULL);
-    int outs[CT_JOB_MAX_LAYERS + 1]; /* the model input, then each layer's output */
+    int store[CT_MODEL_MAX_INPUTS + CT_JOB_MAX_LAYERS]; /* as m->shapes: input X at outs[X + 1] */
+    int *outs = store + CT_MODEL_MAX_INPUTS - 1;
     outs[0] = x0;
+    named_inputs(m, g, x0, outs);
     int x = x0;
     for (int i = 0; i < m->spec.n_layers && x >= 0; i++) {
         const ct_layer_spec *l = &m->spec.layers[i];
@@ -752,15 +774,16 @@ int ct_model_forward(ct_model *m, ct_graph *g, int x0, int training, int *ret_va
     return x;
 }
 
-/* A graph-form layer's inputs for the summary: "3,5", "input", or "" (the previous layer). */
-static const char *inputs_str(const ct_layer_spec *l, char *buf, size_t cap) {
+/* A graph-form layer's inputs for the summary: "3,5", "input" (or a named input's name), or ""
+ * (the previous layer). */
+static const char *inputs_str(const ct_model *m, const ct_layer_spec *l, char *buf, size_t cap) {
     size_t used = 0;
     buf[0] = '\0';
     for (int k = 0; k < l->n_inputs && used < cap; k++) {
-        used +=
-            (size_t)(l->inputs[k] < 0
-                         ? snprintf(buf + used, cap - used, "%sinput", k ? "," : "")
-                         : snprintf(buf + used, cap - used, "%s%d", k ? "," : "", l->inputs[k]));
+        int x = l->inputs[k];
+        const char *name = m->spec.n_inputs > 0 && x < 0 ? m->spec.input_names[-1 - x] : "input";
+        used += (size_t)(x < 0 ? snprintf(buf + used, cap - used, "%s%s", k ? "," : "", name)
+                               : snprintf(buf + used, cap - used, "%s%d", k ? "," : "", x));
     }
     return buf;
 }
@@ -789,6 +812,13 @@ void ct_model_summary(const ct_model *m, void *out) {
         built_summary(m, f);
         return;
     }
+    for (int k = 0; k < m->spec.n_inputs; k++) { /* named inputs, packed in this order */
+        fprintf(f, "%s%s %s", k ? ", " : "inputs: ", m->spec.input_names[k],
+                ct_shape_str(&m->shapes[-k], s, sizeof s));
+    }
+    if (m->spec.n_inputs) {
+        fputc('\n', f);
+    }
     int graph = 0; /* the graph form: a column of each layer's inputs */
     for (int i = 0; i < m->spec.n_layers; i++) {
         graph |= m->spec.layers[i].n_inputs > 0;
@@ -804,7 +834,7 @@ void ct_model_summary(const ct_model *m, void *out) {
         fprintf(f, graph ? "%-4d %-20s %-20s %-12lld%s\n" : "%-4d %-20s %-20s %lld%s\n", i,
                 ct_layer_type_name(m->spec.layers[i].type),
                 ct_shape_str(&m->shapes[i + 1], s, sizeof s), (long long)count,
-                graph ? inputs_str(&m->spec.layers[i], in, sizeof in) : "");
+                graph ? inputs_str(m, &m->spec.layers[i], in, sizeof in) : "");
     }
     fprintf(f, "total parameters: %lld\n", (long long)total);
 }

@@ -116,6 +116,8 @@ static ct_status build_map(ct_dataset *in, const ct_stage_spec *s, const ct_map_
         return ct_dataset_map_one_hot(in, m->component, m->depth, opt, ret, err);
     case CT_MAP_DELAY:
         return ct_dataset_map_delay(in, m->micros, m->cpu, opt, ret, err);
+    case CT_MAP_PACK:
+        return ct_dataset_map_pack(in, opt, ret, err);
     }
     return ct_err_set(err, CT_EINVAL, "unknown map %d", (int)m->kind);
 }
