@@ -103,6 +103,12 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
                           t->cfg.path, ct_shape_str(&es, a, sizeof a), (long long)got,
                           ct_shape_str(&ms, m, sizeof m), (long long)want);
     }
+    if (b->size > 0 && b->labels_per_example != t->positions && t->binary) {
+        return ct_err_set(err, CT_EINVAL,
+                          "%s: the data has %lld label(s) per example but the model outputs %lld "
+                          "logits, and loss binary_crossentropy takes one 0/1 label per output",
+                          t->cfg.path, (long long)b->labels_per_example, (long long)t->positions);
+    }
     if (b->size > 0 && b->labels_per_example != t->positions) {
         char m[96];
         ct_shape ms = ct_model_output_shape(t->model);
