@@ -152,7 +152,7 @@ static void unroll_split(ct__job_reader *r, const char *path, ct_layer_spec *lay
     if (r->status != CT_OK || split.type != CT_LAYER_SPLIT) {
         return;
     }
-    if (*n - 1 + split.parts > CT_JOB_MAX_LAYERS) {
+    if ((int64_t)*n - 1 + (int64_t)split.parts > CT_JOB_MAX_LAYERS) {
         ct__job_fail(r, split.line, path, "too many layers (at most %d)", CT_JOB_MAX_LAYERS);
         return;
     }
@@ -210,6 +210,9 @@ static void read_repeat(ct__job_reader *r, const ct__yaml_node *item, const char
             if (is_repeat(block->items[j])) {
                 ct__job_fail(r, block->items[j]->line, item_path,
                              "a repeated block cannot hold another repeat (unroll the inner one)");
+            } else if (*n == CT_JOB_MAX_LAYERS) { /* a split's parts can fill the table */
+                ct__job_fail(r, block->items[j]->line, item_path, "too many layers (at most %d)",
+                             CT_JOB_MAX_LAYERS);
             } else {
                 read_one(r, block->items[j], item_path, layers, (*n)++);
                 unroll_split(r, item_path, layers, n);

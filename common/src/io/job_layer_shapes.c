@@ -60,6 +60,10 @@ void ct__job_read_slice(const ct__job_section *s, ct_layer_spec *l) {
     char path[CT__JOB_KEY_CAP];
     ct__job_sec_int(s, "axis", -CT_JOB_MAX_RANK, &l->axis);
     ct__job_sec_int(s, "parts", 1, &l->parts);
+    if (s->r->status == CT_OK && l->parts > CT_JOB_MAX_LAYERS) {
+        ct__job_fail(s->r, s->line, s->path, "parts: at most %d", CT_JOB_MAX_LAYERS);
+        return;
+    }
     ct__job_sec_int(s, "index", 0, &l->part);
     int begin = 0, size = 0;
     ct__job_sec_int(s, "begin", 0, &begin);

@@ -112,8 +112,12 @@ static ct_status declare(ct_model *m, int i, const char *suffix, const ct_shape 
     if (l->shares && m->tied[i] < 0) {
         int src = l->shares - 1;
         idx = m->shared_next++;
+        if (idx >= m->first_param[src] + m->n_params[src]) {
+            return layer_error(m, i, err, "has more parameters than the layer it shares: its ",
+                               suffix);
+        }
         const ct_shape *have = &m->params.items[idx].shape;
-        if (idx >= m->first_param[src] + m->n_params[src] || !ct_shape_equal(have, shape)) {
+        if (!ct_shape_equal(have, shape)) {
             snprintf(detail, sizeof detail, "%d, whose %s is %s where this layer needs %s", src,
                      suffix, ct_shape_str(have, a, sizeof a), ct_shape_str(shape, b, sizeof b));
             return layer_error(m, i, err, "shares the parameters of layer ", detail);
@@ -151,6 +155,12 @@ static ct_status plan_share(ct_model *m, int i, int64_t last, ct_err *err) {
         }
         m->tied[i] = m->first_param[s];
         return CT_OK;
+    }
+    if (l->type == CT_LAYER_BATCH_NORM) { /* two updates of one set of running statistics */
+        return layer_error(m, i, err,
+                           "cannot share: a batch norm's running statistics would be updated "
+                           "twice a step",
+                           NULL);
     }
     if (src->type != l->type || m->n_params[s] == 0) {
         snprintf(detail, sizeof detail, "%d (%s), which %s", s, ct_layer_type_name(src->type),
@@ -453,6 +463,28 @@ int ct_model_param(ct_model *m, ct_graph *g, const char *name) {
     return var(m, g, k, m->forward_vars);
 }
 
+/* A spec built in C: every input an earlier layer or a model input, every share an earlier layer.
+ */
+static ct_status check_wiring(ct_model *m, ct_err *err) {
+    const ct_model_spec *spec = &m->spec;
+    int lowest = spec->n_inputs > 0 ? -spec->n_inputs : -1;
+    for (int i = 0; i < spec->n_layers; i++) {
+        const ct_layer_spec *l = &spec->layers[i];
+        int ok = l->n_inputs >= 0 && l->n_inputs <= CT_LAYER_MAX_INPUTS && l->shares >= 0 &&
+                 l->shares <= i;
+        for (int k = 0; ok && k < l->n_inputs; k++) {
+            ok = l->inputs[k] >= lowest && l->inputs[k] < i;
+        }
+        if (!ok) {
+            return layer_error(m, i, err,
+                               "takes an input or shares a layer that is not an earlier layer "
+                               "or a model input",
+                               NULL);
+        }
+    }
+    return CT_OK;
+}
+
 /* The model input is integer ids when an embedding reads it; then only embeddings may. */
 static ct_status check_input_readers(ct_model *m, ct_err *err) {
     const ct_model_spec *spec = &m->spec;
@@ -486,6 +518,11 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
     m->spec = *spec;
     snprintf(m->source, sizeof m->source, "%s", source ? source : "model");
     ct_params_init(&m->params);
+    if (spec->n_inputs < 0 || spec->n_inputs == 1 || spec->n_inputs > CT_MODEL_MAX_INPUTS) {
+        st = ct_err_set(err, CT_EINVAL, "%s: model.inputs: 2 to %d named inputs, got %d", m->source,
+                        CT_MODEL_MAX_INPUTS, spec->n_inputs);
+        goto fail;
+    }
     if (spec->n_layers < 1 && !spec->builder_name[0] && !spec->builder) {
         st = ct_err_set(err, CT_EINVAL, "%s:%d: model.layers: needs at least one layer", m->source,
                         spec->layers_line);
@@ -503,7 +540,7 @@ ct_status ct_model_create(const ct_model_spec *spec, uint64_t seed, const char *
     for (int k = 0; k < spec->n_inputs; k++) { /* named inputs, packed in the examples */
         m->shapes[-k] = ct_shape_make(spec->input_ranks[k], spec->input_shapes[k]);
     }
-    if ((st = check_input_readers(m, err)) != CT_OK) {
+    if ((st = check_wiring(m, err)) != CT_OK || (st = check_input_readers(m, err)) != CT_OK) {
         goto fail;
     }
     for (int i = 0; i < spec->n_layers; i++) {

@@ -8,6 +8,9 @@
 #include "ctrain/nn.h"
 
 int ct_rotary_embedding(ct_graph *g, int x, int heads, float base) {
+    if (x < 0) {
+        return -1; /* an earlier builder's error is recorded in g */
+    }
     ct_shape s = ct_graph_node(g, x)->out.shape;
     if (s.rank != 3 || heads < 1 || s.dims[2] % heads != 0 || (s.dims[2] / heads) % 2 != 0 ||
         !(base > 1.0f)) {
