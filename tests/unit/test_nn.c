@@ -3,9 +3,12 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ctrain/job.h"
 #include "ctrain/nn.h"
+#include "ctrain/train.h"
 #include "helpers.h"
 
 Test(nn, params_layout_trainable_first_and_aligned) {
@@ -220,4 +223,45 @@ Test(nn, built_model_shapes_and_refusals) {
     cr_expect_eq(ct_model_create(&spec, 1, "j.yaml", &m, &err), CT_EINVAL);
     cr_expect(strstr(err.msg, "j.yaml:4: model.builder: 'other' is a model built in C"), "%s",
               err.msg);
+}
+
+static ct_status declare_norm(ct_params *p, void *user, ct_err *err) {
+    (void)user;
+    ct_shape c = ct_shape_make(1, (int64_t[]){6});
+    const char *names[4] = {"gamma", "beta", "mean", "var"};
+    for (int k = 0; k < 4; k++) {
+        if (ct_params_declare(p, names[k], &c, k < 2,
+                              k == 0 || k == 3 ? CT_INIT_ONES : CT_INIT_ZEROS, 0, 0) < 0) {
+            return ct_err_set(err, CT_ENOMEM, "out of memory");
+        }
+    }
+    return CT_OK;
+}
+
+static int forward_norm(ct_model *m, ct_graph *g, int x, int training, void *user) {
+    (void)user;
+    int y = ct_batch_norm(g, x, ct_model_param(m, g, "gamma"), ct_model_param(m, g, "beta"),
+                          ct_model_param(m, g, "mean"), ct_model_param(m, g, "var"), 0.9f, 1e-3f,
+                          training);
+    return ct_add(g, y, ct_scalar(g, 0.0f));
+}
+
+/* train.invariant refuses a C-built model with batch norm, as it does a job's layers: it finds
+ * the running statistics among the parameters. */
+Test(nn, invariant_refuses_a_built_model_with_running_statistics) {
+    ct_model_builder b = {.name = "norm", .declare = declare_norm, .forward = forward_norm};
+    ct_job *job = malloc(sizeof *job);
+    ct_job_defaults(job);
+    snprintf(job->path, sizeof job->path, "built.c");
+    job->model.input_rank = 1;
+    job->model.input_shape[0] = 6;
+    job->model.builder = &b;
+    job->train.invariant = 1;
+    ct_trainer *t = NULL;
+    ct_err err = {0};
+    cr_expect_eq(ct_trainer_create(job, &t, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "train.invariant: the model keeps running statistics ('mean'"), "%s",
+              err.msg);
+    ct_trainer_destroy(t);
+    free(job);
 }

@@ -78,6 +78,16 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
         }
     }
     ct_params *p = ct_model_params(t->model);
+    for (int k = 0; train->invariant && k < p->n; k++) { /* a C-built model's batch norm too */
+        if (!p->items[k].trainable) {
+            st = ct_err_set(err, CT_EINVAL,
+                            "%s: train.invariant: the model keeps running statistics ('%s', a "
+                            "batch norm's), which each chunk of the global batch would update on "
+                            "its own: remove it or set train.invariant: false",
+                            job->path, p->items[k].name);
+            goto fail;
+        }
+    }
     t->vars = calloc((size_t)(p->n ? p->n : 1), sizeof *t->vars);
     if (!t->vars) {
         st = ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
