@@ -7,52 +7,47 @@
 
 #include "io/job_read.h"
 
-/* reshape's shape: 1 to CT_JOB_MAX_RANK dims per example, positive or one -1. */
-void ct__job_read_reshape(const ct__job_section *s, ct_layer_spec *l) {
+/* s's required `key`: a list of 1 to `max` integers in [lo, hi] into out (the form named by
+ * `hint` in the message); returns how many, 0 after an error. lo is 0, 1, or INT64_MIN for
+ * reshape's dims (a positive size or -1). */
+static int read_int_list(const ct__job_section *s, const char *key, int max, int64_t lo, int64_t hi,
+                         int64_t *out, const char *hint) {
     char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
-    ct__job_sec_require(s, "shape");
-    const ct__yaml_node *v = ct__job_sec_get(s, "shape", path);
+    ct__job_sec_require(s, key);
+    const ct__yaml_node *v = ct__job_sec_get(s, key, path);
     if (!v || s->r->status != CT_OK) {
-        return;
+        return 0;
     }
-    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > CT_JOB_MAX_RANK) {
-        ct__job_fail(s->r, v->line, path,
-                     "must list 1 to %d dimensions per example (one may be -1), e.g. [16, 49]",
-                     CT_JOB_MAX_RANK);
-        return;
+    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > (size_t)max) {
+        ct__job_fail(s->r, v->line, path, "must list 1 to %d %s", max, hint);
+        return 0;
     }
-    for (size_t k = 0; k < v->n; k++) {
+    for (size_t k = 0; k < v->n && s->r->status == CT_OK; k++) {
         ct__job_key_printf(item, "%s[%zu]", path, k);
-        ct__job_read_i64(s->r, v->items[k], item, INT64_MIN, INT_MAX, &l->shape[k]);
-        if (s->r->status == CT_OK && l->shape[k] < 1 && l->shape[k] != -1) {
+        ct__job_read_i64(s->r, v->items[k], item, lo, hi, &out[k]);
+        if (s->r->status == CT_OK && lo < 0 && out[k] < 1 && out[k] != -1) { /* reshape */
             ct__job_fail(s->r, v->items[k]->line, item, "must be a positive size or -1, got %lld",
-                         (long long)l->shape[k]);
+                         (long long)out[k]);
         }
     }
-    l->shape_rank = (int)v->n;
+    return s->r->status == CT_OK ? (int)v->n : 0;
+}
+
+/* reshape's shape: 1 to CT_JOB_MAX_RANK dims per example, positive or one -1. */
+void ct__job_read_reshape(const ct__job_section *s, ct_layer_spec *l) {
+    l->shape_rank = read_int_list(s, "shape", CT_JOB_MAX_RANK, INT64_MIN, INT_MAX, l->shape,
+                                  "dimensions per example (one may be -1), e.g. [16, 49]");
 }
 
 /* transpose's perm: the per-example axes in their new order (checked against the input when the
  * model is built). */
 void ct__job_read_perm(const ct__job_section *s, ct_layer_spec *l) {
-    char path[CT__JOB_KEY_CAP], item[CT__JOB_KEY_CAP];
-    ct__job_sec_require(s, "perm");
-    const ct__yaml_node *v = ct__job_sec_get(s, "perm", path);
-    if (!v || s->r->status != CT_OK) {
-        return;
+    int64_t perm[CT_JOB_MAX_RANK] = {0};
+    l->shape_rank = read_int_list(s, "perm", CT_JOB_MAX_RANK, 0, CT_JOB_MAX_RANK - 1, perm,
+                                  "per-example axes in their new order, e.g. [1, 0]");
+    for (int k = 0; k < l->shape_rank; k++) {
+        l->perm[k] = (int)perm[k];
     }
-    if (v->kind != CT__YAML_SEQ || v->n < 1 || v->n > CT_JOB_MAX_RANK) {
-        ct__job_fail(s->r, v->line, path,
-                     "must list the per-example axes in their new order, e.g. [1, 0]");
-        return;
-    }
-    for (size_t k = 0; k < v->n; k++) {
-        int64_t a = 0;
-        ct__job_key_printf(item, "%s[%zu]", path, k);
-        ct__job_read_i64(s->r, v->items[k], item, 0, CT_JOB_MAX_RANK - 1, &a);
-        l->perm[k] = (int)a;
-    }
-    l->shape_rank = (int)v->n;
 }
 
 /* slice: {axis, begin, size} or {axis, parts, index}; split: {axis, parts}. */
@@ -85,14 +80,11 @@ void ct__job_read_slice(const ct__job_section *s, ct_layer_spec *l) {
 static void read_one_input(const ct__job_section *model, const ct__yaml_node *item,
                            const char *path, ct_model_spec *m) {
     static const char *const keys[] = {"name", "shape", NULL};
-    char key[CT__JOB_KEY_CAP], dim_key[CT__JOB_KEY_CAP];
     ct__job_section s;
     ct__job_sec_open(model->r, item, path, keys, item->line, &s);
     ct__job_sec_require(&s, "name");
-    ct__job_sec_require(&s, "shape");
     int k = m->n_inputs;
     ct__job_sec_string(&s, "name", m->input_names[k], sizeof m->input_names[k]);
-    const ct__yaml_node *shape = ct__job_sec_get(&s, "shape", key);
     if (s.r->status != CT_OK) {
         return;
     }
@@ -104,17 +96,16 @@ static void read_one_input(const ct__job_section *model, const ct__yaml_node *it
         ct__job_fail(s.r, item->line, path, "needs a name of its own (not 'input')");
         return;
     }
-    if (shape->kind != CT__YAML_SEQ || shape->n < 1 || shape->n > 3) {
-        ct__job_fail(s.r, shape->line, key, "must list 1 to 3 dimensions, e.g. [28, 28, 1]");
+    int rank = read_int_list(&s, "shape", 3, 1, INT_MAX, m->input_shapes[k],
+                             "dimensions, e.g. [28, 28, 1]");
+    if (rank == 0) {
         return;
     }
     int64_t total = 1;
-    for (size_t d = 0; d < shape->n; d++) {
-        ct__job_key_printf(dim_key, "%s[%zu]", key, d);
-        ct__job_read_i64(s.r, shape->items[d], dim_key, 1, INT_MAX, &m->input_shapes[k][d]);
+    for (int d = 0; d < rank; d++) {
         total *= m->input_shapes[k][d];
     }
-    m->input_ranks[k] = (int)shape->n;
+    m->input_ranks[k] = rank;
     m->input_shape[0] += total;
     m->n_inputs++;
 }
