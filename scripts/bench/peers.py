@@ -1149,11 +1149,12 @@ class TfPeer:
         out = L.Dense(GPT["vocab"])(L.LayerNormalization(epsilon=1e-5)(x))
         return keras.Model(inp, out)
 
-    def gpt_steps(self, batch, iters, reps):
+    def _timed_steps(self, key, make, iters, reps):
+        """A cached tf.function step over fixed inputs, built by make() -> (model, optimizer, x,
+        y), timed: forward, sparse xent from logits, gradients, the optimizer."""
         tf, keras = self.tf, self.keras
-        if ("gpt", batch) not in self.cache:
-            model = self._gpt()
-            opt = keras.optimizers.AdamW(1e-3, weight_decay=0.01)
+        if key not in self.cache:
+            model, opt, x, y = make()
             opt.build(model.trainable_variables)
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -1164,12 +1165,18 @@ class TfPeer:
                 grads = tape.gradient(loss, model.trainable_variables)
                 opt.apply_gradients(zip(grads, model.trainable_variables))
                 return loss
-            x = tf.random.uniform([batch, GPT["t"]], 0, GPT["vocab"], tf.int32, seed=1)
-            y = tf.random.uniform([batch, GPT["t"]], 0, GPT["vocab"], tf.int32, seed=2)
             step(x, y)
-            self.cache[("gpt", batch)] = (step, x, y)
-        step, x, y = self.cache[("gpt", batch)]
+            self.cache[key] = (step, x, y)
+        step, x, y = self.cache[key]
         return time_steps(lambda: step(x, y).numpy(), iters, reps)
+
+    def gpt_steps(self, batch, iters, reps):
+        tf = self.tf
+        return self._timed_steps(("gpt", batch), lambda: (
+            self._gpt(), self.keras.optimizers.AdamW(1e-3, weight_decay=0.01),
+            tf.random.uniform([batch, GPT["t"]], 0, GPT["vocab"], tf.int32, seed=1),
+            tf.random.uniform([batch, GPT["t"]], 0, GPT["vocab"], tf.int32, seed=2)),
+            iters, reps)
 
     def _resnet(self):
         """ResNet-20 as the example: conv-BN-relu stem, 3 stages of 3 basic blocks (16, 32, 64
@@ -1192,27 +1199,11 @@ class TfPeer:
         return self.keras.Model(inp, out)
 
     def resnet_steps(self, batch, iters, reps):
-        tf, keras = self.tf, self.keras
-        if ("resnet", batch) not in self.cache:
-            model = self._resnet()
-            opt = keras.optimizers.SGD(0.1, momentum=0.9)
-            opt.build(model.trainable_variables)
-            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-            @tf.function
-            def step(x, y):
-                with tf.GradientTape() as tape:
-                    loss = loss_fn(y, model(x, training=True))
-                grads = tape.gradient(loss, model.trainable_variables)
-                opt.apply_gradients(zip(grads, model.trainable_variables))
-                return loss
-            x = tf.random.uniform([batch, 32, 32, 3], seed=1)
-            y = tf.constant([i % 10 for i in range(batch)], tf.int32)
-            step(x, y)
-            self.cache[("resnet", batch)] = (step, x, y)
-        step, x, y = self.cache[("resnet", batch)]
-        return time_steps(lambda: step(x, y).numpy(), iters, reps)
-
+        tf = self.tf
+        return self._timed_steps(("resnet", batch), lambda: (
+            self._resnet(), self.keras.optimizers.SGD(0.1, momentum=0.9),
+            tf.random.uniform([batch, 32, 32, 3], seed=1),
+            tf.constant([i % 10 for i in range(batch)], tf.int32)), iters, reps)
 
 class TorchPeer:
     """PyTorch 2.15: torch.set_num_threads(`threads`), interop 1."""
@@ -1357,17 +1348,18 @@ class TorchPeer:
                 return s.head(s.ln(x))
         return Gpt()
 
-    def gpt_steps(self, batch, iters, reps, compiled):
+    def _timed_steps(self, key, make, compiled, iters, reps):
+        """A cached train step over fixed inputs, built by make() -> (model, optimizer, x, y):
+        forward and cross-entropy (torch.compile'd, static shapes, if asked), backward, the
+        optimizer; timed."""
         torch = self.torch
-        key = ("gpt", batch, compiled)
         if key not in self.cache:
-            model = self._gpt().train()
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+            model, opt, x, y = make()
 
             def loss_of(x, y):
                 logits = model(x)
-                return torch.nn.functional.cross_entropy(logits.view(-1, GPT["vocab"]),
-                                                         y.view(-1))
+                return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                         y.reshape(-1))
             fwd = torch.compile(loss_of, dynamic=False) if compiled else loss_of
 
             def step(x, y):
@@ -1376,12 +1368,20 @@ class TorchPeer:
                 loss.backward()
                 opt.step()
                 return loss
-            x = torch.randint(0, GPT["vocab"], (batch, GPT["t"]))
-            y = torch.randint(0, GPT["vocab"], (batch, GPT["t"]))
             step(x, y)
             self.cache[key] = (step, x, y)
         step, x, y = self.cache[key]
         return time_steps(lambda: step(x, y).item(), iters, reps)
+
+    def gpt_steps(self, batch, iters, reps, compiled):
+        torch = self.torch
+
+        def make():
+            model = self._gpt().train()
+            return (model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01),
+                    torch.randint(0, GPT["vocab"], (batch, GPT["t"])),
+                    torch.randint(0, GPT["vocab"], (batch, GPT["t"])))
+        return self._timed_steps(("gpt", batch, compiled), make, compiled, iters, reps)
 
     def _resnet(self):
         """ResNet-20 as the example, channels first (PyTorch's CPU layout), batch norm momentum
@@ -1410,26 +1410,12 @@ class TorchPeer:
 
     def resnet_steps(self, batch, iters, reps, compiled):
         torch = self.torch
-        key = ("resnet", batch, compiled)
-        if key not in self.cache:
+
+        def make():
             model = self._resnet().train()
-            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-            def loss_of(x, y):
-                return torch.nn.functional.cross_entropy(model(x), y)
-            fwd = torch.compile(loss_of, dynamic=False) if compiled else loss_of
-
-            def step(x, y):
-                opt.zero_grad(set_to_none=True)
-                loss = fwd(x, y)
-                loss.backward()
-                opt.step()
-                return loss
-            x, y = torch.rand(batch, 3, 32, 32), torch.arange(batch) % 10
-            step(x, y)
-            self.cache[key] = (step, x, y)
-        step, x, y = self.cache[key]
-        return time_steps(lambda: step(x, y).item(), iters, reps)
+            return (model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                    torch.rand(batch, 3, 32, 32), torch.arange(batch) % 10)
+        return self._timed_steps(("resnet", batch, compiled), make, compiled, iters, reps)
 
     def attention_steps(self, t, iters, reps):
         """F.scaled_dot_product_attention, causal, forward and backward (q, k, v gradients),
