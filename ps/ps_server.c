@@ -1,10 +1,11 @@
 /* The parameter server (see ctrain/ps.h and docs/parameter-server.md).
  *
- * A server holds its shards of the trainable variables in one flat buffer, described to the
- * optimizer as a parameter set of its own (one "variable" per shard), so the optimizer and its
- * slots run here exactly as in a single process. The whole server has one version: the number
- * of updates applied; each shard remembers the version at which it last changed, so a pull
- * sends only what is newer than what the worker holds.
+ * A server holds its shards of the variables in one flat buffer, described to the optimizer as
+ * a parameter set of its own (one "variable" per shard), so the optimizer and its slots run here
+ * exactly as in a single process. Shards of state (batch norm's moving statistics) take the
+ * workers' values instead of an optimizer step (assign_state). The whole server has one version:
+ * the number of updates applied; each shard remembers the version at which it last changed, so a
+ * pull sends only what is newer than what the worker holds.
  *
  * sync: gradients for the current version are summed, weighted by their examples; when
  * N - backup_workers have arrived the mean is applied and the version advances. Under
@@ -335,6 +336,24 @@ static void serve_snapshots(server *s) {
     }
 }
 
+/* A state shard (batch norm's moving statistics) takes what the workers computed, not an
+ * optimizer step: sync: the examples-weighted mean of the workers' new values (one worker's are
+ * taken as they are, the bits of one process); async: each worker's change since its pull, added
+ * as it arrives (TensorFlow's assign_sub of a moving average on its servers). Nothing when the
+ * version had no examples. Returns a sum of squares, for the finiteness check. */
+static float assign_state(server *s, int k, const float *x) {
+    float *v = ct_params_data(&s->vars, k), sq = 0.0f;
+    int64_t n = s->shards[k].size;
+    if (!s->job->ps.async && s->examples <= 0) {
+        return 0.0f;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = s->job->ps.async ? v[i] + x[i] : x[i];
+        sq += x[i] * x[i];
+    }
+    return sq;
+}
+
 /* Applies the gradients grads[k] (one per shard: the server's sum, or a message's frames read
  * in place) as update number `version`. A NaN or Inf is reported to the chief with the shard
  * and the element, and ends the server: its variables can no longer be trusted. */
@@ -343,9 +362,13 @@ static void apply(server *s, const float *const *grads, float lr_scale) {
     ct_optimizer_set_lr_scale(s->opt, lr_scale);
     float g2 = 0.0f;
     for (int k = 0; k < s->n_local; k++) {
-        g2 += ct_optimizer_update_span(s->opt, ct_params_data(&s->vars, k), grads[k],
-                                       s->vars.items[k].offset, s->shards[k].size,
-                                       (int64_t)s->version, (int64_t)s->total_steps, 1.0f);
+        if (s->shards[k].state) {
+            g2 += assign_state(s, k, grads[k]);
+        } else {
+            g2 += ct_optimizer_update_span(s->opt, ct_params_data(&s->vars, k), grads[k],
+                                           s->vars.items[k].offset, s->shards[k].size,
+                                           (int64_t)s->version, (int64_t)s->total_steps, 1.0f);
+        }
     }
     if (!isfinite(g2)) {
         char why[600] = "";
@@ -520,6 +543,7 @@ static void handle_push(server *s, ct__msg *m) {
             /* one gradient makes the version (one worker, or all but one are backups): it is
              * the mean as it stands, applied where it arrived */
             s->count = 1;
+            s->examples = (double)env->examples;
             for (int k = 0; k < s->n_local; k++) {
                 grads[k] = frame(s, m, k);
             }

@@ -53,7 +53,12 @@ static ct_status evaluate_checkpoint(ct_trainer *t, ct_loader *eval, const char 
         r->reached_final = m->total_steps > 0 && m->step >= m->total_steps;
         if (ev && (st = ct_events_scalar(ev, "loss", m->step, loss, err)) == CT_OK &&
             (st = ct_events_scalar(ev, "accuracy", m->step, acc, err)) == CT_OK) {
-            st = ct_events_sync(ev, err);
+            char tag[48];
+            snprintf(tag, sizeof tag, "top%d_accuracy", ct_trainer_top_k(t));
+            if (ct_trainer_top_k(t)) {
+                st = ct_events_scalar(ev, tag, m->step, ct_trainer_top_k_accuracy(t), err);
+            }
+            st = st == CT_OK ? ct_events_sync(ev, err) : st;
         }
         if (o->on_evaluation) {
             ct_evaluation e = {.step = m->step,
@@ -61,6 +66,8 @@ static ct_status evaluate_checkpoint(ct_trainer *t, ct_loader *eval, const char 
                                .checkpoint = path,
                                .loss = loss,
                                .accuracy = acc,
+                               .top_k = ct_trainer_top_k(t),
+                               .top_k_accuracy = ct_trainer_top_k_accuracy(t),
                                .final = r->reached_final};
             o->on_evaluation(&e, o->user);
         }

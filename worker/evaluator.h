@@ -16,7 +16,9 @@ typedef struct ct_evaluation {
     int64_t step, epoch;    /* the checkpoint's */
     const char *checkpoint; /* its path; valid during the callback only */
     double loss, accuracy;  /* on the job's eval data */
-    int final;              /* 1: the job's final checkpoint (the evaluator stops after it) */
+    int top_k;              /* metrics: [top_K_accuracy]: K (0: none), and its figure */
+    double top_k_accuracy;
+    int final; /* 1: the job's final checkpoint (the evaluator stops after it) */
 } ct_evaluation;
 
 typedef void (*ct_evaluation_fn)(const ct_evaluation *e, void *user);

@@ -12,9 +12,14 @@
 /* One JSON line per evaluated checkpoint on stdout (the format scripts read). */
 static void print_evaluation(const ct_evaluation *e, void *user) {
     (void)user;
+    char top_k[64] = "";
+    if (e->top_k) {
+        snprintf(top_k, sizeof top_k, ", \"eval_top%d_accuracy\": %.17g", e->top_k,
+                 e->top_k_accuracy);
+    }
     printf("{\"step\": %lld, \"epoch\": %lld, \"checkpoint\": \"%s\", \"eval_loss\": %.17g, "
-           "\"eval_accuracy\": %.17g, \"final\": %s}\n",
-           (long long)e->step, (long long)e->epoch, e->checkpoint, e->loss, e->accuracy,
+           "\"eval_accuracy\": %.17g%s, \"final\": %s}\n",
+           (long long)e->step, (long long)e->epoch, e->checkpoint, e->loss, e->accuracy, top_k,
            e->final ? "true" : "false");
     fflush(stdout);
 }

@@ -67,6 +67,7 @@ typedef struct worker {
     int64_t steps_done;
     char who[32];
     int64_t prof_step_t0; /* the profiler's clock when the last step ended (0: not recording) */
+    float *state;         /* the state variables as pulled (batch norm's moving statistics) */
 } worker;
 
 static ct_status send_pull(worker *w, int s, uint64_t want, ct_err *err) {
@@ -348,6 +349,26 @@ static void clip_gradient(worker *w) {
     }
 }
 
+/* The state variables (non-trainable: batch norm's moving statistics, after the trainable ones
+ * in the flat buffer) go to the servers in the gradient buffer's place for them: sync: the
+ * values the step computed, which the server averages; async: their change since the pull, which
+ * it adds. The held copy goes back to what was pulled: the servers' values are the truth. */
+static void keep_state(worker *w) {
+    int64_t lo = w->p->trainable_total, n = w->p->total - lo;
+    if (n > 0) {
+        memcpy(w->state, w->p->data + lo, (size_t)n * sizeof(float));
+    }
+}
+
+static void push_state(worker *w) {
+    int64_t lo = w->p->trainable_total, n = w->p->total - lo;
+    float *data = w->p->data + lo, *grad = w->p->grad + lo;
+    for (int64_t i = 0; i < n; i++) {
+        grad[i] = w->job->ps.async ? data[i] - w->state[i] : data[i];
+        data[i] = w->state[i];
+    }
+}
+
 /* One step on (epoch, index): the loader's slice, the gradient, the push, the report. */
 static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) {
     ct_batch b;
@@ -375,11 +396,13 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     ct__prof_step(pos[0] + 1);
     float loss = NAN, acc = NAN;
     double start = ct__now_s();
+    keep_state(w);
     st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
         return st;
     }
     clip_gradient(w);
+    push_state(w);
     double compute = ct__now_s() - start;
     if (w->o->slow_factor > 1.0) { /* benchmarks: a straggler, still sending heartbeats */
         double until = ct__now_s() + compute * (w->o->slow_factor - 1.0);
@@ -525,6 +548,7 @@ static void worker_free(worker *w) {
     ct__msg_finish(&w->msg);
     ct__link_finish(&w->link);
     free(w->held);
+    free(w->state);
     ct_ps_plan_finish(&w->plan);
     ct_loader_destroy(w->loader);
     ct_trainer_destroy(w->t);
@@ -601,7 +625,8 @@ ct_status ct_ps_worker_run(const ct_job *job_in, const ct_ps_worker_options *o, 
                              ? job->train.max_steps
                              : w->total_steps;
         w->held = calloc((size_t)(w->plan.n_shards ? w->plan.n_shards : 1), sizeof *w->held);
-        if (!w->held) {
+        w->state = malloc((size_t)(w->p->total - w->p->trainable_total + 1) * sizeof *w->state);
+        if (!w->held || !w->state) {
             st = ct_err_set(err, CT_ENOMEM, "worker: out of memory");
         }
     }

@@ -686,15 +686,6 @@ static ct_status setup(chief *c, ct_err *err) {
         return st;
     }
     c->p = ct_trainer_params(c->t);
-    for (int i = 0; i < c->p->n; i++) {
-        if (!c->p->items[i].trainable) {
-            return ct_err_set(err, CT_EINVAL,
-                              "%s: variable '%s' is not trainable (batch-norm statistics): the "
-                              "parameter-server strategy keeps trainable variables only; use "
-                              "strategy.type mirrored or local for this model",
-                              job->path, c->p->items[i].name);
-        }
-    }
     if (job->ps.backup_workers >= c->n_workers) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: strategy.backup_workers is %d but the job has %d workers (it "

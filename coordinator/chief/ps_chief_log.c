@@ -122,7 +122,8 @@ void ct__chief_log_interval(chief *c) {
 /* End of epoch e (0-based): evaluate the assembled variables, report the epoch line, log. */
 ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     epoch_sums *s = &c->epochs[e];
-    double test_loss = NAN, test_acc = NAN;
+    double test_loss = NAN, test_acc = NAN, top_k_acc = NAN;
+    char top_k[96];
     if (c->eval) {
         const int64_t t0 = ct__prof_begin();
         ct_status st = ct_trainer_evaluate_loader(c->t, c->eval, &test_loss, &test_acc, err);
@@ -130,6 +131,7 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
             return st;
         }
         ct__prof_end(t0, CT__PROF_EVALUATION, "evaluation", NULL, -1, -1, -1, -1);
+        top_k_acc = ct_trainer_top_k_accuracy(c->t);
     }
     /* steps of this epoch: sync, versions (each is one global batch); async, finished tasks */
     int64_t lo = e * c->steps_per_epoch, hi = lo + c->steps_per_epoch;
@@ -153,6 +155,8 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
                                .epoch_seconds = seconds,
                                .test_loss = test_loss,
                                .test_accuracy = test_acc,
+                               .top_k = ct_trainer_top_k(c->t),
+                               .test_top_k_accuracy = top_k_acc,
                                .input_wait_fraction = wait};
         c->o->report.progress(&p, c->o->report.user);
     }
@@ -161,6 +165,8 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     c->result.train_accuracy = acc;
     c->result.test_loss = test_loss;
     c->result.test_accuracy = test_acc;
+    c->result.top_k = ct_trainer_top_k(c->t);
+    c->result.test_top_k_accuracy = top_k_acc;
     ct__run_scalar epoch[] = {{"epoch_loss", loss},
                               {"epoch_accuracy", acc},
                               {"epoch_samples_per_s", samples_per_s},
@@ -170,15 +176,18 @@ ct_status ct__chief_end_epoch(chief *c, int64_t e, ct_err *err) {
     if (!isnan(test_loss)) {
         ct__run_scalar scalars[] = {{"loss", test_loss}, {"accuracy", test_acc}};
         ct__run_log_scalars(c->log, CT__RUN_LOG_VALIDATION, c->step, scalars, 2);
+    }
+    ct__run_log_top_k(c->log, c->step, ct_trainer_top_k(c->t), top_k_acc, top_k, sizeof top_k);
+    if (!isnan(test_loss)) {
         ct__run_log_sync(c->log);
     }
     ct__run_log_metrics(c->log,
                         "{\"step\": %lld, \"epoch\": %lld, \"end_of_epoch\": true, \"epoch_loss\": "
                         "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
                         "%.9g, \"epoch_seconds\": %.6g, \"samples_per_s\": %.6g, "
-                        "\"input_wait_fraction\": %.6g}",
+                        "\"input_wait_fraction\": %.6g%s}",
                         (long long)c->step, (long long)e, loss, acc, test_loss, test_acc, seconds,
-                        samples_per_s, wait);
+                        samples_per_s, wait, top_k);
     c->evaluated_epochs = (int)e + 1;
     return CT_OK;
 }

@@ -2,6 +2,7 @@
  * equal. All reductions walk the input once with a multi-index and per-dim output strides (0 on
  * reduced dims); sum_to of a bias row, the hot case in training, has its own loop. */
 #include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "graph/op_impl.h"
@@ -173,6 +174,28 @@ void ct__cpu_argmax(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
             best = xr[c] > xr[best] ? (int32_t)c : best;
         }
         o[r] = best;
+    }
+}
+
+/* Counts the logits above the label's: fewer than k is a hit. NaN logits never count above. */
+void ct__cpu_in_top_k(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const ct_shape *xs = &in[0]->out.shape;
+    int64_t cols = xs->dims[xs->rank - 1], rows = ct_tensor_numel(&n->out), k = n->attrs.i[0];
+    const float *x = CT__F32(&in[0]->out);
+    const int32_t *y = CT__I32(&in[1]->out);
+    float *o = CT__F32(&n->out);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        int64_t above = 0;
+        if (y[r] < 0 || y[r] >= cols || isnan(xr[y[r]])) {
+            o[r] = 0.0f;
+            continue;
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            above += xr[c] > xr[y[r]];
+        }
+        o[r] = above < k ? 1.0f : 0.0f;
     }
 }
 

@@ -6,7 +6,10 @@ Every run's train/ holds the same scalar tags; `loss` and `accuracy` are the win
 the global batch (so the mirrored and the PS run log what the single process logs, to rounding);
 `samples_per_s` counts the global batch (samples/steps is 64); no first point is 0; every
 strategy logs its input wait; the epoch's figures go to TensorBoard and metrics.jsonl alike; the
-default histogram schedule writes the variables of a short run (at the epoch's end)."""
+default histogram schedule writes the variables of a short run (at the epoch's end). The top-3
+accuracy the job asks for is an evaluation figure in the done line, TensorBoard's validation run
+and metrics.jsonl, as NumPy computes it from the checkpoint's weights."""
+import gzip
 import json
 import math
 import os
@@ -14,6 +17,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from tb_read import read_runs
@@ -23,7 +27,7 @@ BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
 CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
 COMMON = ["--set", "train.max_steps=40", "--set", "logs.every_steps=10", "--set",
           "data.train.limit=6000", "--set", "data.eval.limit=1000", "--set", "train.threads=1",
-          "--quiet"]
+          "--set", "metrics=[accuracy, top_3_accuracy]", "--quiet"]
 STEP_TAGS = {"loss", "accuracy", "learning_rate", "steps_per_s", "samples_per_s",
              "input_wait_fraction"}
 EPOCH_TAGS = {"epoch_loss", "epoch_accuracy", "epoch_samples_per_s", "epoch_input_wait_fraction"}
@@ -47,8 +51,10 @@ def runs(tmp_path_factory):
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, (way, r.stderr)
         tb = read_runs(run / "train")[str(run / "train")]
+        val = read_runs(run / "validation")[str(run / "validation")]
         lines = [json.loads(l) for l in open(run / "metrics.jsonl")]
-        out[way] = {"tb": tb, "lines": lines, "done": r.stdout.strip().splitlines()[-1]}
+        out[way] = {"tb": tb, "val": val, "lines": lines, "run": run,
+                    "done": r.stdout.strip().splitlines()[-1]}
     return out
 
 
@@ -117,3 +123,27 @@ def test_default_histograms_cover_a_short_run(runs):
         assert h["weights/dense_1/kernel"][0][1] == 784 * 128
         if way != "ps":  # the PS chief holds the variables, the workers the gradients
             assert [s for s, *_ in h["gradients/dense_1/kernel"]] == [40], way
+
+
+def test_top_k_accuracy_is_numpy_s_on_the_checkpoint(runs):
+    images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+    labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
+    x = np.frombuffer(gzip.open(images).read()[16:], np.uint8).reshape(-1, 784)[:1000]
+    y = np.frombuffer(gzip.open(labels).read()[8:], np.uint8)[:1000]
+    for way, r in runs.items():
+        done = dict(f.split("=", 1) for f in r["done"].split()[1:] if "=" in f)
+        top3, top1 = float(done["test_top3_accuracy"]), float(done["test_accuracy"])
+        end = [l for l in r["lines"] if l.get("end_of_epoch")][-1]
+        (step, logged), = r["val"]["scalars"]["top3_accuracy"]
+        assert step == 40 and math.isclose(logged, end["test_top3_accuracy"], rel_tol=1e-6), way
+        assert math.isclose(top3, end["test_top3_accuracy"], abs_tol=1e-6), (way, end)
+        assert top1 < top3 < 1, (way, r["done"])
+        npz = r["run"] / "weights.npz"
+        subprocess.run([CTRAIN, "ckpt", "export", str(r["run"] / "checkpoints" / "ckpt-40.ctck"),
+                        "--format", "npz", str(npz)], check=True, capture_output=True)
+        w = np.load(npz)
+        h = np.maximum(x.astype(np.float32) / 255 @ w["dense_1/kernel"] + w["dense_1/bias"], 0)
+        z = h @ w["dense_3/kernel"] + w["dense_3/bias"]
+        above = (z > z[np.arange(len(y)), y][:, None]).sum(1)
+        assert math.isclose(top3, (above < 3).mean(), abs_tol=2e-3), (way, top3)
+        assert math.isclose(top1, (above < 1).mean(), abs_tol=2e-3), (way, top1)

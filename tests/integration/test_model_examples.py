@@ -3,8 +3,8 @@ in short runs of every strategy. The ViT under train.invariant ends on the same 
 on 2 mirrored ranks, with 2 sync parameter-server workers and fed by the data service; async
 parameter servers train it; a run stopped halfway resumes to the straight run's bits; the
 profiler names its attention and layer-norm ops. ResNet-20 (batch norm, which train.invariant
-refuses) trains on 2 mirrored ranks and resumes exactly standalone; the parameter servers refuse
-it in one line (they keep no batch-norm statistics). The GPT's runs are in
+refuses) trains on 2 mirrored ranks and resumes exactly standalone; on the parameter servers,
+which keep its moving statistics, one sync worker gives the standalone bits, resumed too. The GPT's runs are in
 test_language_model.py."""
 import glob
 import gzip
@@ -65,7 +65,7 @@ def test_vit_by_every_strategy_resumes_and_profiles(tmp_path):
             sorted(n for n in names if "att" in n or "norm" in n)[:40]
 
 
-def test_resnet20_mirrored_and_resume_and_the_parameter_servers_refusal(tmp_path):
+def test_resnet20_mirrored_resume_and_parameter_servers(tmp_path):
     rng = np.random.default_rng(2)
     data = tmp_path / "data" / "cifar-10-batches-bin"
     data.mkdir(parents=True)
@@ -84,10 +84,30 @@ def test_resnet20_mirrored_and_resume_and_the_parameter_servers_refusal(tmp_path
     if has_mpi():
         r = train(str(job), tmp_path / "mirrored", *short, "--replicas", "2")
         assert float(done_fields(r.stdout)["test_loss"]) > 0, r.stdout
-    # not built: batch norm's moving statistics on the parameter servers, which keep trainable
-    # variables only; the refusal is one line that says what to use instead
-    r = subprocess.run([CTRAIN, "train", str(job), *short, "--set", "strategy.mode=async", "--ps",
-                        "1", "--workers", "2", "--set", f"run_dir={tmp_path / 'ps'}"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=ENV)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "'batch_norm_1/moving_mean' is not trainable" in r.stderr, r.stderr
+    # the parameter servers keep batch norm's moving statistics: one sync worker (the workers'
+    # values taken as they are) ends on the standalone run's bits, also resumed; two sync workers
+    # (their mean) and two async ones (their changes added) move them from where they began
+    ps = ["--ps", "1", "--workers", "1"]
+    for name, first in (("ps", []), ("ps_resumed", ["--set", "train.max_steps=2"])):
+        if first:
+            train(str(job), tmp_path / name, *short, *ps, *first)
+        train(str(job), tmp_path / name, *short, *ps)
+        same, out = same_weights(ckpt(one, 4), ckpt(tmp_path / name, 4))
+        assert same, f"{name}: {out}"
+    for name, args in (("sync", ["--ps", "2", "--workers", "2"]),
+                       ("async", ["--ps", "1", "--workers", "2", "--set", "strategy.mode=async"])):
+        r = train(str(job), tmp_path / name, *short, *args)
+        assert float(done_fields(r.stdout)["test_loss"]) > 0, r.stdout
+        stats = moving_statistics(ckpt(tmp_path / name, 4), tmp_path / f"{name}.npz")
+        assert np.abs(stats["batch_norm_1/moving_mean"]).max() > 1e-3, name
+        assert np.abs(stats["batch_norm_1/moving_variance"] - 1).max() > 1e-3, name
+        ref = moving_statistics(ckpt(one, 4), tmp_path / "one.npz")
+        assert np.abs(stats["batch_norm_1/moving_mean"] - ref["batch_norm_1/moving_mean"]).max() \
+            < 0.2, name
+
+
+def moving_statistics(checkpoint, out):
+    subprocess.run([CTRAIN, "ckpt", "export", str(checkpoint), "--format", "npz", str(out)],
+                   check=True, capture_output=True, cwd=ROOT, env=ENV)
+    with np.load(out) as f:
+        return {k: f[k] for k in f.files if "moving" in k}

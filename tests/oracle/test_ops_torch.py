@@ -203,6 +203,22 @@ def test_argmax_equal():
         g.close()
 
 
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_in_top_k(k):
+    """Against torch.topk's indices, on logits without ties (which topk breaks arbitrarily), and
+    on rows [..., V] with leading dims (a language model's positions)."""
+    x = rng.permuted(np.tile(np.arange(10, dtype=np.float32), (24, 1)), axis=1).reshape(4, 6, 10)
+    y = rng.integers(0, 10, (4, 6)).astype(np.int32)
+    g = Graph()
+    try:
+        hit = g.value(g.op("in_top_k", g.constant(x), g.constant(y), k))
+        idx = torch.topk(torch.from_numpy(x), k, dim=-1).indices.numpy()
+        want = (idx == y[..., None]).any(-1).astype(np.float32)
+        np.testing.assert_array_equal(hit, want)
+    finally:
+        g.close()
+
+
 def test_reshape_transpose_slice_concat():
     x = U(2, 3, 4)
     dims = (ctypes.c_int64 * 2)(6, -1)

@@ -603,7 +603,8 @@ Test(job, section_errors) {
                  "idx)");
     EXPECT_ERROR(MINIMAL_JOB "loss: mse\n", "job.yaml:12: loss: unknown loss 'mse'");
     EXPECT_ERROR(MINIMAL_JOB "metrics: [accuracy, auc]\n",
-                 "job.yaml:12: metrics[1]: unknown metric 'auc' (expected one of: accuracy)");
+                 "job.yaml:12: metrics[1]: unknown metric 'auc' (expected one of: accuracy, "
+                 "top_k_accuracy, sparse_top_k_categorical_accuracy, top_K_accuracy)");
     EXPECT_ERROR(MINIMAL_JOB "metrics: accuracy\n", "job.yaml:12: metrics: must be a list");
     EXPECT_ERROR(MINIMAL_JOB "strategy: {type: parameter_server, mode: eventual}\n",
                  "job.yaml:12: strategy.mode: unknown mode 'eventual' (expected one of: sync, "

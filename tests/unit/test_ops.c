@@ -361,6 +361,28 @@ Test(ops, argmax_equal_forward) {
     test_graph_close(&tg);
 }
 
+Test(ops, in_top_k_counts_ties_in_and_bad_labels_out) {
+    test_graph tg = test_graph_open(1);
+    ct_graph *g = tg.g;
+    /* rows: the label 2nd largest; tied for largest with two others; the smallest; out of range */
+    float x[16] = {0.1f, 0.7f, 0.2f, 0.9f, 3.0f, 3.0f, 3.0f, -1.0f,
+                   5.0f, 4.0f, 3.0f, 2.0f, 0.0f, 1.0f, 2.0f, 3.0f};
+    int32_t y[4] = {1, 2, 3, 4};
+    ct_shape sx = S(4, 4), sy = S(4);
+    int xc = ct_constant(g, CT_F32, &sx, x), yc = ct_constant(g, CT_I32, &sy, y);
+    const float want[3][4] = {{0, 1, 0, 0}, {1, 1, 0, 0}, {1, 1, 0, 0}};
+    for (int k = 1; k <= 3; k++) {
+        int hit = ct_in_top_k(g, xc, yc, k);
+        cr_assert_geq(hit, 0);
+        const float *h = ct_graph_node(g, hit)->out.data;
+        for (int r = 0; r < 4; r++) {
+            cr_expect_eq(h[r], want[k - 1][r], "k %d row %d: %g", k, r, (double)h[r]);
+        }
+    }
+    cr_expect_lt(ct_in_top_k(g, xc, yc, 0), 0, "k 0 is refused");
+    test_graph_close(&tg);
+}
+
 Test(ops, shape_errors_name_the_op) {
     ct_backend *be = test_cpu_backend();
     ct_graph *g;

@@ -37,12 +37,13 @@ static ct_params make_params(const int64_t *sizes, const int *trainable, int n) 
     return p;
 }
 
-/* Every trainable float is in exactly one shard; server buffers hold their shards. */
+/* Every float is in exactly one shard, marked state when its variable is not trainable; server
+ * buffers hold their shards. */
 static void check_coverage(const ct_params *p, const ct_ps_plan *plan) {
     unsigned char *seen = calloc((size_t)p->total, 1);
     for (int k = 0; k < plan->n_shards; k++) {
         const ct_ps_shard *s = &plan->shards[k];
-        cr_assert(p->items[s->param].trainable);
+        cr_assert_eq(s->state, !p->items[s->param].trainable);
         cr_assert_geq(s->offset, p->items[s->param].offset);
         cr_assert_leq(s->offset + s->size, p->items[s->param].offset + p->items[s->param].size);
         cr_assert_eq(s->server_offset % 16, 0, "server buffers are 64-byte aligned");
@@ -55,7 +56,7 @@ static void check_coverage(const ct_params *p, const ct_ps_plan *plan) {
     }
     for (int i = 0; i < p->n; i++) {
         for (int64_t j = 0; j < p->items[i].size; j++) {
-            cr_assert_eq(seen[p->items[i].offset + j], p->items[i].trainable ? 1 : 0);
+            cr_assert_eq(seen[p->items[i].offset + j], 1);
         }
     }
     free(seen);
@@ -100,9 +101,9 @@ Test(ps, plan_splits_large_variables_and_balances_servers) {
     ct_params_finish(&p);
 }
 
-Test(ps, plan_is_deterministic_and_skips_state) {
+Test(ps, plan_is_deterministic_and_holds_state) {
     int64_t sizes[] = {3000, 5000, 64, 7777, 128, 128};
-    int trainable[] = {1, 1, 1, 1, 0, 0}; /* batch-norm statistics stay out */
+    int trainable[] = {1, 1, 1, 1, 0, 0}; /* batch-norm statistics are held too */
     ct_params p = make_params(sizes, trainable, 6);
     ct_ps_plan a, b;
     ct_err err = {0};
@@ -111,7 +112,7 @@ Test(ps, plan_is_deterministic_and_skips_state) {
     check_coverage(&p, &a);
     cr_assert_eq(a.n_shards, b.n_shards);
     cr_expect_eq(memcmp(a.shards, b.shards, (size_t)a.n_shards * sizeof *a.shards), 0);
-    cr_expect_eq(a.total, 3000 + 5000 + 64 + 7777);
+    cr_expect_eq(a.total, 3000 + 5000 + 64 + 7777 + 128 + 128);
     ct_ps_plan_finish(&a);
     ct_ps_plan_finish(&b);
     ct_params_finish(&p);

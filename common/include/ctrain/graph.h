@@ -133,6 +133,8 @@ CT_API int ct_mean(ct_graph *g, int x, unsigned axes_mask, int keepdims);
 CT_API int ct_max(ct_graph *g, int x, unsigned axes_mask, int keepdims);
 CT_API int ct_argmax(ct_graph *g, int x);
 CT_API int ct_equal(ct_graph *g, int a, int b);
+/* 1.0 where the label's logit is among the k largest of its row, else 0.0 (see ops.h). */
+CT_API int ct_in_top_k(ct_graph *g, int logits, int labels, int k);
 CT_API int ct_reshape(ct_graph *g, int x, int rank, const int64_t *dims);
 CT_API int ct_transpose(ct_graph *g, int x, const int *perm);
 CT_API int ct_concat(ct_graph *g, int n, const int *xs, int axis);

@@ -156,6 +156,7 @@ typedef struct ct_model_spec {
     int has_ignore_index;  /* loss.ignore_index given: labels equal to it count for nothing */
     int32_t ignore_index;
     int metric_accuracy; /* metrics: [accuracy] */
+    int metric_top_k;    /* metrics: [top_5_accuracy]: k (0: none), an evaluation figure */
     /* A model built in C (then n_layers is 0): the job file's `model.builder: NAME` names it and
      * the program that defines it sets `builder` (its name must match) before creating the
      * trainer. */

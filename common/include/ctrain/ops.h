@@ -73,6 +73,9 @@
     X(SUM_TO, sum_to, 0)             /* (x, like): sum x down to like's (broadcast) shape */       \
     X(ARGMAX, argmax, 0)             /* last axis -> i32 */                                        \
     X(EQUAL, equal, 0)               /* -> f32 1.0 / 0.0 */                                        \
+    /* (logits f32 [..., C], labels i32 [...]), i0 k -> f32 [...]: 1.0 where fewer than k logits   \
+     * exceed the label's (ties are in, as tf.math.in_top_k); a label outside [0, C): 0.0 */       \
+    X(IN_TOP_K, in_top_k, 0)                                                                       \
     /* shapes */                                                                                   \
     X(RESHAPE, reshape, 1)       /* i0: rank, i1..: dims (one may be -1) */                        \
     X(TRANSPOSE, transpose, 1)   /* i0..i(rank-1): permutation */                                  \

@@ -29,7 +29,8 @@
 #include "ctrain/train.h"
 
 /* ---- the partition plan: which server holds which part of which variable ----
- * Trainable variables are cut into shards: a variable larger than the shard limit (by default
+ * Variables (trainable ones and state, such as batch norm's moving statistics, which the workers
+ * assign: ps_server.c) are cut into shards: a variable larger than the shard limit (by default
  * the fair share, total / M) is split into equal contiguous pieces of at most the limit; shards
  * go to servers largest first, each to the least loaded server (ties: the lowest index). The
  * plan is a function of the model and M only, so every role computes the same one. */
@@ -40,6 +41,7 @@ typedef struct ct_ps_shard {
     int server;            /* owner */
     int local;             /* position among the owner's shards */
     int64_t server_offset; /* in floats, into the owner's flat buffer (64-byte aligned) */
+    int state;             /* 1: a non-trainable variable, which workers assign (no optimizer) */
 } ct_ps_shard;
 
 typedef struct ct_ps_plan {
@@ -49,10 +51,10 @@ typedef struct ct_ps_plan {
     int *first;          /* [n_servers + 1]: server s holds shards first[s] .. first[s+1]-1 */
     int64_t *floats;     /* [n_servers]: the floats each server holds (its buffer, padded) */
     int64_t *load;       /* [n_servers]: the floats of variables each server holds */
-    int64_t total;       /* floats of trainable variables */
+    int64_t total;       /* floats of the variables */
 } ct_ps_plan;
 
-/* Makes the plan for the trainable parameters of p over n_servers servers; max_shard_bytes 0
+/* Makes the plan for the parameters of p over n_servers servers; max_shard_bytes 0
  * means the fair share. CT_EINVAL when n_servers < 1. Free with ct_ps_plan_finish. */
 CT_API ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_bytes,
                                  ct_ps_plan *ret, ct_err *err);

@@ -33,6 +33,8 @@ typedef struct ct_train_progress {
     int end_of_epoch; /* 1: the eval fields are set */
     double epoch_seconds;
     double test_loss, test_accuracy; /* NaN when there is no eval data */
+    int top_k;                       /* metrics: [top_K_accuracy]: K, and the evaluation's */
+    double test_top_k_accuracy;      /* share of labels among the K largest logits; 0: none */
     double input_wait_fraction;      /* fraction of the epoch spent waiting for input */
     /* the data service (data.service), at the end of an epoch; data_workers 0 without it */
     int data_workers;             /* live data workers */
@@ -65,7 +67,9 @@ typedef struct ct_train_result {
     int64_t steps;
     double train_loss, train_accuracy; /* last epoch's running means */
     double test_loss, test_accuracy;   /* NaN without eval data */
-    double seconds;                    /* training time, evaluation excluded */
+    int top_k;                         /* metrics: [top_K_accuracy]: K (0: none), and its figure */
+    double test_top_k_accuracy;
+    double seconds; /* training time, evaluation excluded */
     double samples_per_s;
     int64_t positions; /* labels per example: > 1 for a language model ([T, classes] out), whose
                           done line adds perplexity and tokens per second; 0 or 1: neither */
@@ -130,6 +134,12 @@ CT_API ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_load
  * shards, summed across the replicas (every replica must call it). NaN for no examples. */
 CT_API ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, double *loss,
                                             double *acc, ct_err *err);
+
+/* metrics: [top_K_accuracy]: K (0: not asked for), and the share of labels among the K largest
+ * logits in the last ct_trainer_evaluate or ct_trainer_evaluate_loader (NaN: none yet, or K 0):
+ * an evaluation figure, as ImageNet's top-5; training reports top-1 accuracy only. */
+CT_API int ct_trainer_top_k(const ct_trainer *t);
+CT_API double ct_trainer_top_k_accuracy(const ct_trainer *t);
 
 /* Graph kinds of ct_trainer_step_graph: evaluation (loss, accuracy), a training step, and
  * prediction (logits only). */

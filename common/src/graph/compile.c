@@ -731,6 +731,12 @@ ct_status ct_graph_compile(ct_graph *g, const ct_graph_options *opts, int n_keep
     ct_graph_stats st = {.nodes_in = ct_graph_size(g)};
     ct_status s = ct_graph_status(g, err);
     ct_graph *cur = g;
+    for (int j = 0; s == CT_OK && j < n_keep; j++) {
+        if (keep[j] < 0 || keep[j] >= st.nodes_in) {
+            s = ct_err_set(err, CT_EINVAL, "graph: compile: node %d to keep is not in the graph",
+                           keep[j]);
+        }
+    }
     static const struct {
         int step;
         unsigned needs;

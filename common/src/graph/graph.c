@@ -771,6 +771,11 @@ int ct_equal(ct_graph *g, int a, int b) {
     return ct__add2(g, CT_OP_EQUAL, a, b, NULL);
 }
 
+int ct_in_top_k(ct_graph *g, int logits, int labels, int k) {
+    ct_attrs a = {.i = {k}};
+    return ct__add2(g, CT_OP_IN_TOP_K, logits, labels, &a);
+}
+
 int ct_reshape(ct_graph *g, int x, int rank, const int64_t *dims) {
     if (rank < 0 || rank > CT_MAX_DIMS) {
         return ct_graph_fail(g, CT_EINVAL, "reshape: rank %d out of range", rank);

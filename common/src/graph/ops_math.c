@@ -327,6 +327,24 @@ int ct__shape_argmax(ct_graph *g, ct_node *n, ct_node *const *in) {
     return 0;
 }
 
+int ct__shape_in_top_k(ct_graph *g, ct_node *n, ct_node *const *in) {
+    const ct_shape *x = &in[0]->out.shape, *y = &in[1]->out.shape;
+    int same = x->rank == y->rank + 1;
+    for (int d = 0; same && d < y->rank; d++) {
+        same = x->dims[d] == y->dims[d];
+    }
+    if (!same || in[0]->out.dtype != CT_F32 || in[1]->out.dtype != CT_I32) {
+        return ct_graph_fail(g, CT_ESHAPE,
+                             "in_top_k: needs f32 logits [..., C] and i32 labels [...]");
+    }
+    if (n->attrs.i[0] < 1) {
+        return ct_graph_fail(g, CT_EINVAL, "in_top_k: k must be at least 1, got %lld",
+                             (long long)n->attrs.i[0]);
+    }
+    ct_tensor_set_shape(&n->out, CT_F32, y);
+    return 0;
+}
+
 int ct__shape_equal(ct_graph *g, ct_node *n, ct_node *const *in) {
     if (in[0]->out.dtype != in[1]->out.dtype ||
         !ct_shape_equal(&in[0]->out.shape, &in[1]->out.shape)) {

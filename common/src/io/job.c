@@ -53,7 +53,12 @@ static const ct__job_name loss_names[] = {
     {"sigmoid_cross_entropy", CT_LOSS_BINARY_XENT},
     {NULL, 0},
 };
-static const ct__job_name metric_names[] = {{"accuracy", 1}, {NULL, 0}};
+/* metrics: accuracy (1), and top-k accuracy (-k): Keras's names for k 5, or top_K_accuracy */
+static const ct__job_name metric_names[] = {{"accuracy", 1},
+                                            {"top_k_accuracy", -5},
+                                            {"sparse_top_k_categorical_accuracy", -5},
+                                            {"top_K_accuracy", 0},
+                                            {NULL, 0}};
 static const ct__job_name format_names[] = {{"idx", CT_DATA_IDX}, {NULL, 0}};
 
 static const char *const top_keys[] = {"seed",      "model",      "loss",  "metrics",
@@ -454,9 +459,27 @@ static void read_metrics(ct__job_reader *r, const ct__job_section *top, ct_job *
         return;
     }
     for (size_t i = 0; i < v->n; i++) {
+        const ct__yaml_node *item = v->items[i];
+        int metric = 0, k = 0, end = 0;
         ct__job_key_printf(item_key, "%s[%zu]", path, i);
-        ct__job_read_name(r, v->items[i], item_key, metric_names, "metric",
-                          &job->model.metric_accuracy);
+        if (item->kind == CT__YAML_SCALAR &&
+            sscanf(item->text, "top_%d_accuracy%n", &k, &end) == 1 && !item->text[end] && end) {
+            metric = -k;
+            if (k < 1 || k > 1000000) {
+                ct__job_fail(r, item->line, item_key,
+                             "top_K_accuracy needs K in [1, 1000000], got %d", k);
+            }
+        } else {
+            ct__job_read_name(r, item, item_key, metric_names, "metric", &metric);
+            if (r->status == CT_OK && !metric) {
+                ct__job_fail(r, item->line, item_key, "write K as a number: top_5_accuracy");
+            }
+        }
+        if (metric > 0) {
+            job->model.metric_accuracy = 1;
+        } else if (metric < 0) {
+            job->model.metric_top_k = -metric;
+        }
     }
 }
 

@@ -107,6 +107,9 @@ static void put_model(canon *c, const ct_model_spec *m) {
         put_layer(c, i, &m->layers[i]);
     }
     put(c, "loss=%d\nmetrics.accuracy=%d\n", (int)m->loss, m->metric_accuracy);
+    if (m->metric_top_k) { /* absent otherwise: the ids of jobs without it stay as they were */
+        put(c, "metrics.top_k=%d\n", m->metric_top_k);
+    }
     if (m->label_smoothing > 0.0f) { /* a line only then: older identities stay */
         put(c, "loss.label_smoothing=%a\n", (double)m->label_smoothing);
     }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +167,21 @@ void ct__run_log_scalars(ct__run_log *log, ct__run_log_run run, int64_t step,
             fail(log, &err, 0);
             return;
         }
+    }
+}
+
+void ct__run_log_top_k(ct__run_log *log, int64_t step, int k, double value, char *json,
+                       size_t cap) {
+    json[0] = '\0';
+    if (k <= 0) {
+        return;
+    }
+    char tag[48];
+    snprintf(tag, sizeof tag, "top%d_accuracy", k);
+    snprintf(json, cap, ", \"test_%s\": %.9g", tag, value);
+    if (!isnan(value)) {
+        ct__run_scalar s = {tag, value};
+        ct__run_log_scalars(log, CT__RUN_LOG_VALIDATION, step, &s, 1);
     }
 }
 

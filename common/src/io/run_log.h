@@ -66,6 +66,11 @@ int ct__run_log_tensorboard(const ct__run_log *log);
 void ct__run_log_scalars(ct__run_log *log, ct__run_log_run run, int64_t step,
                          const ct__run_scalar *scalars, int n);
 
+/* metrics: [top_K_accuracy] (k > 0) at the end of an epoch: the validation run's scalar
+ * "topK_accuracy" (when value is not NaN) and, into json (cap bytes), the metrics.jsonl field
+ * `, "test_topK_accuracy": V`; json is "" when k is 0. */
+void ct__run_log_top_k(ct__run_log *log, int64_t step, int k, double value, char *json, size_t cap);
+
 /* A histogram of values[0..n) (borrowed for the call) under `tag` at `step`, in train/. */
 void ct__run_log_histogram(ct__run_log *log, const char *tag, int64_t step, const float *values,
                            int64_t n);

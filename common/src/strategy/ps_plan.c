@@ -42,7 +42,7 @@ ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_b
     }
     int64_t total = 0;
     for (int i = 0; i < p->n; i++) {
-        total += p->items[i].trainable ? p->items[i].size : 0;
+        total += p->items[i].size;
     }
     /* the shard limit: the fair share by default, rounded up to whole cache lines */
     int64_t limit = max_shard_bytes > 0 ? max_shard_bytes / (int64_t)sizeof(float)
@@ -51,9 +51,7 @@ ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_b
     limit = limit < ALIGN_FLOATS ? ALIGN_FLOATS : limit;
     int n_pieces = 0;
     for (int i = 0; i < p->n; i++) {
-        if (p->items[i].trainable) {
-            n_pieces += (int)((p->items[i].size + limit - 1) / limit);
-        }
+        n_pieces += (int)((p->items[i].size + limit - 1) / limit);
     }
     ct_ps_plan plan = {.n_servers = n_servers, .n_shards = n_pieces, .total = total};
     piece *pieces = calloc((size_t)(n_pieces ? n_pieces : 1), sizeof *pieces);
@@ -72,9 +70,6 @@ ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_b
     int n = 0;
     for (int i = 0; i < p->n; i++) {
         const ct_param *v = &p->items[i];
-        if (!v->trainable) {
-            continue;
-        }
         int64_t k = (v->size + limit - 1) / limit;
         int64_t each = (v->size + k - 1) / k;
         each = (each + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
@@ -109,10 +104,12 @@ ct_status ct_ps_plan_init(const ct_params *p, int n_servers, int64_t max_shard_b
     }
     for (int k = 0; k < n; k++) {
         int s = owner[k];
-        plan.shards[plan.first[s] + count[s]++] = (ct_ps_shard){.param = pieces[k].param,
-                                                                .offset = pieces[k].offset,
-                                                                .size = pieces[k].size,
-                                                                .server = s};
+        plan.shards[plan.first[s] + count[s]++] =
+            (ct_ps_shard){.param = pieces[k].param,
+                          .offset = pieces[k].offset,
+                          .size = pieces[k].size,
+                          .server = s,
+                          .state = !p->items[pieces[k].param].trainable};
     }
     for (int s = 0; s < n_servers; s++) {
         ct_ps_shard *first = plan.shards + plan.first[s];

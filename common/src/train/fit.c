@@ -36,7 +36,7 @@ typedef struct epoch_run {
  * replica's shard, summed across the replicas (so every replica gets the whole set's figures). */
 ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, double *loss, double *acc,
                                      ct_err *err) {
-    double sums[3] = {0.0, 0.0, 0.0};
+    double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* loss, accuracy, examples, top-k accuracy */
     ct_status st = ct_loader_start_epoch(eval, 0, 0);
     while (st == CT_OK) {
         ct_batch b;
@@ -51,13 +51,15 @@ ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, double *los
             sums[0] += l * (double)b.size;
             sums[1] += a * (double)b.size;
             sums[2] += (double)b.size;
+            sums[3] += t->top_k_accuracy * (double)b.size;
         }
     }
     if (st == CT_OK) {
-        st = ct__trainer_sum_replicas(t, sums, 3, err);
+        st = ct__trainer_sum_replicas(t, sums, 4, err);
     }
     *loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
     *acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+    t->top_k_accuracy = sums[2] > 0 ? sums[3] / sums[2] : NAN;
     return st;
 }
 
@@ -362,6 +364,8 @@ static ct_status end_epoch(fit_run *f, epoch_run *e, double epoch_seconds, ct_tr
     r->train_accuracy = p->accuracy;
     r->test_loss = p->test_loss;
     r->test_accuracy = p->test_accuracy;
+    p->top_k = r->top_k = t->cfg.top_k;
+    p->test_top_k_accuracy = r->test_top_k_accuracy = f->eval ? t->top_k_accuracy : NAN;
     if (f->progress) {
         f->progress(p, f->user);
     }
@@ -397,7 +401,8 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
                                  ct_train_result *ret, ct_err *err) {
     fit_run f = {
         .t = t, .progress = progress, .user = user, .stop = stop, .loader = train, .eval = eval};
-    ct_train_result r = {.test_loss = NAN, .test_accuracy = NAN};
+    ct_train_result r = {
+        .test_loss = NAN, .test_accuracy = NAN, .top_k = t->cfg.top_k, .test_top_k_accuracy = NAN};
     ct_status st = CT_OK;
     f.steps = ct_loader_batches_per_epoch(f.loader);
     t->total_steps = t->cfg.train.max_steps > 0 ? t->cfg.train.max_steps
@@ -449,6 +454,8 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     if (st == CT_OK && r.epochs == 0 && f.eval) {
         /* resumed a finished run: nothing to train, but report the model's test figures */
         st = ct_trainer_evaluate_loader(t, f.eval, &r.test_loss, &r.test_accuracy, err);
+        r.top_k = t->cfg.top_k;
+        r.test_top_k_accuracy = t->top_k_accuracy;
     }
     r.steps = t->step;
     r.seconds = train_seconds;

@@ -5,12 +5,22 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+/* " test_top5_accuracy=A" when the job asks for it (metrics: [top_5_accuracy]), else "". */
+static void top_k_field(char *buf, size_t cap, int k, double value, int digits) {
+    buf[0] = '\0';
+    if (k > 0) {
+        snprintf(buf, cap, " test_top%d_accuracy=%.*f", k, digits, value);
+    }
+}
+
 int ct_format_epoch_line(char *buf, size_t cap, const ct_train_progress *p) {
+    char top_k[64];
+    top_k_field(top_k, sizeof top_k, p->top_k, p->test_top_k_accuracy, 4);
     int n = snprintf(buf, cap,
                      "epoch %d/%d: steps=%lld loss=%.4f accuracy=%.4f test_loss=%.4f "
-                     "test_accuracy=%.4f seconds=%.1f samples_per_s=%.0f",
+                     "test_accuracy=%.4f%s seconds=%.1f samples_per_s=%.0f",
                      p->epoch + 1, p->epochs, (long long)p->steps, p->loss, p->accuracy,
-                     p->test_loss, p->test_accuracy, p->epoch_seconds, p->samples_per_s);
+                     p->test_loss, p->test_accuracy, top_k, p->epoch_seconds, p->samples_per_s);
     if (p->input_wait_fraction >= 0 && n >= 0 && (size_t)n < cap) {
         n += snprintf(buf + n, cap - (size_t)n, " input_wait=%.1f%%",
                       100.0 * p->input_wait_fraction);
@@ -64,11 +74,14 @@ int ct_format_done_line(char *buf, size_t cap, const ct_train_result *r, const c
         snprintf(lm, sizeof lm, " test_perplexity=%.4f tokens_per_s=%.0f", exp(r->test_loss),
                  r->samples_per_s * (double)r->positions);
     }
+    char top_k[64];
+    top_k_field(top_k, sizeof top_k, r->top_k, r->test_top_k_accuracy, 6);
     return snprintf(buf, cap,
-                    "done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f seconds=%.3f "
+                    "done: epochs=%d steps=%lld test_loss=%.6f test_accuracy=%.6f%s seconds=%.3f "
                     "samples_per_s=%.1f%s%s%s",
-                    r->epochs, (long long)r->steps, r->test_loss, r->test_accuracy, r->seconds,
-                    r->samples_per_s, lm, extra && *extra ? " " : "", extra ? extra : "");
+                    r->epochs, (long long)r->steps, r->test_loss, r->test_accuracy, top_k,
+                    r->seconds, r->samples_per_s, lm, extra && *extra ? " " : "",
+                    extra ? extra : "");
 }
 
 void ct_report_notice(const ct_train_reporter *r, const char *fmt, ...) {

@@ -114,6 +114,7 @@ ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y,
     if (st == CT_OK) {
         *ret_loss = *(float *)ct_graph_node(sg->g, sg->loss)->out.data;
         *ret_accuracy = *(float *)ct_graph_node(sg->g, sg->accuracy)->out.data;
+        t->batch_top_k = sg->top_k >= 0 ? *(float *)ct_graph_node(sg->g, sg->top_k)->out.data : NAN;
     }
     ct_graph_destroy(eager.g);
     return st;
@@ -186,7 +187,7 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
 
 ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
                               double *ret_loss, double *ret_accuracy, ct_err *err) {
-    double loss_sum = 0.0, acc_sum = 0.0;
+    double loss_sum = 0.0, acc_sum = 0.0, top_k_sum = 0.0;
     int64_t bs = t->cfg.train.eval_batch_size > 0 ? t->cfg.train.eval_batch_size : 1000;
     int64_t example = 1;
     for (int k = 0; k < t->cfg.input_rank; k++) {
@@ -202,9 +203,11 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, i
         }
         loss_sum += (double)loss * (double)b;
         acc_sum += (double)acc * (double)b;
+        top_k_sum += (double)t->batch_top_k * (double)b;
     }
     *ret_loss = n ? loss_sum / (double)n : NAN;
     *ret_accuracy = n ? acc_sum / (double)n : NAN;
+    t->top_k_accuracy = n ? top_k_sum / (double)n : NAN;
     return CT_OK;
 }
 

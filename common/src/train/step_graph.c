@@ -50,8 +50,10 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     o.adapt = t->cfg.train.adapt_threads;
     o.deterministic = t->cfg.train.deterministic;
     /* prediction keeps only the logits: dead-code elimination drops loss and accuracy */
-    int keep[6] = {sg->x, sg->y, sg->logits, sg->loss, sg->accuracy, sg->update};
-    int n_keep = sg->training == PREDICT ? 3 : sg->update >= 0 ? 6 : 5;
+    /* the sixth: a training step's update, or an evaluation's top-k accuracy (never both) */
+    int keep[6] = {sg->x,    sg->y,        sg->logits,
+                   sg->loss, sg->accuracy, sg->update >= 0 ? sg->update : sg->top_k};
+    int n_keep = sg->training == PREDICT ? 3 : keep[5] >= 0 ? 6 : 5;
     ct_graph *compiled = NULL;
     ct_status st = ct_graph_compile(g, &o, n_keep, keep, &compiled, err);
     if (st != CT_OK) {
@@ -66,6 +68,7 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     sg->loss = n_keep > 3 ? keep[3] : -1;
     sg->accuracy = n_keep > 3 ? keep[4] : -1;
     sg->update = sg->update >= 0 ? keep[5] : -1;
+    sg->top_k = sg->top_k >= 0 ? keep[5] : -1;
     return CT_OK;
 }
 
@@ -83,10 +86,10 @@ static int binary_logits(ct_graph *g, int logits, int64_t rows) {
     return ct_concat(g, 2, pair, 1);
 }
 
-/* The share of rows whose largest logit is the label; with loss.ignore_index, of the rows whose
- * label is not ignored (none: 0), as their loss counts. */
-static int accuracy(const ct_trainer *t, ct_graph *g, int logits, int labels, int64_t rows) {
-    int hits = ct_equal(g, ct_argmax(g, logits), labels);
+/* The share of rows that hit (hits: 1.0 or 0.0 per row: the largest logit is the label, or one
+ * of the k largest); with loss.ignore_index, of the rows whose label is not ignored (none: 0),
+ * as their loss counts. */
+static int accuracy(const ct_trainer *t, ct_graph *g, int hits, int labels, int64_t rows) {
     if (!t->cfg.xent.has_ignore_index) {
         return ct_mean(g, hits, 0, 0);
     }
@@ -134,7 +137,14 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     }
     sg->loss = ct_softmax_xent_ex(g, logits, labels, &t->cfg.xent);
     ct_graph_set_scope(g, "accuracy");
-    sg->accuracy = accuracy(t, g, logits, labels, sg->batch * t->positions);
+    sg->accuracy =
+        accuracy(t, g, ct_equal(g, ct_argmax(g, logits), labels), labels, sg->batch * t->positions);
+    sg->top_k = -1;
+    if (sg->training == 0 && t->cfg.top_k > 0) { /* an evaluation figure, as ImageNet's top-5 */
+        ct_graph_set_scope(g, "top_k_accuracy");
+        sg->top_k = accuracy(t, g, ct_in_top_k(g, logits, labels, t->cfg.top_k), labels,
+                             sg->batch * t->positions);
+    }
     if (sg->training == 1 && sg->loss >= 0) {
         ct_graph_set_scope(g, "gradients");
         ct_status st = add_backward(t, sg, err);

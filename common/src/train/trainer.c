@@ -2,6 +2,7 @@
  * parameters, the run position and the data-parallel setup. The step graphs are in
  * step_graph.c, steps in step.c, the loop in fit.c, logs in trainer_log.c and checkpoints in
  * trainer_ckpt.c; trainer_internal.h holds the state they share. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
     t->cfg.xent = (ct_xent_options){.label_smoothing = job->model.label_smoothing,
                                     .has_ignore_index = job->model.has_ignore_index,
                                     .ignore_index = job->model.ignore_index};
+    t->cfg.top_k = job->model.metric_top_k;
+    t->top_k_accuracy = NAN;
     t->cfg.input_rank = job->model.input_rank;
     memcpy(t->cfg.input_shape, job->model.input_shape, sizeof t->cfg.input_shape);
     t->cfg.train = *train;
@@ -76,6 +79,13 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
         for (int k = 0; k + 1 < out.rank; k++) {
             t->positions *= out.dims[k];
         }
+    }
+    if (t->binary && t->cfg.top_k) {
+        st = ct_err_set(err, CT_EINVAL,
+                        "%s: metrics: top_%d_accuracy ranks classes, and binary_crossentropy has "
+                        "one logit per label: use accuracy",
+                        job->path, t->cfg.top_k);
+        goto fail;
     }
     ct_params *p = ct_model_params(t->model);
     for (int k = 0; train->invariant && k < p->n; k++) { /* a C-built model's batch norm too */
@@ -223,4 +233,12 @@ int64_t ct_trainer_step_count(const ct_trainer *t) {
 
 int64_t ct_trainer_positions(const ct_trainer *t) {
     return t->positions;
+}
+
+int ct_trainer_top_k(const ct_trainer *t) {
+    return t->cfg.top_k;
+}
+
+double ct_trainer_top_k_accuracy(const ct_trainer *t) {
+    return t->cfg.top_k ? t->top_k_accuracy : NAN;
 }

@@ -26,6 +26,7 @@ typedef struct step_graph {
     int64_t batch;
     int training; /* 1: training step; 0: evaluation (loss, accuracy); PREDICT: logits only */
     int x, y, loss, accuracy, logits, update; /* update: APPLY_OPTIMIZER (graph mode) or -1 */
+    int top_k; /* evaluation with metrics: [top_K_accuracy]: its share of hits; else -1 */
     uint64_t last_used;
 } step_graph;
 
@@ -37,6 +38,7 @@ typedef struct trainer_config {
     char run_dir[CT_JOB_PATH_MAX]; /* for logs.batch_labels */
     uint64_t seed;
     ct_xent_options xent; /* loss.label_smoothing and loss.ignore_index */
+    int top_k;            /* metrics: [top_K_accuracy]: K; 0: none */
     int input_rank;
     int64_t input_shape[CT_JOB_MAX_RANK];
     ct_train_spec train;
@@ -93,8 +95,10 @@ struct ct_trainer {
      * log_time, log_step and the loader's input wait log_wait, the examples' loss and accuracy
      * sums and their count. */
     ct__run_log *log;
-    double graph_seconds; /* spent building and compiling step graphs, in total */
-    double input_wait;    /* the wait for the next step's batch, told to its graph's executor */
+    double graph_seconds;  /* spent building and compiling step graphs, in total */
+    double top_k_accuracy; /* of the last evaluation (NaN: none, or no metric) */
+    double batch_top_k;    /* of the last batch run (NaN: not an evaluation with the metric) */
+    double input_wait;     /* the wait for the next step's batch, told to its graph's executor */
     double log_time, log_wait, win_loss, win_acc, win_n;
     int64_t log_step, hist_step; /* hist_step: the step of the last histograms (-1: none) */
     int graph_logged;

@@ -163,7 +163,7 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                             p->worker_elements_per_s, p->needed_elements_per_s, p->workers_needed,
                             p->input_wait_fraction > CT_INPUT_BOUND_FRACTION ? "true" : "false");
     }
-    char ppl[96] = "";
+    char ppl[96] = "", top_k[96];
     if (lm) { /* the test figure only with evaluation data */
         int n = snprintf(ppl, sizeof ppl, ", \"epoch_perplexity\": %.9g", exp(p->loss));
         if (!isnan(p->test_loss)) {
@@ -171,13 +171,14 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                      exp(p->test_loss));
         }
     }
+    ct__run_log_top_k(t->log, t->step, p->top_k, p->test_top_k_accuracy, top_k, sizeof top_k);
     ct__run_log_metrics(
         t->log,
         "{\"step\": %lld, \"epoch\": %d, \"end_of_epoch\": true, \"epoch_loss\": "
         "%.9g, \"epoch_accuracy\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": "
         "%.9g, \"epoch_seconds\": %.6g, \"samples_per_s\": %.6g, \"input_wait_fraction\": "
-        "%.6g%s}",
+        "%.6g%s%s}",
         (long long)t->step, p->epoch, p->loss, p->accuracy, p->test_loss, p->test_accuracy,
-        p->epoch_seconds, p->samples_per_s, p->input_wait_fraction, ppl);
+        p->epoch_seconds, p->samples_per_s, p->input_wait_fraction, ppl, top_k);
     ct__run_log_sync(t->log); /* the epoch's events on the disk (every step: only flushed) */
 }
