@@ -397,7 +397,9 @@ static ct_status step(worker *w, const task *tk, uint64_t version, ct_err *err) 
     float loss = NAN, acc = NAN;
     double start = ct__now_s();
     keep_state(w);
-    st = ct_trainer_step_shard(w->t, b.x, b.y, b.size, global_n, &loss, &acc, err);
+    const void *y = b.size > 0 ? ct_trainer_batch_labels(w->t, &b, err) : NULL;
+    st = b.size > 0 && !y ? CT_EINVAL
+                          : ct_trainer_step_shard(w->t, b.x, y, b.size, global_n, &loss, &acc, err);
     if (st != CT_OK) {
         return st;
     }

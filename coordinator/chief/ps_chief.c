@@ -860,7 +860,7 @@ ct_status ct_ps_chief_run(const ct_job *job, const ct_ps_chief_options *o, ct_tr
                                              : 0.0;
     c->result.samples_per_s = c->result.seconds > 0 ? (double)c->samples / c->result.seconds : 0;
     c->result.positions =
-        c->t && c->job->model.loss != CT_LOSS_BINARY_XENT ? ct_trainer_positions(c->t) : 1;
+        c->t && c->job->model.loss == CT_LOSS_SPARSE_SOFTMAX_XENT ? ct_trainer_positions(c->t) : 1;
     *ret = c->result;
     ct_err perr = {0};
     if (profiling && (st == CT_OK || st == CT_EINTR) &&

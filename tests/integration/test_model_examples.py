@@ -29,6 +29,20 @@ SHORT_VIT = ["--set", "data.train.limit=256", "--set", "data.eval.limit=128", "-
              "--set", "checkpoint.every_steps=4", "--quiet"]
 
 
+def same_bits_by_every_strategy(train_with, one, step, tmp_path):
+    """train_with(run_dir, *strategy args) on 2 sync parameter-server workers, fed by the data
+    service and on 2 mirrored ranks (with MPI) ends on the bits of run `one` at `step`."""
+    runs = {"2 sync ps workers": ["--ps", "1", "--workers", "2"],
+            "data service": ["--data-workers", "1"]}
+    if has_mpi():
+        runs["2 mirrored ranks"] = ["--replicas", "2"]
+    for name, args in runs.items():
+        run = tmp_path / name.replace(" ", "_")
+        train_with(run, *args)
+        same, out = same_weights(ckpt(one, step), ckpt(run, step))
+        assert same, f"{name} differs from the standalone run:\n{out}"
+
+
 def train(job, run, *args):
     r = subprocess.run([CTRAIN, "train", job, "--set", f"run_dir={run}", *args],
                        capture_output=True, text=True, timeout=900, cwd=ROOT, env=ENV)
@@ -40,15 +54,8 @@ def train(job, run, *args):
 def test_vit_by_every_strategy_resumes_and_profiles(tmp_path):
     one = tmp_path / "one"
     train(VIT, one, *SHORT_VIT, "--profile", "5:6")
-    runs = {"2 sync ps workers": ["--ps", "1", "--workers", "2"],
-            "data service": ["--data-workers", "1"]}
-    if has_mpi():
-        runs["2 mirrored ranks"] = ["--replicas", "2"]
-    for name, args in runs.items():
-        run = tmp_path / name.replace(" ", "_")
-        train(VIT, run, *SHORT_VIT, *args)
-        same, out = same_weights(ckpt(one, 8), ckpt(run, 8))
-        assert same, f"{name} differs from the standalone run:\n{out}"
+    same_bits_by_every_strategy(lambda run, *args: train(VIT, run, *SHORT_VIT, *args), one, 8,
+                                tmp_path)
     resumed = tmp_path / "resumed"
     train(VIT, resumed, *SHORT_VIT, "--set", "train.max_steps=4")
     train(VIT, resumed, *SHORT_VIT)

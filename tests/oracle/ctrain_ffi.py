@@ -146,7 +146,8 @@ class Trainer:
 
     def step(self, x, y):
         x = np.ascontiguousarray(x, dtype=np.float32)
-        y = np.ascontiguousarray(y, dtype=np.int32)
+        # integer class labels, or f32 targets (loss mean_squared_error) as they are
+        y = np.ascontiguousarray(y, dtype=np.float32 if y.dtype.kind == "f" else np.int32)
         loss, acc, err = f32(), f32(), Err()
         st = LIB.ct_trainer_step(self.t, x.ctypes.data_as(vp), y.ctypes.data_as(vp), len(y),
                                  ctypes.byref(loss), ctypes.byref(acc), ctypes.byref(err))

@@ -127,6 +127,39 @@ loss: {type: binary_crossentropy, label_smoothing: %s}
 """
 
 
+def per_output_twin(job, batches, outputs, lr, torch_loss, accuracy):
+    """The MLP 784-32-`outputs` of BINARY_JOB trained by SGD at lr, ctrain against PyTorch, on
+    (x, y) batches: torch_loss(z, y) is the twin's loss of the outputs z [B, outputs];
+    accuracy(z, y) the figure ctrain must report (None: NaN)."""
+    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
+              ("dense_2/kernel", (32, outputs)), ("dense_2/bias", (outputs,))]
+    t = Trainer(str(job), ["optimizer.type=sgd", f"optimizer.learning_rate={lr}"])
+    try:
+        p = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in shapes}
+        opt = torch.optim.SGD(list(p.values()), lr=lr)
+        for step, (x, y) in enumerate(batches):
+            ours = t.step(x, y)
+            torch.set_num_threads(1)
+            opt.zero_grad()
+            h = torch.relu(torch.tensor(x).reshape(len(x), -1) @ p["dense_1/kernel"]
+                           + p["dense_1/bias"])
+            z = (h @ p["dense_2/kernel"] + p["dense_2/bias"]).reshape(y.shape)
+            loss = torch_loss(z, y)
+            loss.backward()
+            opt.step()
+            assert abs(ours - float(loss)) <= RTOL * abs(float(loss)), (step, ours, float(loss))
+            want = accuracy(z, y)
+            if want is None:
+                assert np.isnan(t.last_accuracy), (step, t.last_accuracy)
+            else:
+                assert abs(t.last_accuracy - want) <= 1e-6, (step, t.last_accuracy, want)
+        for n, s in shapes:
+            err = rel_err(t.get(n, s), p[n].detach().numpy())
+            assert err <= RTOL, f"{n}: weights differ by {err:.3g}"
+    finally:
+        t.close()
+
+
 @pytest.mark.parametrize("outputs,smoothing", [(1, 0.0), (4, 0.0), (4, 0.1)],
                          ids=["binary", "multi-label", "multi-label smoothed"])
 def test_binary_crossentropy_five_sgd_steps(tmp_path, outputs, smoothing):
@@ -139,31 +172,27 @@ def test_binary_crossentropy_five_sgd_steps(tmp_path, outputs, smoothing):
     for x, y in batches_of(300, 60):
         bits = ((y[:, None] >> np.arange(4)) & 1).astype(np.int32)
         batches.append((x, (y >= 5).astype(np.int32) if outputs == 1 else bits))
-    shapes = [("dense_1/kernel", (784, 32)), ("dense_1/bias", (32,)),
-              ("dense_2/kernel", (32, outputs)), ("dense_2/bias", (outputs,))]
-    t = Trainer(str(job), ["optimizer.type=sgd", "optimizer.learning_rate=0.5"])
-    try:
-        p = {n: torch.tensor(t.get(n, s), requires_grad=True) for n, s in shapes}
-        opt = torch.optim.SGD(list(p.values()), lr=0.5)
-        for step, (x, y) in enumerate(batches):
-            ours = t.step(x, y)
-            torch.set_num_threads(1)
-            opt.zero_grad()
-            h = torch.relu(torch.tensor(x).reshape(len(x), -1) @ p["dense_1/kernel"]
-                           + p["dense_1/bias"])
-            z = (h @ p["dense_2/kernel"] + p["dense_2/bias"]).reshape(y.shape)
-            target = torch.tensor(y, dtype=torch.float32) * (1 - smoothing) + smoothing / 2
-            loss = F.binary_cross_entropy_with_logits(z, target)
-            loss.backward()
-            opt.step()
-            assert abs(ours - float(loss)) <= RTOL * abs(float(loss)), (step, ours, float(loss))
-            hits = float(((z > 0).int() == torch.tensor(y)).float().mean())
-            assert abs(t.last_accuracy - hits) <= 1e-6, (step, t.last_accuracy, hits)
-        for n, s in shapes:
-            err = rel_err(t.get(n, s), p[n].detach().numpy())
-            assert err <= RTOL, f"{n}: weights differ by {err:.3g}"
-    finally:
-        t.close()
+
+    def loss(z, y):
+        target = torch.tensor(y, dtype=torch.float32) * (1 - smoothing) + smoothing / 2
+        return F.binary_cross_entropy_with_logits(z, target)
+
+    per_output_twin(job, batches, outputs, 0.5, loss,
+                    lambda z, y: float(((z > 0).int() == torch.tensor(y)).float().mean()))
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_mean_squared_error_five_sgd_steps(tmp_path, outputs):
+    """loss: mean_squared_error on f32 targets, one per output, as PyTorch's mse_loss (the mean
+    over every output of the batch); the accuracy figure is NaN (no classes)."""
+    job = job_file(tmp_path, BINARY_JOB.replace("{type: binary_crossentropy, label_smoothing: %s}",
+                                                "mean_squared_error") % outputs)
+    batches = []
+    for x, y in batches_of(300, 60):
+        targets = np.stack([y / 9.0, np.sin(y), x.reshape(len(x), -1).mean(1) * 4], 1)
+        batches.append((x, targets[:, :outputs].astype(np.float32).reshape(len(x), outputs)))
+    per_output_twin(job, batches, outputs, 0.1, lambda z, y: F.mse_loss(z, torch.tensor(y)),
+                    lambda z, y: None)
 
 
 def test_label_smoothing_five_sgd_steps():

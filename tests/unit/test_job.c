@@ -601,7 +601,7 @@ Test(job, section_errors) {
     EXPECT_ERROR(MINIMAL_JOB "    format: csv\n",
                  "job.yaml:12: data.train.format: unknown data format 'csv' (expected one of: "
                  "idx)");
-    EXPECT_ERROR(MINIMAL_JOB "loss: mse\n", "job.yaml:12: loss: unknown loss 'mse'");
+    EXPECT_ERROR(MINIMAL_JOB "loss: hinge\n", "job.yaml:12: loss: unknown loss 'hinge'");
     EXPECT_ERROR(MINIMAL_JOB "metrics: [accuracy, auc]\n",
                  "job.yaml:12: metrics[1]: unknown metric 'auc' (expected one of: accuracy, "
                  "top_k_accuracy, sparse_top_k_categorical_accuracy, top_K_accuracy)");

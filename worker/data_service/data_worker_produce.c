@@ -214,13 +214,14 @@ static ct_status send_batch(dw_state *s, void *router, ct_loader *loader, const 
     batch.worker = s->index;
     const int64_t labels = b->size > 0 && b->labels_per_example > 1 ? b->labels_per_example : 1;
     batch.labels_per_example = labels > 1 ? labels : 0;
+    batch.targets = b->targets != NULL;
     Ctrain__Wire__TensorRef refs[2] = {CTRAIN__WIRE__TENSOR_REF__INIT,
                                        CTRAIN__WIRE__TENSOR_REF__INIT};
     Ctrain__Wire__TensorRef *ref_ptrs[2] = {&refs[0], &refs[1]};
     size_t bytes[2] = {sizeof(float) * (size_t)(b->size * per),
                        sizeof(int32_t) * (size_t)(b->size * labels)};
     void *x = ct_loader_take_x(loader, b);
-    void *data[2] = {x ? x : (void *)b->x, (void *)b->y};
+    void *data[2] = {x ? x : (void *)b->x, b->targets ? (void *)b->targets : (void *)b->y};
     const int owned[2] = {x != NULL, 0};
     refs[0].bytes = bytes[0];
     refs[1].bytes = bytes[1];

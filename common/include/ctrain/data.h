@@ -79,7 +79,8 @@ typedef struct ct_batch {
     int64_t epoch;
     int64_t index; /* batch number within the epoch */
     const float *x;
-    const int32_t *y;           /* size x labels_per_example */
+    const int32_t *y;           /* size x labels_per_example; NULL when the labels are targets */
+    const float *targets;       /* f32 labels (regression targets), in y's place; else NULL */
     int64_t labels_per_example; /* 1 for classes; T for a sequence's token labels [b, T] */
     int rank;                   /* of one example */
     int64_t example_shape[CT_IDX_MAX_DIMS + 2];
@@ -90,10 +91,11 @@ typedef struct ct_dataset ct_dataset;
 typedef struct ct_stage_stats ct_stage_stats;
 
 /* Creates a loader over `batches` (a reference is taken), a pipeline of (f32 [b, ...], i32 or
- * i64 [b]) batches. steps_per_epoch >= 0 fixes the batches of every epoch (a rank whose pipeline
- * ends first gets empty batches up to it, as data-parallel ranks must take equal steps); -1 uses
- * the pipeline's cardinality, or runs until it ends when that is unknown. CT_EINVAL names the
- * element spec when it is not (features, labels). Not thread-safe: one consumer thread. */
+ * i64 [b] labels, or f32 [b] targets: ct_batch.targets) batches. steps_per_epoch >= 0 fixes the
+ * batches of every epoch (a rank whose pipeline ends first gets empty batches up to it, as
+ * data-parallel ranks must take equal steps); -1 uses the pipeline's cardinality, or runs until it
+ * ends when that is unknown. CT_EINVAL names the element spec when it is not (features, labels).
+ * Not thread-safe: one consumer thread. */
 CT_API ct_status ct_loader_create_pipeline(ct_dataset *batches, int64_t steps_per_epoch,
                                            ct_loader **ret, ct_err *err);
 

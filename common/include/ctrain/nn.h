@@ -115,10 +115,16 @@ typedef struct ct_layer_spec {
                    transposed as its kernel (tied input and output embeddings), with its own bias */
 } ct_layer_spec;
 
-/* The losses, both from logits over integer labels: sparse softmax cross-entropy ([classes] or
+/* The losses: two from logits over integer labels: sparse softmax cross-entropy ([classes] or
  * [positions, classes] per example, one label per example or position), and binary
- * cross-entropy of a sigmoid (every output its own 0/1 label: binary and multi-label). */
-typedef enum ct_loss_type { CT_LOSS_SPARSE_SOFTMAX_XENT, CT_LOSS_BINARY_XENT } ct_loss_type;
+ * cross-entropy of a sigmoid (every output its own 0/1 label: binary and multi-label); and mean
+ * squared error (regression: every output its own f32 target; integer labels are taken as
+ * numbers), the mean over every output of the batch, as Keras's over outputs then examples. */
+typedef enum ct_loss_type {
+    CT_LOSS_SPARSE_SOFTMAX_XENT,
+    CT_LOSS_BINARY_XENT,
+    CT_LOSS_MSE
+} ct_loss_type;
 
 typedef struct ct_model ct_model;
 

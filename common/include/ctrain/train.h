@@ -99,15 +99,22 @@ CT_API ct_model *ct_trainer_model(ct_trainer *t);
 CT_API ct_params *ct_trainer_params(ct_trainer *t);
 
 /* One optimizer step on a batch: x is [batch, input...] f32, y is [batch] i32 labels ([batch, T]
- * for a model that outputs [T, classes] per example: a label per position). Returns the
+ * for a model that outputs [T, classes] per example: a label per position), or with loss
+ * mean_squared_error f32 targets, one per output. Returns the
  * batch loss and accuracy before the update. Labels must be in [0, outputs): CT_EINVAL otherwise.
  * NaN/Inf gradients: CT_ENUMERIC naming the step and the variable. */
-CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                  float *ret_loss, float *ret_accuracy, ct_err *err);
+
+/* The labels of batch b (from a loader) as the trainer's loss takes them: b->y (i32), or f32
+ * targets for mean_squared_error (b->targets, or b->y converted into the trainer's buffer, valid
+ * until the next call). NULL with CT_EINVAL in err when they do not fit the loss: f32 labels for
+ * a cross-entropy (the message says how to cast them). */
+CT_API const void *ct_trainer_batch_labels(ct_trainer *t, const ct_batch *b, ct_err *err);
 
 /* Forward pass only (inference mode) over n examples in batches of job->train.eval_batch_size;
  * returns the mean loss and accuracy. */
-CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
+CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const void *y, int64_t n,
                                      double *ret_loss, double *ret_accuracy, ct_err *err);
 
 /* Logits of a forward pass in inference mode: out is [batch, outputs] ([batch, T, classes] for a
@@ -212,9 +219,9 @@ CT_API void ct_trainer_set_data_parallel(ct_trainer *t, const ct_grad_reducer *r
                                          int count);
 /* One step on a local batch (size 0 allowed: the replica contributes no gradient) that is part
  * of a global batch of global_n examples. */
-CT_API ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
-                                       int64_t batch, int64_t global_n, float *ret_loss,
-                                       float *ret_accuracy, ct_err *err);
+CT_API ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const void *y, int64_t batch,
+                                       int64_t global_n, float *ret_loss, float *ret_accuracy,
+                                       ct_err *err);
 /* Copies the run position (step, epoch, batch in the epoch) in and out, for broadcasting a
  * restored state to the other replicas. */
 CT_API void ct_trainer_get_position(const ct_trainer *t, int64_t pos[3]);

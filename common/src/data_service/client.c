@@ -216,7 +216,7 @@ static void on_batch(ct__dsvc_client *c, ct__msg *m) {
     }
     ct_shape ys = {.rank = labels > 1 ? 2 : 1, .dims = {b->size, labels}}; /* [b] or [b, T] */
     if (ct__element_alloc_uninit(&batch, 0, CT_F32, &xs) != CT_OK ||
-        ct__element_alloc_uninit(&batch, 1, CT_I32, &ys) != CT_OK) {
+        ct__element_alloc_uninit(&batch, 1, b->targets ? CT_F32 : CT_I32, &ys) != CT_OK) {
         ct_element_clear(&batch); /* out of memory: the re-seek will ask again */
         return;
     }

@@ -51,6 +51,8 @@ static const ct__job_name loss_names[] = {
     {"softmax_cross_entropy", CT_LOSS_SPARSE_SOFTMAX_XENT},
     {"binary_crossentropy", CT_LOSS_BINARY_XENT},
     {"sigmoid_cross_entropy", CT_LOSS_BINARY_XENT},
+    {"mean_squared_error", CT_LOSS_MSE},
+    {"mse", CT_LOSS_MSE},
     {NULL, 0},
 };
 /* metrics: accuracy (1), and top-k accuracy (-k): Keras's names for k 5, or top_K_accuracy */

@@ -227,14 +227,46 @@ void ct__run_log_sync(ct__run_log *log) {
     flush_runs(log, 1);
 }
 
+/* Writes line with each value printf wrote as nan, -nan, inf or -inf (after ": ") as null: JSON
+ * has no NaN (no test loss without eval data, no accuracy for a regression loss). */
+static int write_json_line(FILE *f, const char *line) {
+    static const char *const bad[] = {"-nan", "nan", "-inf", "inf"};
+    int n = 0;
+    while (*line) {
+        size_t skip = 0;
+        for (int k = 0; k < 4 && line[0] == ':' && line[1] == ' ' && !skip; k++) {
+            size_t len = strlen(bad[k]);
+            char after = line[2 + len];
+            skip = !strncmp(line + 2, bad[k], len) && (after == ',' || after == '}') ? 2 + len : 0;
+        }
+        if (skip) {
+            n += fputs(": null", f) < 0 ? -100000 : 6;
+            line += skip;
+        } else {
+            n += fputc(*line++, f) == EOF ? -100000 : 1;
+        }
+    }
+    return n;
+}
+
 void ct__run_log_metrics(ct__run_log *log, const char *fmt, ...) {
     if (!log || !log->metrics) {
         return;
     }
-    va_list ap;
+    char small[2048], *line = small;
+    va_list ap, again;
     va_start(ap, fmt);
-    int n = vfprintf(log->metrics, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n >= 0 && (size_t)n >= sizeof small && (line = malloc((size_t)n + 1)) != NULL) {
+        vsnprintf(line, (size_t)n + 1, fmt, again);
+    }
+    va_end(again);
     va_end(ap);
+    n = n >= 0 && line ? write_json_line(log->metrics, line) : -1;
+    if (line != small) {
+        free(line);
+    }
     if (n < 0 || fputc('\n', log->metrics) == EOF || fflush(log->metrics) != 0) {
         ct_err err = {0};
         ct_err_set(&err, CT_EIO, "%s: cannot write (%s)", log->metrics_path, strerror(errno));

@@ -47,7 +47,11 @@ ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, double *los
             (b.size == 0 && ct_loader_batches_per_epoch(eval) < 0)) {
             break;
         }
-        if (b.size > 0 && (st = ct_trainer_evaluate(t, b.x, b.y, b.size, &l, &a, err)) == CT_OK) {
+        const void *y = b.size > 0 ? ct_trainer_batch_labels(t, &b, err) : NULL;
+        if (b.size > 0 && !y) {
+            st = CT_EINVAL;
+        } else if (b.size > 0 &&
+                   (st = ct_trainer_evaluate(t, b.x, y, b.size, &l, &a, err)) == CT_OK) {
             sums[0] += l * (double)b.size;
             sums[1] += a * (double)b.size;
             sums[2] += (double)b.size;
@@ -105,11 +109,13 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
                           t->cfg.path, ct_shape_str(&es, a, sizeof a), (long long)got,
                           ct_shape_str(&ms, m, sizeof m), (long long)want);
     }
-    if (b->size > 0 && b->labels_per_example != t->positions && t->binary) {
+    if (b->size > 0 && b->labels_per_example != t->positions && (t->binary || t->regression)) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: the data has %lld label(s) per example but the model outputs %lld "
-                          "logits, and loss binary_crossentropy takes one 0/1 label per output",
-                          t->cfg.path, (long long)b->labels_per_example, (long long)t->positions);
+                          "values, and loss %s takes one %s per output",
+                          t->cfg.path, (long long)b->labels_per_example, (long long)t->positions,
+                          t->binary ? "binary_crossentropy" : "mean_squared_error",
+                          t->binary ? "0/1 label" : "target");
     }
     if (b->size > 0 && b->labels_per_example != t->positions) {
         char m[96];
@@ -122,7 +128,7 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
                           ct_shape_str(&ms, m, sizeof m), (long long)t->positions);
     }
     int32_t top = -1;
-    for (int64_t i = 0; i < b->size * t->positions; i++) {
+    for (int64_t i = 0; b->y && !t->regression && i < b->size * t->positions; i++) {
         if (t->cfg.xent.has_ignore_index && b->y[i] == t->cfg.xent.ignore_index) {
             continue; /* loss.ignore_index: a label that counts for nothing */
         }
@@ -170,7 +176,11 @@ static void record_labels(ct_trainer *t, int64_t epoch, const ct_batch *b) {
     }
     fprintf(t->batch_labels, "epoch %lld batch %lld:", (long long)epoch, (long long)b->index);
     for (int64_t i = 0; i < b->size * t->positions; i++) {
-        fprintf(t->batch_labels, " %d", (int)b->y[i]);
+        if (b->targets) {
+            fprintf(t->batch_labels, " %.9g", (double)b->targets[i]);
+        } else {
+            fprintf(t->batch_labels, " %d", (int)b->y[i]);
+        }
     }
     fputc('\n', t->batch_labels);
     fflush(t->batch_labels);
@@ -190,7 +200,8 @@ static ct_batch bridge(ct_trainer *t, const ct_batch *b, int64_t *skipped) {
         example *= b->example_shape[k];
     }
     v.x += d * example;
-    v.y += d;
+    v.y = v.y ? v.y + d * b->labels_per_example : NULL; /* a label per position: d rows of them */
+    v.targets = v.targets ? v.targets + d * b->labels_per_example : NULL;
     v.size -= d;
     t->row_base = d;
     t->resume_skip = 0;
@@ -203,8 +214,11 @@ static ct_status fit_step(fit_run *f, const ct_batch *b, int64_t skipped, float 
                           ct_err *err) {
     ct_trainer *t = f->t;
     ct_status st = check_batch(t, b, err);
-    if (st == CT_OK && !t->reducer && !skipped) {
-        st = ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
+    const void *y = st == CT_OK ? ct_trainer_batch_labels(t, b, err) : NULL;
+    if (st == CT_OK && !y && b->size > 0) {
+        st = CT_EINVAL;
+    } else if (st == CT_OK && !t->reducer && !skipped) {
+        st = ct_trainer_step(t, b->x, y, b->size, loss, acc, err);
     } else if (st == CT_OK) {
         /* one replica: its batch is the global batch, short at the end of an epoch too */
         int64_t global = ct_loader_global_batch(f->loader, b->index,
@@ -212,8 +226,8 @@ static ct_status fit_step(fit_run *f, const ct_batch *b, int64_t skipped, float 
                                                                          (int64_t)t->shard_count
                                                                    : b->size + skipped);
         st = t->reducer
-                 ? ct_trainer_step_shard(t, b->x, b->y, b->size, global - skipped, loss, acc, err)
-                 : ct_trainer_step(t, b->x, b->y, b->size, loss, acc, err);
+                 ? ct_trainer_step_shard(t, b->x, y, b->size, global - skipped, loss, acc, err)
+                 : ct_trainer_step(t, b->x, y, b->size, loss, acc, err);
     }
     t->row_base = 0;
     return st;
@@ -460,7 +474,7 @@ ct_status ct_trainer_fit_loaders(ct_trainer *t, ct_loader *train, ct_loader *eva
     r.steps = t->step;
     r.seconds = train_seconds;
     r.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0.0;
-    r.positions = t->binary ? 1 : t->positions; /* a language model's figures: not for these */
+    r.positions = t->binary || t->regression ? 1 : t->positions; /* a language model's only */
     *ret = r;
     return st;
 }

@@ -9,7 +9,23 @@
 #include "prof/prof.h"
 #include "train/trainer_internal.h"
 
-static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, ct_err *err) {
+/* Regression targets: finite. */
+static ct_status check_targets(const ct_trainer *t, const float *y, int64_t n, ct_err *err) {
+    for (int64_t i = 0; i < n * t->positions; i++) {
+        if (!isfinite(y[i])) {
+            return ct_err_set(err, CT_EINVAL, "target %d of example %lld is %s",
+                              (int)(i % t->positions), (long long)(i / t->positions),
+                              isnan(y[i]) ? "NaN" : "infinite");
+        }
+    }
+    return CT_OK;
+}
+
+static ct_status check_labels(const ct_trainer *t, const void *labels, int64_t n, ct_err *err) {
+    if (t->regression) {
+        return check_targets(t, labels, n, err);
+    }
+    const int32_t *y = labels;
     for (int64_t i = 0; i < n * t->positions; i++) {
         if ((y[i] < 0 || y[i] >= t->classes) &&
             !(t->cfg.xent.has_ignore_index && y[i] == t->cfg.xent.ignore_index) && t->binary) {
@@ -29,6 +45,42 @@ static ct_status check_labels(const ct_trainer *t, const int32_t *y, int64_t n, 
     return CT_OK;
 }
 
+/* Makes *buf (4-byte elements, *cap of them) hold at least n; 0 out of memory. */
+static int grow(void **buf, int64_t *cap, int64_t n, ct_err *err) {
+    if (n > *cap) {
+        void *grown = realloc(*buf, (size_t)n * 4);
+        if (!grown) {
+            ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
+            return 0;
+        }
+        *buf = grown;
+        *cap = n;
+    }
+    return 1;
+}
+
+const void *ct_trainer_batch_labels(ct_trainer *t, const ct_batch *b, ct_err *err) {
+    if (!t->regression && b->targets) {
+        ct_err_set(err, CT_EINVAL,
+                   "%s: the data's labels are f32 but loss %s takes integer class labels (cast "
+                   "them: map {cast: i32, component: 1}; or use loss mean_squared_error)",
+                   t->cfg.path,
+                   t->binary ? "binary_crossentropy" : "sparse_categorical_crossentropy");
+        return NULL;
+    }
+    if (!t->regression || b->targets || b->size == 0) {
+        return b->targets ? (const void *)b->targets : (const void *)b->y;
+    }
+    int64_t n = b->size * b->labels_per_example; /* integer labels: taken as numbers */
+    if (!grow((void **)&t->targets, &t->targets_cap, n, err)) {
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        t->targets[i] = (float)b->y[i];
+    }
+    return t->targets;
+}
+
 /* Input data as the graph wants it: f32 as is, or converted to ids for embedding models. */
 static const void *input_data(ct_trainer *t, const float *x, int64_t batch, ct_err *err) {
     if (ct_model_input_dtype(t->model) == CT_F32) {
@@ -38,14 +90,8 @@ static const void *input_data(ct_trainer *t, const float *x, int64_t batch, ct_e
     for (int k = 0; k < t->cfg.input_rank; k++) {
         n *= t->cfg.input_shape[k];
     }
-    if (n > t->ids_cap) {
-        int32_t *ids = realloc(t->ids, (size_t)n * sizeof *ids);
-        if (!ids) {
-            ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
-            return NULL;
-        }
-        t->ids = ids;
-        t->ids_cap = n;
+    if (!grow((void **)&t->ids, &t->ids_cap, n, err)) {
+        return NULL;
     }
     for (int64_t i = 0; i < n; i++) {
         t->ids[i] = (int32_t)lrintf(x[i]);
@@ -54,7 +100,7 @@ static const void *input_data(ct_trainer *t, const float *x, int64_t batch, ct_e
 }
 
 /* Eager mode: a fresh graph that runs its ops as they are added (destroyed by the caller). */
-static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const int32_t *y,
+static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const void *y,
                            ct_err *err) {
     ct_status st = ct_graph_create(t->be, 1, &sg->g, err);
     if (st != CT_OK) {
@@ -72,7 +118,7 @@ static ct_status run_eager(ct_trainer *t, step_graph *sg, const void *x, const i
 
 /* Graph mode: binds the batch to the cached graph and runs it; a training graph's update node
  * reports the gradients' health, checked here. */
-static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const int32_t *y,
+static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const void *y,
                             ct_err *err) {
     ct_kctx *ctx = ct_graph_ctx(sg->g);
     ctx->seed = t->cfg.seed;
@@ -98,7 +144,7 @@ static ct_status run_cached(ct_trainer *t, step_graph *sg, const void *x, const 
     return st;
 }
 
-ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                 int training, float *ret_loss, float *ret_accuracy, ct_err *err) {
     ct_status st = check_labels(t, y, batch, err);
     const void *xd = st == CT_OK ? input_data(t, x, batch, err) : NULL;
@@ -120,7 +166,7 @@ ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y,
     return st;
 }
 
-ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                 int64_t global_n, float *ret_loss, float *ret_accuracy,
                                 ct_err *err) {
     if (ct__trainer_chunked(t)) {
@@ -162,7 +208,7 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const int32_t *y,
     return st;
 }
 
-ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+ct_status ct_trainer_step(ct_trainer *t, const float *x, const void *y, int64_t batch,
                           float *ret_loss, float *ret_accuracy, ct_err *err) {
     if (t->reducer || ct__trainer_chunked(t)) {
         return ct_trainer_step_shard(t, x, y, batch, batch, ret_loss, ret_accuracy, err);
@@ -185,7 +231,7 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const int32_t *y, int64
     return CT_OK;
 }
 
-ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, int64_t n,
+ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const void *y, int64_t n,
                               double *ret_loss, double *ret_accuracy, ct_err *err) {
     double loss_sum = 0.0, acc_sum = 0.0, top_k_sum = 0.0;
     int64_t bs = t->cfg.train.eval_batch_size > 0 ? t->cfg.train.eval_batch_size : 1000;
@@ -196,8 +242,8 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const float *x, const int32_t *y, i
     for (int64_t i = 0; i < n; i += bs) {
         int64_t b = n - i < bs ? n - i : bs;
         float loss, acc;
-        ct_status st =
-            ct__trainer_run_batch(t, x + i * example, y + i * t->positions, b, 0, &loss, &acc, err);
+        ct_status st = ct__trainer_run_batch(t, x + i * example, ct__label_rows(t, y, i), b, 0,
+                                             &loss, &acc, err);
         if (st != CT_OK) {
             return st;
         }

@@ -33,7 +33,7 @@ static int64_t chunk_rows(const ct_trainer *t) {
 
 /* Runs this replica's chunks of a batch of `batch` examples and leaves the tree sum of their
  * gradients in params->grad; loss and accuracy sums out. */
-static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+static ct_status run_chunks(ct_trainer *t, const float *x, const void *y, int64_t batch,
                             double *loss_sum, double *acc_sum, ct_err *err) {
     ct_params *p = ct_model_params(t->model);
     const int64_t c = chunk_rows(t), slots = (t->cfg.train.batch_size + c - 1) / c;
@@ -55,7 +55,7 @@ static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int
         if (n > 0) {
             float loss, acc;
             t->chunk_offset = r0;
-            st = ct__trainer_run_batch(t, x + r0 * example, y + r0 * t->positions, n, 1, &loss,
+            st = ct__trainer_run_batch(t, x + r0 * example, ct__label_rows(t, y, r0), n, 1, &loss,
                                        &acc, err);
             t->chunk_offset = 0;
             *loss_sum += (double)loss * (double)n;
@@ -74,7 +74,7 @@ static ct_status run_chunks(ct_trainer *t, const float *x, const int32_t *y, int
     return st;
 }
 
-ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                   int64_t global_n, float *ret_loss, float *ret_accuracy,
                                   ct_err *err) {
     const ct_grad_reducer *r = t->reducer;

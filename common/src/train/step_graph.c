@@ -3,6 +3,7 @@
  * evaluation (loss, accuracy) or of one prediction (logits), built once and kept in a small
  * cache, so that a steady-state step builds and allocates nothing. In eager mode the same
  * builder runs the ops as they are added. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,23 +109,21 @@ static int accuracy(const ct_trainer *t, ct_graph *g, int hits, int labels, int6
                   ct_maximum(g, ct_sum(g, counted, 0, 0), ct_scalar(g, 1.0f)));
 }
 
-ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
-                                 const int32_t *y_data, ct_err *err) {
+/* Mean squared error over every output of the batch; no classes, so the accuracy figure is NaN
+ * (docs/metrics.md). */
+static void regression_loss(const ct_trainer *t, step_graph *sg) {
     ct_graph *g = sg->g;
-    ct_graph_set_conv_algorithm(g, t->cfg.train.conv_algorithm);
-    ct_shape xs = {.rank = t->cfg.input_rank + 1, .dims = {sg->batch}};
-    for (int k = 0; k < t->cfg.input_rank; k++) {
-        xs.dims[k + 1] = t->cfg.input_shape[k];
-    }
-    ct_shape ys = {.rank = t->positions > 1 ? 2 : 1, .dims = {sg->batch, t->positions}};
-    sg->x = ct_placeholder(g, ct_model_input_dtype(t->model), &xs, "input");
-    sg->y = ct_placeholder(g, CT_I32, &ys, "labels");
-    if (x_data && sg->x >= 0 && sg->y >= 0) {
-        ct_graph_bind(g, sg->x, (void *)x_data);
-        ct_graph_bind(g, sg->y, (void *)y_data);
-    }
-    sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
-    ct_graph_set_scope(g, "loss"); /* name scopes for TensorBoard's graph, as TensorFlow's */
+    int64_t rows = sg->batch * t->positions;
+    int d = ct_sub(g, ct_reshape(g, sg->logits, 1, &rows), ct_reshape(g, sg->y, 1, &rows));
+    sg->loss = ct_mean(g, ct_mul(g, d, d), 0, 0);
+    ct_graph_set_scope(g, "accuracy");
+    sg->accuracy = ct_scalar(g, NAN);
+}
+
+/* Cross-entropy from logits (softmax over classes, or binary), accuracy and, in evaluation,
+ * top-k accuracy. */
+static void classification_loss(const ct_trainer *t, step_graph *sg) {
+    ct_graph *g = sg->g;
     int logits = sg->logits, labels = sg->y;
     if (t->binary) {
         logits = binary_logits(g, logits, sg->batch * t->positions);
@@ -139,11 +138,35 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
     ct_graph_set_scope(g, "accuracy");
     sg->accuracy =
         accuracy(t, g, ct_equal(g, ct_argmax(g, logits), labels), labels, sg->batch * t->positions);
-    sg->top_k = -1;
     if (sg->training == 0 && t->cfg.top_k > 0) { /* an evaluation figure, as ImageNet's top-5 */
         ct_graph_set_scope(g, "top_k_accuracy");
         sg->top_k = accuracy(t, g, ct_in_top_k(g, logits, labels, t->cfg.top_k), labels,
                              sg->batch * t->positions);
+    }
+}
+
+ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
+                                 const void *y_data, ct_err *err) {
+    ct_graph *g = sg->g;
+    ct_graph_set_conv_algorithm(g, t->cfg.train.conv_algorithm);
+    ct_shape xs = {.rank = t->cfg.input_rank + 1, .dims = {sg->batch}};
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        xs.dims[k + 1] = t->cfg.input_shape[k];
+    }
+    ct_shape ys = {.rank = t->positions > 1 ? 2 : 1, .dims = {sg->batch, t->positions}};
+    sg->x = ct_placeholder(g, ct_model_input_dtype(t->model), &xs, "input");
+    sg->y = ct_placeholder(g, t->regression ? CT_F32 : CT_I32, &ys, "labels");
+    if (x_data && sg->x >= 0 && sg->y >= 0) {
+        ct_graph_bind(g, sg->x, (void *)x_data);
+        ct_graph_bind(g, sg->y, (void *)y_data);
+    }
+    sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
+    ct_graph_set_scope(g, "loss"); /* name scopes for TensorBoard's graph, as TensorFlow's */
+    sg->top_k = -1;
+    if (t->regression) {
+        regression_loss(t, sg);
+    } else {
+        classification_loss(t, sg);
     }
     if (sg->training == 1 && sg->loss >= 0) {
         ct_graph_set_scope(g, "gradients");

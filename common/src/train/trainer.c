@@ -58,8 +58,9 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
     }
     ct_shape out = ct_model_output_shape(t->model);
     t->binary = job->model.loss == CT_LOSS_BINARY_XENT;
-    if (t->binary) { /* every output a logit of its own 0/1 label */
-        t->classes = 2;
+    t->regression = job->model.loss == CT_LOSS_MSE;
+    if (t->binary || t->regression) { /* every output its own 0/1 label, or its own target */
+        t->classes = t->binary ? 2 : 1;
         t->positions = ct_shape_numel(&out);
     } else if (out.rank < 1 || out.dims[out.rank - 1] < 2) {
         char s[96];
@@ -73,18 +74,27 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
                         ct_shape_str(&out, s, sizeof s));
         goto fail;
     }
-    if (!t->binary) {
+    if (!t->binary && !t->regression) {
         t->classes = out.dims[out.rank - 1];
         t->positions = 1;
         for (int k = 0; k + 1 < out.rank; k++) {
             t->positions *= out.dims[k];
         }
     }
-    if (t->binary && t->cfg.top_k) {
+    if ((t->binary || t->regression) && t->cfg.top_k) {
         st = ct_err_set(err, CT_EINVAL,
-                        "%s: metrics: top_%d_accuracy ranks classes, and binary_crossentropy has "
-                        "one logit per label: use accuracy",
-                        job->path, t->cfg.top_k);
+                        "%s: metrics: top_%d_accuracy ranks classes, and %s has one output per "
+                        "label: %s",
+                        job->path, t->cfg.top_k,
+                        t->binary ? "binary_crossentropy" : "mean_squared_error",
+                        t->binary ? "use accuracy" : "remove it");
+        goto fail;
+    }
+    if (t->regression && (job->model.label_smoothing > 0 || job->model.has_ignore_index)) {
+        st =
+            ct_err_set(err, CT_EINVAL,
+                       "%s: loss: %s is for cross-entropy over classes, not mean_squared_error",
+                       job->path, job->model.has_ignore_index ? "ignore_index" : "label_smoothing");
         goto fail;
     }
     ct_params *p = ct_model_params(t->model);
@@ -124,6 +134,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct__tree_acc_free(&t->chunk_acc);
     free(t->vars);
     free(t->ids);
+    free(t->targets);
     free(t->zeros);
     free(t->job_text);
     free(t->cfg.input_canonical);

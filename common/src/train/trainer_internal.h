@@ -64,7 +64,10 @@ struct ct_trainer {
     int64_t positions; /* labels per example: 1, or T for [T, classes] outputs (a sequence); with
                           the binary loss, every output */
     int binary;        /* loss: binary cross-entropy (classes is then 2: labels 0 and 1) */
-    int32_t *ids;      /* inputs converted to ids for models that start with an embedding */
+    int regression;    /* loss: mean squared error (f32 targets, one per output; classes 1) */
+    float *targets;    /* integer labels converted to targets for the regression loss */
+    int64_t targets_cap;
+    int32_t *ids; /* inputs converted to ids for models that start with an embedding */
     int64_t ids_cap;
     int32_t *zeros; /* labels bound (unread) when predicting */
     int64_t zeros_cap;
@@ -117,7 +120,7 @@ static inline int ct__trainer_chunked(const ct_trainer *t) {
  * are bound before ops run, so everything has run on return; without, the graph is compiled and
  * replaces sg->g. */
 ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_data,
-                                 const int32_t *y_data, ct_err *err);
+                                 const void *y_data, ct_err *err);
 /* The cached graph for (batch, kind), built on first use; evicts the least recently used. The
  * graph is the trainer's, valid until it is evicted or the cache dropped. */
 ct_status ct__trainer_graph(ct_trainer *t, int64_t batch, int kind, step_graph **ret, ct_err *err);
@@ -128,7 +131,13 @@ void ct__trainer_drop_graphs(ct_trainer *t);
 
 /* One forward (and backward when training) pass over `batch` examples, through the cached
  * graph or eagerly; the batch's mean loss and accuracy out. */
-ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+/* The labels of example `row` on: y holds i32 labels or f32 targets (regression), 4 bytes each,
+ * t->positions per example. */
+static inline const void *ct__label_rows(const ct_trainer *t, const void *y, int64_t row) {
+    return (const char *)y + (size_t)(row * t->positions) * sizeof(int32_t);
+}
+
+ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                 int training, float *ret_loss, float *ret_accuracy, ct_err *err);
 
 /* ---- step_chunks.c ---- */
@@ -136,7 +145,7 @@ ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const int32_t *y,
 /* A training step under train.invariant: this replica's canonical chunks one by one, their
  * gradients summed in the canonical tree, the reducer's canonical sum, the global mean, the
  * update. As ct_trainer_step_shard. */
-ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const int32_t *y, int64_t batch,
+ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                   int64_t global_n, float *ret_loss, float *ret_accuracy,
                                   ct_err *err);
 

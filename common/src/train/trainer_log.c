@@ -134,7 +134,8 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
                               {"epoch_input_wait_fraction", p->input_wait_fraction}};
     ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, epoch, 4);
     log_histograms(t);
-    const int lm = t->positions > 1 && !t->binary; /* a language model: its perplexity too */
+    const int lm =
+        t->positions > 1 && !t->binary && !t->regression; /* a language model: its perplexity too */
     if (lm) {
         ct__run_scalar ppl[] = {{"epoch_perplexity", exp(p->loss)}};
         ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, ppl, 1);

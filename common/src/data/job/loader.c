@@ -132,11 +132,12 @@ ct_status ct_loader_create_pipeline(ct_dataset *batches, int64_t steps_per_epoch
                                     ct_err *err) {
     const ct_element_spec *spec = ct_dataset_spec(batches);
     if (spec->n != 0 && (spec->n < 2 || spec->v[0].dtype != CT_F32 ||
-                         (spec->v[1].dtype != CT_I32 && spec->v[1].dtype != CT_I64))) {
+                         (spec->v[1].dtype != CT_I32 && spec->v[1].dtype != CT_I64 &&
+                          spec->v[1].dtype != CT_F32))) {
         char s[256];
         return ct_err_set(err, CT_EINVAL,
-                          "the pipeline yields %s; training needs (f32 features, integer "
-                          "labels) batches: add map stages (scale, cast) before batch",
+                          "the pipeline yields %s; training needs (f32 features, integer labels "
+                          "or f32 targets) batches: add map stages (scale, cast) before batch",
                           ct_element_spec_str(spec, s, sizeof s));
     }
     ct_loader *l = calloc(1, sizeof *l);
@@ -246,15 +247,15 @@ ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch
     return CT_OK;
 }
 
-/* Fills *b from the element held (x f32, y converted to i32): y is [b] (a class per example)
- * or [b, ...] (a label per position: a sequence's tokens). */
+/* Fills *b from the element held (x f32, y converted to i32, or f32 targets as they are): y is
+ * [b] (a class per example) or [b, ...] (a label per position: a sequence's tokens). */
 static ct_status view_batch(ct_loader *l, ct_batch *b, ct_err *err) {
     const ct_value *x = &l->held.v[0], *y = &l->held.v[1];
     if (l->held.n < 2 || x->dtype != CT_F32 || x->shape.rank < 1 ||
-        (y->dtype != CT_I32 && y->dtype != CT_I64) || y->shape.rank < 1 ||
+        (y->dtype != CT_I32 && y->dtype != CT_I64 && y->dtype != CT_F32) || y->shape.rank < 1 ||
         y->shape.dims[0] != x->shape.dims[0]) {
         return ct_err_set(err, CT_EINVAL,
-                          "batch %lld: expected (f32 [b, ...], integer [b, ...]) components",
+                          "batch %lld: expected (f32 [b, ...], integer or f32 [b, ...]) components",
                           (long long)l->index);
     }
     int64_t n = x->shape.dims[0], per = 1;
@@ -266,6 +267,12 @@ static ct_status view_batch(ct_loader *l, ct_batch *b, ct_err *err) {
     b->labels_per_example = per;
     b->rank = x->shape.rank - 1 < CT_IDX_MAX_DIMS + 2 ? x->shape.rank - 1 : CT_IDX_MAX_DIMS + 2;
     memcpy(b->example_shape, x->shape.dims + 1, sizeof(int64_t) * (size_t)b->rank);
+    b->targets = NULL;
+    if (y->dtype == CT_F32) { /* regression targets */
+        b->y = NULL;
+        b->targets = y->data;
+        return CT_OK;
+    }
     if (y->dtype == CT_I32) {
         b->y = y->data;
         return CT_OK;
