@@ -44,5 +44,17 @@ int cmd_data(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 /* ctrain generate CKPT (coordinator/cli/cmd_generate.c). */
 int cmd_generate(int argc, char **argv);
+/* ctrain export CKPT --format onnx|npz|safetensors OUT (coordinator/cli/cmd_export.c); the npz
+ * and safetensors forms are ctrain ckpt export's (cmd_ckpt.h), which hands onnx to cmd_export. */
+int cmd_export(int argc, char **argv);
+
+/* The model of checkpoint `path` (a file, or a directory's newest good one) restored into a new
+ * trainer (*t, the caller's to destroy) from the job the checkpoint holds (parsed into *job).
+ * Returns a ct_status, the message in err. */
+struct ct_job;
+struct ct_trainer;
+struct ct_err;
+int cli_load_checkpoint(const char *path, struct ct_job *job, struct ct_trainer **t,
+                        struct ct_err *err);
 
 #endif

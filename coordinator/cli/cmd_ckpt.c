@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli.h"
 #include "cmd_ckpt.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/npz.h"
@@ -27,8 +28,9 @@ void ckpt_usage(FILE *f) {
             "                             shape, min, max, mean, std and CRC-32C\n"
             "  diff A B                   compare two checkpoints tensor by tensor (exit 0 when\n"
             "                             identical, 1 when they differ, 2 on bad input)\n"
-            "  export FILE --format npz|safetensors OUT\n"
-            "                             write every tensor to OUT (NumPy .npz or safetensors)\n"
+            "  export FILE --format npz|safetensors|onnx OUT\n"
+            "                             write every tensor to OUT (NumPy .npz or safetensors),\n"
+            "                             or the model (graph and weights) as ONNX: ctrain export\n"
             "\n"
             "A checkpoint that fails verification (CRC, sizes) is named with the tensor at\n"
             "fault.\n");
@@ -179,22 +181,35 @@ static int cmd_diff(const char *pa, const char *pb) {
     return differ;
 }
 
-static int cmd_export(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *format = NULL;
+int ckpt_export_args(int argc, char **argv, const char *who, const char **in, const char **out,
+                     const char **format) {
+    *in = *out = *format = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-            format = argv[++i];
-        } else if (!in) {
-            in = argv[i];
-        } else if (!out) {
-            out = argv[i];
+            *format = argv[++i];
+        } else if (!*in) {
+            *in = argv[i];
+        } else if (!*out) {
+            *out = argv[i];
         } else {
-            fprintf(stderr, "ctrain: ckpt export: unexpected argument '%s'\n", argv[i]);
+            fprintf(stderr, "ctrain: %s: unexpected argument '%s'\n", who, argv[i]);
             return EXIT_BAD_INPUT;
         }
     }
+    return 0;
+}
+
+static int export_arrays(int argc, char **argv) {
+    const char *in, *out, *format;
+    int rc = ckpt_export_args(argc, argv, "ckpt export", &in, &out, &format);
+    if (rc) {
+        return rc;
+    }
+    if (format && !strcmp(format, "onnx")) {
+        return cmd_export(argc, argv); /* the model's graph, not only its tensors */
+    }
     if (!in || !out || !format || (strcmp(format, "npz") && strcmp(format, "safetensors"))) {
-        fprintf(stderr, "ctrain: ckpt export needs FILE --format npz|safetensors OUT (see "
+        fprintf(stderr, "ctrain: ckpt export needs FILE --format npz|safetensors|onnx OUT (see "
                         "ctrain ckpt --help)\n");
         return EXIT_BAD_INPUT;
     }
@@ -250,7 +265,7 @@ int ckpt_main(int argc, char **argv) {
         return cmd_diff(argv[1], argv[2]);
     }
     if (!strcmp(sub, "export")) {
-        return cmd_export(argc - 1, argv + 1);
+        return export_arrays(argc - 1, argv + 1);
     }
     fprintf(stderr, "ctrain: ckpt: bad command or arguments '%s' (see ctrain ckpt --help)\n", sub);
     return EXIT_BAD_INPUT;

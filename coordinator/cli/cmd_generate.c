@@ -88,16 +88,6 @@ static int parse_flags(int argc, char **argv, gen_opts *o) {
     return rc;
 }
 
-/* The checkpoint at path: a file, or a directory's newest good one. */
-static ct_status open_ckpt(const char *path, ct_ckpt **c, char *file, ct_err *err) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        return ct_ckpt_latest(path, c, file, NULL, NULL, err);
-    }
-    snprintf(file, PATH_MAX, "%s", path);
-    return ct_ckpt_create(path, c, err);
-}
-
 /* A byte-level causal language model: ids in, [T, 256] out, every attention causal. */
 static ct_status check_model(const ct_job *job, ct_trainer *t, int64_t *ret_context, ct_err *err) {
     const ct_model_spec *m = &job->model;
@@ -198,26 +188,18 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "ctrain: generate: --prompt needs at least one byte\n");
         return EXIT_BAD_INPUT;
     }
-    char file[PATH_MAX];
     ct_err err = {0};
-    ct_ckpt *c = NULL;
     ct_job *job = malloc(sizeof *job);
     ct_trainer *t = NULL;
     int64_t context = 0;
-    ct_status st = job ? open_ckpt(o.ckpt, &c, file, &err) : CT_ENOMEM;
-    if (st == CT_OK) {
-        st = ct_job_parse_stored(ct_ckpt_meta_of(c)->job_text, file, job, &err);
-    }
-    if (st == CT_OK && (st = ct_trainer_create(job, &t, &err)) == CT_OK &&
-        (st = check_model(job, t, &context, &err)) == CT_OK &&
-        (st = ct_trainer_restore(t, c, file, &err)) == CT_OK) {
+    ct_status st = job ? (ct_status)cli_load_checkpoint(o.ckpt, job, &t, &err) : CT_ENOMEM;
+    if (st == CT_OK && (st = check_model(job, t, &context, &err)) == CT_OK) {
         st = run(t, context, &o, &err);
     }
     if (st != CT_OK) {
         fprintf(stderr, "ctrain: generate: %s\n", err.msg[0] ? err.msg : "out of memory");
     }
     ct_trainer_destroy(t);
-    ct_ckpt_destroy(c);
     free(job);
     return st == CT_OK ? 0 : st == CT_EIO || st == CT_ENOMEM ? EXIT_RUNTIME : EXIT_BAD_INPUT;
 }

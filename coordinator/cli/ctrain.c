@@ -35,6 +35,8 @@ static void usage(FILE *f) {
         "  ckpt ls|show|diff|export  inspect, compare and export checkpoints\n"
         "  data inspect|bench|convert  look at, time and convert a job's input pipeline\n"
         "  generate CKPT       sample text from a byte-level language model's checkpoint\n"
+        "  export CKPT --format onnx OUT  the model as ONNX (opset 17), for onnxruntime and\n"
+        "                      other runtimes; npz and safetensors: its tensors\n"
         "  profile RUN_DIR     report a run trained with --profile A:B (step time, top ops,\n"
         "                      input-bound verdict)\n"
         "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
@@ -108,9 +110,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) {
         return cmd_generate(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "export")) {
+        return cmd_export(argc - 2, argv + 2);
+    }
     fprintf(stderr,
             "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, data, profile, "
-            "generate, keygen, version)\n",
+            "generate, export, keygen, version)\n",
             cmd);
     return EXIT_BAD_INPUT;
 }

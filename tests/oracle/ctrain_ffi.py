@@ -155,9 +155,16 @@ class Trainer:
         self.last_accuracy = acc.value
         return loss.value
 
+    def export_onnx(self, path):
+        err = Err()
+        st = LIB.ct_trainer_export_onnx(self.t, str(path).encode(), b"test", ctypes.byref(err))
+        assert st == 0, err.msg.decode()
+
     def predict(self, x, classes):
+        """classes: the output's shape per example (an int, or a tuple such as (T, C))."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        out = np.empty((x.shape[0], classes), dtype=np.float32)
+        per = classes if isinstance(classes, tuple) else (classes,)
+        out = np.empty((x.shape[0], *per), dtype=np.float32)
         err = Err()
         st = LIB.ct_trainer_predict(self.t, x.ctypes.data_as(vp), x.shape[0],
                                     out.ctypes.data_as(vp), ctypes.byref(err))

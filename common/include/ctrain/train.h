@@ -148,6 +148,15 @@ CT_API ct_status ct_trainer_evaluate_loader(ct_trainer *t, ct_loader *eval, doub
 CT_API int ct_trainer_top_k(const ct_trainer *t);
 CT_API double ct_trainer_top_k_accuracy(const ct_trainer *t);
 
+/* Writes the model's inference graph with its current weights (batch norm in inference form,
+ * dropout gone) as an ONNX model (opset 17) at path: input "input" ([batch, input_shape...],
+ * f32, or i32 token ids for a model that starts with an embedding), output "output" (the
+ * logits, as ct_trainer_predict's), the batch dimension dynamic, each parameter an initializer
+ * under its name in `ctrain summary`. producer: the producer_version written (ctrain's). An op
+ * with no ONNX form: CT_EINVAL naming it and its layer. */
+CT_API ct_status ct_trainer_export_onnx(ct_trainer *t, const char *path, const char *producer,
+                                        ct_err *err);
+
 /* Graph kinds of ct_trainer_step_graph: evaluation (loss, accuracy), a training step, and
  * prediction (logits only). */
 enum { CT_GRAPH_EVAL = 0, CT_GRAPH_TRAIN = 1, CT_GRAPH_PREDICT = 2 };
