@@ -47,6 +47,8 @@ int cmd_generate(int argc, char **argv);
 /* ctrain export CKPT --format onnx|npz|safetensors OUT (coordinator/cli/cmd_export.c); the npz
  * and safetensors forms are ctrain ckpt export's (cmd_ckpt.h), which hands onnx to cmd_export. */
 int cmd_export(int argc, char **argv);
+/* ctrain predict CKPT INPUT (coordinator/cli/cmd_predict.c). */
+int cmd_predict(int argc, char **argv);
 
 /* The model of checkpoint `path` (a file, or a directory's newest good one) restored into a new
  * trainer (*t, the caller's to destroy) from the job the checkpoint holds (parsed into *job).

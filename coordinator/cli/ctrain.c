@@ -37,6 +37,8 @@ static void usage(FILE *f) {
         "  generate CKPT       sample text from a byte-level language model's checkpoint\n"
         "  export CKPT --format onnx OUT  the model as ONNX (opset 17), for onnxruntime and\n"
         "                      other runtimes; npz and safetensors: its tensors\n"
+        "  predict CKPT INPUT  a checkpoint's outputs on an .npy/.npz of inputs or on the job's\n"
+        "                      eval pipeline, as JSON lines or an .npy\n"
         "  profile RUN_DIR     report a run trained with --profile A:B (step time, top ops,\n"
         "                      input-bound verdict)\n"
         "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
@@ -113,9 +115,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) {
         return cmd_export(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "predict")) {
+        return cmd_predict(argc - 2, argv + 2);
+    }
     fprintf(stderr,
             "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, data, profile, "
-            "generate, export, keygen, version)\n",
+            "generate, export, predict, keygen, version)\n",
             cmd);
     return EXIT_BAD_INPUT;
 }

@@ -1,8 +1,11 @@
-"""`ctrain export CKPT --format onnx OUT` (and `ctrain ckpt export FILE --format onnx OUT`) on a
-trained run: onnxruntime, given the eval set, scores the accuracy the run reported; the
-directory form takes the newest checkpoint; bad arguments and a missing checkpoint get one line
-and exit code 2."""
+"""From a checkpoint to predictions. `ctrain export CKPT --format onnx OUT` (and `ctrain ckpt
+export FILE --format onnx OUT`) on a trained run: onnxruntime, given the eval set, scores the
+accuracy the run reported; the directory form takes the newest checkpoint. `ctrain predict` on
+the job's eval pipeline scores it too, in JSON lines, and its .npy outputs are onnxruntime's and
+the same from an .npy or .npz of inputs in any batch size. Bad arguments, a missing checkpoint
+and inputs of the wrong shape get one line and exit code 2."""
 import gzip
+import json
 import os
 import subprocess
 
@@ -20,7 +23,8 @@ def ctrain(*args):
                           env=ENV)
 
 
-def test_export_a_trained_run_and_score_it_in_onnxruntime(tmp_path):
+def trained(tmp_path):
+    """A short run of the default job, its test accuracy and its first 500 eval examples."""
     run = tmp_path / "run"
     r = ctrain("train", "--quiet", "--set", "train.max_steps=30", "--set", "data.train.limit=3000",
                "--set", "data.eval.limit=500", "--set", f"run_dir={run}")
@@ -30,6 +34,11 @@ def test_export_a_trained_run_and_score_it_in_onnxruntime(tmp_path):
         x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)[:500]
     with gzip.open(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")) as f:
         y = np.frombuffer(f.read(), np.uint8, offset=8)[:500]
+    return run, accuracy, x, y
+
+
+def test_export_a_trained_run_and_score_it_in_onnxruntime(tmp_path):
+    run, accuracy, x, y = trained(tmp_path)
     outs = {"dir": tmp_path / "from_dir.onnx", "ckpt": tmp_path / "from_ckpt.onnx"}
     r = ctrain("export", str(run / "checkpoints"), "--format", "onnx", str(outs["dir"]))
     assert r.returncode == 0 and "wrote" in r.stdout, r.stderr
@@ -52,3 +61,37 @@ def test_export_bad_arguments_are_one_line(tmp_path):
         assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)
     assert not (tmp_path / "m.onnx").exists()
     assert "--format onnx" in ctrain("export", "--help").stdout
+
+
+def test_predict_on_the_eval_pipeline_and_on_arrays(tmp_path):
+    run, accuracy, x, y = trained(tmp_path)
+    ckpts = str(run / "checkpoints")
+    r = ctrain("predict", ckpts, "eval", "--out", str(tmp_path / "p.jsonl"), "--batch", "64")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(l) for l in open(tmp_path / "p.jsonl")]
+    assert len(lines) == 500 and [l["label"] for l in lines] == y.tolist()
+    assert abs(np.mean([l["class"] == l["label"] for l in lines]) - accuracy) <= 1e-6
+    assert all(l["class"] == int(np.argmax(l["output"])) for l in lines)
+    assert ctrain("predict", ckpts, "eval", "--out", str(tmp_path / "eval.npy")).returncode == 0
+    want = np.load(tmp_path / "eval.npy")
+    assert want.shape == (500, 10) and want.dtype == np.float32
+    onnx = tmp_path / "m.onnx"
+    assert ctrain("export", ckpts, "--format", "onnx", str(onnx)).returncode == 0
+    s = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(s.run(None, {"input": x.astype(np.float32) / 255})[0], want,
+                               rtol=1e-4, atol=1e-4)
+    np.save(tmp_path / "x.npy", x.astype(np.float32) / 255)
+    np.savez(tmp_path / "x.npz", x=x.astype(np.float32) / 255, other=y)
+    for src, batch in (("x.npy", "7"), ("x.npz", "500")):
+        out = tmp_path / f"{src}.out.npy"
+        r = ctrain("predict", ckpts, str(tmp_path / src), "--batch", batch, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_array_equal(np.load(out), want)  # the same bits in any batch size
+    np.save(tmp_path / "bad.npy", np.zeros((4, 27, 28), np.float32))
+    for args, says in (([str(tmp_path / "bad.npy")], "bad.npy: 756 values per example, but the "
+                        "model's input_shape holds 784"),
+                       ([str(tmp_path / "x.npz"), "--batch", "0"], "--batch needs a positive"),
+                       ([], "predict needs CKPT INPUT")):
+        r = ctrain("predict", ckpts, *args)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)

@@ -61,4 +61,10 @@ CT_API const ct_named_array *ct_npz_get(const ct_npz *z, int i);
 CT_API const ct_named_array *ct_npz_find(const ct_npz *z, const char *name);
 CT_API void ct_npz_destroy(ct_npz *z);
 
+/* One .npy file (np.save's): read whole into *a (dtypes as ct_npz_create's; a->name "array"),
+ * whose data lives in *owner (free() it); write (v1.0, the data at a multiple of 64 bytes, by
+ * tmp + fsync + rename). Errors as ct_npz_create's and ct_npz_write's. */
+CT_API ct_status ct_npy_read(const char *path, ct_named_array *a, void **owner, ct_err *err);
+CT_API ct_status ct_npy_write(const char *path, const ct_named_array *a, ct_err *err);
+
 #endif

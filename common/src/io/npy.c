@@ -2,10 +2,12 @@
  * which makes v1.0 headers padded so the data starts at a multiple of 64 bytes, and the reader
  * side, a parser for the header's Python dict literal ({'descr': '<f4', 'fortran_order': False,
  * 'shape': (3, 4), }) and the decoder that checks dtype, order and size against the member. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomic_file.h"
 #include "npz_internal.h"
 
 #define NPY_ALIGN 64
@@ -292,4 +294,45 @@ ct_status ct__npy_decode(const char *path, const char *member, unsigned char *bu
     *owner = buf;
     a->data = buf + off;
     return CT_OK;
+}
+
+/* ---- standalone .npy files ---- */
+
+ct_status ct_npy_read(const char *path, ct_named_array *a, void **owner, ct_err *err) {
+    memset(a, 0, sizeof *a);
+    *owner = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return ct_err_set(err, CT_ENOENT, "%s: cannot open (%s)", path, strerror(errno));
+    }
+    unsigned char *buf = NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL &&
+        fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+        len = -1;
+    }
+    fclose(f);
+    if (!buf) {
+        return ct_err_set(err, len < 0 ? CT_EIO : CT_ENOMEM, "%s: cannot read", path);
+    }
+    snprintf(a->name, sizeof a->name, "array");
+    return ct__npy_decode(path, "the array", buf, (size_t)len, a, owner, err);
+}
+
+ct_status ct_npy_write(const char *path, const ct_named_array *a, ct_err *err) {
+    uint64_t *bytes = NULL;
+    ct_status st = ct__named_arrays_check(path, a, 1, &bytes, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    unsigned char header[CT__NPY_HEADER_CAP];
+    size_t hlen = ct__npy_header(a, header);
+    ct__atomic_file f = {0};
+    st = ct__atomic_file_open(&f, path, err);
+    st = st == CT_OK ? ct__atomic_file_write(&f, header, hlen, err) : st;
+    st = st == CT_OK ? ct__atomic_file_write(&f, a->data, (size_t)bytes[0], err) : st;
+    free(bytes);
+    return ct__atomic_file_finish(&f, st, err);
 }
