@@ -149,7 +149,7 @@ mkdir -p "$logs"
 # --no-install-recommends, so it is named.
 packages=(gcc libc6-dev pkg-config meson ninja-build libopenblas-dev libdnnl-dev zlib1g-dev
           libyaml-dev protobuf-c-compiler libprotobuf-c-dev openmpi-bin libopenmpi-dev libzmq3-dev
-          libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist fortunes)
+          libjpeg62-turbo-dev libpng-dev libmicrohttpd-dev dataset-fashion-mnist fortunes)
 if ((tests)); then
     # Every program the tests call: python3 with torch, numpy, pytest and zmq (the raw-message
     # tests), the venv module, pgrep (procps), clang and compiler-rt (libFuzzer), mpirun, meson,

@@ -1,7 +1,5 @@
 /* The standalone launcher's flags and signals (see cli.h). */
 #include "cli.h"
-#include "ctrain/checkpoint.h"
-#include "ctrain/train.h"
 
 #include "ctrain/profile.h"
 
@@ -127,25 +125,4 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
                           : CT_DEFAULT_JOB;
     }
     return 0;
-}
-
-int cli_load_checkpoint(const char *path, ct_job *job, ct_trainer **t, ct_err *err) {
-    char file[PATH_MAX];
-    ct_ckpt *c = NULL;
-    struct stat sb;
-    ct_status st;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        st = ct_ckpt_latest(path, &c, file, NULL, NULL, err);
-    } else {
-        snprintf(file, sizeof file, "%s", path);
-        st = ct_ckpt_create(path, &c, err);
-    }
-    if (st == CT_OK) {
-        st = ct_job_parse_stored(ct_ckpt_meta_of(c)->job_text, file, job, err);
-    }
-    if (st == CT_OK && (st = ct_trainer_create(job, t, err)) == CT_OK) {
-        st = ct_trainer_restore(*t, c, file, err);
-    }
-    ct_ckpt_destroy(c);
-    return st;
 }

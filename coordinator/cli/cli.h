@@ -50,13 +50,4 @@ int cmd_export(int argc, char **argv);
 /* ctrain predict CKPT INPUT (coordinator/cli/cmd_predict.c). */
 int cmd_predict(int argc, char **argv);
 
-/* The model of checkpoint `path` (a file, or a directory's newest good one) restored into a new
- * trainer (*t, the caller's to destroy) from the job the checkpoint holds (parsed into *job).
- * Returns a ct_status, the message in err. */
-struct ct_job;
-struct ct_trainer;
-struct ct_err;
-int cli_load_checkpoint(const char *path, struct ct_job *job, struct ct_trainer **t,
-                        struct ct_err *err);
-
 #endif

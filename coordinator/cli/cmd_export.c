@@ -50,7 +50,7 @@ int cmd_export(int argc, char **argv) {
     ct_err err = {0};
     ct_job *job = malloc(sizeof *job);
     ct_trainer *t = NULL;
-    ct_status st = job ? (ct_status)cli_load_checkpoint(in, job, &t, &err) : CT_ENOMEM;
+    ct_status st = job ? ct_trainer_load_checkpoint(in, job, &t, &err) : CT_ENOMEM;
     if (st == CT_OK) {
         st = ct_trainer_export_onnx(t, out, CT_VERSION, &err);
     }

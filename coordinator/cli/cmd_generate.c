@@ -192,7 +192,7 @@ int cmd_generate(int argc, char **argv) {
     ct_job *job = malloc(sizeof *job);
     ct_trainer *t = NULL;
     int64_t context = 0;
-    ct_status st = job ? (ct_status)cli_load_checkpoint(o.ckpt, job, &t, &err) : CT_ENOMEM;
+    ct_status st = job ? ct_trainer_load_checkpoint(o.ckpt, job, &t, &err) : CT_ENOMEM;
     if (st == CT_OK && (st = check_model(job, t, &context, &err)) == CT_OK) {
         st = run(t, context, &o, &err);
     }

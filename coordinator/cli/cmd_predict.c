@@ -256,7 +256,7 @@ int cmd_predict(int argc, char **argv) {
     ct_err err = {0};
     ct_job *job = malloc(sizeof *job);
     ct_trainer *t = NULL;
-    ct_status st = job ? (ct_status)cli_load_checkpoint(o.ckpt, job, &t, &err) : CT_ENOMEM;
+    ct_status st = job ? ct_trainer_load_checkpoint(o.ckpt, job, &t, &err) : CT_ENOMEM;
     sink s = {0};
     size_t len = o.out ? strlen(o.out) : 0;
     int npy = len > 4 && !strcmp(o.out + len - 4, ".npy");

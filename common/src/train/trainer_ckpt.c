@@ -2,9 +2,11 @@
  * list of tensors (parameters, optimizer slots, the input position), saved under the job's
  * retention policy, and restored with every name, shape, seed and batch size checked so that a
  * resumed run continues bit for bit. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/clock.h"
@@ -331,6 +333,30 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
     }
     if (st == CT_OK && t->resume_note[0] && warn) {
         warn(t->resume_note, user);
+    }
+    ct_ckpt_destroy(c);
+    return st;
+}
+
+ct_status ct_trainer_load_checkpoint(const char *path, ct_job *job, ct_trainer **t, ct_err *err) {
+    char file[PATH_MAX];
+    ct_ckpt *c = NULL;
+    struct stat sb;
+    ct_status st;
+    *t = NULL;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        st = ct_ckpt_latest(path, &c, file, NULL, NULL, err);
+    } else {
+        snprintf(file, sizeof file, "%s", path);
+        st = ct_ckpt_create(path, &c, err);
+    }
+    if (st == CT_OK) {
+        st = ct_job_parse_stored(ct_ckpt_meta_of(c)->job_text, file, job, err);
+    }
+    if (st == CT_OK && (st = ct_trainer_create(job, t, err)) == CT_OK &&
+        (st = ct_trainer_restore(*t, c, file, err)) != CT_OK) {
+        ct_trainer_destroy(*t);
+        *t = NULL;
     }
     ct_ckpt_destroy(c);
     return st;

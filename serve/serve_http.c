@@ -1,0 +1,261 @@
+/* ctrain-serve's HTTP side (serve.h) on libmicrohttpd, a thread per connection: TF Serving's REST
+ * routes (the model's status and metadata, :predict and :classify, on the served version or
+ * /versions/N), bad requests answered with TF Serving's {"error": ...} and a 400 (404 for an
+ * unknown model, version or path; 413 past the body limit), and Prometheus counters at
+ * /monitoring/prometheus/metrics. libmicrohttpd (Debian's libmicrohttpd-dev) parses HTTP/1.1,
+ * keep-alive and chunked bodies, which a hand-written server would have to get right again. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "serve.h"
+
+enum { CODE_200, CODE_400, CODE_404, CODE_413, CODE_500, N_CODES };
+static const int CODES[N_CODES] = {200, 400, 404, 413, 500};
+
+struct serve_http {
+    struct MHD_Daemon *d;
+    serve_model *m;
+    size_t max_body;
+    atomic_llong requests[N_CODES], predict_requests, examples, predict_ns;
+};
+
+typedef struct body {
+    char *s;
+    size_t len, cap;
+    int too_big;
+} body;
+
+/* Sends text with `status`, counted. */
+static enum MHD_Result reply(struct serve_http *h, struct MHD_Connection *c, int status,
+                             const char *type, serve_text *t) {
+    int k = 0;
+    while (k < N_CODES - 1 && CODES[k] != status) {
+        k++;
+    }
+    atomic_fetch_add(&h->requests[k], 1);
+    if (!t->ok) {
+        free(t->s);
+        t->s = NULL;
+        t->len = 0;
+        status = 500;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(t->len, t->s ? t->s : (char *)"", MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(t->s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* TF Serving's error body: {"error": "message"} (the message JSON-escaped). */
+static enum MHD_Result error(struct serve_http *h, struct MHD_Connection *c, int status,
+                             const char *msg) {
+    serve_text t = {.ok = 1};
+    serve_text_add(&t, "{\"error\": \"");
+    for (const char *p = msg; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            serve_text_add(&t, "\\%c", *p);
+        } else if ((unsigned char)*p < 0x20) {
+            serve_text_add(&t, "\\u%04x", (unsigned)*p);
+        } else {
+            serve_text_add(&t, "%c", *p);
+        }
+    }
+    serve_text_add(&t, "\"}");
+    return reply(h, c, status, "application/json", &t);
+}
+
+static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c) {
+    serve_text t = {.ok = 1};
+    serve_text_add(&t, "# HELP ctrain_serve_requests_total HTTP requests answered, by status.\n"
+                       "# TYPE ctrain_serve_requests_total counter\n");
+    for (int k = 0; k < N_CODES; k++) {
+        serve_text_add(&t, "ctrain_serve_requests_total{code=\"%d\"} %lld\n", CODES[k],
+                       (long long)atomic_load(&h->requests[k]));
+    }
+    long long n = atomic_load(&h->predict_requests), ns = atomic_load(&h->predict_ns);
+    serve_text_add(
+        &t,
+        "# HELP ctrain_serve_predict_seconds Time to answer :predict and :classify.\n"
+        "# TYPE ctrain_serve_predict_seconds summary\n"
+        "ctrain_serve_predict_seconds_sum %.9f\nctrain_serve_predict_seconds_count %lld\n"
+        "# HELP ctrain_serve_examples_total Examples predicted.\n"
+        "# TYPE ctrain_serve_examples_total counter\n"
+        "ctrain_serve_examples_total %lld\n"
+        "# TYPE :tensorflow:serving:request_count counter\n"
+        ":tensorflow:serving:request_count{model_name=\"%s\",status=\"OK\"} %lld\n",
+        1e-9 * (double)ns, n, (long long)atomic_load(&h->examples), h->m->name,
+        (long long)atomic_load(&h->requests[CODE_200]));
+    return reply(h, c, 200, "text/plain; version=0.0.4", &t);
+}
+
+/* :predict or :classify of the body. */
+static enum MHD_Result predict(struct serve_http *h, struct MHD_Connection *c, const body *b,
+                               int classify) {
+    double t0 = ct__now_s();
+    char why[400];
+    float *x = NULL;
+    int64_t n = 0;
+    int columnar = 0;
+    serve_model *m = h->m;
+    if (classify && !m->classes) {
+        return error(h, c, 400,
+                     "the model is not a classifier (softmax over classes): use :predict");
+    }
+    if (!serve_parse_request(m, b->s ? b->s : "", b->len, &x, &n, &columnar, why, sizeof why)) {
+        return error(h, c, 400, why);
+    }
+    float *y = malloc((size_t)(n * m->out_values) * sizeof *y + 1);
+    ct_err err = {0};
+    ct_status st = y ? serve_model_predict(m, x, n, y, &err) : CT_ENOMEM;
+    free(x);
+    if (st != CT_OK) {
+        free(y);
+        return error(h, c, st == CT_EINVAL ? 400 : 500, err.msg[0] ? err.msg : "out of memory");
+    }
+    serve_text t = {.ok = 1};
+    serve_answer(m, y, n, columnar, classify, &t);
+    free(y);
+    atomic_fetch_add(&h->predict_requests, 1);
+    atomic_fetch_add(&h->examples, n);
+    atomic_fetch_add(&h->predict_ns, (long long)((ct__now_s() - t0) * 1e9));
+    return reply(h, c, 200, "application/json", &t);
+}
+
+/* /v1/models/NAME[/versions/N][/metadata | :predict | :classify]: the route, or an error. */
+static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
+                             int post, const body *b) {
+    const serve_model *m = h->m;
+    char msg[300];
+    size_t prefix = strlen("/v1/models/"), name_len = strlen(m->name);
+    if (strncmp(url, "/v1/models/", prefix) || strncmp(url + prefix, m->name, name_len)) {
+        snprintf(msg, sizeof msg, "Servable not found for request: %s (this server has model '%s')",
+                 url, m->name);
+        return error(h, c, 404, msg);
+    }
+    const char *rest = url + prefix + name_len;
+    if (!strncmp(rest, "/versions/", 10)) {
+        char *end = NULL;
+        long long v = strtoll(rest + 10, &end, 10);
+        if (end == rest + 10 || v != m->version) {
+            snprintf(msg, sizeof msg,
+                     "Servable not found for request: Specific(%s, %.*s): version %lld is served",
+                     m->name, (int)(end - (rest + 10)), rest + 10, (long long)m->version);
+            return error(h, c, 404, msg);
+        }
+        rest = end;
+    }
+    serve_text t = {.ok = 1};
+    if (!post && !*rest) {
+        serve_status(m, &t);
+        return reply(h, c, 200, "application/json", &t);
+    }
+    if (!post && !strcmp(rest, "/metadata")) {
+        serve_metadata(m, &t);
+        return reply(h, c, 200, "application/json", &t);
+    }
+    if (post && (!strcmp(rest, ":predict") || !strcmp(rest, ":classify"))) {
+        return predict(h, c, b, !strcmp(rest, ":classify"));
+    }
+    snprintf(msg, sizeof msg,
+             "no %s route %s (GET /v1/models/%s[/metadata], POST "
+             "/v1/models/%s:predict or :classify)",
+             post ? "POST" : "GET", url, m->name, m->name);
+    return error(h, c, 404, msg);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **state) {
+    struct serve_http *h = cls;
+    (void)version;
+    int post = !strcmp(method, "POST");
+    if (!*state) { /* the first call, headers only */
+        body *b = calloc(1, sizeof *b);
+        *state = b;
+        return b ? MHD_YES : MHD_NO;
+    }
+    body *b = *state;
+    if (*upload_size) { /* a piece of the body */
+        if (b->len + *upload_size > h->max_body) {
+            b->too_big = 1;
+        } else if (b->len + *upload_size >= b->cap) {
+            size_t cap = (b->len + *upload_size) * 2 + 1;
+            char *grown = realloc(b->s, cap);
+            b->too_big |= !grown; /* out of memory: refused as too big */
+            b->s = grown ? grown : b->s;
+            b->cap = grown ? cap : b->cap;
+        }
+        if (!b->too_big) {
+            memcpy(b->s + b->len, upload_data, *upload_size);
+            b->len += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (b->too_big) {
+        return error(h, c, 413, "the request body is larger than --max_body_bytes");
+    }
+    if (!strcmp(url, "/monitoring/prometheus/metrics") && !post) {
+        return metrics(h, c);
+    }
+    if (!post && strcmp(method, "GET")) {
+        return error(h, c, 404, "only GET and POST are served");
+    }
+    return route(h, c, url, post, b);
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **state,
+                    enum MHD_RequestTerminationCode why) {
+    (void)cls, (void)c, (void)why;
+    body *b = *state;
+    if (b) {
+        free(b->s);
+        free(b);
+    }
+    *state = NULL;
+}
+
+ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t max_body,
+                           serve_http **ret, int *ret_port, ct_err *err) {
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, bind, &addr.sin_addr) != 1) {
+        return ct_err_set(err, CT_EINVAL, "--rest_api_bind %s: not an IPv4 address", bind);
+    }
+    struct serve_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        return ct_err_set(err, CT_ENOMEM, "out of memory");
+    }
+    h->m = m;
+    h->max_body = max_body;
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
+                            (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+    if (!h->d) {
+        free(h);
+        return ct_err_set(err, CT_EIO, "cannot listen on %s:%d (in use, or not this host's)", bind,
+                          port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    *ret_port = info ? (int)info->port : port;
+    *ret = h;
+    return CT_OK;
+}
+
+void serve_http_stop(serve_http *h) {
+    if (h) {
+        MHD_stop_daemon(h->d);
+        free(h);
+    }
+}

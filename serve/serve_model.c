@@ -1,0 +1,76 @@
+/* The servable (serve.h): TF Serving's base path layout, BASE/<version>/ with the version a
+ * positive integer, each a directory of ctrain checkpoints (its newest good one is loaded); the
+ * highest version is served. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+/* The highest numbered directory under base, or -1. */
+static int64_t newest_version(const char *base) {
+    DIR *d = opendir(base);
+    int64_t best = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end = NULL;
+        long long v = strtoll(e->d_name, &end, 10);
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && !*end && v > best) {
+            best = v;
+        }
+    }
+    if (d) {
+        closedir(d);
+    }
+    return best;
+}
+
+ct_status serve_model_load(serve_model *m, const char *base, const char *name, ct_err *err) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->base, sizeof m->base, "%s", base);
+    DIR *d = opendir(base);
+    if (!d) {
+        return ct_err_set(err, CT_ENOENT, "--model_base_path %s: cannot open (%s)", base,
+                          strerror(errno));
+    }
+    closedir(d);
+    m->version = newest_version(base);
+    if (m->version < 0) {
+        return ct_err_set(err, CT_EINVAL,
+                          "--model_base_path %s: no version directory in it (TF Serving's layout: "
+                          "BASE/1/, BASE/2/, ..., each holding checkpoints)",
+                          base);
+    }
+    char dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/%lld", base, (long long)m->version);
+    ct_status st = ct_trainer_load_checkpoint(dir, &m->job, &m->t, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    m->in = ct_shape_make(m->job.model.input_rank, m->job.model.input_shape);
+    m->out = ct_model_output_shape(ct_trainer_model(m->t));
+    m->in_values = ct_shape_numel(&m->in);
+    m->out_values = ct_shape_numel(&m->out);
+    m->ids = ct_model_input_dtype(ct_trainer_model(m->t)) == CT_I32;
+    m->classes = m->job.model.loss == CT_LOSS_SPARSE_SOFTMAX_XENT && m->out.rank == 1;
+    pthread_mutex_init(&m->mu, NULL);
+    return CT_OK;
+}
+
+void serve_model_free(serve_model *m) {
+    if (m->t) {
+        ct_trainer_destroy(m->t);
+        pthread_mutex_destroy(&m->mu);
+    }
+    m->t = NULL;
+}
+
+ct_status serve_model_predict(serve_model *m, const float *x, int64_t n, float *y, ct_err *err) {
+    pthread_mutex_lock(&m->mu);
+    ct_status st = ct_trainer_predict(m->t, x, n, y, err);
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}

@@ -1,0 +1,129 @@
+"""ctrain-serve over real HTTP: a base path with versions 1 and 7 of a trained model serves 7;
+TF Serving's status, metadata, :predict (row and columnar) and :classify answer as `ctrain
+predict` does (the same floats); many clients at once get the same answers; malformed and
+mismatched bodies get a 400 with {"error": ...} naming the field, unknown versions and paths a
+404, oversized bodies a 413, and the server goes on serving; the Prometheus counters count them;
+SIGTERM stops it with exit code 0."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from test_export import ctrain, trained
+from test_invariant import ENV, ROOT
+
+SERVE = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "serve", "ctrain-serve")
+pytestmark = pytest.mark.skipif(not os.path.exists(SERVE),
+                                 reason="ctrain-serve is not built (no libmicrohttpd-dev)")
+
+
+def start(base, *args):
+    p = subprocess.Popen([SERVE, "--model_base_path", str(base), "--model_name", "mlp",
+                          "--rest_api_port", "0", "--rest_api_bind", "127.0.0.1", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 120
+    line = ""
+    while time.monotonic() < deadline and "serving" not in line:
+        line = p.stdout.readline()
+        if not line and p.poll() is not None:
+            raise AssertionError(f"ctrain-serve exited {p.returncode}: {p.stderr.read()}")
+    assert "serving model 'mlp' version 7" in line, line
+    return p, "http://127.0.0.1:" + line.split(":")[-1].split("/")[0]
+
+
+def call(url, body=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_serve_like_tf_serving(tmp_path):
+    run, accuracy, x, y = trained(tmp_path)
+    base = tmp_path / "models"
+    for version, step in ((1, 30), (7, 30)):
+        os.makedirs(base / str(version))
+        shutil.copy(run / "checkpoints" / f"ckpt-{step}.ctck", base / str(version))
+    xs = (x[:64].astype(np.float32) / 255)
+    np.save(tmp_path / "x.npy", xs)
+    assert ctrain("predict", str(base / "7"), str(tmp_path / "x.npy"), "--out",
+                  str(tmp_path / "want.npy")).returncode == 0
+    want = np.load(tmp_path / "want.npy")
+    p, url = start(base, "--max_body_bytes", "2000000")
+    try:
+        model = url + "/v1/models/mlp"
+        code, text = call(model)
+        assert code == 200 and json.loads(text)["model_version_status"][0]["version"] == "7"
+        code, text = call(model + "/metadata")
+        sig = json.loads(text)["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        dims = [d["size"] for d in sig["inputs"]["input"]["tensor_shape"]["dim"]]
+        assert code == 200 and dims == ["-1", "28", "28", "1"], text
+        code, text = call(model + ":predict", {"instances": xs.tolist()})
+        assert code == 200, text
+        np.testing.assert_array_equal(np.array(json.loads(text)["predictions"], np.float32), want)
+        code, text = call(model + "/versions/7:predict", {"inputs": {"input": xs[:3].tolist()}})
+        np.testing.assert_array_equal(np.array(json.loads(text)["outputs"], np.float32), want[:3])
+        code, text = call(model + ":classify", {"instances": [{"input": xs[0].tolist()}]})
+        scores = np.array([s for _, s in json.loads(text)["results"][0]])
+        e = np.exp(want[0] - want[0].max())
+        np.testing.assert_allclose(scores, e / e.sum(), rtol=1e-5)
+        results = [None] * 8  # clients at once: each answer as one client's
+
+        def client(k):
+            results[k] = call(model + ":predict", {"instances": xs[k::8].tolist()})
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        [t.start() for t in threads]
+        [t.join(120) for t in threads]
+        for k, (code, text) in enumerate(results):
+            assert code == 200
+            np.testing.assert_array_equal(
+                np.array(json.loads(text)["predictions"], np.float32), want[k::8])
+        bad = [(model + ":predict", b'{"instances": [[1, 2', 400, "the body is not JSON"),
+               (model + ":predict", b'{"instances": [[1, 2]]}', 400,
+                "instances[0]: expected a list of 28, got a list of 2"),
+               (model + ":predict", b'{"instances": [], "inputs": []}', 400, "one of them"),
+               (model + ":predict", json.dumps({"instances": [[[["x"]] * 28] * 28]}).encode(),
+                400, 'instances[0]: expected a number, got "x"'),
+               (model + "/versions/1:predict", b"{}", 404, "Specific(mlp, 1): version 7"),
+               (url + "/v1/models/other:predict", b"{}", 404, "Servable not found"),
+               (model + ":explain", b"{}", 404, "no POST route"),
+               (model + ":predict", b"[" + b"0, " * 1000000 + b"0]", 413, "--max_body_bytes")]
+        for where, body, status, says in bad:
+            code, text = call(where, raw=body)
+            assert code == status and says in json.loads(text)["error"], (where, code, text)
+        code, text = call(model + ":predict", {"instances": xs[:1].tolist()})
+        assert code == 200, text  # still serving
+        code, text = call(url + "/monitoring/prometheus/metrics")
+        counts = dict(l.rsplit(" ", 1) for l in text.decode().splitlines() if l[:1] not in "#")
+        assert counts['ctrain_serve_requests_total{code="200"}'] == "14", text  # this one aside
+        assert counts['ctrain_serve_requests_total{code="400"}'] == "4"
+        assert counts['ctrain_serve_requests_total{code="404"}'] == "3"
+        assert counts['ctrain_serve_requests_total{code="413"}'] == "1"
+        assert counts["ctrain_serve_examples_total"] == str(64 + 3 + 1 + 64 + 1)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0, p.stderr.read()
+
+
+def test_serve_bad_flags_and_paths_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for args, says in (([], "--model_base_path DIR is required"),
+                       (["--model_base_path", str(tmp_path / "none")], "cannot open"),
+                       (["--model_base_path", str(tmp_path / "empty")], "no version directory"),
+                       (["--model_base_path", str(tmp_path), "--rest_api_port", "x"],
+                        "--rest_api_port needs 0..65535")):
+        r = subprocess.run([SERVE, *args], capture_output=True, text=True, timeout=60)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)
+    assert "--model_base_path DIR" in subprocess.run([SERVE, "--help"], capture_output=True,
+                                                     text=True, timeout=60).stdout
