@@ -2,7 +2,7 @@
 nonlinear function, written here) through the pipeline's csv source and pack map. Under
 train.invariant the standalone run, 2 mirrored ranks, 2 sync parameter-server workers and the
 data service end on the same bits; the test loss is NumPy's mean squared error of the saved
-model on the eval file; metrics.jsonl stays JSON (the accuracy figure, which has no meaning
+model on the eval file, whose outputs `ctrain predict` gives; metrics.jsonl stays JSON (the accuracy figure, which has no meaning
 here, is null). Integer labels are taken as numbers. f32 labels under a cross-entropy and a
 model with more outputs than targets get one line each."""
 import json
@@ -82,6 +82,11 @@ def test_mean_squared_error_by_every_strategy(tmp_path):
         + w["dense_1/bias"]
     mse = float(((pred[:, 0] - y) ** 2).mean())
     assert abs(float(done["test_loss"]) - mse) <= 1e-5 * mse, (done["test_loss"], mse)
+    # ctrain predict on the job's eval pipeline (its csv named relative to the job file)
+    r = subprocess.run([CTRAIN, "predict", str(one / "checkpoints"), "eval", "--out",
+                        str(tmp_path / "p.npy")], capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "p.npy")[:, 0], pred[:, 0], rtol=1e-4, atol=1e-5)
     same_bits_by_every_strategy(lambda run, *args: train(job, run, *args), one, 16, tmp_path)
 
 

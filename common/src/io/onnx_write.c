@@ -122,7 +122,9 @@ static Ctrain__Onnx__AttributeProto *attr(onnx_b *b, Ctrain__Onnx__NodeProto *n,
     a->name = ob_str(b, name);
     a->has_type = 1;
     a->type = type;
-    memcpy(all, n->attribute, sizeof *all * n->n_attribute);
+    if (n->n_attribute) {
+        memcpy(all, n->attribute, sizeof *all * n->n_attribute);
+    }
     all[n->n_attribute] = a;
     n->attribute = all;
     n->n_attribute++;
@@ -167,7 +169,9 @@ const char *ct__ob_init(onnx_b *b, const char *name, int data_type, int rank, co
         return NULL;
     }
     *t = (Ctrain__Onnx__TensorProto)CTRAIN__ONNX__TENSOR_PROTO__INIT;
-    memcpy(d, dims, sizeof *d * (size_t)rank);
+    if (rank > 0) {
+        memcpy(d, dims, sizeof *d * (size_t)rank);
+    }
     t->n_dims = (size_t)rank;
     t->dims = d;
     t->has_data_type = 1;

@@ -351,7 +351,9 @@ ct_status ct_trainer_load_checkpoint(const char *path, ct_job *job, ct_trainer *
         st = ct_ckpt_create(path, &c, err);
     }
     if (st == CT_OK) {
-        st = ct_job_parse_stored(ct_ckpt_meta_of(c)->job_text, file, job, err);
+        /* named as the job file it was trained from: its relative data paths resolve there */
+        const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
+        st = ct_job_parse_stored(m->job_text, m->job_path[0] ? m->job_path : file, job, err);
     }
     if (st == CT_OK && (st = ct_trainer_create(job, t, err)) == CT_OK &&
         (st = ct_trainer_restore(*t, c, file, err)) != CT_OK) {
