@@ -15,12 +15,13 @@
 #include "core/clock.h"
 #include "serve.h"
 
-enum { CODE_200, CODE_400, CODE_404, CODE_413, CODE_500, N_CODES };
-static const int CODES[N_CODES] = {200, 400, 404, 413, 500};
+enum { CODE_200, CODE_400, CODE_404, CODE_413, CODE_503, CODE_500, N_CODES };
+static const int CODES[N_CODES] = {200, 400, 404, 413, 503, 500};
 
 struct serve_http {
     struct MHD_Daemon *d;
-    serve_model *m;
+    pthread_mutex_t mu; /* guards m and the models' refs */
+    serve_model *m;     /* the version served */
     size_t max_body;
     atomic_llong requests[N_CODES], predict_requests, examples, predict_ns;
 };
@@ -30,6 +31,48 @@ typedef struct body {
     size_t len, cap;
     int too_big;
 } body;
+
+/* The version served, held for one request. */
+static serve_model *acquire(struct serve_http *h) {
+    pthread_mutex_lock(&h->mu);
+    serve_model *m = h->m;
+    m->refs++;
+    pthread_mutex_unlock(&h->mu);
+    return m;
+}
+
+static void free_model(serve_model *m) {
+    serve_model_free(m);
+    free(m);
+}
+
+/* Lets go of m; the last request on a version swapped out frees it. */
+static void release(struct serve_http *h, serve_model *m) {
+    pthread_mutex_lock(&h->mu);
+    int last = --m->refs == 0 && m != h->m;
+    pthread_mutex_unlock(&h->mu);
+    if (last) {
+        free_model(m);
+    }
+}
+
+void serve_http_swap(serve_http *h, serve_model *m) {
+    pthread_mutex_lock(&h->mu);
+    serve_model *old = h->m;
+    h->m = m;
+    int unused = old->refs == 0;
+    pthread_mutex_unlock(&h->mu);
+    if (unused) {
+        free_model(old);
+    }
+}
+
+int64_t serve_http_version(serve_http *h) {
+    pthread_mutex_lock(&h->mu);
+    int64_t v = h->m->version;
+    pthread_mutex_unlock(&h->mu);
+    return v;
+}
 
 /* Sends text with `status`, counted. */
 static enum MHD_Result reply(struct serve_http *h, struct MHD_Connection *c, int status,
@@ -75,7 +118,7 @@ static enum MHD_Result error(struct serve_http *h, struct MHD_Connection *c, int
     return reply(h, c, status, "application/json", &t);
 }
 
-static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c) {
+static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c, serve_model *m) {
     serve_text t = {.ok = 1};
     serve_text_add(&t, "# HELP ctrain_serve_requests_total HTTP requests answered, by status.\n"
                        "# TYPE ctrain_serve_requests_total counter\n");
@@ -94,20 +137,29 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c) {
         "ctrain_serve_examples_total %lld\n"
         "# TYPE :tensorflow:serving:request_count counter\n"
         ":tensorflow:serving:request_count{model_name=\"%s\",status=\"OK\"} %lld\n",
-        1e-9 * (double)ns, n, (long long)atomic_load(&h->examples), h->m->name,
+        1e-9 * (double)ns, n, (long long)atomic_load(&h->examples), m->name,
         (long long)atomic_load(&h->requests[CODE_200]));
+    pthread_mutex_lock(&m->mu);
+    serve_text_add(&t,
+                   "# HELP ctrain_serve_batches_total Forward passes of the version served "
+                   "(batched requests).\n# TYPE ctrain_serve_batches_total counter\n"
+                   "ctrain_serve_batches_total{version=\"%lld\"} %lld\n"
+                   "# HELP ctrain_serve_queued_examples Examples waiting for a batch.\n"
+                   "# TYPE ctrain_serve_queued_examples gauge\n"
+                   "ctrain_serve_queued_examples %lld\n",
+                   (long long)m->version, (long long)m->batches, (long long)m->queued);
+    pthread_mutex_unlock(&m->mu);
     return reply(h, c, 200, "text/plain; version=0.0.4", &t);
 }
 
 /* :predict or :classify of the body. */
-static enum MHD_Result predict(struct serve_http *h, struct MHD_Connection *c, const body *b,
-                               int classify) {
+static enum MHD_Result predict(struct serve_http *h, struct MHD_Connection *c, serve_model *m,
+                               const body *b, int classify) {
     double t0 = ct__now_s();
     char why[400];
     float *x = NULL;
     int64_t n = 0;
     int columnar = 0;
-    serve_model *m = h->m;
     if (classify && !m->classes) {
         return error(h, c, 400,
                      "the model is not a classifier (softmax over classes): use :predict");
@@ -117,11 +169,17 @@ static enum MHD_Result predict(struct serve_http *h, struct MHD_Connection *c, c
     }
     float *y = malloc((size_t)(n * m->out_values) * sizeof *y + 1);
     ct_err err = {0};
-    ct_status st = y ? serve_model_predict(m, x, n, y, &err) : CT_ENOMEM;
+    int rc = y ? serve_model_predict(m, x, n, y, &err) : -1;
     free(x);
-    if (st != CT_OK) {
+    if (rc > 0) {
         free(y);
-        return error(h, c, st == CT_EINVAL ? 400 : 500, err.msg[0] ? err.msg : "out of memory");
+        return error(h, c, 503,
+                     "the server is busy: more examples wait than "
+                     "--max_enqueued_examples; try again");
+    }
+    if (rc < 0) {
+        free(y);
+        return error(h, c, 500, y ? err.msg : "out of memory");
     }
     serve_text t = {.ok = 1};
     serve_answer(m, y, n, columnar, classify, &t);
@@ -133,9 +191,8 @@ static enum MHD_Result predict(struct serve_http *h, struct MHD_Connection *c, c
 }
 
 /* /v1/models/NAME[/versions/N][/metadata | :predict | :classify]: the route, or an error. */
-static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
-                             int post, const body *b) {
-    const serve_model *m = h->m;
+static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, serve_model *m,
+                             const char *url, int post, const body *b) {
     char msg[300];
     size_t prefix = strlen("/v1/models/"), name_len = strlen(m->name);
     if (strncmp(url, "/v1/models/", prefix) || strncmp(url + prefix, m->name, name_len)) {
@@ -165,7 +222,7 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
         return reply(h, c, 200, "application/json", &t);
     }
     if (post && (!strcmp(rest, ":predict") || !strcmp(rest, ":classify"))) {
-        return predict(h, c, b, !strcmp(rest, ":classify"));
+        return predict(h, c, m, b, !strcmp(rest, ":classify"));
     }
     snprintf(msg, sizeof msg,
              "no %s route %s (GET /v1/models/%s[/metadata], POST "
@@ -206,13 +263,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (b->too_big) {
         return error(h, c, 413, "the request body is larger than --max_body_bytes");
     }
-    if (!strcmp(url, "/monitoring/prometheus/metrics") && !post) {
-        return metrics(h, c);
-    }
     if (!post && strcmp(method, "GET")) {
         return error(h, c, 404, "only GET and POST are served");
     }
-    return route(h, c, url, post, b);
+    serve_model *m = acquire(h);
+    enum MHD_Result r = !strcmp(url, "/monitoring/prometheus/metrics") && !post
+                            ? metrics(h, c, m)
+                            : route(h, c, m, url, post, b);
+    release(h, m);
+    return r;
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **state,
@@ -238,11 +297,13 @@ ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t ma
     }
     h->m = m;
     h->max_body = max_body;
+    pthread_mutex_init(&h->mu, NULL);
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
                             (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
     if (!h->d) {
+        pthread_mutex_destroy(&h->mu);
         free(h);
         return ct_err_set(err, CT_EIO, "cannot listen on %s:%d (in use, or not this host's)", bind,
                           port);
@@ -255,7 +316,9 @@ ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t ma
 
 void serve_http_stop(serve_http *h) {
     if (h) {
-        MHD_stop_daemon(h->d);
+        MHD_stop_daemon(h->d); /* joins the connections' threads: no request holds a model */
+        free_model(h->m);
+        pthread_mutex_destroy(&h->mu);
         free(h);
     }
 }

@@ -1,16 +1,13 @@
 /* The servable (serve.h): TF Serving's base path layout, BASE/<version>/ with the version a
- * positive integer, each a directory of ctrain checkpoints (its newest good one is loaded); the
- * highest version is served. */
+ * positive integer, each a directory of ctrain checkpoints (its newest good one is loaded). */
 #include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve.h"
 
-/* The highest numbered directory under base, or -1. */
-static int64_t newest_version(const char *base) {
+int64_t serve_newest_version(const char *base) {
     DIR *d = opendir(base);
     int64_t best = -1;
     struct dirent *e;
@@ -27,25 +24,15 @@ static int64_t newest_version(const char *base) {
     return best;
 }
 
-ct_status serve_model_load(serve_model *m, const char *base, const char *name, ct_err *err) {
+ct_status serve_model_load(serve_model *m, const char *base, const char *name, int64_t version,
+                           const serve_batching *b, ct_err *err) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     snprintf(m->base, sizeof m->base, "%s", base);
-    DIR *d = opendir(base);
-    if (!d) {
-        return ct_err_set(err, CT_ENOENT, "--model_base_path %s: cannot open (%s)", base,
-                          strerror(errno));
-    }
-    closedir(d);
-    m->version = newest_version(base);
-    if (m->version < 0) {
-        return ct_err_set(err, CT_EINVAL,
-                          "--model_base_path %s: no version directory in it (TF Serving's layout: "
-                          "BASE/1/, BASE/2/, ..., each holding checkpoints)",
-                          base);
-    }
+    m->version = version;
+    m->batching = *b;
     char dir[PATH_MAX + 32];
-    snprintf(dir, sizeof dir, "%s/%lld", base, (long long)m->version);
+    snprintf(dir, sizeof dir, "%s/%lld", base, (long long)version);
     ct_status st = ct_trainer_load_checkpoint(dir, &m->job, &m->t, err);
     if (st != CT_OK) {
         return st;
@@ -56,21 +43,17 @@ ct_status serve_model_load(serve_model *m, const char *base, const char *name, c
     m->out_values = ct_shape_numel(&m->out);
     m->ids = ct_model_input_dtype(ct_trainer_model(m->t)) == CT_I32;
     m->classes = m->job.model.loss == CT_LOSS_SPARSE_SOFTMAX_XENT && m->out.rank == 1;
-    pthread_mutex_init(&m->mu, NULL);
-    return CT_OK;
+    if ((st = serve_batcher_start(m, err)) != CT_OK) {
+        ct_trainer_destroy(m->t);
+        m->t = NULL;
+    }
+    return st;
 }
 
 void serve_model_free(serve_model *m) {
     if (m->t) {
+        serve_batcher_stop(m);
         ct_trainer_destroy(m->t);
-        pthread_mutex_destroy(&m->mu);
     }
     m->t = NULL;
-}
-
-ct_status serve_model_predict(serve_model *m, const float *x, int64_t n, float *y, ct_err *err) {
-    pthread_mutex_lock(&m->mu);
-    ct_status st = ct_trainer_predict(m->t, x, n, y, err);
-    pthread_mutex_unlock(&m->mu);
-    return st;
 }

@@ -27,7 +27,8 @@ def trained(tmp_path):
     """A short run of the default job, its test accuracy and its first 500 eval examples."""
     run = tmp_path / "run"
     r = ctrain("train", "--quiet", "--set", "train.max_steps=30", "--set", "data.train.limit=3000",
-               "--set", "data.eval.limit=500", "--set", f"run_dir={run}")
+               "--set", "data.eval.limit=500", "--set", "checkpoint.every_steps=10", "--set",
+               f"run_dir={run}")
     assert r.returncode == 0, r.stderr
     accuracy = float(done_fields(r.stdout)["test_accuracy"])
     with gzip.open(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")) as f:

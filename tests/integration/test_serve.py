@@ -25,18 +25,36 @@ pytestmark = pytest.mark.skipif(not os.path.exists(SERVE),
                                  reason="ctrain-serve is not built (no libmicrohttpd-dev)")
 
 
-def start(base, *args):
+def start(base, version, *args):
+    """ctrain-serve on a free port (its stderr into base/../serve.err); its URL."""
+    err = open(base.parent / "serve.err", "w")
     p = subprocess.Popen([SERVE, "--model_base_path", str(base), "--model_name", "mlp",
                           "--rest_api_port", "0", "--rest_api_bind", "127.0.0.1", *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                         stdout=subprocess.PIPE, stderr=err, text=True, env=ENV)
     deadline = time.monotonic() + 120
     line = ""
     while time.monotonic() < deadline and "serving" not in line:
         line = p.stdout.readline()
         if not line and p.poll() is not None:
-            raise AssertionError(f"ctrain-serve exited {p.returncode}: {p.stderr.read()}")
-    assert "serving model 'mlp' version 7" in line, line
+            raise AssertionError(f"ctrain-serve exited {p.returncode}: "
+                                 f"{open(base.parent / 'serve.err').read()}")
+    assert f"serving model 'mlp' version {version}" in line, line
     return p, "http://127.0.0.1:" + line.split(":")[-1].split("/")[0]
+
+
+def metric(url, name):
+    code, text = call(url + "/monitoring/prometheus/metrics")
+    for line in text.decode().splitlines():
+        if line.split(" ")[0] == name or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} in {text}")
+
+
+def wait_for(cond, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
 
 
 def call(url, body=None, raw=None):
@@ -51,7 +69,7 @@ def call(url, body=None, raw=None):
 def test_serve_like_tf_serving(tmp_path):
     run, accuracy, x, y = trained(tmp_path)
     base = tmp_path / "models"
-    for version, step in ((1, 30), (7, 30)):
+    for version, step in ((1, 10), (7, 30)):
         os.makedirs(base / str(version))
         shutil.copy(run / "checkpoints" / f"ckpt-{step}.ctck", base / str(version))
     xs = (x[:64].astype(np.float32) / 255)
@@ -59,7 +77,7 @@ def test_serve_like_tf_serving(tmp_path):
     assert ctrain("predict", str(base / "7"), str(tmp_path / "x.npy"), "--out",
                   str(tmp_path / "want.npy")).returncode == 0
     want = np.load(tmp_path / "want.npy")
-    p, url = start(base, "--max_body_bytes", "2000000")
+    p, url = start(base, 7, "--max_body_bytes", "2000000")
     try:
         model = url + "/v1/models/mlp"
         code, text = call(model)
@@ -121,9 +139,71 @@ def test_serve_bad_flags_and_paths_are_one_line(tmp_path):
                        (["--model_base_path", str(tmp_path / "none")], "cannot open"),
                        (["--model_base_path", str(tmp_path / "empty")], "no version directory"),
                        (["--model_base_path", str(tmp_path), "--rest_api_port", "x"],
-                        "--rest_api_port needs 0..65535")):
+                        "--rest_api_port needs an integer in [0, 65535]")):
         r = subprocess.run([SERVE, *args], capture_output=True, text=True, timeout=60)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)
     assert "--model_base_path DIR" in subprocess.run([SERVE, "--help"], capture_output=True,
                                                      text=True, timeout=60).stdout
+
+
+def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
+    run, accuracy, x, y = trained(tmp_path)
+    base = tmp_path / "models"
+    os.makedirs(base / "1")
+    shutil.copy(run / "checkpoints" / "ckpt-10.ctck", base / "1")
+    xs = x[:8].astype(np.float32) / 255
+    np.save(tmp_path / "x.npy", xs)
+    want = {}
+    for step in (10, 20):
+        out = tmp_path / f"want{step}.npy"
+        assert ctrain("predict", str(run / "checkpoints" / f"ckpt-{step}.ctck"),
+                      str(tmp_path / "x.npy"), "--out", str(out)).returncode == 0
+        want[step] = np.load(out)
+    # a batch fills at 8 examples, or its first request waits 60 s
+    p, url = start(base, 1, "--max_batch_size", "8", "--batch_timeout_micros", "60000000",
+                   "--max_enqueued_examples", "8", "--file_system_poll_wait_seconds", "0.1")
+    model = url + "/v1/models/mlp"
+    answers = {}
+
+    def client(k, rows):
+        answers[k] = call(model + ":predict", {"instances": xs[rows].tolist()})
+    try:
+        threads = [threading.Thread(target=client, args=(k, [k])) for k in range(8)]
+        [t.start() for t in threads]
+        [t.join(120) for t in threads]
+        for k in range(8):  # eight requests, one forward pass, each its own rows
+            assert answers[k][0] == 200, answers[k]
+            np.testing.assert_array_equal(
+                np.array(json.loads(answers[k][1])["predictions"][0], np.float32), want[10][k])
+        assert metric(url, "ctrain_serve_batches_total") == 1
+        # 5 examples wait; 4 more would pass --max_enqueued_examples 8: 503; 3 more fill the batch
+        waiting = threading.Thread(target=client, args=("a", slice(0, 5)))
+        waiting.start()
+        wait_for(lambda: metric(url, "ctrain_serve_queued_examples") == 5, "5 queued examples")
+        code, text = call(model + ":predict", {"instances": xs[:4].tolist()})
+        assert code == 503 and "busy" in json.loads(text)["error"], (code, text)
+        client("c", slice(5, 8))
+        waiting.join(120)
+        got = json.loads(answers["a"][1])["predictions"] + json.loads(answers["c"][1])["predictions"]
+        np.testing.assert_array_equal(np.array(got, np.float32), want[10])
+        assert metric(url, "ctrain_serve_batches_total") == 2
+        # a new version appears (moved in whole, as a deployment does): served from then on
+        os.makedirs(tmp_path / "staging")
+        shutil.copy(run / "checkpoints" / "ckpt-20.ctck", tmp_path / "staging")
+        os.rename(tmp_path / "staging", base / "3")
+        wait_for(lambda: json.loads(call(model)[1])["model_version_status"][0]["version"] == "3",
+                 "version 3")
+        code, text = call(model + "/versions/3:predict", {"instances": xs.tolist()})
+        np.testing.assert_array_equal(np.array(json.loads(text)["predictions"], np.float32),
+                                      want[20])
+        assert call(model + "/versions/1:predict", {"instances": xs.tolist()})[0] == 404
+        # a version that does not load is named once and passed over
+        os.makedirs(base / "5")
+        (base / "5" / "ckpt-1.ctck").write_bytes(b"not a checkpoint")
+        wait_for(lambda: "version 5" in open(tmp_path / "serve.err").read(), "the refusal")
+        assert "still serving version 3" in open(tmp_path / "serve.err").read()
+        assert json.loads(call(model)[1])["model_version_status"][0]["version"] == "3"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0
