@@ -112,8 +112,9 @@ static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err
     if (b->size > 0 && b->labels_per_example != t->positions && (t->binary || t->regression)) {
         return ct_err_set(err, CT_EINVAL,
                           "%s: the data has %lld label(s) per example but the model outputs %lld "
-                          "values, and loss %s takes one %s per output",
+                          "%s, and loss %s takes one %s per output",
                           t->cfg.path, (long long)b->labels_per_example, (long long)t->positions,
+                          t->binary ? "logits" : "values",
                           t->binary ? "binary_crossentropy" : "mean_squared_error",
                           t->binary ? "0/1 label" : "target");
     }

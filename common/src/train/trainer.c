@@ -83,11 +83,11 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
     }
     if ((t->binary || t->regression) && t->cfg.top_k) {
         st = ct_err_set(err, CT_EINVAL,
-                        "%s: metrics: top_%d_accuracy ranks classes, and %s has one output per "
+                        "%s: metrics: top_%d_accuracy ranks classes, and %s has one %s per "
                         "label: %s",
                         job->path, t->cfg.top_k,
                         t->binary ? "binary_crossentropy" : "mean_squared_error",
-                        t->binary ? "use accuracy" : "remove it");
+                        t->binary ? "logit" : "output", t->binary ? "use accuracy" : "remove it");
         goto fail;
     }
     if (t->regression && (job->model.label_smoothing > 0 || job->model.has_ignore_index)) {
