@@ -52,8 +52,9 @@ static void usage(FILE *f) {
             "                         (default 1; 0: never)\n"
             "  -h, --help             show this help\n"
             "\n"
-            "exit codes: 0 stopped by SIGINT or SIGTERM after serving, 1 runtime failure (the\n"
-            "port is taken), 2 bad input (flags, no version, a checkpoint that does not load)\n");
+            "exit codes: 130 SIGINT, 143 SIGTERM (after the requests in flight are answered),\n"
+            "1 runtime failure (the port is taken), 2 bad input (flags, no version, a checkpoint\n"
+            "that does not load)\n");
 }
 
 /* A numeric flag: the integer options (sizes) and the poll interval. */
@@ -210,5 +211,8 @@ int main(int argc, char **argv) {
             free(m);
         }
     }
-    return st == CT_OK ? 0 : st == CT_EIO || st == CT_ENOMEM ? 1 : 2;
+    if (st == CT_OK) { /* stopped by a signal, after the requests in flight were answered */
+        return ct_exit_code(CT_EINTR, ct_role_stop_signal, 0);
+    }
+    return st == CT_EIO || st == CT_ENOMEM ? 1 : 2;
 }

@@ -3,7 +3,9 @@ TF Serving's status, metadata, :predict (row and columnar) and :classify answer 
 predict` does (the same floats); many clients at once get the same answers; malformed and
 mismatched bodies get a 400 with {"error": ...} naming the field, unknown versions and paths a
 404, oversized bodies a 413, and the server goes on serving; the Prometheus counters count them;
-SIGTERM stops it with exit code 0."""
+SIGTERM stops it with exit code 143. Dynamic batching runs concurrent requests as one forward
+pass with the same answers, a full queue answers 503, and a new version is loaded under load
+with no failed request."""
 import json
 import os
 import shutil
@@ -130,7 +132,7 @@ def test_serve_like_tf_serving(tmp_path):
         assert counts["ctrain_serve_examples_total"] == str(64 + 3 + 1 + 64 + 1)
     finally:
         p.send_signal(signal.SIGTERM)
-        assert p.wait(60) == 0, p.stderr.read()
+        assert p.wait(60) == 143
 
 
 def test_serve_bad_flags_and_paths_are_one_line(tmp_path):
@@ -162,7 +164,7 @@ def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
         want[step] = np.load(out)
     # a batch fills at 8 examples, or its first request waits 60 s
     p, url = start(base, 1, "--max_batch_size", "8", "--batch_timeout_micros", "60000000",
-                   "--max_enqueued_examples", "8", "--file_system_poll_wait_seconds", "0.1")
+                   "--max_enqueued_examples", "8")
     model = url + "/v1/models/mlp"
     answers = {}
 
@@ -188,12 +190,33 @@ def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
         got = json.loads(answers["a"][1])["predictions"] + json.loads(answers["c"][1])["predictions"]
         np.testing.assert_array_equal(np.array(got, np.float32), want[10])
         assert metric(url, "ctrain_serve_batches_total") == 2
-        # a new version appears (moved in whole, as a deployment does): served from then on
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 143
+    p, url = start(base, 1, "--file_system_poll_wait_seconds", "0.1")  # no waiting for batches
+    model = url + "/v1/models/mlp"
+    try:
+        # a new version appears (moved in whole, as a deployment does) while 4 clients keep
+        # asking: served from then on, and no request fails across the swap
         os.makedirs(tmp_path / "staging")
         shutil.copy(run / "checkpoints" / "ckpt-20.ctck", tmp_path / "staging")
+        swapped, seen = threading.Event(), []
+
+        def load(k):
+            while not swapped.is_set():
+                code, text = call(model + ":predict", {"instances": xs[k:k + 2].tolist()})
+                seen.append((code, np.array(json.loads(text)["predictions"], np.float32), k))
+        loaders = [threading.Thread(target=load, args=(k,)) for k in (0, 2, 4, 6)]
+        [t.start() for t in loaders]
+        wait_for(lambda: len(seen) >= 8, "answers before the swap")
         os.rename(tmp_path / "staging", base / "3")
         wait_for(lambda: json.loads(call(model)[1])["model_version_status"][0]["version"] == "3",
                  "version 3")
+        swapped.set()
+        [t.join(120) for t in loaders]
+        assert all(code == 200 for code, _, _ in seen), [c for c, _, _ in seen if c != 200]
+        for _, got, k in seen:  # each answer is one version's, whole
+            assert any(np.array_equal(got, want[s][k:k + 2]) for s in (10, 20)), k
         code, text = call(model + "/versions/3:predict", {"instances": xs.tolist()})
         np.testing.assert_array_equal(np.array(json.loads(text)["predictions"], np.float32),
                                       want[20])
@@ -206,4 +229,4 @@ def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
         assert json.loads(call(model)[1])["model_version_status"][0]["version"] == "3"
     finally:
         p.send_signal(signal.SIGTERM)
-        assert p.wait(60) == 0
+        assert p.wait(60) == 143
