@@ -4,7 +4,7 @@
 #   scripts/setup.sh --tests    also what the tests need: Criterion, PyTorch, numpy, pytest, pyzmq,
 #                               clang (the libFuzzer target), procps (pgrep), python3-venv; and the
 #                               virtual environment build-venv/ with pip's tensorboard, xprof,
-#                               safetensors and onnxruntime, which sees Debian's torch and numpy
+#                               safetensors, onnx and onnxruntime; it sees Debian's torch, numpy
 # CTRAIN_BUILD_DIR builds elsewhere, CTRAIN_MESON_ARGS passes meson options, CTRAIN_VENV names the
 # virtual environment's folder. Each step's output goes to build-logs/; a step that fails prints
 # its log and the script exits 1. While another apt-get or dpkg (unattended-upgrades, a second
@@ -179,13 +179,13 @@ fi
 if ((tests)); then
     # TensorBoard's own event reader, the converter of its Profile tab (xprof: a 32 MB wheel, with
     # Google Cloud Storage and DuckDB clients it imports) and the safetensors reader check what
-    # ctrain writes, and onnxruntime runs the ONNX models it exports. They come from pip, into a
+    # ctrain writes, and onnx's checker and onnxruntime take the ONNX models it exports. They come from pip, into a
     # virtual environment (Debian's python3 is externally managed, PEP 668) that also sees
     # Debian's site packages: torch 1.13 and numpy 1.24. Debian's torch cannot use
     # NumPy 2, so pip may not bring one in; the versions are pinned so that CI gets the same set.
     check_venv() {
         "$venv/bin/python" - <<'EOF'
-import numpy, torch, pytest, zmq, tensorboard, safetensors, xprof.version, onnxruntime
+import numpy, torch, pytest, zmq, tensorboard, safetensors, xprof.version, onnxruntime, onnx
 import xprof.convert.raw_to_tool_data  # loads the converter's native library
 assert numpy.__version__.startswith("1.24.") and numpy.__file__.startswith("/usr/lib/python3/"), (
     f"numpy {numpy.__version__} from {numpy.__file__}: the venv must see Debian's numpy 1.24")
@@ -203,6 +203,7 @@ numpy<2
 tensorboard==2.21.0
 safetensors==0.8.0
 onnxruntime==1.30.0
+onnx==1.23.1
 flatbuffers==25.12.19
 absl-py==2.5.1
 grpcio==1.85.1
@@ -254,7 +255,7 @@ yarl==1.25.1
 zipp==4.1.2
 EOF
         step pip "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
-            -c "$venv/constraints.txt" tensorboard xprof safetensors onnxruntime
+            -c "$venv/constraints.txt" tensorboard xprof safetensors onnxruntime onnx
         step venv-check check_venv
     fi
     echo "setup: $venv: $(tail -n 1 "$logs/venv-check.log")"
