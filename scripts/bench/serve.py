@@ -64,34 +64,42 @@ def ort_server(path):
 
         def log_message(self, *args):
             pass
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        request_queue_size = 256  # the default listen backlog, 5, resets 64 clients
+        daemon_threads = True
+    httpd = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1/models/m:predict"
 
 
 def load(url, body, clients):
-    """Latencies of REQUESTS requests from `clients` threads, and the wall time."""
-    lat, each = [], max(1, REQUESTS // clients)
+    """Latencies of the answered ones of REQUESTS requests from `clients` threads, the wall time
+    and the number of requests that failed."""
+    lat, failed, each = [], [], max(1, REQUESTS // clients)
 
     def client():
         mine = []
         for _ in range(each):
             t0 = time.perf_counter()
-            with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=120) as r:
-                r.read()
-            mine.append(time.perf_counter() - t0)
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, data=body),
+                                            timeout=120) as r:
+                    r.read()
+                mine.append(time.perf_counter() - t0)
+            except OSError:
+                failed.append(1)
         lat.extend(mine)
     threads = [threading.Thread(target=client) for _ in range(clients)]
     t0 = time.perf_counter()
     [t.start() for t in threads]
     [t.join() for t in threads]
-    return lat, time.perf_counter() - t0
+    return lat, time.perf_counter() - t0, len(failed)
 
 
 def main():
     print(f"{REQUESTS} requests of 1 example per row; latency in ms")
-    print("| model | clients | server | p50 | p99 | requests/s |")
-    print("|---|---|---|---|---|---|")
+    print("| model | clients | server | p50 | p99 | requests/s | failed |")
+    print("|---|---|---|---|---|---|---|")
     for name in MODELS:
         with tempfile.TemporaryDirectory() as tmp:
             run(CTRAIN, "train", os.path.join(ROOT, JOBS[name]), "--quiet", "--set",
@@ -113,10 +121,11 @@ def main():
                 load(url, body, 4)
             for clients in CLIENTS:
                 for server, url in (("ctrain-serve", ours), ("onnxruntime + http.server", peer)):
-                    lat, wall = load(url, body, clients)
+                    lat, wall, failed = load(url, body, clients)
                     lat.sort()
                     print(f"| {name} | {clients} | {server} | {1e3 * statistics.median(lat):.2f} "
-                          f"| {1e3 * lat[int(0.99 * (len(lat) - 1))]:.2f} | {len(lat) / wall:.0f} |")
+                          f"| {1e3 * lat[int(0.99 * (len(lat) - 1))]:.2f} | {len(lat) / wall:.0f} "
+                          f"| {failed} |")
             httpd.shutdown()
             p.terminate()
             p.wait(60)
