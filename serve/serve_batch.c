@@ -61,21 +61,34 @@ static void wait_for_batch(serve_model *m) {
     }
 }
 
-/* Runs requests first..(k of them) as one batch (m->mu not held). */
+/* The rows a batch of `total` examples runs as: the next power of two (zero rows after the
+ * examples), so that the trainer's few cached graphs (one per batch size) serve every batch; a
+ * batch past max_batch runs as it is. */
+static int64_t bucket(const serve_model *m, int64_t total) {
+    int64_t b = 1;
+    while (b < total) {
+        b *= 2;
+    }
+    return total > m->batching.max_batch ? total : b;
+}
+
+/* Runs requests first..(k of them) as one batch (m->mu not held); x and y hold bucket(total)
+ * rows, or are NULL: then each request runs alone at its own size. */
 static void run_batch(serve_model *m, serve_pending *first, int k, int64_t total, float *x,
                       float *y) {
     ct_err err = {0};
     ct_status st;
-    if (k == 1) {
+    if (!x) {
         st = ct_trainer_predict(m->t, first->x, first->n, first->y, &err);
     } else {
-        int64_t row = 0;
+        int64_t row = 0, rows = bucket(m, total);
         serve_pending *p = first;
         for (int i = 0; i < k; i++, p = p->next) {
             memcpy(x + row * m->in_values, p->x, (size_t)(p->n * m->in_values) * sizeof *x);
             row += p->n;
         }
-        st = ct_trainer_predict(m->t, x, total, y, &err);
+        memset(x + row * m->in_values, 0, (size_t)((rows - row) * m->in_values) * sizeof *x);
+        st = ct_trainer_predict(m->t, x, rows, y, &err);
         row = 0;
         p = first;
         for (int i = 0; i < k && st == CT_OK; i++, p = p->next) {
@@ -112,14 +125,15 @@ static void *batcher(void *arg) {
         m->head = p;
         m->tail = p ? m->tail : NULL;
         pthread_mutex_unlock(&m->mu);
-        if (k > 1 && total > cap) {
+        if (bucket(m, total) > cap) {
             free(x);
             free(y);
-            x = malloc((size_t)(total * m->in_values) * sizeof *x);
-            y = malloc((size_t)(total * m->out_values) * sizeof *y);
-            cap = x && y ? total : 0;
+            int64_t rows = bucket(m, total);
+            x = malloc((size_t)(rows * m->in_values) * sizeof *x);
+            y = malloc((size_t)(rows * m->out_values) * sizeof *y);
+            cap = x && y ? rows : 0;
         }
-        if (k > 1 && !cap) { /* out of memory for the batch: each alone */
+        if (!cap) { /* out of memory for the batch: each alone */
             serve_pending *q = first;
             for (int i = 0; i < k; i++, q = q->next) {
                 run_batch(m, q, 1, q->n, NULL, NULL);

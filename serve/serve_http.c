@@ -15,6 +15,8 @@
 #include "core/clock.h"
 #include "serve.h"
 
+#define MAX_CONNECTIONS 128 /* each a thread, and a body being read and parsed */
+
 enum { CODE_200, CODE_400, CODE_404, CODE_413, CODE_503, CODE_500, N_CODES };
 static const int CODES[N_CODES] = {200, 400, 404, 413, 503, 500};
 
@@ -77,19 +79,20 @@ int64_t serve_http_version(serve_http *h) {
 /* Sends text with `status`, counted. */
 static enum MHD_Result reply(struct serve_http *h, struct MHD_Connection *c, int status,
                              const char *type, serve_text *t) {
-    int k = 0;
-    while (k < N_CODES - 1 && CODES[k] != status) {
-        k++;
-    }
-    atomic_fetch_add(&h->requests[k], 1);
-    if (!t->ok) {
+    if (!t->ok) { /* out of memory writing the answer */
         free(t->s);
         t->s = NULL;
         t->len = 0;
         status = 500;
     }
+    int k = 0;
+    while (k < N_CODES - 1 && CODES[k] != status) {
+        k++;
+    }
+    atomic_fetch_add(&h->requests[k], 1);
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(t->len, t->s ? t->s : (char *)"", MHD_RESPMEM_MUST_FREE);
+        t->s ? MHD_create_response_from_buffer(t->len, t->s, MHD_RESPMEM_MUST_FREE)
+             : MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) {
         free(t->s);
         return MHD_NO;
@@ -108,7 +111,7 @@ static enum MHD_Result error(struct serve_http *h, struct MHD_Connection *c, int
     for (const char *p = msg; *p; p++) {
         if (*p == '"' || *p == '\\') {
             serve_text_add(&t, "\\%c", *p);
-        } else if ((unsigned char)*p < 0x20) {
+        } else if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x80) {
             serve_text_add(&t, "\\u%04x", (unsigned)*p);
         } else {
             serve_text_add(&t, "%c", *p);
@@ -301,7 +304,8 @@ ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t ma
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
                             (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS, MHD_OPTION_END);
     if (!h->d) {
         pthread_mutex_destroy(&h->mu);
         free(h);

@@ -1,6 +1,7 @@
 /* TF Serving's REST JSON (serve.h): requests parsed with the YAML/JSON tree the job files use,
  * every example checked against the input shape (the field at fault named); answers written
  * nested as the output shape, as TF Serving writes them. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,15 +36,23 @@ void serve_text_add(serve_text *t, const char *fmt, ...) {
     t->len += n > 0 ? (size_t)n : 0;
 }
 
-/* Appends the values of `node`, a nested list of shape dims[0..rank), to out[*k...]. */
-static int flatten(const ct__yaml_node *node, const int64_t *dims, int rank, float *out, int64_t *k,
-                   const char *field, char *why, size_t cap) {
+/* Appends the values of `node`, a nested list of shape dims[0..rank), to out[*k...]: finite
+ * numbers within f32's range, and whole non-negative ones for token ids. */
+static int flatten(const ct__yaml_node *node, const int64_t *dims, int rank, int ids, float *out,
+                   int64_t *k, const char *field, char *why, size_t cap) {
     char buf[64];
     if (rank == 0) {
         char *end = NULL;
-        double v = node->kind == CT__YAML_SCALAR && !node->quoted ? strtod(node->text, &end) : 0;
-        if (node->kind != CT__YAML_SCALAR || node->quoted || !end || *end || !node->text[0]) {
-            snprintf(why, cap, "%s: expected a number, got %s", field,
+        const char *text = node->kind == CT__YAML_SCALAR && !node->quoted ? node->text : "";
+        double v = strtod(text, &end);
+        int number = *text && !*end && strspn(text, "0123456789+-.eE") == strlen(text);
+        if (!number || !isfinite(v) || fabs(v) > FLT_MAX) {
+            snprintf(why, cap, "%s: expected a finite number, got %s", field,
+                     ct__yaml_describe(node, buf, sizeof buf));
+            return 0;
+        }
+        if (ids && (v < 0 || v > 2147483647.0 || v != floor(v))) {
+            snprintf(why, cap, "%s: expected a token id (a whole number from 0), got %s", field,
                      ct__yaml_describe(node, buf, sizeof buf));
             return 0;
         }
@@ -58,7 +67,7 @@ static int flatten(const ct__yaml_node *node, const int64_t *dims, int rank, flo
         return 0;
     }
     for (size_t i = 0; i < node->n; i++) {
-        if (!flatten(node->items[i], dims + 1, rank - 1, out, k, field, why, cap)) {
+        if (!flatten(node->items[i], dims + 1, rank - 1, ids, out, k, field, why, cap)) {
             return 0;
         }
     }
@@ -70,6 +79,13 @@ static int examples(const serve_model *m, const ct__yaml_node *list, const char 
                     int64_t *n, char *why, size_t cap) {
     if (list->kind != CT__YAML_SEQ || list->n == 0) {
         snprintf(why, cap, "%s: expected a non-empty list of examples", field);
+        return 0;
+    }
+    if ((int64_t)list->n > m->batching.max_queued) {
+        snprintf(why, cap,
+                 "%s: %zu examples, more than one request may hold "
+                 "(--max_enqueued_examples %lld)",
+                 field, list->n, (long long)m->batching.max_queued);
         return 0;
     }
     *n = (int64_t)list->n;
@@ -91,7 +107,7 @@ static int examples(const serve_model *m, const ct__yaml_node *list, const char 
             }
             e = v;
         }
-        if (!flatten(e, m->in.dims, m->in.rank, *x, &k, item, why, cap)) {
+        if (!flatten(e, m->in.dims, m->in.rank, m->ids, *x, &k, item, why, cap)) {
             return 0;
         }
     }
@@ -104,7 +120,7 @@ int serve_parse_request(const serve_model *m, const char *body, size_t len, floa
     ct_err err = {0};
     *x = NULL;
     *n = 0;
-    if (ct__yaml_parse(body, len, "request", &root, &err) != CT_OK) {
+    if (ct__yaml_parse_limited(body, len, "request", 16, &root, &err) != CT_OK) {
         snprintf(why, cap, "the body is not JSON: %s", err.msg);
         return 0;
     }

@@ -42,7 +42,7 @@ static void usage(FILE *f) {
             "  --model_name NAME      the name in the URLs (default: default)\n"
             "  --rest_api_port N      the port (default 8501; 0: any free port, printed)\n"
             "  --rest_api_bind ADDR   the IPv4 address to listen on (default 0.0.0.0)\n"
-            "  --max_body_bytes N     the largest request body (default 67108864; 413 past it)\n"
+            "  --max_body_bytes N     the largest request body (default 8388608; 413 past it)\n"
             "  --max_batch_size N     concurrent requests run as one forward pass of up to N\n"
             "                         examples (default 64; 1: each alone)\n"
             "  --batch_timeout_micros N  how long the first request of a batch waits for more\n"
@@ -89,7 +89,7 @@ static int num(const num_flag *flags, int n, const char *a, const char *v, int *
 }
 
 static int parse(int argc, char **argv, serve_opts *o) {
-    int64_t port = 8501, max_body = 64 << 20;
+    int64_t port = 8501, max_body = 8 << 20;
     *o = (serve_opts){.name = "default",
                       .bind = "0.0.0.0",
                       .batching = {.max_batch = 64, .max_wait_us = 0, .max_queued = 4096},
@@ -141,7 +141,8 @@ static serve_model *load(const serve_opts *o, int64_t v, ct_err *err) {
 }
 
 /* Until SIGINT/SIGTERM: every poll_s seconds, a higher version under the base path is loaded and
- * swapped in (one that does not load is reported once and passed over). */
+ * swapped in (one that does not load yet, its checkpoint still being written, is tried again at
+ * every poll and reported once). */
 static void watch(const serve_opts *o, serve_http *h) {
     int64_t failed = -1;
     double next = ct__now_s() + o->poll_s;
@@ -152,7 +153,7 @@ static void watch(const serve_opts *o, serve_http *h) {
         }
         next = ct__now_s() + o->poll_s;
         int64_t v = serve_newest_version(o->base);
-        if (v <= serve_http_version(h) || v == failed) {
+        if (v <= serve_http_version(h)) {
             continue;
         }
         ct_err err = {0};
@@ -161,7 +162,7 @@ static void watch(const serve_opts *o, serve_http *h) {
             serve_http_swap(h, m);
             printf("ctrain-serve: serving model '%s' version %lld\n", o->name, (long long)v);
             fflush(stdout);
-        } else {
+        } else if (v != failed) { /* tried again at every poll, said once */
             fprintf(stderr, "ctrain-serve: version %lld: %s (still serving version %lld)\n",
                     (long long)v, err.msg, (long long)serve_http_version(h));
             failed = v;

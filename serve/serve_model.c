@@ -1,6 +1,7 @@
 /* The servable (serve.h): TF Serving's base path layout, BASE/<version>/ with the version a
  * positive integer, each a directory of ctrain checkpoints (its newest good one is loaded). */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +14,11 @@ int64_t serve_newest_version(const char *base) {
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
         char *end = NULL;
+        errno = 0;
         long long v = strtoll(e->d_name, &end, 10);
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && !*end && v > best) {
+        int canonical = e->d_name[0] >= '0' && e->d_name[0] <= '9' && !*end && errno != ERANGE &&
+                        (e->d_name[0] != '0' || !e->d_name[1]); /* "7", not "007" */
+        if (canonical && v > best) {
             best = v;
         }
     }

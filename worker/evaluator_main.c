@@ -1,6 +1,7 @@
 /* ctrain-evaluator: evaluates each new checkpoint of a job once and writes the eval run. A thin
  * main: flags, the job, ct_evaluator_run, exit code (0 after the final checkpoint, 1 on a
  * runtime failure or timeout, 2 on bad input, 130 SIGINT, 143 SIGTERM). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +11,26 @@
 #include "evaluator.h"
 
 /* One JSON line per evaluated checkpoint on stdout (the format scripts read). */
+/* A JSON number, or null for NaN and infinities (JSON has neither). */
+static const char *json_number(double v, char *buf, size_t cap) {
+    if (!isfinite(v)) {
+        return "null";
+    }
+    snprintf(buf, cap, "%.17g", v);
+    return buf;
+}
+
 static void print_evaluation(const ct_evaluation *e, void *user) {
     (void)user;
-    char top_k[64] = "";
+    char top_k[96] = "", a[40], b[40], c[40];
     if (e->top_k) {
-        snprintf(top_k, sizeof top_k, ", \"eval_top%d_accuracy\": %.17g", e->top_k,
-                 e->top_k_accuracy);
+        snprintf(top_k, sizeof top_k, ", \"eval_top%d_accuracy\": %s", e->top_k,
+                 json_number(e->top_k_accuracy, c, sizeof c));
     }
-    printf("{\"step\": %lld, \"epoch\": %lld, \"checkpoint\": \"%s\", \"eval_loss\": %.17g, "
-           "\"eval_accuracy\": %.17g%s, \"final\": %s}\n",
-           (long long)e->step, (long long)e->epoch, e->checkpoint, e->loss, e->accuracy, top_k,
+    printf("{\"step\": %lld, \"epoch\": %lld, \"checkpoint\": \"%s\", \"eval_loss\": %s, "
+           "\"eval_accuracy\": %s%s, \"final\": %s}\n",
+           (long long)e->step, (long long)e->epoch, e->checkpoint,
+           json_number(e->loss, a, sizeof a), json_number(e->accuracy, b, sizeof b), top_k,
            e->final ? "true" : "false");
     fflush(stdout);
 }

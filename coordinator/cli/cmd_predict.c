@@ -57,8 +57,9 @@ static int parse(int argc, char **argv, predict_opts *o) {
             o->out = argv[++i];
         } else if (!strcmp(a, "--batch") && i + 1 < argc) {
             o->batch = strtoll(argv[++i], &end, 10);
-            if (*end || o->batch < 1) {
-                fprintf(stderr, "ctrain: predict: --batch needs a positive integer, got '%s'\n",
+            if (*end || o->batch < 1 || o->batch > (1 << 24)) {
+                fprintf(stderr,
+                        "ctrain: predict: --batch needs an integer in [1, 16777216], got '%s'\n",
                         argv[i]);
                 return EXIT_BAD_INPUT;
             }
@@ -156,7 +157,10 @@ static ct_status take(sink *s, const float *y, int64_t n, const int32_t *labels,
 /* Predicts x [n, ...] in batches into the sink. */
 static ct_status run_batches(ct_trainer *t, sink *s, const float *x, int64_t n, int64_t example,
                              int64_t batch, const int32_t *labels, int64_t per_label, ct_err *err) {
-    float *y = malloc((size_t)(batch * s->per) * sizeof *y);
+    batch = batch < n ? batch : n > 0 ? n : 1; /* no larger than the examples there are */
+    float *y = (uint64_t)batch <= SIZE_MAX / sizeof(float) / (uint64_t)s->per
+                   ? malloc((size_t)(batch * s->per) * sizeof *y)
+                   : NULL;
     ct_status st = y ? CT_OK : ct_err_set(err, CT_ENOMEM, "predict: out of memory");
     for (int64_t i = 0; st == CT_OK && i < n; i += batch) {
         int64_t b = n - i < batch ? n - i : batch;
@@ -237,6 +241,10 @@ static ct_status from_eval(ct_trainer *t, const ct_job *job, sink *s, int64_t ba
         if ((st = ct_loader_next_err(l, &b, err)) != CT_OK || b.size == 0) {
             break;
         }
+        if (!ct_trainer_batch_labels(t, &b, err)) { /* the batch fits the model */
+            st = CT_EINVAL;
+            break;
+        }
         int64_t example = 1;
         for (int k = 0; k < b.rank; k++) {
             example *= b.example_shape[k];
@@ -269,9 +277,9 @@ int cmd_predict(int argc, char **argv) {
             st = ct_err_set(&err, CT_EIO, "%s: cannot write", o.out);
         }
     }
-    int64_t batch = o.batch                                 ? o.batch
-                    : job && job->train.eval_batch_size > 0 ? job->train.eval_batch_size
-                                                            : 256;
+    int64_t batch = o.batch                                         ? o.batch
+                    : st == CT_OK && job->train.eval_batch_size > 0 ? job->train.eval_batch_size
+                                                                    : 256;
     if (st == CT_OK) {
         st = !strcmp(o.input, "eval") ? from_eval(t, job, &s, batch, &err)
                                       : from_file(t, job, &s, o.input, batch, &err);

@@ -91,7 +91,8 @@ def test_predict_on_the_eval_pipeline_and_on_arrays(tmp_path):
     np.save(tmp_path / "bad.npy", np.zeros((4, 27, 28), np.float32))
     for args, says in (([str(tmp_path / "bad.npy")], "bad.npy: 756 values per example, but the "
                         "model's input_shape holds 784"),
-                       ([str(tmp_path / "x.npz"), "--batch", "0"], "--batch needs a positive"),
+                       ([str(tmp_path / "x.npz"), "--batch", "0"],
+                        "--batch needs an integer in [1, 16777216]"),
                        ([], "predict needs CKPT INPUT")):
         r = ctrain("predict", ckpts, *args)
         lines = r.stderr.strip().splitlines()

@@ -113,7 +113,11 @@ def test_serve_like_tf_serving(tmp_path):
                 "instances[0]: expected a list of 28, got a list of 2"),
                (model + ":predict", b'{"instances": [], "inputs": []}', 400, "one of them"),
                (model + ":predict", json.dumps({"instances": [[[["x"]] * 28] * 28]}).encode(),
-                400, 'instances[0]: expected a number, got "x"'),
+                400, 'instances[0]: expected a finite number, got "x"'),
+               (model + ":predict", json.dumps({"instances": [[[[float("nan")]] * 28] * 28]})
+                .encode(), 400, "instances[0]: expected a finite number, got 'NaN'"),
+               (model + ":predict", ("{" + ", ".join(f'"k{i}": 0' for i in range(40)) + "}")
+                .encode(), 400, "more than 16 keys in one mapping"),
                (model + "/versions/1:predict", b"{}", 404, "Specific(mlp, 1): version 7"),
                (url + "/v1/models/other:predict", b"{}", 404, "Servable not found"),
                (model + ":explain", b"{}", 404, "no POST route"),
@@ -126,7 +130,7 @@ def test_serve_like_tf_serving(tmp_path):
         code, text = call(url + "/monitoring/prometheus/metrics")
         counts = dict(l.rsplit(" ", 1) for l in text.decode().splitlines() if l[:1] not in "#")
         assert counts['ctrain_serve_requests_total{code="200"}'] == "14", text  # this one aside
-        assert counts['ctrain_serve_requests_total{code="400"}'] == "4"
+        assert counts['ctrain_serve_requests_total{code="400"}'] == "6"
         assert counts['ctrain_serve_requests_total{code="404"}'] == "3"
         assert counts['ctrain_serve_requests_total{code="413"}'] == "1"
         assert counts["ctrain_serve_examples_total"] == str(64 + 3 + 1 + 64 + 1)
@@ -185,6 +189,8 @@ def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
         wait_for(lambda: metric(url, "ctrain_serve_queued_examples") == 5, "5 queued examples")
         code, text = call(model + ":predict", {"instances": xs[:4].tolist()})
         assert code == 503 and "busy" in json.loads(text)["error"], (code, text)
+        code, text = call(model + ":predict", {"instances": np.zeros((9, 28, 28, 1)).tolist()})
+        assert code == 400 and "more than one request may hold" in json.loads(text)["error"]
         client("c", slice(5, 8))
         waiting.join(120)
         got = json.loads(answers["a"][1])["predictions"] + json.loads(answers["c"][1])["predictions"]

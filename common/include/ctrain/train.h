@@ -108,8 +108,9 @@ CT_API ct_status ct_trainer_step(ct_trainer *t, const float *x, const void *y, i
 
 /* The labels of batch b (from a loader) as the trainer's loss takes them: b->y (i32), or f32
  * targets for mean_squared_error (b->targets, or b->y converted into the trainer's buffer, valid
- * until the next call). NULL with CT_EINVAL in err when they do not fit the loss: f32 labels for
- * a cross-entropy (the message says how to cast them). */
+ * until the next call). NULL with CT_EINVAL in err when the batch does not fit the model (an
+ * example's size, the labels per example, a label past the outputs) or its labels the loss (f32
+ * labels for a cross-entropy: the message says how to cast them). */
 CT_API const void *ct_trainer_batch_labels(ct_trainer *t, const ct_batch *b, ct_err *err);
 
 /* Forward pass only (inference mode) over n examples in batches of job->train.eval_batch_size;

@@ -22,7 +22,8 @@ typedef struct tree_parser {
     const char *text; /* for line numbers of reader (encoding) errors */
     size_t len;
     ct_err *err;
-    char path[256]; /* dotted path of the node being built, for duplicate-key messages */
+    char path[256];  /* dotted path of the node being built, for duplicate-key messages */
+    size_t max_keys; /* keys in one mapping (0: any); the duplicate check is quadratic in them */
 } tree_parser;
 
 static ct__yaml_node *node_new(ct__yaml_kind kind, int line) {
@@ -289,6 +290,11 @@ static ct_status parse_map(tree_parser *p, int line, int depth, ct__yaml_node **
             goto fail;
         }
         size_t old = path_push(p, key, 0);
+        if (p->max_keys && map->n >= p->max_keys) {
+            st =
+                fail_at(p, key_line, "%s: more than %zu keys in one mapping", p->path, p->max_keys);
+            goto fail;
+        }
         const ct__yaml_pair *dup = ct__yaml_find(map, key);
         if (dup) {
             st = fail_at(p, key_line, "%s: duplicate key (first at line %d)", p->path, dup->line);
@@ -385,8 +391,13 @@ fail:
 }
 
 static ct_status parse_named(const char *text, size_t len, const char *name, int with_lines,
-                             ct__yaml_node **ret_root, ct_err *err) {
-    tree_parser p = {.name = name, .with_lines = with_lines, .text = text, .len = len, .err = err};
+                             size_t max_keys, ct__yaml_node **ret_root, ct_err *err) {
+    tree_parser p = {.name = name,
+                     .with_lines = with_lines,
+                     .text = text,
+                     .len = len,
+                     .err = err,
+                     .max_keys = max_keys};
     if (!yaml_parser_initialize(&p.yaml)) {
         return ct_err_set(err, CT_ENOMEM, "%s: out of memory", name);
     }
@@ -405,7 +416,12 @@ static ct_status parse_named(const char *text, size_t len, const char *name, int
 
 ct_status ct__yaml_parse(const char *text, size_t len, const char *name, ct__yaml_node **ret_root,
                          ct_err *err) {
-    return parse_named(text, len, name, 1, ret_root, err);
+    return parse_named(text, len, name, 1, 0, ret_root, err);
+}
+
+ct_status ct__yaml_parse_limited(const char *text, size_t len, const char *name, size_t max_keys,
+                                 ct__yaml_node **ret_root, ct_err *err) {
+    return parse_named(text, len, name, 1, max_keys, ret_root, err);
 }
 
 /* ---- overrides ---- */
@@ -565,7 +581,7 @@ ct_status ct__yaml_apply_set(ct__yaml_node *root, const char *set, ct_err *err) 
     char name[300];
     snprintf(name, sizeof name, "--set %s", set);
     ct__yaml_node *value = NULL;
-    ct_status st = parse_named(eq + 1, strlen(eq + 1), name, 0, &value, err);
+    ct_status st = parse_named(eq + 1, strlen(eq + 1), name, 0, 0, &value, err);
     if (st != CT_OK) {
         return st;
     }

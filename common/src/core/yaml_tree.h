@@ -43,6 +43,11 @@ struct ct__yaml_node {
 ct_status ct__yaml_parse(const char *text, size_t len, const char *name, ct__yaml_node **ret_root,
                          ct_err *err);
 
+/* As ct__yaml_parse, refusing a mapping of more than max_keys keys (untrusted text, such as a
+ * request body: the duplicate-key check costs the square of a mapping's keys). */
+ct_status ct__yaml_parse_limited(const char *text, size_t len, const char *name, size_t max_keys,
+                                 ct__yaml_node **ret_root, ct_err *err);
+
 /* Frees `node` and everything below it; accepts NULL. */
 void ct__yaml_destroy(ct__yaml_node *node);
 

@@ -462,15 +462,20 @@ static void read_metrics(ct__job_reader *r, const ct__job_section *top, ct_job *
     }
     for (size_t i = 0; i < v->n; i++) {
         const ct__yaml_node *item = v->items[i];
-        int metric = 0, k = 0, end = 0;
+        int metric = 0;
         ct__job_key_printf(item_key, "%s[%zu]", path, i);
-        if (item->kind == CT__YAML_SCALAR &&
-            sscanf(item->text, "top_%d_accuracy%n", &k, &end) == 1 && !item->text[end] && end) {
-            metric = -k;
-            if (k < 1 || k > 1000000) {
+        const char *text = item->kind == CT__YAML_SCALAR ? item->text : "";
+        char *end = NULL;
+        long k = !strncmp(text, "top_", 4) && text[4] >= '0' && text[4] <= '9'
+                     ? strtol(text + 4, &end, 10)
+                     : -1;
+        if (k >= 0 && !strcmp(end, "_accuracy")) {
+            if (k < 1 || k > 1000000) { /* strtol saturates: a huge K is refused here too */
                 ct__job_fail(r, item->line, item_key,
-                             "top_K_accuracy needs K in [1, 1000000], got %d", k);
+                             "top_K_accuracy needs K in [1, 1000000], got %.*s",
+                             (int)(end - (text + 4)), text + 4);
             }
+            metric = -(int)(k > 1000000 ? 1 : k);
         } else {
             ct__job_read_name(r, item, item_key, metric_names, "metric", &metric);
             if (r->status == CT_OK && !metric) {

@@ -236,8 +236,10 @@ static int write_json_line(FILE *f, const char *line) {
         size_t skip = 0;
         for (int k = 0; k < 4 && line[0] == ':' && line[1] == ' ' && !skip; k++) {
             size_t len = strlen(bad[k]);
-            char after = line[2 + len];
-            skip = !strncmp(line + 2, bad[k], len) && (after == ',' || after == '}') ? 2 + len : 0;
+            /* line[2 + len] is read only after the match: inside the string, or its NUL */
+            skip = !strncmp(line + 2, bad[k], len) && (line[2 + len] == ',' || line[2 + len] == '}')
+                       ? 2 + len
+                       : 0;
         }
         if (skip) {
             n += fputs(": null", f) < 0 ? -100000 : 6;

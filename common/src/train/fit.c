@@ -91,7 +91,7 @@ static ct_status interrupt(ct_trainer *t, ct_err *err) {
 /* The batch fits the model: an example of model.input_shape's size, labels among its outputs.
  * Checked on every batch (a few comparisons), since a pipeline's shapes may be known only when
  * it runs. */
-static ct_status check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err) {
+ct_status ct__trainer_check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err) {
     int64_t want = 1, got = 1, outputs = t->classes;
     for (int k = 0; k < t->cfg.input_rank; k++) {
         want *= t->cfg.input_shape[k];
@@ -214,13 +214,15 @@ static ct_batch bridge(ct_trainer *t, const ct_batch *b, int64_t *skipped) {
 static ct_status fit_step(fit_run *f, const ct_batch *b, int64_t skipped, float *loss, float *acc,
                           ct_err *err) {
     ct_trainer *t = f->t;
-    ct_status st = check_batch(t, b, err);
-    const void *y = st == CT_OK ? ct_trainer_batch_labels(t, b, err) : NULL;
-    if (st == CT_OK && !y && b->size > 0) {
-        st = CT_EINVAL;
-    } else if (st == CT_OK && !t->reducer && !skipped) {
+    const void *y = ct_trainer_batch_labels(t, b, err); /* checked against the model too */
+    if (!y && b->size > 0) {
+        t->row_base = 0;
+        return err && err->code != CT_OK ? err->code : CT_EINVAL;
+    }
+    ct_status st;
+    if (!t->reducer && !skipped) {
         st = ct_trainer_step(t, b->x, y, b->size, loss, acc, err);
-    } else if (st == CT_OK) {
+    } else {
         /* one replica: its batch is the global batch, short at the end of an epoch too */
         int64_t global = ct_loader_global_batch(f->loader, b->index,
                                                 t->shard_count > 1 ? t->cfg.train.batch_size *

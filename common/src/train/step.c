@@ -60,6 +60,9 @@ static int grow(void **buf, int64_t *cap, int64_t n, ct_err *err) {
 }
 
 const void *ct_trainer_batch_labels(ct_trainer *t, const ct_batch *b, ct_err *err) {
+    if (ct__trainer_check_batch(t, b, err) != CT_OK) {
+        return NULL;
+    }
     if (!t->regression && b->targets) {
         ct_err_set(err, CT_EINVAL,
                    "%s: the data's labels are f32 but loss %s takes integer class labels (cast "

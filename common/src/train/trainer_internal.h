@@ -137,6 +137,10 @@ static inline const void *ct__label_rows(const ct_trainer *t, const void *y, int
     return (const char *)y + (size_t)(row * t->positions) * sizeof(int32_t);
 }
 
+/* Batch b fits the model: an example of model.input_shape's size, as many labels per example as
+ * the loss takes, labels among the outputs. CT_EINVAL naming the mismatch (fit.c). */
+ct_status ct__trainer_check_batch(const ct_trainer *t, const ct_batch *b, ct_err *err);
+
 ct_status ct__trainer_run_batch(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                 int training, float *ret_loss, float *ret_accuracy, ct_err *err);
 
