@@ -3,8 +3,9 @@ nonlinear function, written here) through the pipeline's csv source and pack map
 train.invariant the standalone run, 2 mirrored ranks, 2 sync parameter-server workers and the
 data service end on the same bits; the test loss is NumPy's mean squared error of the saved
 model on the eval file, whose outputs `ctrain predict` gives; metrics.jsonl stays JSON (the accuracy figure, which has no meaning
-here, is null). Integer labels are taken as numbers. f32 labels under a cross-entropy and a
-model with more outputs than targets get one line each."""
+here, is null). Integer labels are taken as numbers. f32 labels under a cross-entropy, a
+model with more outputs than targets and an eval set of another example size get one line
+each."""
 import json
 import subprocess
 
@@ -117,3 +118,12 @@ train: {epochs: 3, batch_size: 64}
         r = train(bad, tmp_path / "bad", expect=2)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], r.stderr
+    # an eval file of 3 features for a model of 4: the first evaluation says so (it read past
+    # the batch before)
+    rows = (tmp_path / "eval.csv").read_text().splitlines()
+    (tmp_path / "eval.csv").write_text("\n".join(",".join(r.split(",")[1:]) for r in rows) + "\n")
+    bad.write_text(JOB % (1, "mean_squared_error"))
+    r = train(bad, tmp_path / "short", expect=2)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the data's examples are [3] (3 values) but model.input_shape is " \
+        "[4]" in lines[0], r.stderr

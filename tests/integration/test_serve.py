@@ -4,8 +4,8 @@ predict` does (the same floats); many clients at once get the same answers; malf
 mismatched bodies get a 400 with {"error": ...} naming the field, unknown versions and paths a
 404, oversized bodies a 413, and the server goes on serving; the Prometheus counters count them;
 SIGTERM stops it with exit code 143. Dynamic batching runs concurrent requests as one forward
-pass with the same answers, a full queue answers 503, and a new version is loaded under load
-with no failed request."""
+pass with the same answers, a full queue answers 503, a new version is loaded under load
+with no failed request, and one that does not load yet is tried again until it does."""
 import json
 import os
 import shutil
@@ -233,6 +233,10 @@ def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
         wait_for(lambda: "version 5" in open(tmp_path / "serve.err").read(), "the refusal")
         assert "still serving version 3" in open(tmp_path / "serve.err").read()
         assert json.loads(call(model)[1])["model_version_status"][0]["version"] == "3"
+        # its checkpoint arrives (copied in place, not moved whole): tried again, then served
+        shutil.copy(run / "checkpoints" / "ckpt-30.ctck", base / "5")
+        wait_for(lambda: json.loads(call(model)[1])["model_version_status"][0]["version"] == "5",
+                 "version 5")
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(60) == 143
