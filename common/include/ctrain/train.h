@@ -192,10 +192,12 @@ CT_API ct_status ct_trainer_resume(ct_trainer *t, const char *dir, int *resumed,
  * (end-of-epoch test loss and accuracy), and metrics.jsonl (one JSON object per logged step and
  * per epoch). Call after ct_trainer_set_checkpointing so the job text is known. */
 CT_API ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_err *err);
-/* A trainer holding the model of checkpoint `path` (a file, or a directory's newest good one),
- * made from the job the checkpoint holds (parsed into *job, which must outlive *t) with the
- * checkpoint's weights restored: for inference (ct_trainer_predict, ct_trainer_export_onnx) or
- * to go on training. *t is NULL on error (the message names the file). */
+/* A trainer holding the model of checkpoint `path` (a file, or a directory's newest good one)
+ * for inference (ct_trainer_predict, ct_trainer_export_onnx): made from the job the checkpoint
+ * holds (parsed into *job, which must outlive *t) with the checkpoint's weights restored, but
+ * not the optimizer's state (plain SGD in its place: no slots, a third of Adam's memory), and
+ * whether the training data changed since is not asked. *t is NULL on error (the message names
+ * the file). */
 CT_API ct_status ct_trainer_load_checkpoint(const char *path, ct_job *job, ct_trainer **t,
                                             ct_err *err);
 /* The last checkpoint written or restored ("" if none). */

@@ -355,6 +355,12 @@ ct_status ct_trainer_load_checkpoint(const char *path, ct_job *job, ct_trainer *
         const ct_ckpt_meta *m = ct_ckpt_meta_of(c);
         st = ct_job_parse_stored(m->job_text, m->job_path[0] ? m->job_path : file, job, err);
     }
+    if (st == CT_OK) { /* for inference: no optimizer state, and the training data may move */
+        job->optimizer.type = CT_OPT_SGD;
+        job->optimizer.momentum = 0.0f;
+        job->optimizer.nesterov = 0;
+        job->checkpoint.allow_changed_input = 1;
+    }
     if (st == CT_OK && (st = ct_trainer_create(job, t, err)) == CT_OK &&
         (st = ct_trainer_restore(*t, c, file, err)) != CT_OK) {
         ct_trainer_destroy(*t);
