@@ -6,6 +6,8 @@ ct_status ct_ps_server_run_task(const ct_job *job, const ct_ps_task *t, volatile
     ct_ps_server_options o = {.index = t->index,
                               .n_servers = t->n_ps > 0 ? t->n_ps : 0,
                               .bind = t->bind,
+                              .interface = t->interface,
+                              .advertise = t->advertise,
                               .chief = t->chief,
                               .keys = t->keys,
                               .stop = stop};

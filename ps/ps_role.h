@@ -7,12 +7,13 @@
 
 /* ---- the parameter server ---- */
 typedef struct ct_ps_server_options {
-    int index;               /* this server's task index */
-    int n_servers;           /* 0: as the chief says; otherwise checked against it */
-    const char *bind;        /* address to bind ("127.0.0.1:0" when NULL) */
-    const char *chief;       /* the chief's endpoint */
-    const ct_net_keys *keys; /* NULL or disabled: plain TCP */
-    volatile int *stop;      /* raised by a signal: leave the loop (may be NULL) */
+    int index;        /* this server's task index */
+    int n_servers;    /* 0: as the chief says; otherwise checked against it */
+    const char *bind; /* --bind; NULL: the rule of net.h (loopback for a local chief) */
+    const char *interface, *advertise; /* --interface, --advertise (net.h, "Addresses") */
+    const char *chief;                 /* the chief's endpoint */
+    const ct_net_keys *keys;           /* NULL or disabled: plain TCP */
+    volatile int *stop;                /* raised by a signal: leave the loop (may be NULL) */
 } ct_ps_server_options;
 
 /* Runs parameter server `index` of job until the chief says the job is done: registers with

@@ -804,8 +804,8 @@ ct_status ct_ps_server_run(const ct_job *job, const ct_ps_server_options *o, ct_
         st = ct__router_handover(s->router, err);
     }
     if (st == CT_OK) {
-        st = ct_net_bind(s->router, o->bind ? o->bind : "127.0.0.1:0", s->endpoint,
-                         sizeof s->endpoint, err);
+        ct_net_where where = {o->bind, o->interface, o->advertise, o->chief};
+        st = ct_net_listen(s->router, &where, s->endpoint, sizeof s->endpoint, err);
     }
     if (st == CT_OK) {
         st = ct__link_init(&s->link, o->keys, o->chief, CTRAIN__WIRE__ROLE__PS, o->index, s->job_id,

@@ -56,8 +56,10 @@ typedef struct worker {
     int pending[MAX_SERVERS];      /* a pull is out */
     uint64_t want[MAX_SERVERS];    /* the version it asked for */
     double pull_sent[MAX_SERVERS];
-    int have[MAX_SERVERS]; /* parameters of the current generation arrived */
-    uint64_t generation;   /* of the parameters held */
+    double probed[MAX_SERVERS];         /* when a late pull last made us try a TCP connect to it */
+    char unreachable[MAX_SERVERS][200]; /* why that connect failed ("" reachable) */
+    int have[MAX_SERVERS];              /* parameters of the current generation arrived */
+    uint64_t generation;                /* of the parameters held */
     /* async tasks */
     task tasks[MAX_TASKS]; /* async: handed out by the chief, not started */
     int n_tasks;
@@ -451,19 +453,63 @@ static int next_task(worker *w, uint64_t version, task *ret) {
     return 1;
 }
 
+/* A server late with a pull (for a heartbeat timeout) gets a TCP connect to its advertised
+ * address: if that fails, we cannot reach it (a loopback or wrong address, a cut link), and our
+ * heartbeats tell the chief so, instead of the chief or the server being blamed. */
+static void probe_late(worker *w, int s, double now) {
+    if (now - w->pull_sent[s] < w->job->ps.heartbeat_timeout ||
+        now - w->probed[s] < w->job->ps.heartbeat_timeout) {
+        return;
+    }
+    w->probed[s] = now;
+    char why[160];
+    if (ct_net_probe(w->endpoint[s], 1000, why, sizeof why)) {
+        w->unreachable[s][0] = '\0';
+    } else {
+        snprintf(w->unreachable[s], sizeof w->unreachable[s], "%s", why);
+    }
+}
+
+static void say_unreachable(worker *w) {
+    w->link.complaint[0] = '\0';
+    for (int s = 0; s < w->n_servers; s++) {
+        if (w->pending[s] && w->unreachable[s][0]) {
+            snprintf(w->link.complaint, sizeof w->link.complaint,
+                     "cannot reach ps %d at %s, the address ps %d advertised (%s)%s", s,
+                     w->endpoint[s], s, w->unreachable[s],
+                     strstr(w->endpoint[s], "//127.") || strstr(w->endpoint[s], "[::1]")
+                         ? "; a loopback address: start ps with --interface NAME or --advertise "
+                           "ADDR"
+                         : "");
+            return;
+        }
+    }
+}
+
 /* Names a server that has owed us parameters for too long (sync waits may be long: the chief
  * decides how long a lost worker is waited for, and tells us through the view). */
 static ct_status check_pulls(worker *w, ct_err *err) {
     double now = ct__now_s(), limit = w->job->ps.register_timeout + w->job->ps.heartbeat_timeout;
     for (int s = 0; s < w->n_servers; s++) {
-        if (w->pending[s] && now - w->pull_sent[s] > limit) {
+        if (!w->pending[s]) {
+            w->unreachable[s][0] = '\0';
+            continue;
+        }
+        probe_late(w, s, now);
+        if (now - w->pull_sent[s] > limit && w->unreachable[s][0]) {
+            say_unreachable(w);
+            return ct_err_set(err, CT_ETIMEDOUT, "%s: %s (for %.0f s)", w->who, w->link.complaint,
+                              now - w->pull_sent[s]);
+        }
+        if (now - w->pull_sent[s] > limit) {
             return ct_err_set(err, CT_ETIMEDOUT,
                               "%s: ps %d (%s) has not answered a pull for %.0f s (version %llu "
-                              "asked)",
+                              "asked; it accepts connections: the server is stuck or overloaded)",
                               w->who, s, w->endpoint[s], now - w->pull_sent[s],
                               (unsigned long long)w->want[s]);
         }
     }
+    say_unreachable(w);
     return CT_OK;
 }
 

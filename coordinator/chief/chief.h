@@ -26,7 +26,8 @@ typedef struct ct_ps_launcher {
 
 typedef struct ct_ps_chief_options {
     int n_servers, n_workers;
-    const char *bind; /* the chief's address ("127.0.0.1:0" when NULL) */
+    const char *bind;                  /* the chief's address ("127.0.0.1:0" when NULL) */
+    const char *interface, *advertise; /* --interface, --advertise (net.h, "Addresses") */
     const ct_net_keys *keys;
     const char *job_text; /* stored in checkpoints */
     int no_resume;

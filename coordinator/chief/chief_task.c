@@ -58,6 +58,8 @@ ct_status ct_chief_run_task(const ct_job *job, const ct_ps_task *t, const ct_rol
     ct_ps_chief_options o = {.n_servers = t->n_ps,
                              .n_workers = t->n_workers,
                              .bind = t->bind,
+                             .interface = t->interface,
+                             .advertise = t->advertise,
                              .keys = t->keys,
                              .job_text = job_text,
                              .no_resume = f->no_resume,

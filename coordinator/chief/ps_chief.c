@@ -290,8 +290,25 @@ void ct__chief_take_stats(slot *s, const Ctrain__Wire__Stats *st) {
     }
 }
 
+/* A member that cannot reach a peer says so in its heartbeats: named once, with both sides. */
+static void take_complaint(chief *c, slot *s, int role) {
+    const char *e = c->msg.env->error ? c->msg.env->error : "";
+    if (strcmp(e, s->complaint) == 0) {
+        return;
+    }
+    snprintf(s->complaint, sizeof s->complaint, "%s", e);
+    int index = (int)(s - (role == CTRAIN__WIRE__ROLE__PS ? c->ps : c->workers));
+    if (*e) {
+        ct__chief_say(c, "%s %d (pid %d on %s) is alive but %s", role_name(role), index, s->pid,
+                      s->host, e);
+    } else {
+        ct__chief_say(c, "%s %d reaches its peers again", role_name(role), index);
+    }
+}
+
 static void on_heartbeat(chief *c, slot *s, int role) {
     s->last_heard = ct__now_s();
+    take_complaint(c, s, role);
     if (role == CTRAIN__WIRE__ROLE__PS) {
         ct__chief_take_stats(s, c->msg.env->stats);
     }
@@ -414,11 +431,14 @@ static ct_status check_roles(chief *c, ct_err *err) {
             }
             s->live = 0;
             s->lost_at = now;
-            char why[96];
+            char why[512];
             int len = snprintf(why, sizeof why, "at step %lld: ", (long long)c->step);
-            snprintf(why + len, sizeof why - (size_t)len,
-                     exited ? "its process exited" : "no heartbeat for %.0f s",
-                     now - s->last_heard);
+            len += snprintf(why + len, sizeof why - (size_t)len,
+                            exited ? "its process exited" : "no heartbeat for %.0f s",
+                            now - s->last_heard);
+            if (s->complaint[0]) { /* it told us why it could not go on */
+                snprintf(why + len, sizeof why - (size_t)len, "; it said it %s", s->complaint);
+            }
             if (role == CTRAIN__WIRE__ROLE__PS) {
                 c->state = CTRAIN__WIRE__STATE__PAUSED;
                 c->restoring = 0;
@@ -479,8 +499,9 @@ static ct_status check_deadlines(chief *c, ct_err *err) {
                 return ct__chief_fail(
                     c, CT_ETIMEDOUT, err,
                     "%s %d (last pid %d on %s) was lost %.0f s ago and has not come back "
-                    "(strategy.register_timeout)",
-                    r == 0 ? "ps" : "worker", i, list[i].pid, list[i].host, now - list[i].lost_at);
+                    "(strategy.register_timeout)%s%s",
+                    r == 0 ? "ps" : "worker", i, list[i].pid, list[i].host, now - list[i].lost_at,
+                    list[i].complaint[0] ? "; it said it " : "", list[i].complaint);
             }
         }
     }
@@ -740,10 +761,11 @@ static ct_status setup(chief *c, ct_err *err) {
     if (!c->ps || !c->workers || !c->requeued || !c->finished || !c->epoch_done || !c->epochs) {
         return ct_err_set(err, CT_ENOMEM, "chief: out of memory");
     }
+    ct_net_where where = {c->o->bind ? c->o->bind : "127.0.0.1:0", c->o->interface, c->o->advertise,
+                          NULL};
     if ((st = ct_net_socket(ZMQ_ROUTER, c->o->keys, 1, &c->router, err)) != CT_OK ||
         (st = ct__router_handover(c->router, err)) != CT_OK ||
-        (st = ct_net_bind(c->router, c->o->bind ? c->o->bind : "127.0.0.1:0", c->endpoint,
-                          sizeof c->endpoint, err)) != CT_OK) {
+        (st = ct_net_listen(c->router, &where, c->endpoint, sizeof c->endpoint, err)) != CT_OK) {
         return st;
     }
     return ct__chief_open_logs(c, err);

@@ -29,6 +29,7 @@ typedef struct slot {
     char endpoint[CT_NET_ENDPOINT_MAX];
     char host[64];
     int pid;
+    char complaint[320]; /* the last unreachable peer its heartbeats named ("" none) */
     /* ps */
     int restored;
     uint64_t version, applied, dropped_late, dropped_stale, duplicates, waits;

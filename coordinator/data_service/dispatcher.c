@@ -249,6 +249,22 @@ static void on_heartbeat(disp *d) {
         if (k->used && k->peer_len == d->msg.peer_len &&
             !memcmp(k->peer, d->msg.peer, d->msg.peer_len)) {
             k->last_heard = now;
+            const char *e = env->error ? env->error : "";
+            if (strcmp(e, k->complaint) != 0) { /* blame the right side, once */
+                snprintf(k->complaint, sizeof k->complaint, "%s", e);
+                const ct__dsvc_worker *dw = NULL; /* whose address that is */
+                for (int w = 0; w < d->st.n_workers && *e && !dw; w++) {
+                    const ct__dsvc_worker *x = &d->st.workers[w];
+                    dw = x->used && x->endpoint[0] && strstr(e, x->endpoint) ? x : NULL;
+                }
+                char of[128] = "";
+                if (dw) {
+                    snprintf(of, sizeof of, " (data worker %d, pid %d on %s)", dw->index, dw->pid,
+                             dw->host);
+                }
+                ct_log(CT_LOG_WARN, "dispatcher: consumer '%s' %s%s%s", k->name,
+                       *e ? "is alive but " : "reaches the data workers again", e, of);
+            }
         }
     }
     send_view(d, CTRAIN__WIRE__KIND__VIEW, 1);
@@ -513,8 +529,8 @@ static ct_status start(disp *d, const ct_job *job, const ct_dispatcher_options *
         (st = ct__router_handover(d->router, err)) != CT_OK) {
         return st;
     }
-    return ct_net_bind(d->router, o->bind ? o->bind : "127.0.0.1:0", d->endpoint,
-                       sizeof d->endpoint, err);
+    ct_net_where where = {o->bind ? o->bind : "127.0.0.1:0", o->interface, o->advertise, NULL};
+    return ct_net_listen(d->router, &where, d->endpoint, sizeof d->endpoint, err);
 }
 
 ct_status ct_dispatcher_run(const ct_job *job, const ct_dispatcher_options *o, volatile int *stop,

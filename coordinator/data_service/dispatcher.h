@@ -10,10 +10,11 @@
 #include "ctrain/status.h"
 
 typedef struct ct_dispatcher_options {
-    const char *bind;     /* HOST:PORT to listen on (NULL: "127.0.0.1:0", any free port) */
-    const char *work_dir; /* the journal (NULL: data.service.work_dir, else
-                             <run_dir>/data_service) */
-    const char *keys;     /* CURVE keys directory (NULL: strategy.keys; "" or none: plain TCP) */
+    const char *bind; /* HOST:PORT to listen on (NULL: "127.0.0.1:0", any free port) */
+    const char *interface, *advertise; /* --interface, --advertise (net.h, "Addresses") */
+    const char *work_dir;              /* the journal (NULL: data.service.work_dir, else
+                                          <run_dir>/data_service) */
+    const char *keys; /* CURVE keys directory (NULL: strategy.keys; "" or none: plain TCP) */
     /* Called once the socket listens, with the endpoint others connect to
      * ("tcp://127.0.0.1:41235"); may be NULL. */
     void (*on_listening)(const char *endpoint, void *user);

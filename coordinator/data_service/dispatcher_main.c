@@ -49,6 +49,8 @@ static void usage(FILE *f) {
             "  --set KEY=VALUE     override a job field (repeatable; the same as the trainers')\n"
             "  --bind HOST:PORT    where to listen (default: data.service.dispatcher, else\n"
             "                      $CTRAIN_DISPATCHER, else the cluster spec's dispatcher task)\n"
+            "  --interface NAME    listen on NAME's address (= CTRAIN_INTERFACE)\n"
+            "  --advertise HOST    the address it reports (= CTRAIN_ADVERTISE)\n"
             "  --task dispatcher   this task, with --cluster FILE or TF_CONFIG naming its address\n"
             "  --cluster FILE      a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
             "  --work-dir DIR      the journal (default data.service.work_dir, else\n"
@@ -108,6 +110,8 @@ int main(int argc, char **argv) {
     ct_dispatcher_options o = {.bind = f.ps.bind ? f.ps.bind : address,
                                .work_dir = work_dir,
                                .keys = f.ps.keys,
+                               .interface = f.ps.interface,
+                               .advertise = f.ps.advertise,
                                .on_listening = on_listening};
     ct_log_set(CT_LOG_INFO, log_line, NULL);
     signal(SIGINT, on_signal);

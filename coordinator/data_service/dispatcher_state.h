@@ -80,6 +80,7 @@ typedef struct ct__dsvc_consumer {
     int n_leases;  /* unretired */
     int64_t until; /* lease no step at or past it (a global step; 0: the job's end; the consumer
                       says it with each move, so it is not journaled) */
+    char complaint[320]; /* the data worker its heartbeats say it cannot reach (not journaled) */
 } ct__dsvc_consumer;
 
 typedef struct ct__dsvc_stream {

@@ -171,8 +171,8 @@ ct_status ct_data_worker_run(const ct_job *job, const ct_data_worker_options *o,
         st = ct__router_handover(k.router, err);
     }
     if (st == CT_OK) {
-        st = ct_net_bind(k.router, o->bind && o->bind[0] ? o->bind : "*:0", k.endpoint,
-                         sizeof k.endpoint, err);
+        ct_net_where where = {o->bind, o->interface, o->advertise, o->dispatcher};
+        st = ct_net_listen(k.router, &where, k.endpoint, sizeof k.endpoint, err);
     }
     if (st == CT_OK && o->on_listening) {
         o->on_listening(k.endpoint, o->user);

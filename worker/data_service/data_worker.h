@@ -14,7 +14,8 @@
 typedef struct ct_data_worker_options {
     int index;              /* --index N / --task data_worker:N */
     const char *dispatcher; /* HOST:PORT */
-    const char *bind;       /* where the ROUTER listens; NULL: "*:0" (any port) */
+    const char *bind;       /* where the ROUTER listens; NULL: the rule of net.h, any port */
+    const char *interface, *advertise; /* --interface, --advertise (net.h, "Addresses") */
     const ct_net_keys *keys;
     volatile int *stop;
     /* called once the ROUTER listens, with the endpoint reported in REGISTER (may be NULL) */

@@ -31,7 +31,11 @@ static void usage(FILE *f) {
         "                         spec, else the rank under srun or mpirun, else 0)\n"
         "  --task data_worker:N   the same, in the cluster spec's form\n"
         "  --cluster FILE         a cluster file in TF_CONFIG's layout (YAML or JSON)\n"
-        "  --bind HOST:PORT       where consumers connect (default *:0: any free port)\n"
+        "  --bind HOST:PORT       where consumers connect (default: loopback for a dispatcher on\n"
+        "                         loopback, else every interface; any free port)\n"
+        "  --interface NAME       listen on and advertise NAME's address (= CTRAIN_INTERFACE)\n"
+        "  --advertise HOST       the address consumers dial (= CTRAIN_ADVERTISE; default: the\n"
+        "                         address of the route to the dispatcher)\n"
         "  --keys DIR             CURVE keys from 'ctrain keygen DIR' (= strategy.keys)\n"
         "  -h, --help             show this help\n"
         "\n"
@@ -40,7 +44,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct flags {
-    const char *job, *dispatcher, *bind, *keys, *cluster, *task;
+    const char *job, *dispatcher, *bind, *keys, *cluster, *task, *interface, *advertise;
     const char *sets[MAX_SETS];
     int n_sets, index, help;
 } flags;
@@ -70,6 +74,8 @@ static int parse(int argc, char **argv, flags *f) {
                             : !strcmp(a, "--keys")       ? &f->keys
                             : !strcmp(a, "--cluster")    ? &f->cluster
                             : !strcmp(a, "--task")       ? &f->task
+                            : !strcmp(a, "--interface")  ? &f->interface
+                            : !strcmp(a, "--advertise")  ? &f->advertise
                                                          : NULL;
         int is_set = !strcmp(a, "--set"), is_index = !strcmp(a, "--index");
         if ((!slot && !is_set && !is_index) || v == NULL) {
@@ -147,6 +153,8 @@ static int serve(flags *f, ct_job *job) {
     ct_data_worker_options o = {.index = f->index,
                                 .dispatcher = dispatcher,
                                 .bind = f->bind,
+                                .interface = f->interface,
+                                .advertise = f->advertise,
                                 .keys = &keys,
                                 .stop = &ct_role_stop_requested,
                                 .on_listening = on_listening,

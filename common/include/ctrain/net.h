@@ -91,4 +91,58 @@ CT_API void ct_net_close(void *sock);
  * nothing) when a socket is still open. No ct_net_* call may follow. */
 CT_API int ct_net_shutdown(void);
 
+/* ---- Addresses (address.c): where a listening role binds and what it advertises ----
+ * One rule for every role (chief, ps, dispatcher, data worker). Listen: a numeric or wildcard
+ * --bind as given; a host *name* as the wildcard on its port (a host's own name resolves to
+ * loopback on stock Debian); --interface NAME: that interface's address; nothing given:
+ * loopback when the peer that must reach us was given as a loopback address, else every
+ * interface. Advertise: --advertise; a specific bound address; the interface's address; the
+ * source address of the route to the peer unless it is loopback; loopback for a loopback peer;
+ * the first non-loopback interface (IPv4 first); 127.0.0.1. CTRAIN_INTERFACE and
+ * CTRAIN_ADVERTISE in the environment stand for the flags where they are not given (as
+ * NCCL_SOCKET_IFNAME does for NCCL). */
+#define CT_NET_MAX_IFACES 64
+
+typedef struct ct_net_iface {
+    char name[32]; /* "eth0" */
+    char addr[64]; /* numeric, without brackets */
+    int family;    /* AF_INET or AF_INET6 */
+    int loopback;
+} ct_net_iface;
+
+typedef struct ct_net_where {
+    const char *bind;      /* --bind HOST:PORT; NULL: the rule above, any port */
+    const char *interface; /* --interface NAME; NULL: none */
+    const char *advertise; /* --advertise HOST (the bound port is added); NULL: the rule */
+    const char *peer;      /* HOST:PORT of who must reach us (chief, dispatcher); NULL: none */
+} ct_net_where;
+
+typedef struct ct_net_plan_out {
+    char bind[300];      /* what to bind: "*:0", "10.0.0.2:5000", "[fd00::2]:0" */
+    char advertise[256]; /* the host others dial (numeric, no brackets, or --advertise) */
+    int family;          /* AF_INET6 when the socket must speak IPv6, else 0 or AF_INET */
+} ct_net_plan_out;
+
+/* The up interfaces with an address (IPv6 link-local left out), in the system's order; at most
+ * cap. 0 when none can be read. */
+CT_API int ct_net_interfaces(ct_net_iface *out, int cap);
+/* The local address of the route to `peer` ("host:port"): a datagram socket's connect, nothing
+ * sent. CT_EINVAL when the host does not resolve, CT_EIO when no route leads there. */
+CT_API ct_status ct_net_route_source(const char *peer, char *ret, size_t cap, ct_err *err);
+/* The rule itself, on a given interface list and route source ("" for none): pure, for tests.
+ * CT_EINVAL names a missing interface and lists the host's. */
+CT_API ct_status ct_net_plan(const ct_net_where *w, const ct_net_iface *ifs, int n,
+                             const char *route_src, ct_net_plan_out *out, ct_err *err);
+/* Binds `sock` by the rule on this machine's interfaces and writes the advertised endpoint
+ * ("tcp://10.0.0.2:41235", "tcp://[fd00::2]:41235"). */
+CT_API ct_status ct_net_listen(void *sock, const ct_net_where *where, char *ret_endpoint,
+                               size_t cap, ct_err *err);
+/* Whether a TCP connection to `endpoint` ("tcp://host:port") opens within timeout_ms: 1, or 0
+ * with why ("Connection refused", "no answer to a TCP connect ...") in `why`. For messages that
+ * tell "the peer is silent" from "this host cannot reach that address". */
+CT_API int ct_net_probe(const char *endpoint, int timeout_ms, char *why, size_t cap);
+/* 1 for 127.x, ::1 and "localhost"; 1 for "*", "0.0.0.0" and "::" (is_wildcard). */
+CT_API int ct_net_is_loopback(const char *host);
+CT_API int ct_net_is_wildcard(const char *host);
+
 #endif

@@ -67,24 +67,26 @@ CT_API void ct_ps_plan_describe(const ct_ps_plan *plan, char *buf, size_t cap);
 
 /* The command-line inputs of a parameter-server role; NULL / -1 where not given. */
 typedef struct ct_ps_task_flags {
-    ct_cluster_flags cluster; /* --task, --chief, --cluster */
-    const char *bind;         /* --bind HOST:PORT */
-    const char *keys;         /* --keys DIR (= strategy.keys) */
-    int n_ps, n_workers;      /* --num-ps, --num-workers */
-    double slow_factor;       /* --slow-factor (benchmarks; 1: off) */
+    ct_cluster_flags cluster;          /* --task, --chief, --cluster */
+    const char *bind;                  /* --bind HOST:PORT */
+    const char *interface, *advertise; /* --interface, --advertise (net.h, "Addresses") */
+    const char *keys;                  /* --keys DIR (= strategy.keys) */
+    int n_ps, n_workers;               /* --num-ps, --num-workers */
+    double slow_factor;                /* --slow-factor (benchmarks; 1: off) */
 } ct_ps_task_flags;
 
 /* This process's task in a parameter-server job, resolved from every source. */
 typedef struct ct_ps_task {
-    int type;            /* CT_TASK_CHIEF, CT_TASK_PS or CT_TASK_WORKER */
-    int index;           /* within its type (0 for the chief) */
-    const char *chief;   /* the chief's address (a view into cluster); NULL on the chief */
-    const char *bind;    /* where a chief or server listens (NULL: 127.0.0.1, any port) */
-    int n_ps, n_workers; /* from the flags, else the cluster's lists (0: unknown) */
-    char who[32];        /* "ps 1", "worker 0", "chief": for messages */
-    ct_net_keys *keys;   /* the CURVE keys (owned; disabled when strategy.keys is "") */
-    ct_net_auth *auth;   /* the authenticator of a chief or server (ct_ps_task_listen) */
-    ct_cluster cluster;  /* owned */
+    int type;          /* CT_TASK_CHIEF, CT_TASK_PS or CT_TASK_WORKER */
+    int index;         /* within its type (0 for the chief) */
+    const char *chief; /* the chief's address (a view into cluster); NULL on the chief */
+    const char *bind;  /* where a chief or server listens (NULL: the rule of net.h) */
+    const char *interface, *advertise; /* --interface, --advertise (net.h, "Addresses") */
+    int n_ps, n_workers;               /* from the flags, else the cluster's lists (0: unknown) */
+    char who[32];                      /* "ps 1", "worker 0", "chief": for messages */
+    ct_net_keys *keys;  /* the CURVE keys (owned; disabled when strategy.keys is "") */
+    ct_net_auth *auth;  /* the authenticator of a chief or server (ct_ps_task_listen) */
+    ct_cluster cluster; /* owned */
 } ct_ps_task;
 
 /* Resolves which task this process is: `type` is the binary's own task type; with any_task a

@@ -22,6 +22,8 @@ static int value_flag(const char *a, const char *v, ct_role_flags *f, ct_err *er
                        : !strcmp(a, "--chief")   ? &f->ps.cluster.chief
                        : !strcmp(a, "--cluster") ? &f->ps.cluster.cluster_file
                        : !strcmp(a, "--bind")    ? &f->ps.bind
+                       : !strcmp(a, "--interface") ? &f->ps.interface
+                       : !strcmp(a, "--advertise") ? &f->ps.advertise
                        : !strcmp(a, "--keys")    ? &f->ps.keys
                        : !strcmp(a, "--job")     ? &f->job_path
                                                  : NULL;

@@ -60,7 +60,8 @@ struct ct__dsvc_client {
     int n_slots, cap_slots;
     int n_workers;
     char endpoints[MAX_WORKERS][CT_NET_ENDPOINT_MAX];
-    ct_status fatal; /* set by the I/O thread: the dispatcher is silent, a socket failed */
+    char complaint[320]; /* the data workers it cannot reach, told to the dispatcher ("" none) */
+    ct_status fatal;     /* set by the I/O thread: the dispatcher is silent, a socket failed */
     char fatal_msg[1024];
     /* statistics */
     int pool_workers;
@@ -355,6 +356,11 @@ static int io_requests(ct__dsvc_client *c) {
         ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
         env.kind = CTRAIN__WIRE__KIND__HEARTBEAT;
         env.stats = &stats;
+        char complaint[sizeof c->complaint];
+        pthread_mutex_lock(&c->mu);
+        snprintf(complaint, sizeof complaint, "%s", c->complaint);
+        pthread_mutex_unlock(&c->mu);
+        env.error = complaint[0] ? complaint : NULL;
         io_send(c, c->dealer, &env);
         for (int w = 0; w < n_workers; w++) {
             send_hello(c, c->workers[w]);
@@ -538,11 +544,36 @@ void ct__dsvc_client_info(const ct__dsvc_client *c, ct__dsvc_stream_info *ret) {
 }
 
 /* The endpoints of the known data workers, for a message (under mu). */
-static void workers_str(const ct__dsvc_client *c, char *buf, size_t cap) {
-    size_t n = (size_t)snprintf(buf, cap, "%s", c->n_workers ? "" : "none known");
-    for (int w = 0; w < c->n_workers && n < cap; w++) {
-        n += (size_t)snprintf(buf + n, cap - n, "%s%s", w ? ", " : "", c->endpoints[w]);
+/* The data workers (under mu), each tried with a TCP connect (mu released meanwhile): one this
+ * host cannot reach is named with why (the address is the one it advertised to the
+ * dispatcher), so that a silent worker and an unreachable address read differently; the first
+ * goes to the dispatcher in our heartbeats. Only while a batch is late. */
+static void workers_str(ct__dsvc_client *c, char *buf, size_t cap) {
+    int n_workers = c->n_workers;
+    char(*eps)[CT_NET_ENDPOINT_MAX] = malloc((size_t)(n_workers + 1) * sizeof *eps);
+    if (!eps) {
+        snprintf(buf, cap, "%d data workers", n_workers);
+        return;
     }
+    memcpy(eps, c->endpoints, (size_t)n_workers * sizeof *eps);
+    pthread_mutex_unlock(&c->mu);
+    char complaint[sizeof c->complaint] = "";
+    size_t n = (size_t)snprintf(buf, cap, "%s", n_workers ? "" : "none known");
+    for (int w = 0; w < n_workers && n < cap; w++) {
+        char why[160];
+        int reach = ct_net_probe(eps[w], 1000, why, sizeof why);
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s%s", w ? ", " : "", eps[w],
+                              reach ? "" : " (unreachable from this host: ", reach ? "" : why,
+                              reach ? "" : "; the address it advertised to the dispatcher)");
+        if (!reach && !complaint[0]) {
+            snprintf(complaint, sizeof complaint,
+                     "cannot reach the data worker at %s, the address it advertised (%s)", eps[w],
+                     why);
+        }
+    }
+    free(eps);
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->complaint, sizeof c->complaint, "%s", complaint);
 }
 
 static int find_slot(const ct__dsvc_client *c, int64_t epoch, int64_t step) {
@@ -558,10 +589,16 @@ static int find_slot(const ct__dsvc_client *c, int64_t epoch, int64_t step) {
 /* Waits for the batch (epoch, step) of the current incarnation (under mu); its slot index. */
 static ct_status wait_batch(ct__dsvc_client *c, int64_t epoch, int64_t step, int *ret,
                             ct_err *err) {
-    double start = ct__now_s(), asked = start, every = c->reseek_s;
+    double start = ct__now_s(), asked = start, every = c->reseek_s, probed = start;
     int k = -1;
     while (c->fatal == CT_OK && (!c->have_info || (k = find_slot(c, epoch, step)) < 0)) {
         double now = ct__now_s();
+        if (now - probed > c->timeout_s / 4) { /* late: can we reach them at all? */
+            char who[1024];
+            workers_str(c, who, sizeof who);
+            probed = ct__now_s();
+            continue;
+        }
         if (now - start > c->timeout_s) {
             char who[1024];
             workers_str(c, who, sizeof who);
@@ -583,6 +620,7 @@ static ct_status wait_batch(ct__dsvc_client *c, int64_t epoch, int64_t step, int
     if (c->fatal != CT_OK) {
         return ct_err_set(err, c->fatal, "%s", c->fatal_msg);
     }
+    c->complaint[0] = '\0'; /* a batch came: whatever it was is over */
     *ret = k;
     return CT_OK;
 }

@@ -137,6 +137,7 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Wire__St
     env.index = l->index;
     env.generation = generation;
     env.stats = (Ctrain__Wire__Stats *)stats;
+    env.error = l->complaint[0] ? l->complaint : NULL;
     const int64_t t0 = ct__prof_begin();
     ct_status st = quiet_send(l, &env, err);
     ct__prof_end(t0, CT__PROF_HEARTBEAT, "heartbeat", NULL, -1, -1, -1, -1);

@@ -55,7 +55,10 @@ typedef struct ct__link {
     ct__view view;
     int view_changed;         /* set when a view arrives; the role clears it */
     int64_t register_sent_ns; /* the profiler's clock at the last REGISTER */
-    int64_t clock_rtt_ns;     /* the shortest REGISTER round trip so far (0: none) */
+    /* A line the heartbeats carry to the coordinator ("cannot reach ps 0 at ..."), so that it
+     * blames the right side; "" for none. The role sets and clears it. */
+    char complaint[320];
+    int64_t clock_rtt_ns; /* the shortest REGISTER round trip so far (0: none) */
 } ct__link;
 
 /* Connects to the coordinator at `address` (o: how; strings borrowed for the call) and sends

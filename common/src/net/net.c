@@ -742,19 +742,23 @@ ct_status ct_net_bind(void *sock, const char *address, char *ret_endpoint, size_
         return ct_err_set(err, CT_EIO, "bind %s: cannot read the endpoint back: %s", address,
                           zmq_strerror(zmq_errno()));
     }
-    /* Others cannot connect to 0.0.0.0: report this machine's name instead. */
+    /* Others cannot connect to 0.0.0.0: report an address of this host they can reach (the
+     * rule of address.c without a peer; ct_net_listen knows the peer and does better). */
     char out[1100];
     snprintf(out, sizeof out, "%s", last);
     const char *host = strstr(last, "://");
     const char *colon = strrchr(last, ':');
     if (strncmp(last, "tcp://", 6) == 0 && host && colon > host + 3 &&
         is_wildcard_host(host + 3, (size_t)(colon - (host + 3)))) {
-        char name[256];
-        if (gethostname(name, sizeof name) != 0) {
-            return ct_err_set(err, CT_EIO, "bind %s: gethostname: %s", address, strerror(errno));
+        ct_net_where none = {0};
+        ct_net_plan_out p;
+        ct_net_iface ifs[CT_NET_MAX_IFACES];
+        int n = ct_net_interfaces(ifs, CT_NET_MAX_IFACES);
+        if (ct_net_plan(&none, ifs, n, "", &p, err) != CT_OK) {
+            return CT_EIO;
         }
-        name[sizeof name - 1] = '\0';
-        snprintf(out, sizeof out, "tcp://%s%s", name, colon);
+        snprintf(out, sizeof out, strchr(p.advertise, ':') ? "tcp://[%s]%s" : "tcp://%s%s",
+                 p.advertise, colon);
     }
     if (strlen(out) >= cap) {
         return ct_err_set(err, CT_EINVAL, "bind %s: endpoint %s does not fit in %zu bytes", address,
@@ -769,6 +773,10 @@ ct_status ct_net_connect(void *sock, const char *address, ct_err *err) {
     ct_status st = normalize(address, 0, endpoint, sizeof endpoint, "connect", err);
     if (st != CT_OK) {
         return st;
+    }
+    int v6 = strchr(endpoint, '[') != NULL; /* "tcp://[fd00::1]:5000" */
+    if (v6 && zmq_setsockopt(sock, ZMQ_IPV6, &v6, sizeof v6) != 0) {
+        return address_error("connect", address, err);
     }
     if (zmq_connect(sock, endpoint) != 0) {
         return address_error("connect", address, err);

@@ -72,6 +72,8 @@ ct_status ct_ps_task_init(const char *role, int type, int any_task, const ct_ps_
     ret->n_ps = f->n_ps > 0 ? f->n_ps : cl->n[CT_TASK_PS];
     ret->n_workers = f->n_workers > 0 ? f->n_workers : cl->n[CT_TASK_WORKER];
     ret->bind = f->bind;
+    ret->interface = f->interface;
+    ret->advertise = f->advertise;
     if (!ret->bind && ret->type == CT_TASK_PS && cl->n[CT_TASK_PS] > ret->index) {
         ret->bind = cl->addr[CT_TASK_PS][ret->index];
     } else if (!ret->bind && ret->type == CT_TASK_CHIEF) {
