@@ -153,9 +153,12 @@ packages=(gcc libc6-dev pkg-config meson ninja-build libopenblas-dev libdnnl-dev
 if ((tests)); then
     # Every program the tests call: python3 with torch, numpy, pytest and zmq (the raw-message
     # tests), the venv module, pgrep (procps), clang and compiler-rt (libFuzzer), mpirun, meson,
-    # ninja, pkg-config and gcc (the install test), bash; ca-certificates for pip.
+    # ninja, pkg-config and gcc (the install test), bash; ca-certificates for pip; ip and tc
+    # (iproute2) for the hosts made of network namespaces, and a Slurm controller and node
+    # daemon to run the Slurm scripts on them (tests/integration/slurm_cluster.py).
     packages+=(libcriterion-dev python3 python3-torch python3-numpy python3-pytest python3-zmq
-               python3-venv procps clang libclang-rt-dev ca-certificates)
+               python3-venv procps clang libclang-rt-dev ca-certificates iproute2 slurmctld
+               slurmd slurm-client)
 fi
 
 missing=()

@@ -436,6 +436,11 @@ static ct_status check_roles(chief *c, ct_err *err) {
             len += snprintf(why + len, sizeof why - (size_t)len,
                             exited ? "its process exited" : "no heartbeat for %.0f s",
                             now - s->last_heard);
+            /* which process on which host (and a server's address): across hosts, the host
+             * that was lost or cut off */
+            len += snprintf(why + len, sizeof why - (size_t)len, "; pid %d on %s%s%s", s->pid,
+                            s->host, role == CTRAIN__WIRE__ROLE__PS ? " serving " : "",
+                            role == CTRAIN__WIRE__ROLE__PS ? s->endpoint : "");
             if (s->complaint[0]) { /* it told us why it could not go on */
                 snprintf(why + len, sizeof why - (size_t)len, "; it said it %s", s->complaint);
             }

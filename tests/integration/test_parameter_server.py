@@ -224,7 +224,8 @@ def test_async_goes_on_without_a_killed_worker(cluster):
     c.start_all()
     c.wait_for("chief", r"epoch 1/5")
     c.procs["worker1"].send_signal(signal.SIGKILL)
-    c.wait_for("chief", r"worker 1 lost \(at step \d+: no heartbeat for \d+ s\); async training "
+    c.wait_for("chief", r"worker 1 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on "
+               r"[^)]+\); async training "
                         r"goes on with 1 worker")
     assert c.finish() == 0, c.log("chief")
     d = done_line(c.log("chief"))
@@ -286,7 +287,8 @@ def test_a_worker_restarted_at_once_waits_for_its_predecessor_to_be_declared_los
     c.worker(1, name="worker1-again")
     back = c.wait_for("chief", r"worker 1 is back|worker 1 registered again", start=before)
     after = c.log("chief")[before:]
-    lost = re.search(r"worker 1 lost \(at step (\d+): no heartbeat for \d+ s\); sync training "
+    lost = re.search(r"worker 1 lost \(at step (\d+): no heartbeat for \d+ s; pid \d+ on "
+                     r"[^)]+\); sync training "
                      r"waits for it to be restarted", after)
     # The new process gets in by the declaration (the heartbeat timeout, 1.2 s, comes before
     # the 1.5 s takeover); only a chief starved past both (a loaded machine) may take the slot
@@ -322,7 +324,8 @@ def test_a_killed_server_is_restarted_and_restored_from_the_last_checkpoint(tmp_
     finally:
         procwatch.end(p, grace=60)  # a failed check: stop the run and its processes
     assert p.returncode == 0, err
-    lost = int(re.search(r"ps 1 lost \(at step (\d+): its process exited\)", out).group(1))
+    lost = int(re.search(r"ps 1 lost \(at step (\d+): its process exited; pid \d+ on [^)]+\)",
+                         out).group(1))
     assert "restarting ps 1" in out and "ps 1 is back" in out, out
     restored = int(re.search(r"restoring the servers from \S+ckpt-(\d+)\.ctck at step \d+",
                              out).group(1))
@@ -347,7 +350,8 @@ def test_cluster_mode_waits_for_a_killed_server_to_be_restarted(cluster):
     c.wait_for("chief", r"epoch 2/5")
     newest = newest_ckpt(c.dir / "run")
     c.procs["ps1"].send_signal(signal.SIGKILL)
-    lost = c.wait_for("chief", r"ps 1 lost \(at step (\d+): no heartbeat for \d+ s\); training "
+    lost = c.wait_for("chief", r"ps 1 lost \(at step (\d+): no heartbeat for \d+ s; pid \d+ "
+                      r"on [^)]+\); training "
                                r"pauses")
     c.ps(1)  # by hand, as a cluster manager would (another port: the chief tells the workers)
     m = c.wait_for("chief", r"restoring the servers from \S+ckpt-(\d+)\.ctck")
