@@ -1,0 +1,188 @@
+"""The parameter servers and the data service across hosts made of network namespaces
+(netns.py): every role on its own host, addressed by host name, with each host's own name
+mapped to 127.0.1.1 as on stock Debian, and no --bind, --interface or --advertise anywhere.
+Sync training on 3 hosts gives the standalone run's bits (train.invariant); async training
+with 3 workers on 3 hosts completes; a trainer reads from data workers on another host and
+gets the in-process batches; a server or data worker that advertises loopback is named, with
+the side that cannot reach it, by the chief or the dispatcher."""
+import os
+import re
+import subprocess
+
+import pytest
+
+import netns
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
+CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
+CHIEF = os.path.join(BUILD, "coordinator", "ctrain-chief")
+PS = os.path.join(BUILD, "ps", "ctrain-ps")
+WORKER = os.path.join(BUILD, "worker", "ctrain-worker")
+DISPATCHER = os.path.join(BUILD, "coordinator", "ctrain-dispatcher")
+DATA_WORKER = os.path.join(BUILD, "worker", "ctrain-data-worker")
+JOB = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+ENV = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "").replace(
+    "detect_leaks=1", "detect_leaks=0"))
+PS_JOB = ["--set", "strategy.type=parameter_server", "--set", "strategy.heartbeat_timeout=2",
+          "--set", "train.threads=1"]
+INVARIANT = ["--set", "train.invariant=true", "--set", "train.global_batch_size=64",
+             "--set", "data.eval.limit=200", "--set", "data.train.limit=3000"]
+PORT = 7450
+DS_DATA = ["--set", "data.train.limit=2000", "--set", "data.eval.limit=500", "--set",
+           "train.epochs=1"]
+
+possible, why_not = netns.namespaces_possible()
+pytestmark = pytest.mark.skipif(not possible, reason=why_not)
+
+
+class Roles:
+    """Roles started on the cluster's hosts, logs in files; everything killed at the end."""
+
+    def __init__(self, cluster, tmp_path):
+        self.c, self.dir, self.procs = cluster, tmp_path, {}
+
+    def start(self, name, host, argv):
+        f = open(self.dir / f"{name}.log", "w")
+        self.procs[name] = self.c.popen(host, argv, cwd=ROOT, env=ENV, stdout=f,
+                                        stderr=subprocess.STDOUT, text=True)
+
+    def log(self, name):
+        return (self.dir / f"{name}.log").read_text()
+
+    def wait(self, name, timeout=300):
+        try:
+            return self.procs[name].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} did not finish in {timeout} s:\n{self.log(name)}")
+
+    def kill_all(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    with netns.Cluster(3, "ps") as c:
+        roles = Roles(c, tmp_path)
+        try:
+            yield roles
+        finally:
+            roles.kill_all()
+
+
+def ps_job(roles, n_ps, n_workers, sets, placement):
+    """Chief on host 0, servers and workers on the hosts `placement` names; all by host name."""
+    c = roles.c
+    chief = f"{c.hosts[0]}:{PORT}"
+    args = ["--job", JOB, *PS_JOB, *sets]
+    roles.start("chief", 0, [CHIEF, *args, "--bind", chief, "--num-ps", str(n_ps),
+                             "--num-workers", str(n_workers)])
+    for i in range(n_ps):
+        roles.start(f"ps{i}", placement["ps"][i], [PS, *args, "--chief", chief, "--task",
+                                                   f"ps:{i}"])
+    for i in range(n_workers):
+        roles.start(f"worker{i}", placement["worker"][i],
+                    [WORKER, *args, "--chief", chief, "--task", f"worker:{i}"])
+    rc = roles.wait("chief")
+    assert rc == 0, roles.log("chief")
+    for name in roles.procs:
+        assert roles.wait(name, 60) == 0, roles.log(name)
+    return roles.log("chief")
+
+
+def test_sync_servers_and_workers_on_three_hosts_give_the_standalone_bits(hosts, tmp_path):
+    steps = 12
+    sets = [*INVARIANT, "--set", f"train.max_steps={steps}", "--set",
+            f"checkpoint.every_steps={steps}", "--set", "strategy.max_shard_bytes=65536"]
+    solo = tmp_path / "solo"
+    r = subprocess.run([CTRAIN, "train", JOB, *sets, "--set", "train.threads=1", "--set",
+                        f"run_dir={solo}", "--quiet"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "hosts"
+    out = ps_job(hosts, 2, 2, [*sets, "--set", f"run_dir={run}"],
+                 {"ps": [0, 1], "worker": [1, 2]})
+    assert "ps=2 workers=2" in out, out
+    # the servers advertised their bridge addresses, not the loopback their names resolve to
+    assert "127.0." not in out, out
+    a, b = (os.path.join(d, "checkpoints", f"ckpt-{steps}.ctck") for d in (solo, run))
+    r = subprocess.run([CTRAIN, "ckpt", "diff", a, b], capture_output=True, text=True,
+                       timeout=120)
+    differs = [l for l in r.stdout.splitlines()
+               if "differs" in l and not l.startswith("input/position")]
+    assert r.returncode in (0, 1) and not differs, r.stdout + r.stderr
+
+
+def test_async_workers_on_three_hosts_complete(hosts, tmp_path):
+    out = ps_job(hosts, 1, 3, ["--set", "strategy.mode=async", "--set", "train.max_steps=60",
+                               "--set", "data.train.limit=3000", "--set", "data.eval.limit=500",
+                               "--set", f"run_dir={tmp_path / 'run'}"],
+                 {"ps": [1], "worker": [0, 1, 2]})
+    assert re.search(r"done: .*ps=1 workers=3", out), out
+
+
+def test_a_server_advertising_loopback_is_named_with_the_side_that_cannot_reach_it(hosts,
+                                                                                   tmp_path):
+    c = hosts.c
+    chief = f"{c.hosts[0]}:{PORT}"
+    args = ["--job", JOB, *PS_JOB, "--set", "strategy.register_timeout=6", "--set",
+            "train.max_steps=20", "--set", f"run_dir={tmp_path / 'run'}"]
+    hosts.start("chief", 0, [CHIEF, *args, "--bind", chief, "--num-ps", "1", "--num-workers",
+                             "1"])
+    hosts.start("ps0", 0, [PS, *args, "--chief", chief, "--task", "ps:0", "--bind",
+                           "127.0.0.1:0"])
+    hosts.start("worker0", 1, [WORKER, *args, "--chief", chief, "--task", "worker:0"])
+    assert hosts.wait("worker0", 120) != 0
+    worker = hosts.log("worker0")
+    assert re.search(r"worker 0: cannot reach ps 0 at tcp://127\.0\.0\.1:\d+, the address ps 0 "
+                     r"advertised \(Connection refused\); a loopback address", worker), worker
+    assert hosts.wait("chief", 120) != 0
+    chief_log = hosts.log("chief")
+    assert re.search(rf"worker 0 \(pid \d+ on {c.hosts[1]}\) is alive but cannot reach ps 0 at "
+                     r"tcp://127\.0\.0\.1:\d+", chief_log), chief_log
+    assert "is alive but" in chief_log.split("lost")[0], chief_log  # named before it was lost
+
+
+def data_service(roles, tmp_path, worker_bind=()):
+    """Dispatcher on host 0, a data worker on host 1, the trainer on host 2."""
+    c = roles.c
+    ds = ["--set", f"data.service.dispatcher={c.hosts[0]}:{PORT + 1}", "--set",
+          f"data.service.work_dir={tmp_path / 'ds'}", "--set", "data.service.timeout=8",
+          *DS_DATA]
+    roles.start("dispatcher", 0, [DISPATCHER, "--job", JOB, *ds])
+    roles.start("data_worker", 1, [DATA_WORKER, "--job", JOB, *ds, "--index", "0",
+                                   *worker_bind])
+    roles.start("trainer", 2, [CTRAIN, "train", JOB, *ds, "--set",
+                               f"run_dir={tmp_path / 'run'}"])
+
+
+def test_a_trainer_reads_from_a_data_worker_on_another_host(hosts, tmp_path):
+    data_service(hosts, tmp_path)
+    assert hosts.wait("trainer") == 0, hosts.log("trainer")
+    for name in ("dispatcher", "data_worker"):
+        assert hosts.wait(name, 60) == 0, hosts.log(name)
+    m = re.search(r"listening on tcp://([\d.]+):\d+", hosts.log("data_worker"))
+    assert m and m.group(1) == hosts.c.addr(1), hosts.log("data_worker")
+    local = subprocess.run([CTRAIN, "train", JOB, *DS_DATA, "--set",
+                            f"run_dir={tmp_path / 'local'}"], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+
+    def epochs(out):
+        return [re.sub(r" seconds=.*", "", l) for l in out.splitlines() if l.startswith("epoch")]
+    assert epochs(hosts.log("trainer")) == epochs(local.stdout)
+
+
+def test_a_data_worker_advertising_loopback_is_named_by_trainer_and_dispatcher(hosts, tmp_path):
+    data_service(hosts, tmp_path, worker_bind=["--bind", "127.0.0.1:0"])
+    assert hosts.wait("trainer", 120) != 0
+    trainer = hosts.log("trainer")
+    assert re.search(r"tcp://127\.0\.0\.1:\d+ \(unreachable from this host: Connection refused",
+                     trainer), trainer
+    dispatcher = hosts.log("dispatcher")
+    assert re.search(r"consumer 'shard 0/1 pid \d+' is alive but cannot reach the data worker at "
+                     rf"tcp://127\.0\.0\.1:\d+.*\(data worker 0, pid \d+ on {hosts.c.hosts[1]}\)",
+                     dispatcher), dispatcher
