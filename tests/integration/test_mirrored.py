@@ -177,7 +177,7 @@ def test_stopped_rank_is_named(tmp_path):
             rank1.send(signal.SIGCONT)
         procwatch.end(p, grace=30)  # a failed check: end the run (mpirun passes SIGTERM on)
     assert p.returncode != 0
-    assert re.search(r"stall: step \d+, .*missing rank\(s\): 1 \(last seen", err), err
+    assert re.search(r"stall: step \d+, .*missing rank\(s\): 1 on \S+ \(last seen", err), err
 
 
 def test_role_help_and_flags():

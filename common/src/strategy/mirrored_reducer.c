@@ -394,6 +394,7 @@ void ct__mirrored_destroy(ct__mirrored *m) {
     free(m->crc);
     free(m->seen);
     free(m->heard);
+    free(m->hosts);
     free(m);
 }
 
@@ -467,9 +468,16 @@ ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int ca
     m->crc = malloc(2 * n * sizeof *m->crc);
     m->seen = calloc((size_t)size, sizeof *m->seen);
     m->heard = malloc((size_t)size * sizeof *m->heard);
-    if (!m->b || !m->param_bucket || !m->writes || !m->crc || !m->seen || !m->heard) {
-        goto fail;
+    m->hosts = calloc((size_t)size, sizeof *m->hosts);
+    if (!m->b || !m->param_bucket || !m->writes || !m->crc || !m->seen || !m->heard || !m->hosts) {
+        goto fail; /* every rank runs out alike or none does: the gather below is collective */
     }
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    int host_len = 0;
+    MPI_Get_processor_name(host, &host_len);
+    char mine[64];
+    snprintf(mine, sizeof mine, "%s", host);
+    MPI_Allgather(mine, 64, MPI_CHAR, m->hosts, 64, MPI_CHAR, MPI_COMM_WORLD);
     for (int r = 0; r < size; r++) {
         m->heard[r] = ct__now_s();
     }

@@ -64,6 +64,7 @@ typedef struct ct__mirrored {
     int mark_next;
     int64_t (*seen)[2]; /* chief: last (step, bucket) per rank */
     double *heard;      /* chief: when each rank's last marker arrived */
+    char (*hosts)[64];  /* every rank's host (MPI_Get_processor_name): stall messages */
     double last_beat;   /* this rank: when it last sent a marker */
     /* a stall, once detected: sticky, every later callback returns it */
     int stalled;

@@ -67,16 +67,17 @@ static ct_status stall(ct__mirrored *m, int k, double waited) {
                           m->rank, (long long)m->step, k, waited);
     }
     ct__mirrored_drain_markers(m);
-    char who[400] = "";
+    char who[600] = "";
     size_t len = 0;
     double now = ct__now_s();
-    for (int r = 1; r < m->size && len < sizeof who - 96; r++) {
+    for (int r = 1; r < m->size && len < sizeof who - 160; r++) {
         int behind = m->seen[r][0] < m->step || (m->seen[r][0] == m->step && m->seen[r][1] < k);
         double quiet = now - m->heard[r];
         if (behind || quiet > SILENT_S) {
             len += (size_t)snprintf(who + len, sizeof who - len,
-                                    "%s%d (last seen at step %lld bucket %lld, silent %.0f s)",
-                                    len ? ", " : "", r, (long long)m->seen[r][0],
+                                    "%s%d on %s (last seen at step %lld bucket %lld, silent "
+                                    "%.0f s)",
+                                    len ? ", " : "", r, m->hosts[r], (long long)m->seen[r][0],
                                     (long long)m->seen[r][1], quiet);
         }
     }
