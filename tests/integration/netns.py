@@ -3,20 +3,34 @@
 each with its own address (10.77.S.i+1/24), host name (`host0`, `host1`, ...) and /etc/hosts
 view (through /etc/netns/NS/hosts), in which its OWN name maps to 127.0.1.1 as on stock Debian
 (the trap every role must survive) and the other hosts' names to their addresses. The bridge
-itself has 10.77.S.254, so processes outside the namespaces (mpirun) reach the hosts.
+itself has 10.77.S.254 (named `bridge` in the hosts' /etc/hosts), so processes outside the
+namespaces (mpirun) reach the hosts. S is a subnet no other cluster on the machine uses.
 
+    ok, why = namespaces_possible()                   # (False, one line) without root/iproute2
     with Cluster(3, "ps") as c:
         p = c.popen(1, [binary, ...], stdout=...)     # subprocess.Popen in host 1
         r = c.run(0, ["sinfo"], timeout=30)           # subprocess.run, output captured as text
-        c.addr(1), c.hosts[1]                         # "10.77.S.2", "host1"
+        c.argv(1, [binary, ...])                      # the command line popen/run use
+        c.addr(1), c.hosts[1], c.ns[1], c.cidr        # "10.77.S.2", "host1", namespace, subnet
         c.kill_host(2)                                # SIGKILL every process of host 2 at once
         c.link(2, up=False)                           # a cut link (and up=True to mend it)
-        c.cap(2, "10mbit")                            # a bandwidth cap on host 2's link
-        c.mpirun_args(2) / c.mpirun_env()             # mpirun with ranks on the hosts
+        c.cap(2, "10mbit")                            # a bandwidth cap on host 2's link (None: off)
+        subprocess.run(["mpirun", "-np", "4", *c.mpirun_args(2), binary, ...],
+                       env=dict(os.environ, **c.mpirun_env()))   # 2 ranks on each host
 
-Everything is removed on exit, on an exception, at interpreter exit and after SIGTERM; a new
-Cluster also removes what a crashed run of another process left (names carry its pid).
-`python3 netns.py up N | down | exec I CMD...` does the same for people (scripts/netns_cluster.sh).
+Processes in a host run under `ip netns exec NS unshare --uts`, with the host's name set, so
+gethostname() differs per host. mpirun_args(ranks_per_host, hosts=None) starts the ranks
+through scripts/netns_agent.sh (an rsh agent that reads the host map named by CT_NETNS_MAP,
+which mpirun_env() sets with HWLOC_COMPONENTS=-gl and the run-as-root switches). mpirun_env()
+leaves Open MPI's mpi_yield_when_idle alone, so a test sees the product's own default:
+spinning ranks starve the veth links (about 4 ms a message), so set
+OMPI_MCA_mpi_yield_when_idle=1 for MPI programs that do not choose it themselves.
+
+Everything is removed on exit, on an exception, at interpreter exit and after SIGTERM or
+SIGHUP; a new Cluster also removes what a crashed process left (names carry its pid:
+ctn<pid>h<i>, ctn<pid>c<k>h<i> for a process's later clusters, which may be open together).
+`python3 netns.py up N | down | exec I CMD... | mpirun RANKS_PER_HOST PROGRAM...` does the
+same for people (scripts/netns_cluster.sh; `up` returns once the hosts are up).
 """
 import atexit
 import os
@@ -30,7 +44,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 AGENT = os.path.join(ROOT, "scripts", "netns_agent.sh")
-PREFIX = "ctn"  # namespaces ctn<pid>h<i>, bridge ctn<pid>br, veths ctn<pid>v<i>
+# names carry the creating process's pid and a per-process count: namespaces ctn<pid>[c<k>]h<i>,
+# bridge ctn<pid>[c<k>]br, veths ctn<pid>[c<k>]v<i> (15 characters at most with pid_max 4194304)
+PREFIX = "ctn"
+_STALE = re.compile(rf"\b{PREFIX}(\d+)(?:c\d+)?(?:h|v|p|br|probe)")
 
 
 def _ip(*args, check=True):
@@ -52,6 +69,12 @@ def namespaces_possible():
     if r.returncode != 0:
         return False, f"cannot make a network namespace here: {r.stderr.strip()}"
     _ip("netns", "del", name, check=False)
+    for kind, args in (("bridge", ["type", "bridge"]),
+                       ("veth pair", ["type", "veth", "peer", "name", name + "x"])):
+        r = _ip("link", "add", name, *args, check=False)
+        if r.returncode != 0:
+            return False, f"cannot make a {kind} here: {r.stderr.strip()}"
+        _ip("link", "del", name, check=False)
     return True, ""
 
 
@@ -65,11 +88,13 @@ def _alive(pid):
         return True
 
 
-def _remove(pid):
-    """Removes every namespace, link and hosts file of the cluster(s) made by process pid."""
-    tag = f"{PREFIX}{pid}"
+def _remove(tag):
+    """Removes every namespace, link, hosts file and host map whose name starts with tag
+    ("ctn<pid>" for everything of a process, "ctn<pid>c<k>" for one of its clusters)."""
+    mine = re.compile(rf"{tag}(?:h|v|p|br|probe)" if "c" in tag[len(PREFIX):]
+                      else rf"{tag}(?:c\d+)?(?:h|v|p|br|probe)")
     names = [l.split()[0] for l in _ip("netns", "list", check=False).stdout.splitlines()
-             if l.startswith(tag)]
+             if mine.match(l)]
     for ns in names:
         pids = _ip("netns", "pids", ns, check=False).stdout.split()
         for p in pids:
@@ -85,19 +110,28 @@ def _remove(pid):
         _ip("netns", "del", ns, check=False)
         shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
     links = _ip("-o", "link", "show", check=False).stdout
-    for name in re.findall(rf"^\d+: ({tag}\w+)[@:]", links, re.M):
-        _ip("link", "del", name, check=False)
+    for name in re.findall(r"^\d+: (\w+)[@:]", links, re.M):
+        if mine.match(name):
+            _ip("link", "del", name, check=False)
+    for name in os.listdir("/tmp"):
+        if name.endswith(".hostmap") and mine.match(name[:-len(".hostmap")] + "h"):
+            try:
+                os.unlink(os.path.join("/tmp", name))
+            except FileNotFoundError:
+                pass
 
 
 def _remove_stale():
     """What clusters of processes that no longer exist left behind."""
     seen = set()
-    listing = _ip("netns", "list", check=False).stdout + _ip("-o", "link", "show",
-                                                              check=False).stdout
-    for pid in re.findall(rf"\b{PREFIX}(\d+)(?:h|v|br|probe)", listing):
+    listing = (_ip("netns", "list", check=False).stdout + _ip("-o", "link", "show",
+                                                               check=False).stdout
+               + " ".join(n[:-len(".hostmap")] + "h" for n in os.listdir("/tmp")
+                          if n.endswith(".hostmap")))
+    for pid in _STALE.findall(listing):
         if pid not in seen and not _alive(int(pid)):
             seen.add(pid)
-            _remove(int(pid))
+            _remove(f"{PREFIX}{pid}")
 
 
 _live = []
@@ -109,6 +143,7 @@ def _cleanup_all():
 
 
 def _on_term(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup short
     _cleanup_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
@@ -118,11 +153,17 @@ atexit.register(_cleanup_all)
 
 
 class Cluster:
+    """n_hosts hosts host0.. on one bridge; `with Cluster(n) as c:` makes them, leaving removes
+    them. tag only names the cluster in messages; subnet (the S of 10.77.S.0/24) is chosen free
+    unless given."""
+    _count = 0  # clusters this process made: the k of ctn<pid>c<k>
+
     def __init__(self, n_hosts, tag="", subnet=None):
         self.n, self.tag = n_hosts, tag
         self.pid = os.getpid()
-        self.id = f"{PREFIX}{self.pid}"
-        self.subnet = subnet if subnet is not None else 100 + self.pid % 100
+        k, Cluster._count = Cluster._count, Cluster._count + 1
+        self.id = f"{PREFIX}{self.pid}" + (f"c{k}" if k else "")
+        self.subnet = subnet
         self.hosts = [f"host{i}" for i in range(n_hosts)]
         self.ns = [f"{self.id}h{i}" for i in range(n_hosts)]
         self.bridge = f"{self.id}br"
@@ -142,10 +183,11 @@ class Cluster:
 
     def __enter__(self):
         _remove_stale()
-        _remove(self.pid)  # an earlier cluster of this process that was not closed
+        _remove(self.id)
         _live.append(self)
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _on_term)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, _on_term)
         self.open = True
         try:
             self._make()
@@ -154,8 +196,20 @@ class Cluster:
             raise
         return self
 
+    def _free_subnet(self):
+        """The S of a 10.77.S.0/24 that no address here uses, from 100 + pid % 100 on."""
+        used = {int(x) for x in re.findall(r"inet 10\.77\.(\d+)\.",
+                                           _ip("-o", "-4", "addr", "show", check=False).stdout)}
+        for d in range(253):
+            s = 1 + (99 + self.pid % 100 + d) % 253
+            if s not in used:
+                return s
+        raise RuntimeError("netns: every 10.77.S.0/24 is in use")
+
     def _make(self):
         _ip("link", "add", self.bridge, "type", "bridge")
+        if self.subnet is None:
+            self.subnet = self._free_subnet()
         _ip("addr", "add", f"{self.bridge_addr}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, ns in enumerate(self.ns):
@@ -182,11 +236,7 @@ class Cluster:
         if not self.open:
             return
         self.open = False
-        _remove(self.pid)
-        try:
-            os.unlink(self.map_file)
-        except FileNotFoundError:
-            pass
+        _remove(self.id)  # also the host map
         if self in _live:
             _live.remove(self)
 
@@ -248,42 +298,98 @@ class Cluster:
                 "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
-def _main(argv):
-    """up N (stays up until Ctrl-C or `down`), down, exec I CMD..."""
-    if not argv or argv[0] not in ("up", "down", "exec"):
-        print("usage: netns.py up N | down | exec HOSTINDEX CMD...", file=sys.stderr)
-        return 2
-    state = "/tmp/ctn-cli.pid"
-    if argv[0] == "up":
-        ok, why = namespaces_possible()
-        if not ok:
-            print(f"netns: {why}", file=sys.stderr)
-            return 1
-        with Cluster(int(argv[1]) if len(argv) > 1 else 2, "cli") as c:
-            with open(state, "w") as f:
-                f.write(f"{os.getpid()} {c.subnet} {c.n}\n")
-            for i in range(c.n):
-                print(f"{c.hosts[i]} {c.addr(i)} (ip netns exec {c.ns[i]} ...)")
-            print(f"bridge {c.bridge_addr}; `netns.py down` or Ctrl-C removes it all")
-            try:
+STATE = "/tmp/ctn-cli.state"  # the command line's cluster: keeper pid, id, subnet, hosts
+
+
+def _cli_cluster():
+    """The cluster `up` made (its keeper process still alive), or None."""
+    try:
+        pid, cid, subnet, n = open(STATE).read().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    if not _alive(int(pid)):
+        return None
+    c = Cluster(int(n), "cli", subnet=int(subnet))
+    c.pid, c.id = int(pid), cid
+    c.ns = [f"{cid}h{i}" for i in range(c.n)]
+    c.bridge, c.map_file = f"{cid}br", f"/tmp/{cid}.hostmap"
+    return c
+
+
+def _up(n):
+    """Forks a keeper that makes the cluster and holds it until `down` (SIGTERM); prints the
+    hosts once they are up."""
+    ok, why = namespaces_possible()
+    if not ok:
+        print(f"netns: {why}", file=sys.stderr)
+        return 1
+    if _cli_cluster():
+        print("netns: a cluster is up already (netns.py down first)", file=sys.stderr)
+        return 1
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        os.setsid()
+        try:
+            with Cluster(n, "cli") as c:
                 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+                with open(STATE, "w") as f:
+                    f.write(f"{os.getpid()} {c.id} {c.subnet} {c.n}\n")
+                lines = [f"{c.hosts[i]} {c.addr(i)} (namespace {c.ns[i]})" for i in range(n)]
+                lines.append(f"bridge {c.bridge_addr} ({c.cidr}); `netns.py down` removes it")
+                os.write(w, ("\n".join(lines) + "\n").encode())
+                os.close(w)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
                 while True:
-                    time.sleep(3600)
-            except (KeyboardInterrupt, SystemExit):
-                pass
-        os.unlink(state)
+                    signal.pause()
+        except SystemExit:
+            pass
+        except BaseException as e:  # before the hosts were up: the parent says why
+            os.write(w, f"netns: {e}\n".encode())
+        finally:
+            if os.path.exists(STATE) and open(STATE).read().split()[:1] == [str(os.getpid())]:
+                os.unlink(STATE)
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    sys.stdout.write(text)
+    return 1 if not text or text.startswith("netns:") else 0
+
+
+def _main(argv):
+    """up N | down | exec I CMD... | mpirun RANKS_PER_HOST PROGRAM..."""
+    usage = ("usage: netns.py up N | down | exec HOSTINDEX CMD... | "
+             "mpirun RANKS_PER_HOST PROGRAM ARGS...")
+    if not argv or argv[0] not in ("up", "down", "exec", "mpirun"):
+        print(usage, file=sys.stderr)
+        return 2
+    if argv[0] == "up":
+        return _up(int(argv[1]) if len(argv) > 1 else 2)
+    c = _cli_cluster()
+    if argv[0] == "down":
+        if c:
+            os.kill(c.pid, signal.SIGTERM)
+            for _ in range(100):
+                if not _alive(c.pid):
+                    break
+                time.sleep(0.1)
+            _remove(c.id)
+        _remove_stale()
         return 0
-    if not os.path.exists(state):
+    if not c:
         print("netns: no cluster is up (netns.py up N)", file=sys.stderr)
         return 1
-    pid, subnet, n = (int(x) for x in open(state).read().split())
-    if argv[0] == "down":
-        os.kill(pid, signal.SIGTERM)
-        return 0
-    c = Cluster(n, subnet=subnet)
-    c.pid, c.id = pid, f"{PREFIX}{pid}"
-    c.ns = [f"{c.id}h{i}" for i in range(n)]
-    return subprocess.call(c.argv(int(argv[1]), argv[2:]))
+    if len(argv) < 3:
+        print(usage, file=sys.stderr)
+        return 2
+    if argv[0] == "exec":
+        return subprocess.call(c.argv(int(argv[1]), argv[2:]))
+    per = int(argv[1])
+    return subprocess.call(["mpirun", "-np", str(per * c.n), *c.mpirun_args(per), *argv[2:]],
+                           env=dict(os.environ, **c.mpirun_env()))
 
 
 if __name__ == "__main__":

@@ -129,6 +129,31 @@ class Slurm:
         text = open(out).read() if os.path.exists(out) else ""
         return r.returncode, r.stdout + r.stderr + text
 
+    def submit(self, argv, output, env=None, cwd=None):
+        """Submits without waiting; the job id."""
+        r = self.hosts.run(0, ["sbatch", "--parsable", f"--output={output}", *argv],
+                           timeout=60, env=self.env(env), cwd=cwd)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {r.stdout}{r.stderr}")
+        return r.stdout.strip().split(";")[0]
+
+    def scontrol(self, *args):
+        return self.hosts.run(0, ["scontrol", *args], timeout=60, env=self.env())
+
+    def wait_gone(self, job, timeout):
+        """Waits until the job has left the queue (finished, failed or cancelled); its final
+        state from `scontrol show job` (kept MinJobAge seconds), or "" if already forgotten."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = self.scontrol("show", "job", job)
+            state = (r.stdout.split("JobState=")[1].split()[0] if "JobState=" in r.stdout
+                     else "")
+            if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
+                             "REQUEUE_HOLD", "REQUEUE_FED"):
+                return state
+            time.sleep(0.5)
+        raise RuntimeError(f"job {job} still queued after {timeout} s")
+
     def __exit__(self, *exc):
         for p in self.procs:
             if p.poll() is None:

@@ -96,3 +96,37 @@ def test_data_service_script(slurm, tmp_path):
                                    f"data.service.work_dir={tmp_path / 'ds'}"],
                  {"CTRAIN_DATA_WORKERS": "4"})
     assert done(out) == standalone(tmp_path)
+
+
+def test_a_requeued_job_saves_and_resumes_to_the_same_done_line(slurm, tmp_path):
+    """Preemption: `scontrol requeue` mid-run sends SIGTERM (the ranks save), the job runs
+    again and resumes from that checkpoint to the done line of an uninterrupted run."""
+    steps = 1000  # long enough that the requeue lands mid-run on any machine
+    sets = [*SETS[:-4], "--set", f"train.max_steps={steps}", "--set",
+            "checkpoint.every_steps=50", "--set", f"run_dir={tmp_path / 'run'}"]
+    out_file = tmp_path / "job.out"
+    job = slurm.submit(["--nodes=2", "scripts/slurm/mirrored_multi_node.sbatch", *sets],
+                       str(out_file), env={"JOB": MLP}, cwd=ROOT)
+    deadline = time.time() + 300
+    while not list((tmp_path / "run").glob("checkpoints/ckpt-*.ctck")):
+        assert time.time() < deadline, out_file.read_text() if out_file.exists() else job
+        time.sleep(0.2)
+    r = slurm.scontrol("requeue", job)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Slurm holds a requeued batch job back for a while (its begin time moves on): let it
+    # start as soon as it is pending again, as a preempted job would on a free node
+    deadline = time.time() + 120
+    while True:
+        shown = slurm.scontrol("show", "job", job).stdout
+        if "JobState=PENDING" in shown:
+            slurm.scontrol("update", f"JobId={job}", "StartTime=now")
+            break
+        if re.search(r"JobState=(RUNNING|COMPLETED)", shown) and "Restarts=0" not in shown:
+            break  # started again already
+        assert time.time() < deadline, shown
+        time.sleep(0.2)
+    state = slurm.wait_gone(job, 600)
+    out = out_file.read_text()
+    assert state in ("COMPLETED", ""), f"{state}\n{out}"
+    assert re.search(r"resum", out), out  # the second run started from the checkpoint
+    assert done(out) == standalone(tmp_path, "--set", f"train.max_steps={steps}")
