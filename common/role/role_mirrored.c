@@ -28,6 +28,29 @@ void ct_role_no_x_display(void) {
 }
 
 #if CT_HAVE_MPI
+static int env_int(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : 0;
+}
+
+/* Open MPI's defaults for this rank, read at MPI_Init, where the user set none: across hosts,
+ * idle ranks yield the CPU (a spinning rank starves the kernel's network work: 7x fewer samples
+ * per second between two namespace hosts on 2 cores; docs/parameter-server.md, "Addresses
+ * across hosts"), and --interface / CTRAIN_INTERFACE names the TCP interface, as it does for
+ * the ZeroMQ roles. */
+static void mpi_defaults(const ct_role_flags *f) {
+    int world = env_int("OMPI_COMM_WORLD_SIZE"), local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int spans = (world > 0 && local > 0 && local < world) || env_int("SLURM_STEP_NUM_NODES") > 1;
+    if (spans) {
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    }
+    const char *iface =
+        f->ps.interface && *f->ps.interface ? f->ps.interface : getenv("CTRAIN_INTERFACE");
+    if (iface && *iface) {
+        setenv("OMPI_MCA_btl_tcp_if_include", iface, 0);
+    }
+}
+
 /* Rank 0 tells a launcher that named a file in CT_ROLE_STARTED_FILE_ENV that MPI started. */
 static void tell_launcher_started(int rank) {
     const char *path = getenv(CT_ROLE_STARTED_FILE_ENV);
@@ -89,6 +112,7 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
     }
     int provided = 0;
     ct_role_no_x_display();
+    mpi_defaults(f);
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "%s: MPI_Init_thread failed (start me with mpirun)\n", role);
         return 1;
