@@ -4,7 +4,10 @@ mapped to 127.0.1.1 as on stock Debian, and no --bind, --interface or --advertis
 Sync training on 3 hosts gives the standalone run's bits (train.invariant); async training
 with 3 workers on 3 hosts completes; a trainer reads from data workers on another host and
 gets the in-process batches; a server or data worker that advertises loopback is named, with
-the side that cannot reach it, by the chief or the dispatcher."""
+the side that cannot reach it, by the chief or the dispatcher; an evaluator on its own host
+follows the checkpoints, and a profile merges every host's roles with their clock offsets."""
+import gzip
+import json
 import os
 import re
 import subprocess
@@ -186,3 +189,37 @@ def test_a_data_worker_advertising_loopback_is_named_by_trainer_and_dispatcher(h
     assert re.search(r"consumer 'shard 0/1 pid \d+' is alive but cannot reach the data worker at "
                      rf"tcp://127\.0\.0\.1:\d+.*\(data worker 0, pid \d+ on {hosts.c.hosts[1]}\)",
                      dispatcher), dispatcher
+
+
+def test_an_evaluator_on_its_own_host_and_a_profile_merged_across_hosts(tmp_path):
+    """Chief and a server on host 0, workers on hosts 1 and 2, ctrain-evaluator on host 3: the
+    evaluator reads the checkpoints the chief writes (a shared directory, as on a cluster) and
+    evaluates the final one; the profile window's files of every role merge into one trace in
+    which every server and worker has a clock offset measured against the chief's."""
+    with netns.Cluster(4, "eval") as c:
+        roles = Roles(c, tmp_path)
+        try:
+            run = tmp_path / "run"
+            sets = ["--set", "train.max_steps=12", "--set", "checkpoint.every_steps=4", "--set",
+                    "data.train.limit=2000", "--set", "data.eval.limit=300", "--set",
+                    f"run_dir={run}", "--profile", "3:6"]
+            roles.start("evaluator", 3, [os.path.join(BUILD, "worker", "ctrain-evaluator"),
+                                         "--job", JOB, *PS_JOB, *sets[:-2], "--timeout", "120"])
+            out = ps_job(roles, 1, 2, sets, {"ps": [0], "worker": [1, 2]})
+            assert "ps=1 workers=2" in out, out
+            assert roles.wait("evaluator", 180) == 0, roles.log("evaluator")
+        finally:
+            roles.kill_all()
+    evals = [l for l in roles.log("evaluator").splitlines() if l.startswith("{")]
+    assert evals and json.loads(evals[-1])["step"] == 12, roles.log("evaluator")
+    r = subprocess.run([CTRAIN, "profile", str(run), "--merge"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    trace = json.load(gzip.open(run / "trace.json.gz"))
+    clocks = trace["otherData"]["clocks"]
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    measured = sorted(names[k["pid"]].split(" (")[0] for k in clocks if k["error_ns"] > 0)
+    assert measured == ["ps 0", "worker 0", "worker 1"], (clocks, names)
+    hosts = " ".join(names.values())
+    assert "host1" in hosts and "host2" in hosts, names  # each role named with its host
