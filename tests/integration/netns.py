@@ -1,6 +1,6 @@
 """Hosts made of network namespaces, for the multi-host tests (see
 ../shared/reference/hosts-on-one-machine.md): N namespaces joined by veth pairs on one bridge,
-each with its own address (10.77.S.i+1/24), host name (`host0`, `host1`, ...) and /etc/hosts
+each with its own address (10.77.S.i+1/24, and fd77:S::i+1/64), host name (`host0`, `host1`, ...) and /etc/hosts
 view (through /etc/netns/NS/hosts), in which its OWN name maps to 127.0.1.1 as on stock Debian
 (the trap every role must survive) and the other hosts' names to their addresses. The bridge
 itself has 10.77.S.254 (named `bridge` in the hosts' /etc/hosts), so processes outside the
@@ -173,6 +173,10 @@ class Cluster:
     def addr(self, i):
         return f"10.77.{self.subnet}.{i + 1}"
 
+    def addr6(self, i):
+        """Host i's IPv6 address (fd77:S::i+1/64, on the same link)."""
+        return f"fd77:{self.subnet}::{i + 1}"
+
     @property
     def bridge_addr(self):
         return f"10.77.{self.subnet}.254"
@@ -221,6 +225,8 @@ class Cluster:
             _ip("link", "set", outer, "up")
             _ip("-n", ns, "link", "set", inner, "name", "eth0")
             _ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
+            # nodad: usable at once, not after duplicate address detection's second or two
+            _ip("-n", ns, "addr", "add", f"{self.addr6(i)}/64", "dev", "eth0", "nodad")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
             os.makedirs(f"/etc/netns/{ns}", exist_ok=True)

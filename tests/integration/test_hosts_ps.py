@@ -223,3 +223,22 @@ def test_an_evaluator_on_its_own_host_and_a_profile_merged_across_hosts(tmp_path
     assert measured == ["ps 0", "worker 0", "worker 1"], (clocks, names)
     hosts = " ".join(names.values())
     assert "host1" in hosts and "host2" in hosts, names  # each role named with its host
+
+
+def test_ipv6_addresses_in_the_cluster_spec(hosts, tmp_path):
+    """The chief given as an IPv6 literal: the server advertises its IPv6 address (the route
+    to the chief) and workers on two other hosts train through it."""
+    c = hosts.c
+    chief = f"[{c.addr6(0)}]:{PORT}"
+    args = ["--job", JOB, *PS_JOB, "--set", "train.max_steps=20", "--set",
+            "data.train.limit=2000", "--set", "data.eval.limit=300", "--set",
+            f"run_dir={tmp_path / 'run'}"]
+    hosts.start("chief", 0, [CHIEF, *args, "--bind", chief, "--num-ps", "1", "--num-workers",
+                             "2"])
+    hosts.start("ps0", 1, [PS, *args, "--chief", chief, "--task", "ps:0"])
+    for i in range(2):
+        hosts.start(f"worker{i}", 2, [WORKER, *args, "--chief", chief, "--task", f"worker:{i}"])
+    assert hosts.wait("chief") == 0, hosts.log("chief") + hosts.log("ps0")
+    out = hosts.log("chief")
+    assert re.search(r"done: .*ps=1 workers=2", out), out
+    assert f"listening on tcp://[{c.addr6(0)}]:{PORT}" in out, out
