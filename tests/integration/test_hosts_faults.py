@@ -170,3 +170,28 @@ def test_a_mirrored_rank_on_a_cut_off_host_is_named_and_the_job_resumes(hosts, t
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(rf"resum\w* .*step {saved}", r.stdout + r.stderr), r.stdout + r.stderr
+
+
+def test_a_server_on_a_lost_host_is_restored_on_another_host(hosts, tmp_path):
+    """Server 1's host is lost; a new ctrain-ps for task ps:1 started on another host (as a
+    cluster manager would) advertises its own address, the chief restores every server from
+    the last checkpoint, the workers follow the new address, and the job ends."""
+    c = hosts.c
+    chief = f"{c.hosts[0]}:{PORT}"
+    args = ["--job", JOB, *DATA, "--set", "strategy.heartbeat_timeout=2", "--set",
+            "train.epochs=40", "--set", "checkpoint.every_steps=50", "--set",
+            f"run_dir={tmp_path / 'run'}"]
+    hosts.start("chief", 0, [CHIEF, *args, "--bind", chief, "--num-ps", "2", "--num-workers",
+                             "2"])
+    hosts.start("ps0", 0, [PS, *args, "--chief", chief, "--task", "ps:0"])
+    hosts.start("ps1", 1, [PS, *args, "--chief", chief, "--task", "ps:1"])
+    hosts.start("worker0", 2, [WORKER, *args, "--chief", chief, "--task", "worker:0"])
+    hosts.start("worker1", 3, [WORKER, *args, "--chief", chief, "--task", "worker:1"])
+    wait_for(hosts, "chief", r"epoch 2/40")
+    c.kill_host(1)
+    wait_for(hosts, "chief", r"ps 1 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on host1 "
+             rf"serving tcp://{re.escape(c.addr(1))}:\d+\); training pauses")
+    hosts.start("ps1_again", 3, [PS, *args, "--chief", chief, "--task", "ps:1"])
+    wait_for(hosts, "chief", r"restoring the servers from \S+ckpt-\d+\.ctck")
+    out = finish(hosts)
+    assert re.search(r"done: epochs=40 .*ps=2 workers=2", out), out
