@@ -195,3 +195,17 @@ def test_a_server_on_a_lost_host_is_restored_on_another_host(hosts, tmp_path):
     wait_for(hosts, "chief", r"restoring the servers from \S+ckpt-\d+\.ctck")
     out = finish(hosts)
     assert re.search(r"done: epochs=40 .*ps=2 workers=2", out), out
+
+
+def test_a_worker_cut_off_from_the_chief_says_it_cannot_reach_it(hosts, tmp_path):
+    """A partition that outlasts strategy.chief_timeout: the worker's last line tells an
+    unreachable chief from a silent one (a TCP connect to the chief's address goes unanswered)."""
+    start_ps(hosts, tmp_path, 1, "--set", "train.epochs=40", "--set",
+             "strategy.chief_timeout=4", "--set", "strategy.register_timeout=120")
+    wait_for(hosts, "chief", r"epoch 1/40")
+    hosts.c.link(1, up=False)  # worker 0's host
+    assert hosts.wait("worker0", 120) != 0
+    log = hosts.log("worker0")
+    assert re.search(rf"this host cannot reach the chief at (tcp://)?host0:{PORT} \(no answer to "
+                     r"a TCP connect.*\) and has not heard from it for [\d.]+ s "
+                     r"\(strategy.chief_timeout\)", log), log

@@ -117,6 +117,14 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Wire__St
                         ct_err *err) {
     double now = ct__now_s();
     if (now - l->last_heard > l->timeout_s) {
+        char why[160];
+        if (!ct_net_probe(l->address, 1000, why, sizeof why)) { /* not silent: out of reach */
+            return ct_err_set(err, CT_ETIMEDOUT,
+                              "%sthis host cannot reach the %s at %s (%s) and has not heard from "
+                              "it for %.1f s (%s)",
+                              l->who, l->o.coordinator, l->address, why, now - l->last_heard,
+                              l->o.timeout_key);
+        }
         return ct_err_set(
             err, CT_ETIMEDOUT,
             "%sthe %s at %s has been silent for %.1f s (%s): is it running?%s%s%s", l->who,
