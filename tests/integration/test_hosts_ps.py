@@ -120,11 +120,27 @@ def test_sync_servers_and_workers_on_three_hosts_give_the_standalone_bits(hosts,
 
 
 def test_async_workers_on_three_hosts_complete(hosts, tmp_path):
-    out = ps_job(hosts, 1, 3, ["--set", "strategy.mode=async", "--set", "train.max_steps=60",
+    out = ps_job(hosts, 2, 3, ["--set", "strategy.mode=async", "--set", "train.max_steps=60",
                                "--set", "data.train.limit=3000", "--set", "data.eval.limit=500",
                                "--set", f"run_dir={tmp_path / 'run'}"],
-                 {"ps": [1], "worker": [0, 1, 2]})
-    assert re.search(r"done: .*ps=1 workers=3", out), out
+                 {"ps": [0, 1], "worker": [0, 1, 2]})
+    assert re.search(r"done: .*ps=2 workers=3", out), out
+
+
+def test_sync_with_three_workers_on_three_hosts_equals_the_one_host_run(hosts, tmp_path):
+    sets = ["--set", "train.max_steps=20", "--set", "train.batch_size=20", "--set",
+            "data.train.limit=3000", "--set", "data.eval.limit=500"]
+    out = ps_job(hosts, 2, 3, [*sets, "--set", f"run_dir={tmp_path / 'hosts'}"],
+                 {"ps": [0, 1], "worker": [0, 1, 2]})
+    local = subprocess.run([CTRAIN, "train", JOB, *PS_JOB, *sets, "--ps", "2", "--workers", "3",
+                            "--set", f"run_dir={tmp_path / 'local'}"], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stdout + local.stderr
+
+    def done(text):
+        line = [l for l in text.splitlines() if l.startswith("done:")][-1]
+        return re.sub(r" seconds=\S+ samples_per_s=\S+", "", line)
+    assert done(out) == done(local.stdout)
 
 
 def test_a_server_advertising_loopback_is_named_with_the_side_that_cannot_reach_it(hosts,
