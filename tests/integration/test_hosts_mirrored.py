@@ -1,8 +1,8 @@
 """The mirrored strategy across hosts made of network namespaces (netns.py): mpirun starts two
-ranks on each of two hosts through its rsh agent (scripts/netns_agent.sh). With
-train.invariant the four ranks end on the standalone run's bits; with `allreduce: auto` the
-engine is the ring (shared memory only inside a host) and gives the bits of four ranks of the
-ring on one host."""
+ranks on each of two hosts through its rsh agent (scripts/netns_agent.sh), each host with its
+own host name. With train.invariant the four ranks end on the standalone run's bits; with the
+ring, named or picked by `allreduce: auto` (shared memory only inside a host), they end on the
+bits of four ring ranks on one host (the same global batch of 64)."""
 import os
 import subprocess
 
@@ -74,12 +74,21 @@ def test_two_hosts_of_two_ranks_give_the_standalone_bits(hosts, tmp_path):
     same_bits(ckpt(tmp_path / "solo"), ckpt(tmp_path / "hosts"))
 
 
-def test_auto_picks_the_ring_across_hosts_and_matches_one_host(hosts, tmp_path):
-    batch = ["--set", "train.batch_size=16"]
-    one = mpirun(["--oversubscribe", "-np", "4"], *batch, "--set",
-                 "strategy.allreduce=ring", "--set", f"run_dir={tmp_path / 'one'}")
-    assert "(ring all-reduce)" in one, one
-    two = across(hosts, *batch, "--set", "strategy.allreduce=auto", "--set",
-                 f"run_dir={tmp_path / 'two'}")
-    assert "replicas=4" in two and "(ring all-reduce)" in two, two  # not shared memory
-    same_bits(ckpt(tmp_path / "one"), ckpt(tmp_path / "two"))
+@pytest.fixture(scope="module")
+def one_host_ring(tmp_path_factory):
+    """Four ring ranks on one host: the checkpoint the hosts' runs must equal."""
+    run = tmp_path_factory.mktemp("one_host_ring")
+    out = mpirun(["--oversubscribe", "-np", "4"], "--set", "train.batch_size=16", "--set",
+                 "strategy.allreduce=ring", "--set", f"run_dir={run}")
+    assert "replicas=4" in out and "(ring all-reduce)" in out, out
+    return ckpt(run)
+
+
+@pytest.mark.parametrize("engine", ["ring", "auto"])
+def test_the_ring_across_hosts_matches_one_host(hosts, one_host_ring, tmp_path, engine):
+    out = across(hosts, "--set", "train.batch_size=16", "--set",
+                 f"strategy.allreduce={engine}", "--set", f"run_dir={tmp_path}")
+    # auto: ranks on two hosts share no memory, so not the shared-memory engine
+    assert "replicas=4" in out and "(ring all-reduce)" in out, out
+    assert "shared-memory" not in out, out
+    same_bits(one_host_ring, ckpt(tmp_path))
