@@ -1,8 +1,9 @@
 """Hosts made of network namespaces, for the multi-host tests (see
 ../shared/reference/hosts-on-one-machine.md): N namespaces joined by veth pairs on one bridge,
-each with its own address (10.77.S.i+1/24, and fd77:S::i+1/64), host name (`host0`, `host1`, ...) and /etc/hosts
-view (through /etc/netns/NS/hosts), in which its OWN name maps to 127.0.1.1 as on stock Debian
-(the trap every role must survive) and the other hosts' names to their addresses. The bridge
+each with its own addresses (10.77.S.i+1/24 and fd77:S::i+1/64), host name (`host0`, `host1`,
+...) and /etc/hosts view (through /etc/netns/NS/hosts), in which its OWN name maps to 127.0.1.1
+as on stock Debian (the trap every role must survive) and the other hosts' names to their IPv4
+addresses. The bridge
 itself has 10.77.S.254 (named `bridge` in the hosts' /etc/hosts), so processes outside the
 namespaces (mpirun) reach the hosts. S is a subnet no other cluster on the machine uses.
 
@@ -12,6 +13,7 @@ namespaces (mpirun) reach the hosts. S is a subnet no other cluster on the machi
         r = c.run(0, ["sinfo"], timeout=30)           # subprocess.run, output captured as text
         c.argv(1, [binary, ...])                      # the command line popen/run use
         c.addr(1), c.hosts[1], c.ns[1], c.cidr        # "10.77.S.2", "host1", namespace, subnet
+        c.addr6(1)                                    # "fd77:S::2"
         c.kill_host(2)                                # SIGKILL every process of host 2 at once
         c.link(2, up=False)                           # a cut link (and up=True to mend it)
         c.cap(2, "10mbit")                            # a bandwidth cap on host 2's link (None: off)
