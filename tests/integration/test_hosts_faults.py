@@ -16,7 +16,7 @@ import time
 import pytest
 
 import netns
-from test_hosts_ps import CHIEF, JOB, PS, ROOT, WORKER, Roles
+from test_hosts_ps import CHIEF, JOB, PS, ROOT, WORKER, roles_on
 
 ENV = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "").replace(
     "detect_leaks=1", "detect_leaks=0"))
@@ -30,12 +30,7 @@ pytestmark = pytest.mark.skipif(not possible, reason=why_not)
 
 @pytest.fixture
 def hosts(tmp_path):
-    with netns.Cluster(4, "faults") as c:
-        roles = Roles(c, tmp_path)
-        try:
-            yield roles
-        finally:
-            roles.kill_all()
+    yield from roles_on(4, "faults", tmp_path)
 
 
 def start_ps(roles, tmp_path, n_workers, *sets, worker_hosts=None, heartbeat=2, worker_args=()):
@@ -53,18 +48,6 @@ def start_ps(roles, tmp_path, n_workers, *sets, worker_hosts=None, heartbeat=2, 
                                       *worker_args])
 
 
-def wait_for(roles, name, pattern, timeout=180):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        m = re.search(pattern, roles.log(name))
-        if m:
-            return m
-        if roles.procs[name].poll() is not None:
-            break
-        time.sleep(0.1)
-    pytest.fail(f"{name} never printed {pattern!r}:\n{roles.log(name)}")
-
-
 def finish(roles):
     assert roles.wait("chief", 600) == 0, roles.log("chief")
     return roles.log("chief")
@@ -74,7 +57,7 @@ def test_async_goes_on_without_a_lost_host(hosts, tmp_path):
     # steps made 5 times slower: 40 epochs outlast the heartbeat timeout on any machine
     start_ps(hosts, tmp_path, 3, "--set", "strategy.mode=async", "--set", "train.epochs=40",
              worker_args=["--slow-factor", "5"])
-    wait_for(hosts, "chief", r"epoch 1/40")
+    hosts.wait_for("chief", r"epoch 1/40")
     hosts.c.kill_host(3)  # worker 2's host, every process at once
     out = finish(hosts)
     assert re.search(r"worker 2 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on host3\); "
@@ -85,19 +68,19 @@ def test_async_goes_on_without_a_lost_host(hosts, tmp_path):
 def test_a_long_cut_loses_the_worker_until_the_link_is_mended(hosts, tmp_path):
     start_ps(hosts, tmp_path, 2, "--set", "train.epochs=40", "--set",
              "strategy.register_timeout=120")
-    wait_for(hosts, "chief", r"epoch 1/40")
+    hosts.wait_for("chief", r"epoch 1/40")
     hosts.c.link(2, up=False)  # worker 1's host
-    wait_for(hosts, "chief", r"worker 1 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on "
+    hosts.wait_for("chief", r"worker 1 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on "
              r"host2\); sync training waits for it")
     hosts.c.link(2, up=True)
-    wait_for(hosts, "chief", r"worker 1 is back \(it was silent, not gone\)")
+    hosts.wait_for("chief", r"worker 1 is back \(it was silent, not gone\)")
     out = finish(hosts)
     assert re.search(r"done: epochs=40 .*workers=2", out), out
 
 
 def test_a_cut_shorter_than_the_timeouts_loses_nothing(hosts, tmp_path):
     start_ps(hosts, tmp_path, 2, "--set", "train.epochs=40", heartbeat=8)
-    wait_for(hosts, "chief", r"epoch 1/40")
+    hosts.wait_for("chief", r"epoch 1/40")
     hosts.c.link(2, up=False)
     time.sleep(1.0)  # an eighth of the heartbeat timeout
     hosts.c.link(2, up=True)
@@ -109,9 +92,9 @@ def test_a_cut_shorter_than_the_timeouts_loses_nothing(hosts, tmp_path):
 def test_a_partition_of_the_chiefs_host_pauses_the_job_until_mended(hosts, tmp_path):
     start_ps(hosts, tmp_path, 2, "--set", "train.epochs=40", "--set",
              "strategy.register_timeout=120")
-    wait_for(hosts, "chief", r"epoch 1/40")
+    hosts.wait_for("chief", r"epoch 1/40")
     hosts.c.link(0, up=False)  # the chief and the server on one side, both workers on the other
-    wait_for(hosts, "chief", r"worker \d lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on "
+    hosts.wait_for("chief", r"worker \d lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on "
              r"host[12]\)")
     hosts.c.link(0, up=True)
     out = finish(hosts)
@@ -187,12 +170,12 @@ def test_a_server_on_a_lost_host_is_restored_on_another_host(hosts, tmp_path):
     hosts.start("ps1", 1, [PS, *args, "--chief", chief, "--task", "ps:1"])
     hosts.start("worker0", 2, [WORKER, *args, "--chief", chief, "--task", "worker:0"])
     hosts.start("worker1", 3, [WORKER, *args, "--chief", chief, "--task", "worker:1"])
-    wait_for(hosts, "chief", r"epoch 2/40")
+    hosts.wait_for("chief", r"epoch 2/40")
     c.kill_host(1)
-    wait_for(hosts, "chief", r"ps 1 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on host1 "
+    hosts.wait_for("chief", r"ps 1 lost \(at step \d+: no heartbeat for \d+ s; pid \d+ on host1 "
              rf"serving tcp://{re.escape(c.addr(1))}:\d+\); training pauses")
     hosts.start("ps1_again", 3, [PS, *args, "--chief", chief, "--task", "ps:1"])
-    wait_for(hosts, "chief", r"restoring the servers from \S+ckpt-\d+\.ctck")
+    hosts.wait_for("chief", r"restoring the servers from \S+ckpt-\d+\.ctck")
     out = finish(hosts)
     assert re.search(r"done: epochs=40 .*ps=2 workers=2", out), out
 
@@ -202,7 +185,7 @@ def test_a_worker_cut_off_from_the_chief_says_it_cannot_reach_it(hosts, tmp_path
     unreachable chief from a silent one (a TCP connect to the chief's address goes unanswered)."""
     start_ps(hosts, tmp_path, 1, "--set", "train.epochs=40", "--set",
              "strategy.chief_timeout=4", "--set", "strategy.register_timeout=120")
-    wait_for(hosts, "chief", r"epoch 1/40")
+    hosts.wait_for("chief", r"epoch 1/40")
     hosts.c.link(1, up=False)  # worker 0's host
     assert hosts.wait("worker0", 120) != 0
     log = hosts.log("worker0")

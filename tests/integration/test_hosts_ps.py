@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -59,6 +60,18 @@ class Roles:
         except subprocess.TimeoutExpired:
             pytest.fail(f"{name} did not finish in {timeout} s:\n{self.log(name)}")
 
+    def wait_for(self, name, pattern, timeout=180):
+        """The first match of pattern in the log of `name`, waiting while it runs."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.log(name))
+            if m:
+                return m
+            if self.procs[name].poll() is not None:
+                break
+            time.sleep(0.1)
+        pytest.fail(f"{name} never printed {pattern!r}:\n{self.log(name)}")
+
     def kill_all(self):
         for p in self.procs.values():
             if p.poll() is None:
@@ -66,14 +79,20 @@ class Roles:
                 p.wait()
 
 
-@pytest.fixture
-def hosts(tmp_path):
-    with netns.Cluster(3, "ps") as c:
+def roles_on(n_hosts, tag, tmp_path):
+    """A cluster of n_hosts and a Roles on it (a fixture's body): every role killed, then the
+    hosts removed."""
+    with netns.Cluster(n_hosts, tag) as c:
         roles = Roles(c, tmp_path)
         try:
             yield roles
         finally:
             roles.kill_all()
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    yield from roles_on(3, "ps", tmp_path)
 
 
 def ps_job(roles, n_ps, n_workers, sets, placement):
