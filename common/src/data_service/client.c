@@ -367,8 +367,16 @@ static int io_requests(ct__dsvc_client *c) {
         }
     }
     if (now - c->last_heard > c->timeout_s) {
+        char why[160]; /* silent, or out of this host's reach? */
+        int reach = ct_net_probe(c->dispatcher, 1000, why, sizeof why);
         pthread_mutex_lock(&c->mu);
-        if (c->fatal == CT_OK) {
+        if (c->fatal == CT_OK && !reach) {
+            c->fatal = CT_ETIMEDOUT;
+            snprintf(c->fatal_msg, sizeof c->fatal_msg,
+                     "data service: %s: this host cannot reach the dispatcher at %s (%s) and "
+                     "has not heard from it for %.0f s (data.service.timeout)",
+                     c->name, c->dispatcher, why, now - c->last_heard);
+        } else if (c->fatal == CT_OK) {
             c->fatal = CT_ETIMEDOUT;
             snprintf(c->fatal_msg, sizeof c->fatal_msg,
                      "data service: %s: the dispatcher at %s has been silent for %.0f s "
