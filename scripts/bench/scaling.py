@@ -71,7 +71,8 @@ def log(*a):
 
 def burst_of(cap):
     """2 ms of the rate, at least 96 KB (a 64 KB GSO packet must fit the bucket)."""
-    return f"{max(96, int(sm.rate_bytes(cap) * 2e-3 / 1024))}kb"
+    b = sm.rate_bytes(cap)
+    return None if math.isinf(b) else f"{max(96, int(b * 2e-3 / 1024))}kb"
 
 
 def set_cap(c, cap):
@@ -203,11 +204,11 @@ def measure(args):
     if not ok:
         sys.exit(f"scaling: {why}")
     data = {"allreduce": [], "ps": [], "compute": {}, "params": {}, "when": time.ctime(),
-            "cpus": os.cpu_count(), "burst": {c: burst_of(c) for c in CAPS if c != "none"}}
+            "cpus": os.cpu_count(), "burst": {c: burst_of(c) for c in CAPS}}
     for m in ("mlp", "cnn"):
         data["params"][m] = params_of(MODELS[m])
     tmp = tempfile.mkdtemp(prefix="ctrain-scaling-")
-    for m, b, _ in set(PS_PLAN.values()):
+    for m, b in sorted({(m, b) for m, b, _ in PS_PLAN.values()}):
         data["compute"][f"{m}@{b}"] = compute_time(m, b, 30, tmp)
         log(f"compute {m} batch {b}: {data['compute'][f'{m}@{b}'] * 1e3:.2f} ms/step")
     with netns.Cluster(4, "scaling") as c:
@@ -265,7 +266,7 @@ def fit(data):
         pts = [(r["n"], r["bytes"], sm.rate_bytes(r["cap"]), r[e]) for r in data["allreduce"]
                if e in r and is_fit(r["cap"], r["n"])]
         if pts:
-            model["allreduce"][e] = sm.fit_ar(pts, BUCKET[e], CORES)
+            model["allreduce"][e] = sm.fit_ar(pts, BUCKET[e])
     pts = ps_points(data, ps_seen)
     if pts:
         model["ps"] = sm.fit_ps([p[:5] for p in pts], model["allreduce"]["ring_1mib"]["alpha"])
@@ -286,7 +287,7 @@ def validate(data, model):
         for r in data["allreduce"]:
             if e not in r or is_fit(r["cap"], r["n"]) or r["bytes"] < (1 << 20) or not p:
                 continue
-            pred = sm.ar_time(p, r["n"], r["bytes"], sm.rate_bytes(r["cap"]), cores=CORES)
+            pred = sm.ar_time(p, r["n"], r["bytes"], sm.rate_bytes(r["cap"]))
             err = pred / r[e] - 1
             rows.append({"what": e, "cap": r["cap"], "n": r["n"], "bytes": r["bytes"],
                          "measured": r[e], "predicted": pred, "error": err})
@@ -380,7 +381,7 @@ def cmd_predict(args):
         f"compute {step_one * 1e3:.1f} ms per step per worker; link {args.link} "
         f"({'no cap' if math.isinf(b) else f'{b / 1e9:.3f} GB/s'}); model {args.model}"
         f"{'; no overlap of backward and all-reduce' if args.no_overlap else ''}")
-    log(f"{'workers':>7} {'step ms':>9} {'efficiency':>10} {'bw bound':>9}  best strategy "
+    log(f"{'workers':>7} {'step ms':>9} {'efficiency':>10} {'no-overlap':>10}  best strategy "
         "(runner-up)")
     for w in workers:
         opts = sm.step_options(model, job, w, b, overlap=not args.no_overlap)
@@ -394,7 +395,7 @@ def cmd_predict(args):
                             4 * job["params"] * 2 * (w - 1) / w / b))
         second = next((f"{n} {tt * 1e3:.1f} ms" for tt, n in opts[1:]
                        if n.split(",")[0] != name.split(",")[0]), "")
-        log(f"{w:>7} {t * 1e3:9.2f} {t1 / t * 100:9.1f}% {bound * 100:8.1f}%  {name} "
+        log(f"{w:>7} {t * 1e3:9.2f} {t1 / t * 100:9.1f}% {bound * 100:9.1f}%  {name} "
             f"({second})")
 
 
@@ -450,8 +451,7 @@ def cmd_weak(args):
                             job = {"params": p_bytes / 4, "compute_s": cpu}
                             if strat == "mirrored":
                                 base = model["allreduce"]["ring_1mib"]
-                                row["model_s"] = cpu + sm.ar_time(base, n, p_bytes, bw,
-                                                                  cores=CORES)
+                                row["model_s"] = cpu + sm.ar_time(base, n, p_bytes, bw)
                             else:
                                 row["model_s"] = cpu + sm.ps_time(model["ps"], n - 1, 1,
                                                                   p_bytes, bw)

@@ -2,12 +2,13 @@
 
 All-reduce engine e (ring, canonical, MPI; 1 MiB buckets or one bucket) on n hosts, S bytes:
 
-    t_e(n, S) = alpha_e * 2(n-1) * buckets(S)               latency: 2(n-1) steps per bucket
-              + S * 2(n-1)/n * eta_e / B                    the bytes each link carries, at B
-              + S * 2(n-1)/n * gamma_e * share(n)           per-byte host cost (copies through
-                                                            the kernel, the reduction)
+    t_e(n, S) = alpha_e * 2(n-1) * buckets(S)           latency: 2(n-1) steps per bucket
+              + S * 2(n-1)/n * max(eta_e / B, gamma_e)  the bytes each link carries, at the
+                                                        slower of the link (B) and the host's
+                                                        per-byte cost (copies through the
+                                                        kernel, the reduction): they overlap
 
-share(n) = max(1, n / cores): the namespace hosts share this machine's cores (1 on real hosts).
+alpha and gamma come from the runs without a cap (1/B = 0), eta from the capped ones.
 
 B is the link's rate in bytes/s (the tbf cap; infinite without one), eta_e >= 1 how far the
 engine's TCP streams stay from the cap. The parameter-server push/pull of a sync step:
@@ -18,6 +19,7 @@ with X = P * max(1, W_remote / S_srv) the bytes the busiest link carries in each
 for the push and again for the pull (so 2 X per step), m = 2 * max(W_remote, S_srv) the
 messages the busiest host handles per step. All fits are least squares on relative error
 (each row divided by its measurement), with coefficients kept >= 0.
+The PS path is a sum, not a roofline: push, the server's update and pull follow each other.
 """
 import math
 
@@ -62,30 +64,33 @@ def nnls_rel(rows, y, names):
 # ---- all-reduce ----
 
 def cpu_share(procs, cores):
-    """How many processes share each core: the namespace hosts of one machine share its cores
-    (cores=None: real hosts, a core of its own for each rank's copies)."""
+    """How many processes share each core (cores=None: a core of their own)."""
     return max(1.0, procs / cores) if cores else 1.0
 
 
-def ar_features(n, nbytes, bucket, b_link, cores=None):
-    nb = max(1, math.ceil(nbytes / bucket)) if bucket else 1
-    f = 2.0 * (n - 1) / n
-    return [2.0 * (n - 1) * nb, nbytes * f * inv(b_link), nbytes * f * cpu_share(n, cores)]
-
-
-def ar_time(p, n, nbytes, b_link, bucket=None, cores=None):
+def ar_time(p, n, nbytes, b_link, bucket=None):
+    """Latency plus the slower of the link and the host: the ring streams its chunks, so the
+    link's time and the host's per-byte work overlap (a roofline, not a sum)."""
     if n <= 1:
         return 0.0
     bucket = p.get("bucket") if bucket is None else bucket
-    x = ar_features(n, nbytes, bucket, b_link, cores)
-    eta = p["eta"] if not math.isinf(b_link) else 0.0
-    return p["alpha"] * x[0] + eta * x[1] + p["gamma"] * x[2]
+    nb = max(1, math.ceil(nbytes / bucket)) if bucket else 1
+    moved = nbytes * 2.0 * (n - 1) / n
+    return p["alpha"] * 2.0 * (n - 1) * nb + moved * max(p["eta"] * inv(b_link), p["gamma"])
 
 
-def fit_ar(points, bucket, cores):
-    """points: [(n, bytes, B, seconds)] -> {alpha, eta, gamma, bucket}."""
-    rows = [ar_features(n, s, bucket, b, cores) for n, s, b, _ in points]
-    p = nnls_rel(rows, [t for *_, t in points], ["alpha", "eta", "gamma"])
+def fit_ar(points, bucket):
+    """points: [(n, bytes, B, seconds)] -> {alpha, eta, gamma, bucket}. alpha and gamma from
+    the runs with no cap (the host's limits), eta from the capped ones with that alpha."""
+    def feats(n, s):
+        nb = max(1, math.ceil(s / bucket)) if bucket else 1
+        return 2.0 * (n - 1) * nb, s * 2.0 * (n - 1) / n
+    free = [(feats(n, s), t) for n, s, b, t in points if math.isinf(b)]
+    capped = [(feats(n, s), b, t) for n, s, b, t in points if not math.isinf(b)]
+    p = nnls_rel([[st, mv] for (st, mv), _ in free], [t for _, t in free], ["alpha", "gamma"])
+    rows = [[mv / b] for (st, mv), b, t in capped]
+    y = [max(t - p["alpha"] * st, 1e-6) for (st, mv), b, t in capped]
+    p.update(nnls_rel(rows, y, ["eta"]))
     p["bucket"] = bucket
     return p
 
@@ -99,6 +104,8 @@ def ps_features(w_remote, servers, nbytes, b_link):
 
 
 def ps_time(p, w_remote, servers, nbytes, b_link):
+    if w_remote == 0:  # the worker beside its server: no link crossed
+        b_link = math.inf
     x = ps_features(w_remote, servers, nbytes, b_link)
     eta = p["eta"] if not math.isinf(b_link) else 0.0
     return p["a0"] * x[0] + p["a1"] * x[1] + eta * x[2] + p["gamma"] * x[3]
