@@ -448,14 +448,12 @@ def cmd_weak(args):
                         cpu = solo[m] * max(1.0, (n + (1 if strat == "ps" else 0)) / 2)
                         row["cpu_bound_s"] = cpu
                         if model:
-                            job = {"params": p_bytes / 4, "compute_s": cpu}
                             if strat == "mirrored":
                                 base = model["allreduce"]["ring_1mib"]
                                 row["model_s"] = cpu + sm.ar_time(base, n, p_bytes, bw)
                             else:
                                 row["model_s"] = cpu + sm.ps_time(model["ps"], n - 1, 1,
                                                                   p_bytes, bw)
-                            del job
                         out["weak"].append(row)
                         log(f"weak {m} {strat} {n} host(s) cap {cap}: {t * 1e3:.1f} ms/step, "
                             f"efficiency {solo[m] / t * 100:.0f}% (bw bound "
