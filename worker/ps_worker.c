@@ -456,49 +456,58 @@ static int next_task(worker *w, uint64_t version, task *ret) {
 /* A server late with a pull (for a heartbeat timeout) gets a TCP connect to its advertised
  * address: if that fails, we cannot reach it (a loopback or wrong address, a cut link), and our
  * heartbeats tell the chief so, instead of the chief or the server being blamed. */
-static void probe_late(worker *w, int s, double now) {
+static int probe_late(worker *w, int s, double now) {
     if (now - w->pull_sent[s] < w->job->ps.heartbeat_timeout ||
         now - w->probed[s] < w->job->ps.heartbeat_timeout) {
-        return;
+        return 0;
     }
     w->probed[s] = now;
     char why[160];
-    if (ct_net_probe(w->endpoint[s], 1000, why, sizeof why)) {
+    if (ct_net_probe(w->endpoint[s], 1000, why, sizeof why) > 0) {
         w->unreachable[s][0] = '\0';
     } else {
         snprintf(w->unreachable[s], sizeof w->unreachable[s], "%s", why);
     }
+    return 1;
 }
 
+/* What we say of server s, which we cannot reach. */
+static void complain(const worker *w, int s, char *buf, size_t cap) {
+    snprintf(buf, cap, "cannot reach ps %d at %s, the address ps %d advertised (%s)%s", s,
+             w->endpoint[s], s, w->unreachable[s],
+             strstr(w->endpoint[s], "//127.") || strstr(w->endpoint[s], "[::1]")
+                 ? "; a loopback address: if that server runs on another host, start it with "
+                   "--interface NAME or --advertise ADDR"
+                 : "");
+}
+
+/* Our heartbeats name the first server we cannot reach ("" none). */
 static void say_unreachable(worker *w) {
     w->link.complaint[0] = '\0';
     for (int s = 0; s < w->n_servers; s++) {
         if (w->pending[s] && w->unreachable[s][0]) {
-            snprintf(w->link.complaint, sizeof w->link.complaint,
-                     "cannot reach ps %d at %s, the address ps %d advertised (%s)%s", s,
-                     w->endpoint[s], s, w->unreachable[s],
-                     strstr(w->endpoint[s], "//127.") || strstr(w->endpoint[s], "[::1]")
-                         ? "; a loopback address: start ps with --interface NAME or --advertise "
-                           "ADDR"
-                         : "");
+            complain(w, s, w->link.complaint, sizeof w->link.complaint);
             return;
         }
     }
 }
 
 /* Names a server that has owed us parameters for too long (sync waits may be long: the chief
- * decides how long a lost worker is waited for, and tells us through the view). */
+ * decides how long a lost worker is waited for, and tells us through the view). At most one
+ * server is probed per turn: a probe may take a second, and heartbeats must go on. */
 static ct_status check_pulls(worker *w, ct_err *err) {
     double now = ct__now_s(), limit = w->job->ps.register_timeout + w->job->ps.heartbeat_timeout;
+    int probed = 0;
     for (int s = 0; s < w->n_servers; s++) {
         if (!w->pending[s]) {
             w->unreachable[s][0] = '\0';
             continue;
         }
-        probe_late(w, s, now);
+        probed = probed || probe_late(w, s, now);
         if (now - w->pull_sent[s] > limit && w->unreachable[s][0]) {
-            say_unreachable(w);
-            return ct_err_set(err, CT_ETIMEDOUT, "%s: %s (for %.0f s)", w->who, w->link.complaint,
+            char line[sizeof w->link.complaint];
+            complain(w, s, line, sizeof line);
+            return ct_err_set(err, CT_ETIMEDOUT, "%s: %s (for %.0f s)", w->who, line,
                               now - w->pull_sent[s]);
         }
         if (now - w->pull_sent[s] > limit) {

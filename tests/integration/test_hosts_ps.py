@@ -176,7 +176,8 @@ def test_a_server_advertising_loopback_is_named_with_the_side_that_cannot_reach_
     assert hosts.wait("worker0", 120) != 0
     worker = hosts.log("worker0")
     assert re.search(r"worker 0: cannot reach ps 0 at tcp://127\.0\.0\.1:\d+, the address ps 0 "
-                     r"advertised \(Connection refused\); a loopback address", worker), worker
+                     r"advertised \(Connection refused: nothing listens there\); a loopback "
+                     r"address", worker), worker
     assert hosts.wait("chief", 120) != 0
     chief_log = hosts.log("chief")
     assert re.search(rf"worker 0 \(pid \d+ on {c.hosts[1]}\) is alive but cannot reach ps 0 at "

@@ -146,3 +146,19 @@ Test(address, this_machine_binds_by_the_rule_and_is_dialled_back) {
     ct_net_close(client);
     ct_net_close(server);
 }
+
+Test(address, localhost_brackets_and_an_explicit_bind_are_kept) {
+    ct_net_iface ifs[] = {LO, ETH0, ETH0_6};
+    ct_net_where local = {.peer = "localhost:5000"}; /* a local job by name stays local */
+    ct_net_plan_out p = plan(&local, ifs, 3, "127.0.0.1");
+    cr_expect_str_eq(p.bind, "127.0.0.1:0");
+    cr_expect_str_eq(p.advertise, "127.0.0.1");
+    ct_net_where named = {.bind = "localhost:7000"};
+    cr_expect_str_eq(plan(&named, ifs, 3, "").bind, "127.0.0.1:7000");
+    ct_net_where bracketed = {.advertise = "[fd00:77::2]", .peer = "10.77.0.1:5000"};
+    p = plan(&bracketed, ifs, 3, "10.77.0.2");
+    cr_expect_str_eq(p.advertise, "fd00:77::2");
+    cr_expect_eq(p.family, AF_INET6);
+    ct_net_where both = {.bind = "127.0.0.1:7001", .interface = "eth0"}; /* the bind wins */
+    cr_expect_str_eq(plan(&both, ifs, 3, "").bind, "127.0.0.1:7001");
+}

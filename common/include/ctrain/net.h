@@ -137,9 +137,10 @@ CT_API ct_status ct_net_plan(const ct_net_where *w, const ct_net_iface *ifs, int
  * ("tcp://10.0.0.2:41235", "tcp://[fd00::2]:41235"). */
 CT_API ct_status ct_net_listen(void *sock, const ct_net_where *where, char *ret_endpoint,
                                size_t cap, ct_err *err);
-/* Whether a TCP connection to `endpoint` ("tcp://host:port") opens within timeout_ms: 1, or 0
- * with why ("Connection refused", "no answer to a TCP connect ...") in `why`. For messages that
- * tell "the peer is silent" from "this host cannot reach that address". */
+/* Whether a TCP connection to `endpoint` ("tcp://host:port") opens within timeout_ms: 1; -1
+ * refused (the host answered, nothing listens on that port: a process gone, a wrong port, or
+ * loopback on another host); 0 no answer or unreachable. why says which in words. For messages
+ * that tell "the peer is silent" from "this host cannot reach that address". */
 CT_API int ct_net_probe(const char *endpoint, int timeout_ms, char *why, size_t cap);
 /* 1 for 127.x, ::1 and "localhost"; 1 for "*", "0.0.0.0" and "::" (is_wildcard). */
 CT_API int ct_net_is_loopback(const char *host);

@@ -367,10 +367,13 @@ static int io_requests(ct__dsvc_client *c) {
         }
     }
     if (now - c->last_heard > c->timeout_s) {
-        char why[160]; /* silent, or out of this host's reach? */
-        int reach = ct_net_probe(c->dispatcher, 1000, why, sizeof why);
+        char why[160] = ""; /* silent, or out of this host's reach? (probed once) */
         pthread_mutex_lock(&c->mu);
-        if (c->fatal == CT_OK && !reach) {
+        int failed = c->fatal != CT_OK;
+        pthread_mutex_unlock(&c->mu);
+        int reach = failed ? 1 : ct_net_probe(c->dispatcher, 1000, why, sizeof why);
+        pthread_mutex_lock(&c->mu);
+        if (c->fatal == CT_OK && reach == 0) {
             c->fatal = CT_ETIMEDOUT;
             snprintf(c->fatal_msg, sizeof c->fatal_msg,
                      "data service: %s: this host cannot reach the dispatcher at %s (%s) and "
@@ -569,7 +572,7 @@ static void workers_str(ct__dsvc_client *c, char *buf, size_t cap) {
     size_t n = (size_t)snprintf(buf, cap, "%s", n_workers ? "" : "none known");
     for (int w = 0; w < n_workers && n < cap; w++) {
         char why[160];
-        int reach = ct_net_probe(eps[w], 1000, why, sizeof why);
+        int reach = ct_net_probe(eps[w], 1000, why, sizeof why) > 0;
         n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s%s", w ? ", " : "", eps[w],
                               reach ? "" : " (unreachable from this host: ", reach ? "" : why,
                               reach ? "" : "; the address it advertised to the dispatcher)");

@@ -211,8 +211,15 @@ ct_status ct_net_plan(const ct_net_where *w, const ct_net_iface *ifs, int n, con
         split_address(w->peer, peer_host, sizeof peer_host, peer_port, sizeof peer_port) != 0) {
         peer_host[0] = '\0';
     }
-    int peer_local = peer_host[0] && ct_net_is_loopback(peer_host) && numeric_family(peer_host);
-    if (w->interface && *w->interface) {
+    int peer_local = peer_host[0] && ct_net_is_loopback(peer_host);
+    const char *loopback = numeric_family(peer_host) == AF_INET6 ? "::1" : "127.0.0.1";
+    if (ct_net_is_loopback(host) && !numeric_family(host)) {
+        snprintf(host, sizeof host, "127.0.0.1"); /* "localhost": this host only, as asked */
+    }
+    /* --interface picks the address of a bind that names none (a wildcard or nothing); an
+     * explicit numeric --bind wins */
+    int bind_open = !host[0] || ct_net_is_wildcard(host) || !numeric_family(host);
+    if (w->interface && *w->interface && bind_open) {
         int family = route_src && *route_src ? numeric_family(route_src) : 0;
         family = family ? family : numeric_family(peer_host); /* the peer's, where it has one */
         const ct_net_iface *f = find_iface(ifs, n, w->interface, family);
@@ -221,15 +228,18 @@ ct_status ct_net_plan(const ct_net_where *w, const ct_net_iface *ifs, int n, con
         }
         snprintf(host, sizeof host, "%s", f->addr);
     } else if (!host[0]) {
-        snprintf(host, sizeof host, "%s", peer_local ? peer_host : "*");
+        snprintf(host, sizeof host, "%s", peer_local ? loopback : "*");
     } else if (!numeric_family(host) && !ct_net_is_wildcard(host)) {
         snprintf(host, sizeof host, "*"); /* a host name: every interface (see above) */
     }
     out->family = numeric_family(host);
     snprintf(out->bind, sizeof out->bind, out->family == AF_INET6 ? "[%s]:%s" : "%s:%s", host,
              port);
-    if (w->advertise && *w->advertise) {
-        snprintf(out->advertise, sizeof out->advertise, "%s", w->advertise);
+    if (w->advertise && *w->advertise) { /* "[fd00::2]" taken as "fd00::2" */
+        size_t len = strlen(w->advertise);
+        int bracketed = w->advertise[0] == '[' && len > 2 && w->advertise[len - 1] == ']';
+        snprintf(out->advertise, sizeof out->advertise, "%.*s", (int)(bracketed ? len - 2 : len),
+                 w->advertise + bracketed);
     } else if (!ct_net_is_wildcard(host)) {
         snprintf(out->advertise, sizeof out->advertise, "%s", host);
     } else {
@@ -291,42 +301,58 @@ ct_status ct_net_listen(void *sock, const ct_net_where *where, char *ret_endpoin
     return CT_OK;
 }
 
+/* One TCP connect to a, within timeout_ms: 1 open, -1 refused, 0 no answer or another error
+ * (errno-like code in *e). */
+static int probe_one(const struct addrinfo *a, int timeout_ms, int *e) {
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        *e = errno;
+        return 0;
+    }
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen), ok = 0;
+    *e = rc == 0 ? 0 : errno;
+    if (rc == 0) {
+        ok = 1;
+    } else if (*e == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        socklen_t len = sizeof *e;
+        if (poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, e, &len) == 0) {
+            ok = *e == 0;
+        } else {
+            *e = ETIMEDOUT;
+        }
+    }
+    close(fd);
+    return ok ? 1 : (*e == ECONNREFUSED ? -1 : 0);
+}
+
 int ct_net_probe(const char *endpoint, int timeout_ms, char *why, size_t cap) {
     char host[256], port[32];
     snprintf(why, cap, "malformed endpoint");
     if (split_address(endpoint, host, sizeof host, port, sizeof port) != 0) {
         return 0;
     }
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    /* ZeroMQ dials IPv4 unless the address is an IPv6 literal: so does the probe */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_family = strchr(host, ':') ? AF_INET6 : AF_INET},
+                    *res = NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
     if (rc != 0 || !res) {
         snprintf(why, cap, "%s does not resolve here (%s)", host, gai_strerror(rc));
         return 0;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    int ok = 0, e = errno;
-    if (fd >= 0) {
-        rc = connect(fd, res->ai_addr, res->ai_addrlen);
-        e = errno;
-        if (rc == 0) {
-            ok = 1;
-        } else if (e == EINPROGRESS) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            socklen_t len = sizeof e;
-            if (poll(&p, 1, timeout_ms) == 1 &&
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0) {
-                ok = e == 0;
-            } else {
-                e = ETIMEDOUT;
-            }
-        }
-        close(fd);
+    int best = 0, e = 0;
+    for (const struct addrinfo *a = res; a && best <= 0; a = a->ai_next) {
+        int got = probe_one(a, timeout_ms, &e);
+        best = got == 1 || best == 0 ? got : best;
     }
     freeaddrinfo(res);
-    if (!ok) {
+    if (best == -1) {
+        snprintf(why, cap, "Connection refused: nothing listens there");
+    } else if (best == 0) {
         snprintf(why, cap, "%s",
                  e == ETIMEDOUT ? "no answer to a TCP connect (a firewall, or no route)"
                                 : strerror(e));
     }
-    return ok;
+    return best;
 }

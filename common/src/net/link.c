@@ -118,10 +118,18 @@ ct_status ct__link_tick(ct__link *l, uint64_t generation, const Ctrain__Wire__St
     double now = ct__now_s();
     if (now - l->last_heard > l->timeout_s) {
         char why[160];
-        if (!ct_net_probe(l->address, 1000, why, sizeof why)) { /* not silent: out of reach */
+        int reach = ct_net_probe(l->address, 1000, why, sizeof why);
+        if (reach == 0) { /* not silent: out of this host's reach */
             return ct_err_set(err, CT_ETIMEDOUT,
                               "%sthis host cannot reach the %s at %s (%s) and has not heard from "
                               "it for %.1f s (%s)",
+                              l->who, l->o.coordinator, l->address, why, now - l->last_heard,
+                              l->o.timeout_key);
+        }
+        if (reach < 0) { /* the host answers, the port does not */
+            return ct_err_set(err, CT_ETIMEDOUT,
+                              "%snothing listens at the %s's address %s (%s) and it has been "
+                              "silent for %.1f s (%s): is it running, on that port?",
                               l->who, l->o.coordinator, l->address, why, now - l->last_heard,
                               l->o.timeout_key);
         }

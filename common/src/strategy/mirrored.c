@@ -221,6 +221,9 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
         st = ct_err_set(err, CT_EPEER, "rank %d: another rank failed to start (see its message)",
                         r.rank);
     }
+    if (st == CT_OK) {
+        ct__mirrored_gather_hosts(r.m); /* every rank started: the gather cannot pair wrong */
+    }
     if (st == CT_OK &&
         (st = ct__mirrored_choose_engine(r.m, &job->mirrored, job->path, err)) != CT_OK) {
         all_ok = 0; /* the windows are collective: a failure here ends every rank (MPI) */

@@ -470,14 +470,8 @@ ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int ca
     m->heard = malloc((size_t)size * sizeof *m->heard);
     m->hosts = calloc((size_t)size, sizeof *m->hosts);
     if (!m->b || !m->param_bucket || !m->writes || !m->crc || !m->seen || !m->heard || !m->hosts) {
-        goto fail; /* every rank runs out alike or none does: the gather below is collective */
+        goto fail;
     }
-    char host[MPI_MAX_PROCESSOR_NAME] = "";
-    int host_len = 0;
-    MPI_Get_processor_name(host, &host_len);
-    char mine[64];
-    snprintf(mine, sizeof mine, "%s", host);
-    MPI_Allgather(mine, 64, MPI_CHAR, m->hosts, 64, MPI_CHAR, MPI_COMM_WORLD);
     for (int r = 0; r < size; r++) {
         m->heard[r] = ct__now_s();
     }
@@ -501,6 +495,15 @@ fail:
     m->compression = CT_COMPRESSION_NONE; /* no op was created */
     ct__mirrored_destroy(m);
     return ct_err_set(err, CT_ENOMEM, "mirrored: out of memory");
+}
+
+void ct__mirrored_gather_hosts(ct__mirrored *m) {
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    int host_len = 0;
+    MPI_Get_processor_name(host, &host_len);
+    char mine[64];
+    snprintf(mine, sizeof mine, "%s", host);
+    MPI_Allgather(mine, 64, MPI_CHAR, m->hosts, 64, MPI_CHAR, MPI_COMM_WORLD);
 }
 
 ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_mirrored_spec *spec,

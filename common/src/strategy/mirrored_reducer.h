@@ -89,6 +89,9 @@ ct_status ct__mirrored_create(ct_params *p, const ct_mirrored_spec *spec, int ca
 /* strategy.allreduce: the shared-memory engine when every rank is on one node (auto or shared),
  * the ring otherwise; with the shared engine p->grad moves into its window. Collective: every
  * rank calls it. CT_EINVAL (naming the job file) when shared was asked for and cannot be had. */
+/* Every rank's host name into m->hosts, for stall messages: collective, so called once every
+ * rank is known to have started (after the start agreement). */
+void ct__mirrored_gather_hosts(ct__mirrored *m);
 ct_status ct__mirrored_choose_engine(ct__mirrored *m, const ct_mirrored_spec *spec,
                                      const char *job_path, ct_err *err);
 
