@@ -155,10 +155,11 @@ if ((tests)); then
     # tests), the venv module, pgrep (procps), clang and compiler-rt (libFuzzer), mpirun, meson,
     # ninja, pkg-config and gcc (the install test), bash; ca-certificates for pip; ip and tc
     # (iproute2) for the hosts made of network namespaces, and a Slurm controller and node
-    # daemon to run the Slurm scripts on them (tests/integration/slurm_cluster.py).
+    # daemon to run the Slurm scripts on them (tests/integration/slurm_cluster.py); g++ builds
+    # the CUDA kernels under the CPU stand-in for the CUDA runtime (tests/cuda/).
     packages+=(libcriterion-dev python3 python3-torch python3-numpy python3-pytest python3-zmq
                python3-venv procps clang libclang-rt-dev ca-certificates iproute2 slurmctld
-               slurmd slurm-client)
+               slurmd slurm-client g++)
 fi
 
 missing=()

@@ -4,10 +4,15 @@
 #ifndef CTRAIN_API_H
 #define CTRAIN_API_H
 
-#if defined(__GNUC__)
-#define CT_API __attribute__((visibility("default")))
+#ifdef __cplusplus /* C linkage for C++ callers (the CUDA kernels' tests) */
+#define CT_API_LINKAGE extern "C"
 #else
-#define CT_API
+#define CT_API_LINKAGE
+#endif
+#if defined(__GNUC__)
+#define CT_API CT_API_LINKAGE __attribute__((visibility("default")))
+#else
+#define CT_API CT_API_LINKAGE
 #endif
 
 #endif

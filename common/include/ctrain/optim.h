@@ -87,6 +87,19 @@ CT_API float ct_optimizer_update_span(ct_optimizer *o, float *w, const float *g,
                                       int64_t slot_offset, int64_t n, int64_t step,
                                       int64_t total_steps, float clip);
 
+/* The constants update number `step` applies to every element (a device kernel's arguments):
+ * the learning rate (with the lr scale), Adam's lr / (1 - b1^t) and 1 / sqrt(1 - b2^t), and
+ * AdamW's decay factor 1 - lr * weight_decay. */
+typedef struct ct_optimizer_constants {
+    float lr, step_size, c2, decay;
+} ct_optimizer_constants;
+CT_API void ct_optimizer_constants_at(const ct_optimizer *o, int64_t step, int64_t total_steps,
+                                      ct_optimizer_constants *ret);
+/* The weight-decay factor at flat slot offset `at` under learning rate lr (1 but for AdamW and
+ * outside decay_exclude), and in *n (at most its value on entry) how many elements from `at`
+ * share it. */
+CT_API float ct_optimizer_decay_at(const ct_optimizer *o, float lr, int64_t at, int64_t *n);
+
 /* Multiplies the learning rate of the following updates by `scale` (1 by default): the
  * parameter servers' staleness-aware update (policy scale: 1 / staleness). Not thread-safe. */
 CT_API void ct_optimizer_set_lr_scale(ct_optimizer *o, float scale);

@@ -71,7 +71,12 @@ CT_API int ct_exit_code(ct_status status, int stop_signal, int stalled);
         }                                                                                          \
     } while (0)
 
-_Noreturn void ct__assert_fail(const char *expr, const char *file, int line);
+#ifdef __cplusplus /* the CUDA kernels' C++ includes the public headers too */
+[[noreturn]]
+#else
+_Noreturn
+#endif
+void ct__assert_fail(const char *expr, const char *file, int line);
 
 /* Log levels; the level and the sink are the library's only mutable globals. */
 typedef enum ct_log_level { CT_LOG_ERROR, CT_LOG_WARN, CT_LOG_INFO, CT_LOG_DEBUG } ct_log_level;

@@ -215,6 +215,21 @@ float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step
                                     end - begin, step, total_steps, clip);
 }
 
+void ct_optimizer_constants_at(const ct_optimizer *o, int64_t step, int64_t total_steps,
+                               ct_optimizer_constants *ret) {
+    const ct_optimizer_spec *s = &o->spec;
+    const double t = (double)step + 1.0;
+    ret->lr = ct_optimizer_learning_rate(o, step, total_steps) * o->lr_scale;
+    /* adam(w): w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), folded into constants */
+    ret->step_size = ret->lr * (float)(1.0 / (1.0 - pow(s->beta1, t)));
+    ret->c2 = (float)(1.0 / sqrt(1.0 - pow(s->beta2, t)));
+    ret->decay = 1.0f - ret->lr * s->weight_decay;
+}
+
+float ct_optimizer_decay_at(const ct_optimizer *o, float lr, int64_t at, int64_t *n) {
+    return o->spec.type == CT_OPT_ADAMW ? decay_run(o, lr, at, n) : 1.0f;
+}
+
 float ct_optimizer_update_span(ct_optimizer *o, float *w_, const float *g_, int64_t slot_offset,
                                int64_t n, int64_t step, int64_t total_steps, float clip) {
     const ct_optimizer_spec *s = &o->spec;
@@ -222,11 +237,12 @@ float ct_optimizer_update_span(ct_optimizer *o, float *w_, const float *g_, int6
     const float *restrict g = g_;
     float *restrict s0 = o->slots[0] ? o->slots[0] + slot_offset : NULL;
     float *restrict s1 = o->slots[1] ? o->slots[1] + slot_offset : NULL;
-    const float lr = ct_optimizer_learning_rate(o, step, total_steps) * o->lr_scale;
+    ct_optimizer_constants k;
+    ct_optimizer_constants_at(o, step, total_steps, &k);
+    const float lr = k.lr;
     /* Each loop also sums g^2 (a vector reduction): NaN/Inf in any gradient shows up in it. */
     float g2 = 0.0f;
     const float b1 = s->beta1, b2 = s->beta2, eps = s->epsilon, mom = s->momentum;
-    const double t = (double)step + 1.0;
     switch (s->type) {
     case CT_OPT_SGD:
         if (mom > 0.0f) { /* PyTorch form: v = mu v + g; w -= lr v (Nesterov: lr (g + mu v)) */
@@ -250,13 +266,10 @@ float ct_optimizer_update_span(ct_optimizer *o, float *w_, const float *g_, int6
         break;
     case CT_OPT_ADAM:
     case CT_OPT_ADAMW: {
-        /* w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), folded into constants */
-        const float step_size = lr * (float)(1.0 / (1.0 - pow(b1, t)));
-        const float c2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
+        const float step_size = k.step_size, c2 = k.c2;
         for (int64_t i0 = 0; i0 < n;) { /* runs of one decay factor (decay_exclude) */
             int64_t run = n - i0;
-            const float decay =
-                s->type == CT_OPT_ADAMW ? decay_run(o, lr, slot_offset + i0, &run) : 1.0f;
+            const float decay = ct_optimizer_decay_at(o, lr, slot_offset + i0, &run);
 #pragma omp simd reduction(+ : g2)
             for (int64_t i = i0; i < i0 + run; i++) {
                 float gi = g[i] * clip;

@@ -1,0 +1,70 @@
+/* The CUDA kernels' host-side entry points, one family per file of kernels/cuda/ (C linkage, so
+ * the backend and the tests call them from C or C++). Pointers are device memory; every call is
+ * queued on `stream` (NULL: the default stream) and returns 0 or the launch's cudaError_t. The
+ * same functions run under the CPU stand-in (kernels/cuda/stand_in.h) in the tests. Op ids are
+ * ct_op values of the fusable elementwise list (graph/formulas.h). */
+#ifndef CTRAIN_CUDA_KERNELS_H
+#define CTRAIN_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_CUDA_MAX_DIMS 6
+
+/* out = op(x) elementwise (alpha: SCALE's factor), n elements. */
+int ct_cuda_unary(void *stream, int op, float alpha, const float *x, float *out, int64_t n);
+
+/* out = op(a, b) over the broadcast shape `dims` (rank <= CT_CUDA_MAX_DIMS); stride_a and
+ * stride_b: each operand's element strides along the output's axes (0 where it broadcasts). */
+typedef struct ct_cuda_broadcast {
+    int rank;
+    int64_t dims[CT_CUDA_MAX_DIMS];
+    int64_t stride_a[CT_CUDA_MAX_DIMS], stride_b[CT_CUDA_MAX_DIMS];
+} ct_cuda_broadcast;
+int ct_cuda_binary(void *stream, int op, const float *a, const float *b, float *out,
+                   const ct_cuda_broadcast *shape);
+
+/* Row-wise softmax (log_softmax: log) of x [rows, cols] into y. */
+int ct_cuda_softmax(void *stream, int log, const float *x, float *y, int64_t rows, int64_t cols);
+/* The gradients: dx = y (dy - sum(dy y)) (softmax), dy - exp(y) sum(dy) (log: y is log-softmax). */
+int ct_cuda_softmax_grad(void *stream, int log, const float *dy, const float *y, float *dx,
+                         int64_t rows, int64_t cols);
+
+/* Softmax cross-entropy with sparse labels, mean over the rows not ignored: probs [rows, cols]
+ * (saved for the backward), loss[0] the mean. smoothing: label smoothing; has_ignore, ignore:
+ * an ignored label. `scratch`: ct_cuda_xent_scratch_bytes(rows) of device memory. */
+typedef struct ct_cuda_xent {
+    int64_t rows, cols;
+    float smoothing;
+    int has_ignore;
+    int32_t ignore;
+} ct_cuda_xent;
+int64_t ct_cuda_xent_scratch_bytes(int64_t rows);
+int ct_cuda_softmax_xent(void *stream, const ct_cuda_xent *o, const float *logits,
+                         const int32_t *labels, float *probs, float *loss, void *scratch);
+/* dlogits = (probs - target) dloss[0] / batch (batch > 0: given; 0: the rows not ignored). */
+int ct_cuda_softmax_xent_grad(void *stream, const ct_cuda_xent *o, const float *dloss,
+                              const float *probs, const int32_t *labels, int64_t batch,
+                              float *dlogits, void *scratch);
+
+/* One optimizer update of n parameters (w, g, slots s0, s1 as the CPU's ct_optimizer_update_span)
+ * with host-computed constants; g2_partial: ct_cuda_optimizer_blocks(n) floats of device memory
+ * that receive per-block sums of the clipped g^2, then g2[0] their sum (a fixed order). */
+typedef struct ct_cuda_update {
+    int type; /* ct_optimizer_type */
+    float lr, clip, momentum, beta1, beta2, epsilon, rho, decay;
+    int nesterov;
+    float step_size, c2; /* adam(w): lr / (1 - b1^t), 1 / sqrt(1 - b2^t) */
+} ct_cuda_update;
+int64_t ct_cuda_optimizer_blocks(int64_t n);
+int ct_cuda_optimizer_update(void *stream, const ct_cuda_update *u, float *w, const float *g,
+                             float *s0, float *s1, int64_t n, float *g2_partial, float *g2);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

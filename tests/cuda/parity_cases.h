@@ -1,0 +1,259 @@
+/* The cases of kernel_parity.cpp (included there, after its helpers): each builds random inputs,
+ * runs the CUDA kernel and the CPU twin, and compares. */
+#ifndef CTRAIN_TESTS_PARITY_CASES_H
+#define CTRAIN_TESTS_PARITY_CASES_H
+
+namespace {
+
+/* Inputs where an op is defined: positive for log, sqrt, rsqrt and pow's base. */
+bool positive_input(int op) {
+    return op == CT_OP_LOG || op == CT_OP_SQRT || op == CT_OP_RSQRT || op == CT_OP_POW ||
+           op == CT_OP_LOG_GRAD || op == CT_OP_SQRT_GRAD || op == CT_OP_RSQRT_GRAD;
+}
+
+void unary_case(int op, const char *op_name, int64_t n) {
+    char name[96];
+    snprintf(name, sizeof name, "unary %s n=%lld", op_name, (long long)n);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = positive_input(op) ? randoms(n, 0.05f, 4.0f) : randoms(n, -4.0f, 4.0f);
+    for (size_t i = 0; i < x.size() && i < 3; i++) {
+        x[i] = (float)i - 1.0f; /* -1, 0, 1: the branch points of step, relu, abs */
+        x[i] = positive_input(op) ? x[i] + 2.0f : x[i];
+    }
+    ct_attrs attrs = {};
+    attrs.f[0] = 0.37f;
+    cpu_twin cpu;
+    std::vector<float> want = cpu.read(cpu.add((ct_op)op, {cpu.constant({n}, x.data())}, attrs));
+    dev_vec<float> dx(x), dout((size_t)n);
+    launched(name, ct_cuda_unary(nullptr, op, attrs.f[0], dx.p, dout.p, n));
+    compare(name, dout.host(), want);
+}
+
+/* The broadcast of a and b as the kernels take it (numpy's rules; shapes are compatible). */
+ct_cuda_broadcast broadcast_of(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+    ct_cuda_broadcast s = {};
+    s.rank = (int)(a.size() > b.size() ? a.size() : b.size());
+    int64_t sa = 1, sb = 1;
+    for (int k = s.rank - 1; k >= 0; k--) {
+        int ka = k - (s.rank - (int)a.size()), kb = k - (s.rank - (int)b.size());
+        int64_t da = ka >= 0 ? a[(size_t)ka] : 1, db = kb >= 0 ? b[(size_t)kb] : 1;
+        s.dims[k] = da > db ? da : db;
+        s.stride_a[k] = da == 1 ? 0 : sa;
+        s.stride_b[k] = db == 1 ? 0 : sb;
+        sa *= da;
+        sb *= db;
+    }
+    return s;
+}
+
+void binary_case(int op, const char *op_name, const std::vector<int64_t> &a_dims,
+                 const std::vector<int64_t> &b_dims) {
+    char name[128], shapes[64] = "";
+    for (int side = 0; side < 2; side++) {
+        const std::vector<int64_t> &d = side ? b_dims : a_dims;
+        size_t at = strlen(shapes);
+        snprintf(shapes + at, sizeof shapes - at, "%s[", side ? " x " : "");
+        for (size_t k = 0; k < d.size(); k++) {
+            at = strlen(shapes);
+            snprintf(shapes + at, sizeof shapes - at, "%s%lld", k ? "," : "", (long long)d[k]);
+        }
+        at = strlen(shapes);
+        snprintf(shapes + at, sizeof shapes - at, "]");
+    }
+    snprintf(name, sizeof name, "binary %s %s", op_name, shapes);
+    if (!wanted(name)) {
+        return;
+    }
+    float lo = positive_input(op) ? 0.05f : -3.0f;
+    std::vector<float> a = randoms(numel(a_dims), op == CT_OP_POW ? 0.05f : -3.0f, 3.0f);
+    std::vector<float> b = randoms(numel(b_dims), lo, 3.0f);
+    cpu_twin cpu;
+    int ia = cpu.constant(a_dims, a.data()), ib = cpu.constant(b_dims, b.data());
+    std::vector<float> want = cpu.read(cpu.add((ct_op)op, {ia, ib}, ct_attrs{}));
+    ct_cuda_broadcast s = broadcast_of(a_dims, b_dims);
+    dev_vec<float> da(a), db(b), dout(want.size());
+    launched(name, ct_cuda_binary(nullptr, op, da.p, db.p, dout.p, &s));
+    compare(name, dout.host(), want);
+}
+
+void elementwise_cases() {
+#define CT__PARITY_EWISE(e, arity, EXPR)                                                           \
+    if (arity == 1) {                                                                              \
+        for (int64_t n : {1, 257, 5003}) {                                                         \
+            unary_case(CT_OP_##e, #e, n);                                                          \
+        }                                                                                          \
+    } else if (CT_OP_##e <= CT_OP_MAXIMUM) { /* the broadcasting ones */                           \
+        binary_case(CT_OP_##e, #e, {37, 65}, {37, 65});                                            \
+        binary_case(CT_OP_##e, #e, {37, 65}, {1});                                                 \
+        binary_case(CT_OP_##e, #e, {1}, {37, 65});                                                 \
+        binary_case(CT_OP_##e, #e, {37, 65}, {65});                                                \
+        binary_case(CT_OP_##e, #e, {7, 1, 65}, {1, 65});                                           \
+        binary_case(CT_OP_##e, #e, {37, 1}, {37, 65});                                             \
+        binary_case(CT_OP_##e, #e, {3, 1, 5}, {4, 1});                                             \
+    } else {                                                                                       \
+        binary_case(CT_OP_##e, #e, {33, 129}, {33, 129});                                          \
+    }
+    CT__EWISE_LIST(CT__PARITY_EWISE)
+#undef CT__PARITY_EWISE
+}
+
+void softmax_case(int log, int64_t rows, int64_t cols) {
+    char name[96];
+    snprintf(name, sizeof name, "%s [%lld,%lld]", log ? "log_softmax" : "softmax", (long long)rows,
+             (long long)cols);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * cols, -6.0f, 6.0f), dy = randoms(rows * cols, -1, 1);
+    cpu_twin cpu;
+    int fwd = cpu.add(log ? CT_OP_LOG_SOFTMAX : CT_OP_SOFTMAX,
+                      {cpu.constant({rows, cols}, x.data())}, ct_attrs{});
+    std::vector<float> y = cpu.read(fwd);
+    int grad = cpu.add(log ? CT_OP_LOG_SOFTMAX_GRAD : CT_OP_SOFTMAX_GRAD,
+                       {cpu.constant({rows, cols}, dy.data()), fwd}, ct_attrs{});
+    dev_vec<float> dx(x), dyv(dy), dyo(y), out(x.size()), dgrad(x.size());
+    launched(name, ct_cuda_softmax(nullptr, log, dx.p, out.p, rows, cols));
+    compare(name, out.host(), y);
+    char gname[112];
+    snprintf(gname, sizeof gname, "%s grad", name);
+    launched(gname, ct_cuda_softmax_grad(nullptr, log, dyv.p, dyo.p, dgrad.p, rows, cols));
+    compare(gname, dgrad.host(), cpu.read(grad), 1e-4); /* a row sum: another order, cancels */
+}
+
+void xent_case(int64_t rows, int64_t cols, float smoothing, int ignore, int64_t fixed_batch) {
+    char name[128];
+    snprintf(name, sizeof name, "softmax_xent [%lld,%lld] smoothing=%g ignore=%d batch=%lld",
+             (long long)rows, (long long)cols, smoothing, ignore, (long long)fixed_batch);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * cols, -5.0f, 5.0f);
+    std::vector<int32_t> labels((size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        labels[(size_t)r] = (ignore && r % 3 == 1) ? -100 : (int32_t)((r * 7919) % cols);
+    }
+    float dloss = 1.7f;
+    ct_cuda_xent o = {rows, cols, smoothing, ignore, -100};
+    cpu_twin cpu;
+    ct_xent_options opt = {smoothing, ignore, -100};
+    int fwd = ct_softmax_xent_ex(cpu.g, cpu.constant({rows, cols}, x.data()),
+                                 cpu.constant({rows}, labels.data(), CT_I32), &opt);
+    ct_attrs ga = {};
+    ga.i[0] = fixed_batch;
+    int grad = cpu.add(CT_OP_SOFTMAX_XENT_GRAD,
+                       {cpu.constant({}, &dloss), fwd, ct_graph_node(cpu.g, fwd)->in[1]}, ga);
+    dev_vec<float> dx(x), probs(x.size()), loss(1), ddl(std::vector<float>{dloss}), dgrad(x.size());
+    dev_vec<int32_t> dlab(labels);
+    dev_vec<char> scratch((size_t)ct_cuda_xent_scratch_bytes(rows));
+    launched(name, ct_cuda_softmax_xent(nullptr, &o, dx.p, dlab.p, probs.p, loss.p, scratch.p));
+    compare(name, loss.host(), cpu.read(fwd));
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s probs", name);
+    compare(sub, probs.host(), cpu.read_aux(fwd));
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub, ct_cuda_softmax_xent_grad(nullptr, &o, ddl.p, probs.p, dlab.p, fixed_batch,
+                                            dgrad.p, scratch.p));
+    compare(sub, dgrad.host(), cpu.read(grad));
+}
+
+void softmax_cases() {
+    const int64_t shapes[][2] = {{1, 1}, {5, 7}, {64, 33}, {3, 1000}, {2, 1025}};
+    for (const auto &s : shapes) {
+        softmax_case(0, s[0], s[1]);
+        softmax_case(1, s[0], s[1]);
+    }
+    xent_case(64, 10, 0.0f, 0, 0);
+    xent_case(5, 1000, 0.1f, 0, 0);
+    xent_case(37, 33, 0.0f, 1, 0);
+    xent_case(37, 33, 0.1f, 1, 128);
+    xent_case(1, 1, 0.0f, 0, 0);
+}
+
+void optimizer_case(ct_optimizer_type type, float momentum, int nesterov, int64_t n) {
+    char name[128];
+    snprintf(name, sizeof name, "optimizer %s momentum=%g nesterov=%d n=%lld",
+             ct_optimizer_type_name(type), momentum, nesterov, (long long)n);
+    if (!wanted(name)) {
+        return;
+    }
+    ct_optimizer_spec spec = {};
+    spec.type = type;
+    spec.learning_rate = 0.01f;
+    spec.momentum = momentum;
+    spec.nesterov = nesterov;
+    spec.beta1 = 0.9f;
+    spec.beta2 = 0.999f;
+    spec.epsilon = 1e-7f;
+    spec.rho = 0.9f;
+    spec.weight_decay = type == CT_OPT_ADAMW ? 0.01f : 0.0f;
+    ct_params params;
+    ct_params_init(&params);
+    ct_shape shape = ct_shape_make(1, &n);
+    ct_err err;
+    ct_optimizer *o = nullptr;
+    if (ct_params_declare(&params, "w", &shape, 1, CT_INIT_ZEROS, n, n) < 0 ||
+        ct_params_allocate(&params, 1, &err) != CT_OK ||
+        ct_optimizer_create(&spec, &params, &o, &err) != CT_OK) {
+        fprintf(stderr, "kernel_parity: the optimizer: %s\n", err.msg);
+        exit(1);
+    }
+    std::vector<float> w = randoms(n, -1, 1), g = randoms(n, -2, 2), slot[2];
+    for (int k = 0; k < 2; k++) { /* slots as after some steps: v >= 0 */
+        slot[k] = randoms(n, k ? 0.0f : -0.1f, 0.1f);
+        if (k < ct_optimizer_slot_count(o)) {
+            memcpy(ct_optimizer_slot(o, k), slot[k].data(), (size_t)n * sizeof(float));
+        }
+    }
+    const int64_t step = 3, total = 100;
+    const float clip = 0.5f;
+    ct_cuda_update u = {};
+    ct_optimizer_constants k;
+    ct_optimizer_constants_at(o, step, total, &k);
+    int64_t run = n;
+    u = ct_cuda_update{(int)type,    k.lr,        clip,
+                       momentum,     spec.beta1,  spec.beta2,
+                       spec.epsilon, spec.rho,    ct_optimizer_decay_at(o, k.lr, 0, &run),
+                       nesterov,     k.step_size, k.c2};
+    dev_vec<float> dw(w), dg(g), d0(slot[0]), d1(slot[1]),
+        partial((size_t)ct_cuda_optimizer_blocks(n)), g2(1);
+    std::vector<float> want_w = w;
+    float want_g2 = ct_optimizer_update_span(o, want_w.data(), g.data(), 0, n, step, total, clip);
+    launched(name,
+             ct_cuda_optimizer_update(nullptr, &u, dw.p, dg.p, d0.p, d1.p, n, partial.p, g2.p));
+    compare(name, dw.host(), want_w);
+    for (int s = 0; s < ct_optimizer_slot_count(o); s++) {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s slot %d", name, s);
+        std::vector<float> want_s(ct_optimizer_slot(o, s), ct_optimizer_slot(o, s) + n);
+        compare(sub, (s ? d1 : d0).host(), want_s);
+    }
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s sum g^2", name);
+    compare(sub, g2.host(), std::vector<float>{want_g2}, 1e-4);
+    ct_optimizer_destroy(o);
+    ct_params_finish(&params);
+}
+
+void optimizer_cases() {
+    for (int64_t n : {1, 1000, 70001}) {
+        optimizer_case(CT_OPT_SGD, 0.0f, 0, n);
+        optimizer_case(CT_OPT_SGD, 0.9f, 0, n);
+        optimizer_case(CT_OPT_SGD, 0.9f, 1, n);
+        optimizer_case(CT_OPT_ADAM, 0.0f, 0, n);
+        optimizer_case(CT_OPT_ADAMW, 0.0f, 0, n);
+        optimizer_case(CT_OPT_RMSPROP, 0.0f, 0, n);
+        optimizer_case(CT_OPT_RMSPROP, 0.9f, 0, n);
+    }
+}
+
+void run_all_cases() {
+    elementwise_cases();
+    softmax_cases();
+    optimizer_cases();
+}
+
+} // namespace
+
+#endif
