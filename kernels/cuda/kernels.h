@@ -63,6 +63,35 @@ int64_t ct_cuda_optimizer_blocks(int64_t n);
 int ct_cuda_optimizer_update(void *stream, const ct_cuda_update *u, float *w, const float *g,
                              float *s0, float *s1, int64_t n, float *g2_partial, float *g2);
 
+/* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
+ * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
+enum {
+    CT_CUDA_EPI_NONE,
+    CT_CUDA_EPI_BIAS,          /* + bias [n] */
+    CT_CUDA_EPI_RELU_BIAS,     /* relu(. + bias) */
+    CT_CUDA_EPI_GELU_BIAS,     /* gelu_tanh(. + bias) */
+    CT_CUDA_EPI_GELU_AUX_BIAS, /* gelu_tanh(. + bias), the GELU's input saved in aux [m, n] */
+    CT_CUDA_EPI_DGELU,         /* . * gelu_tanh'(aux): aux the forward's saved input */
+    CT_CUDA_EPI_BGRAD_B,       /* also bias [n] = the sum of op(b) over the inner dimension */
+};
+/* Unsupported shape for an epilogue (GELU's aux needs n % 8 == 0): run it unfused. */
+#define CT_CUDA_GEMM_UNSUPPORTED 0x7001
+typedef struct ct_cuda_gemm {
+    int transpose_a, transpose_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    int epilogue;
+    float *bias; /* read, or written by CT_CUDA_EPI_BGRAD_B */
+    float *aux;
+} ct_cuda_gemm;
+typedef struct ct_cuda_blas ct_cuda_blas;
+/* A cuBLASLt handle with a workspace of workspace_bytes device memory; 0 or the cuBLAS status
+ * (CUBLAS_STATUS_NOT_INITIALIZED where there is no GPU) or the cudaError_t. */
+int ct_cuda_blas_create(size_t workspace_bytes, ct_cuda_blas **ret);
+void ct_cuda_blas_destroy(ct_cuda_blas *b);
+int ct_cuda_gemm_run(ct_cuda_blas *blas, void *stream, const ct_cuda_gemm *g, const float *a,
+                     const float *b, float *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -248,10 +248,82 @@ void optimizer_cases() {
     }
 }
 
+#ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
+const char *epilogue_name(int e) {
+    static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
+                                  "gelu_aux_bias", "dgelu", "bgrad_b"};
+    return names[e];
+}
+
+/* The CPU twin of a GEMM with epilogue e: MATMUL, then the ops the epilogue fuses. */
+void gemm_case(ct_cuda_blas *blas, int ta, int tb, int64_t m, int64_t n, int64_t k, int e) {
+    char name[128];
+    snprintf(name, sizeof name, "gemm %s%s [%lld,%lld,%lld] %s", ta ? "T" : "N", tb ? "T" : "N",
+             (long long)m, (long long)n, (long long)k, epilogue_name(e));
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> a = randoms(m * k, -1, 1), b = randoms(k * n, -1, 1),
+                       bias = randoms(n, -1, 1);
+    std::vector<float> aux = randoms(m * n, -2, 2);
+    cpu_twin cpu;
+    ct_attrs mm = {};
+    mm.i[0] = ta;
+    mm.i[1] = tb;
+    int ia = cpu.constant(ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, a.data());
+    int ib = cpu.constant(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, b.data());
+    int y = cpu.add(CT_OP_MATMUL, {ia, ib}, mm), ibias = cpu.constant({n}, bias.data());
+    int pre =
+        e == CT_CUDA_EPI_NONE || e >= CT_CUDA_EPI_DGELU ? y : cpu.add(CT_OP_ADD, {y, ibias}, {});
+    int out = e == CT_CUDA_EPI_RELU_BIAS ? cpu.add(CT_OP_RELU, {pre}, {})
+              : e == CT_CUDA_EPI_GELU_BIAS || e == CT_CUDA_EPI_GELU_AUX_BIAS
+                  ? cpu.add(CT_OP_GELU_TANH, {pre}, {})
+              : e == CT_CUDA_EPI_DGELU
+                  ? cpu.add(CT_OP_GELU_TANH_GRAD, {y, cpu.constant({m, n}, aux.data())}, {})
+                  : pre;
+    ct_cuda_gemm g = {ta, tb, m, n, k, ta ? m : k, tb ? k : n, n, 1.0f, 0.0f, e, nullptr, nullptr};
+    dev_vec<float> da(a), db(b), dbias(bias), daux(aux), dc((size_t)(m * n));
+    g.bias = dbias.p;
+    g.aux = daux.p;
+    launched(name, ct_cuda_gemm_run(blas, nullptr, &g, da.p, db.p, dc.p));
+    compare(name, dc.host(), cpu.read(out), 1e-4); /* k products summed in another order */
+    char sub[160];
+    if (e == CT_CUDA_EPI_GELU_AUX_BIAS) {
+        snprintf(sub, sizeof sub, "%s aux", name);
+        compare(sub, daux.host(), cpu.read(pre), 1e-4);
+    } else if (e == CT_CUDA_EPI_BGRAD_B) {
+        snprintf(sub, sizeof sub, "%s bias gradient", name);
+        ct_attrs sum = {};
+        sum.i[0] = tb ? 2 : 1; /* op(b) summed over k */
+        compare(sub, dbias.host(), cpu.read(cpu.add(CT_OP_SUM, {ib}, sum)), 1e-4);
+    }
+}
+
+void gemm_cases() {
+    ct_cuda_blas *blas = nullptr;
+    int rc = ct_cuda_blas_create(32u << 20, &blas);
+    if (rc != 0) {
+        printf("FAIL gemm: cuBLASLt: status %d\n", rc);
+        failures++;
+        return;
+    }
+    for (int e = CT_CUDA_EPI_NONE; e <= CT_CUDA_EPI_BGRAD_B; e++) {
+        gemm_case(blas, 0, 0, 64, 128, 96, e);
+        gemm_case(blas, 1, 0, 33, 40, 17, e == CT_CUDA_EPI_GELU_AUX_BIAS ? CT_CUDA_EPI_BIAS : e);
+        gemm_case(blas, 0, 1, 256, 512, 768, e);
+        gemm_case(blas, 1, 1, 7, 8, 1000, e);
+    }
+    ct_cuda_blas_destroy(blas);
+}
+#endif
+
 void run_all_cases() {
     elementwise_cases();
     softmax_cases();
     optimizer_cases();
+#ifndef CT_CUDA_STAND_IN
+    gemm_cases();
+#endif
 }
 
 } // namespace
