@@ -3,15 +3,13 @@
 #ifndef CTRAIN_TESTS_PARITY_CASES_H
 #define CTRAIN_TESTS_PARITY_CASES_H
 
-namespace {
-
 /* Inputs where an op is defined: positive for log, sqrt, rsqrt and pow's base. */
-bool positive_input(int op) {
+static bool positive_input(int op) {
     return op == CT_OP_LOG || op == CT_OP_SQRT || op == CT_OP_RSQRT || op == CT_OP_POW ||
            op == CT_OP_LOG_GRAD || op == CT_OP_SQRT_GRAD || op == CT_OP_RSQRT_GRAD;
 }
 
-void unary_case(int op, const char *op_name, int64_t n) {
+static void unary_case(int op, const char *op_name, int64_t n) {
     char name[96];
     snprintf(name, sizeof name, "unary %s n=%lld", op_name, (long long)n);
     if (!wanted(name)) {
@@ -32,7 +30,8 @@ void unary_case(int op, const char *op_name, int64_t n) {
 }
 
 /* The broadcast of a and b as the kernels take it (numpy's rules; shapes are compatible). */
-ct_cuda_broadcast broadcast_of(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+static ct_cuda_broadcast broadcast_of(const std::vector<int64_t> &a,
+                                      const std::vector<int64_t> &b) {
     ct_cuda_broadcast s = {};
     s.rank = (int)(a.size() > b.size() ? a.size() : b.size());
     int64_t sa = 1, sb = 1;
@@ -48,8 +47,8 @@ ct_cuda_broadcast broadcast_of(const std::vector<int64_t> &a, const std::vector<
     return s;
 }
 
-void binary_case(int op, const char *op_name, const std::vector<int64_t> &a_dims,
-                 const std::vector<int64_t> &b_dims) {
+static void binary_case(int op, const char *op_name, const std::vector<int64_t> &a_dims,
+                        const std::vector<int64_t> &b_dims) {
     char name[128], shapes[64] = "";
     for (int side = 0; side < 2; side++) {
         const std::vector<int64_t> &d = side ? b_dims : a_dims;
@@ -78,7 +77,7 @@ void binary_case(int op, const char *op_name, const std::vector<int64_t> &a_dims
     compare(name, dout.host(), want);
 }
 
-void elementwise_cases() {
+static void elementwise_cases() {
 #define CT__PARITY_EWISE(e, arity, EXPR)                                                           \
     if (arity == 1) {                                                                              \
         for (int64_t n : {1, 257, 5003}) {                                                         \
@@ -99,7 +98,7 @@ void elementwise_cases() {
 #undef CT__PARITY_EWISE
 }
 
-void softmax_case(int log, int64_t rows, int64_t cols) {
+static void softmax_case(int log, int64_t rows, int64_t cols) {
     char name[96];
     snprintf(name, sizeof name, "%s [%lld,%lld]", log ? "log_softmax" : "softmax", (long long)rows,
              (long long)cols);
@@ -122,7 +121,8 @@ void softmax_case(int log, int64_t rows, int64_t cols) {
     compare(gname, dgrad.host(), cpu.read(grad), 1e-4); /* a row sum: another order, cancels */
 }
 
-void xent_case(int64_t rows, int64_t cols, float smoothing, int ignore, int64_t fixed_batch) {
+static void xent_case(int64_t rows, int64_t cols, float smoothing, int ignore,
+                      int64_t fixed_batch) {
     char name[128];
     snprintf(name, sizeof name, "softmax_xent [%lld,%lld] smoothing=%g ignore=%d batch=%lld",
              (long long)rows, (long long)cols, smoothing, ignore, (long long)fixed_batch);
@@ -158,7 +158,7 @@ void xent_case(int64_t rows, int64_t cols, float smoothing, int ignore, int64_t 
     compare(sub, dgrad.host(), cpu.read(grad));
 }
 
-void softmax_cases() {
+static void softmax_cases() {
     const int64_t shapes[][2] = {{1, 1}, {5, 7}, {64, 33}, {3, 1000}, {2, 1025}};
     for (const auto &s : shapes) {
         softmax_case(0, s[0], s[1]);
@@ -171,7 +171,7 @@ void softmax_cases() {
     xent_case(1, 1, 0.0f, 0, 0);
 }
 
-void optimizer_case(ct_optimizer_type type, float momentum, int nesterov, int64_t n) {
+static void optimizer_case(ct_optimizer_type type, float momentum, int nesterov, int64_t n) {
     char name[128];
     snprintf(name, sizeof name, "optimizer %s momentum=%g nesterov=%d n=%lld",
              ct_optimizer_type_name(type), momentum, nesterov, (long long)n);
@@ -236,7 +236,7 @@ void optimizer_case(ct_optimizer_type type, float momentum, int nesterov, int64_
     ct_params_finish(&params);
 }
 
-void optimizer_cases() {
+static void optimizer_cases() {
     for (int64_t n : {1, 1000, 70001}) {
         optimizer_case(CT_OPT_SGD, 0.0f, 0, n);
         optimizer_case(CT_OPT_SGD, 0.9f, 0, n);
@@ -256,7 +256,7 @@ const char *epilogue_name(int e) {
 }
 
 /* The CPU twin of a GEMM with epilogue e: MATMUL, then the ops the epilogue fuses. */
-void gemm_case(ct_cuda_blas *blas, int ta, int tb, int64_t m, int64_t n, int64_t k, int e) {
+static void gemm_case(ct_cuda_blas *blas, int ta, int tb, int64_t m, int64_t n, int64_t k, int e) {
     char name[128];
     snprintf(name, sizeof name, "gemm %s%s [%lld,%lld,%lld] %s", ta ? "T" : "N", tb ? "T" : "N",
              (long long)m, (long long)n, (long long)k, epilogue_name(e));
@@ -299,7 +299,7 @@ void gemm_case(ct_cuda_blas *blas, int ta, int tb, int64_t m, int64_t n, int64_t
     }
 }
 
-void gemm_cases() {
+static void gemm_cases() {
     ct_cuda_blas *blas = nullptr;
     int rc = ct_cuda_blas_create(32u << 20, &blas);
     if (rc != 0) {
@@ -317,7 +317,7 @@ void gemm_cases() {
 }
 #endif
 
-void run_all_cases() {
+static void run_all_cases() {
     elementwise_cases();
     softmax_cases();
     optimizer_cases();
@@ -325,7 +325,5 @@ void run_all_cases() {
     gemm_cases();
 #endif
 }
-
-} // namespace
 
 #endif
