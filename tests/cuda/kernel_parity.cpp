@@ -4,7 +4,7 @@
  * (scripts/gpu/verify.sh). The CPU twin is the CPU backend's kernel run through an eager graph
  * (the optimizer: ct_optimizer_update_span). Prints one line per case; exits 1 when one differs
  * by more than the tolerance, 77 (skip) when a GPU build finds no GPU.
- * Usage: kernel_parity [--seed N] [--filter SUBSTRING] */
+ * Usage: kernel_parity [--seed N] [--filter SUBSTRING] [--exclude SUBSTRING] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,10 +98,10 @@ std::vector<float> randoms(int64_t n, float lo, float hi) {
 }
 
 int failures = 0, cases = 0;
-const char *filter = nullptr;
+const char *filter = nullptr, *exclude = nullptr;
 
 bool wanted(const char *name) {
-    return !filter || strstr(name, filter);
+    return (!filter || strstr(name, filter)) && !(exclude && strstr(name, exclude));
 }
 
 /* got ~ want: |got - want| <= tol (|want| + 1e-3 max|want|), NaN where NaN. A kernel that sums
@@ -202,8 +202,11 @@ int main(int argc, char **argv) {
             seed = strtoull(argv[++i], nullptr, 10);
         } else if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
             filter = argv[++i];
+        } else if (!strcmp(argv[i], "--exclude") && i + 1 < argc) {
+            exclude = argv[++i];
         } else {
-            fprintf(stderr, "usage: kernel_parity [--seed N] [--filter SUBSTRING]\n");
+            fprintf(stderr,
+                    "usage: kernel_parity [--seed N] [--filter SUBSTRING] [--exclude SUBSTRING]\n");
             return 2;
         }
     }
