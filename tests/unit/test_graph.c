@@ -186,3 +186,33 @@ Test(graph, print_lists_nodes) {
     cr_expect(strstr(buf, "%1 = relu(%0) f32[2, 2]") != NULL, "%s", buf);
     ct_graph_destroy(g);
 }
+
+/* Device names as TensorFlow writes them, and what placement does without a GPU backend: strict
+ * placement refuses a GPU naming it and why, soft placement runs on the CPU and says so. */
+Test(graph, device_names_and_placement) {
+    ct_device d;
+    char buf[32];
+    cr_assert_eq(ct_device_parse("/GPU:1", &d), 0);
+    cr_assert(d.kind == CT_DEVICE_GPU && d.index == 1);
+    cr_assert_eq(ct_device_parse("/device:cpu:0", &d), 0);
+    cr_assert(d.kind == CT_DEVICE_CPU && d.index == 0);
+    cr_assert_eq(ct_device_parse("gpu:0", &d), 0);
+    cr_assert_str_eq(ct_device_str(d, buf, sizeof buf), "/GPU:0");
+    const char *bad[] = {"", "/TPU:0", "/GPU:", "/GPU:-1", "/GPU:1x", "/CPU", NULL};
+    for (int i = 0; bad[i]; i++) {
+        cr_assert_eq(ct_device_parse(bad[i], &d), -1, "%s", bad[i]);
+    }
+    ct_backend *be = NULL;
+    ct_err err;
+    char note[320];
+    ct_device gpu = {CT_DEVICE_GPU, 0}, cpu1 = {CT_DEVICE_CPU, 1};
+    cr_assert_eq(ct_backend_create_on(gpu, 0, 1, &be, note, sizeof note, &err), CT_EINVAL);
+    cr_assert(strncmp(err.msg, "/GPU:0: ", 8) == 0 && strstr(err.msg, "soft_placement"), "%s",
+              err.msg);
+    cr_assert_eq(ct_backend_create_on(cpu1, 1, 1, &be, note, sizeof note, &err), CT_EINVAL);
+    cr_assert(strstr(err.msg, "one CPU device"), "%s", err.msg);
+    cr_assert_eq(ct_backend_create_on(gpu, 1, 1, &be, note, sizeof note, &err), CT_OK);
+    cr_assert_str_eq(be->vt->name, "CPU");
+    cr_assert(strncmp(note, "/GPU:0: ", 8) == 0 && strstr(note, "running on /CPU:0"), "%s", note);
+    ct_backend_destroy(be);
+}

@@ -81,6 +81,25 @@ struct ct_backend {
 CT_API ct_status ct_backend_cpu_create(int threads, ct_backend **ret, ct_err *err);
 CT_API void ct_backend_destroy(ct_backend *be);
 
+/* Devices as TensorFlow names them: "/CPU:0", "/GPU:1" (any case; "/device:GPU:1" and "GPU:1"
+ * too). ct_device_parse returns 0, or -1 for anything else. */
+typedef enum ct_device_kind { CT_DEVICE_CPU, CT_DEVICE_GPU } ct_device_kind;
+typedef struct ct_device {
+    ct_device_kind kind;
+    int index;
+} ct_device;
+CT_API int ct_device_parse(const char *text, ct_device *ret);
+/* "/CPU:0", "/GPU:1" into buf; returns buf. */
+CT_API const char *ct_device_str(ct_device d, char *buf, size_t cap);
+/* The backend that runs a training step on `d`. /CPU:0 is the CPU backend. A GPU needs a CUDA
+ * runtime, a GPU at that index (CUDA_VISIBLE_DEVICES counts) and the CUDA backend, which does
+ * not exist yet (kernels/cuda/ has its first kernels; docs/cuda.md): when `d` cannot run it,
+ * strict placement (soft == 0) returns CT_EINVAL naming the device and why; soft placement
+ * creates the CPU backend and writes one line saying so into note (else note is ""). The CUDA
+ * runtime is loaded (dlopen) only when a GPU is asked for. */
+CT_API ct_status ct_backend_create_on(ct_device d, int soft, int threads, ct_backend **ret,
+                                      char *note, size_t note_cap, ct_err *err);
+
 /* Allocates zeroed, 64-byte aligned memory on `be`; NULL on failure. */
 CT_API void *ct_backend_alloc(const ct_backend *be, size_t bytes);
 CT_API void ct_backend_free(const ct_backend *be, void *ptr);

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "ctrain/backend.h"
 #include "ctrain/dataset.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
@@ -272,6 +273,11 @@ typedef struct ct_train_spec {
     int accumulation;     /* train.gradient_accumulation: micro-batches per step, run one after
                              another and their gradients summed (a tree) before one update: the
                              memory of a micro-batch; 0 or 1 (default): off */
+    ct_device device;     /* train.device: /CPU:0 (default) or /GPU:N (ct_backend_create_on) */
+    int soft_placement;   /* train.soft_placement: a device that cannot run the step falls back
+                             to /CPU:0, said once (default true, as TensorFlow's); false: exit 2 */
+    int log_device_placement; /* train.log_device_placement: one line per op of the training
+                                 step naming its device; default false */
 } ct_train_spec;
 
 /* strategy.* of a mirrored job: the mirrored strategy's options. */

@@ -36,6 +36,23 @@ static ct_status add_backward(ct_trainer *t, step_graph *sg, ct_err *err) {
     return CT_OK;
 }
 
+/* train.log_device_placement: each op of the compiled training step and its device, as
+ * TensorFlow's log_device_placement ("dense_1/matmul MATMUL: /CPU:0"). */
+static void log_placement(const ct_trainer *t, ct_graph *g) {
+    char device[32];
+    ct_device d = {strcmp(ct_graph_backend(g)->vt->name, "CPU") ? CT_DEVICE_GPU : CT_DEVICE_CPU,
+                   ct_graph_backend(g)->device};
+    ct_device_str(d, device, sizeof device);
+    for (int i = 0; i < ct_graph_size(g); i++) {
+        const ct_node *n = ct_graph_node(g, i);
+        const char *scope = ct_graph_scope_name(g, n->scope), *name = n->out.name;
+        size_t len = scope ? strlen(scope) : 0;
+        int scoped = len && !(strncmp(name, scope, len) == 0 && name[len] == '/');
+        ct_log(CT_LOG_WARN, "%s: placement: %s%s%s %s: %s", t->cfg.path, scoped ? scope : "",
+               scoped ? "/" : "", name[0] ? name : ct_op_name(n->op), ct_op_name(n->op), device);
+    }
+}
+
 /* Graph mode: optimizes, plans memory and schedules the traced graph; the compiled graph replaces
  * it in sg and the node ids are mapped to the compiled ones. */
 static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
@@ -63,6 +80,9 @@ static ct_status compile_step(ct_trainer *t, step_graph *sg, ct_err *err) {
     }
     ct_graph_destroy(g);
     sg->g = compiled;
+    if (t->cfg.train.log_device_placement && sg->training == 1) {
+        log_placement(t, compiled);
+    }
     sg->x = keep[0];
     sg->y = keep[1];
     sg->logits = keep[2];

@@ -31,6 +31,23 @@ static ct_status keep_input_identity(ct_trainer *t, const ct_job *job, ct_err *e
     return CT_OK;
 }
 
+/* The backend of train.device (soft placement falls back to the CPU and says so once). */
+static ct_status create_backend(ct_trainer *t, const ct_job *job, const ct_train_spec *train,
+                                ct_err *err) {
+    char note[320];
+    ct_status st = ct_backend_create_on(train->device, train->soft_placement, train->threads,
+                                        &t->be, note, sizeof note, err);
+    if (st != CT_OK) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return ct_err_set(err, st, "%s: train.device %s", job->path, why);
+    }
+    if (note[0]) {
+        ct_log(CT_LOG_WARN, "%s: train.device %s", job->path, note);
+    }
+    return CT_OK;
+}
+
 ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, ct_trainer **ret,
                                  ct_err *err) {
     ct_status st;
@@ -52,7 +69,7 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
     t->cfg.checkpoint = job->checkpoint;
     t->cfg.logs = job->logs;
     if ((st = keep_input_identity(t, job, err)) != CT_OK ||
-        (st = ct_backend_cpu_create(train->threads, &t->be, err)) != CT_OK ||
+        (st = create_backend(t, job, train, err)) != CT_OK ||
         (st = ct_model_create(&job->model, job->seed, job->path, &t->model, err)) != CT_OK) {
         goto fail;
     }
