@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "ctrain/ops.h"
-#include "kernels.h"
+#include "kernels/cuda/kernels.h"
 
 namespace {
 
