@@ -63,6 +63,39 @@ int64_t ct_cuda_optimizer_blocks(int64_t n);
 int ct_cuda_optimizer_update(void *stream, const ct_cuda_update *u, float *w, const float *g,
                              float *s0, float *s1, int64_t n, float *g2_partial, float *g2);
 
+/* Layer norm (centered) and RMS norm over the last axis of x [rows, channels] (norm.cu): y, and
+ * stats [rows, 2] (mean, 1/std) or [rows] (1/rms), as the CPU's aux. The gradient: dx, dgamma
+ * [channels], dbeta [channels] (layer norm); scratch: ct_cuda_norm_scratch_bytes(rows). */
+typedef struct ct_cuda_norm_shape {
+    int64_t rows, channels;
+    float epsilon;
+    int centered;
+} ct_cuda_norm_shape;
+int ct_cuda_norm(void *stream, const ct_cuda_norm_shape *s, const float *x, const float *gamma,
+                 const float *beta, float *y, float *stats);
+int64_t ct_cuda_norm_scratch_bytes(int64_t rows);
+int ct_cuda_norm_grad(void *stream, const ct_cuda_norm_shape *s, const float *dy, const float *x,
+                      const float *gamma, float *dx, float *dgamma, float *dbeta, void *scratch);
+
+/* Embedding (embedding.cu): out [count, dim] = rows ids[i] of table [vocab, dim] (zeros outside
+ * [0, vocab)); the gradient dtable (+)= dy rows scattered by id, in id order (accumulate: add to
+ * dtable as it is). */
+int ct_cuda_embedding(void *stream, const float *table, const int32_t *ids, float *out,
+                      int64_t count, int64_t vocab, int64_t dim);
+int ct_cuda_embedding_grad(void *stream, const float *dy, const int32_t *ids, float *dtable,
+                           int64_t count, int64_t vocab, int64_t dim, int accumulate);
+
+/* Inverted dropout (dropout.cu) with the CPU's mask: words base + i of the Philox stream (seed,
+ * stream) (ct_rng_stream); mask u8 [n] for the backward. */
+typedef struct ct_cuda_dropout_args {
+    float rate;
+    uint64_t seed, stream, base;
+} ct_cuda_dropout_args;
+int ct_cuda_dropout(void *stream, const ct_cuda_dropout_args *a, const float *x, float *out,
+                    uint8_t *mask, int64_t n);
+int ct_cuda_dropout_grad(void *stream, float rate, const float *dy, const uint8_t *mask, float *dx,
+                         int64_t n);
+
 /* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
  * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
 enum {

@@ -19,6 +19,7 @@
 #include "ctrain/graph.h"
 #include "ctrain/optim.h"
 #include "ctrain/params.h"
+#include "ctrain/rng.h"
 
 namespace {
 

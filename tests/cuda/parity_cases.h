@@ -248,6 +248,133 @@ static void optimizer_cases() {
     }
 }
 
+static void norm_case(int centered, int64_t rows, int64_t c) {
+    char name[96];
+    snprintf(name, sizeof name, "%s [%lld,%lld]", centered ? "layer_norm" : "rms_norm",
+             (long long)rows, (long long)c);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * c, -3, 3), dy = randoms(rows * c, -1, 1);
+    std::vector<float> gamma = randoms(c, 0.5f, 1.5f), beta = randoms(c, -1, 1);
+    const float eps = 1e-5f;
+    cpu_twin cpu;
+    int ix = cpu.constant({rows, c}, x.data()), ig = cpu.constant({c}, gamma.data());
+    int fwd = centered ? ct_layer_norm(cpu.g, ix, ig, cpu.constant({c}, beta.data()), eps)
+                       : ct_rms_norm(cpu.g, ix, ig, eps);
+    ct_attrs ga = {};
+    ga.f[0] = eps;
+    int grad = cpu.add(centered ? CT_OP_LAYER_NORM_GRAD : CT_OP_RMS_NORM_GRAD,
+                       {cpu.constant({rows, c}, dy.data()), fwd, ix, ig}, ga);
+    ct_cuda_norm_shape s = {rows, c, eps, centered};
+    dev_vec<float> dx(x), dg(gamma), db(beta), y((size_t)(rows * c)),
+        stats(cpu.read_aux(fwd).size());
+    dev_vec<float> ddy(dy), dxo((size_t)(rows * c)), dgamma((size_t)c), dbeta((size_t)c);
+    dev_vec<char> scratch((size_t)ct_cuda_norm_scratch_bytes(rows));
+    launched(name, ct_cuda_norm(nullptr, &s, dx.p, dg.p, db.p, y.p, stats.p));
+    compare(name, y.host(), cpu.read(fwd));
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s stats", name);
+    compare(sub, stats.host(), cpu.read_aux(fwd));
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub, ct_cuda_norm_grad(nullptr, &s, ddy.p, dx.p, dg.p, dxo.p, dgamma.p, dbeta.p,
+                                    scratch.p));
+    compare(sub, dxo.host(), cpu.read(grad), 1e-4); /* row sums in another order, cancelling */
+    std::vector<float> want = cpu.read_aux(grad), got = dgamma.host();
+    if (centered) {
+        std::vector<float> b = dbeta.host();
+        got.insert(got.end(), b.begin(), b.end());
+    }
+    snprintf(sub, sizeof sub, "%s dgamma dbeta", name);
+    compare(sub, got, want);
+}
+
+static void embedding_case(int64_t vocab, int64_t dim, int64_t count, int accumulate) {
+    char name[96];
+    snprintf(name, sizeof name, "embedding V=%lld D=%lld ids=%lld accumulate=%d", (long long)vocab,
+             (long long)dim, (long long)count, accumulate);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> table = randoms(vocab * dim, -1, 1), dy = randoms(count * dim, -1, 1);
+    std::vector<float> start = randoms(vocab * dim, -1, 1);
+    std::vector<int32_t> ids((size_t)count);
+    for (int64_t i = 0; i < count; i++) { /* repeats, and ids outside [0, V) */
+        ids[(size_t)i] = i % 17 == 5   ? (int32_t)vocab
+                         : i % 19 == 3 ? -1
+                                       : (int32_t)((i * 7) % vocab);
+    }
+    cpu_twin cpu;
+    int it = cpu.constant({vocab, dim}, table.data()),
+        ii = cpu.constant({count}, ids.data(), CT_I32);
+    int fwd = cpu.add(CT_OP_EMBEDDING, {it, ii}, ct_attrs{});
+    std::vector<float> want_grad = cpu.read(
+        cpu.add(CT_OP_EMBEDDING_GRAD, {cpu.constant({count, dim}, dy.data()), ii, it}, {}));
+    for (size_t k = 0; accumulate && k < want_grad.size(); k++) {
+        want_grad[k] += start[k];
+    }
+    dev_vec<float> dt(table), ddy(dy), out((size_t)(count * dim)), dtable(start);
+    dev_vec<int32_t> di(ids);
+    launched(name, ct_cuda_embedding(nullptr, dt.p, di.p, out.p, count, vocab, dim));
+    compare(name, out.host(), cpu.read(fwd), 0.0);
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub,
+             ct_cuda_embedding_grad(nullptr, ddy.p, di.p, dtable.p, count, vocab, dim, accumulate));
+    compare(sub, dtable.host(), want_grad, accumulate ? 1e-6 : 0.0);
+}
+
+static void dropout_case(int64_t rows, int64_t cols, float rate) {
+    char name[96];
+    snprintf(name, sizeof name, "dropout [%lld,%lld] rate=%g", (long long)rows, (long long)cols,
+             rate);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * cols, -2, 2), dy = randoms(rows * cols, -1, 1);
+    cpu_twin cpu;
+    ct_kctx *ctx = ct_graph_ctx(cpu.g);
+    ctx->seed = 1234;
+    ctx->step = 77;
+    ctx->replica = 1;
+    ctx->batch_offset = 3;
+    int fwd = ct_dropout(cpu.g, cpu.constant({rows, cols}, x.data()), rate, 1);
+    int grad = cpu.add(CT_OP_DROPOUT_GRAD, {cpu.constant({rows, cols}, dy.data()), fwd}, {});
+    const ct_node *node = ct_graph_node(cpu.g, fwd);
+    std::vector<float> want_mask((size_t)(rows * cols));
+    for (size_t i = 0; i < want_mask.size(); i++) {
+        want_mask[i] = ((const uint8_t *)node->aux.data)[i];
+    }
+    ct_cuda_dropout_args a = {
+        rate, ctx->seed,
+        ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)(node->attrs.i[1] - 1)),
+        (uint64_t)(ctx->batch_offset * cols)};
+    dev_vec<float> dx(x), ddy(dy), out(x.size()), dgrad(x.size());
+    dev_vec<uint8_t> mask(x.size());
+    launched(name, ct_cuda_dropout(nullptr, &a, dx.p, out.p, mask.p, rows * cols));
+    compare(name, out.host(), cpu.read(fwd), 0.0);
+    std::vector<uint8_t> m = mask.host();
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s mask", name);
+    compare(sub, std::vector<float>(m.begin(), m.end()), want_mask, 0.0);
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub, ct_cuda_dropout_grad(nullptr, rate, ddy.p, mask.p, dgrad.p, rows * cols));
+    compare(sub, dgrad.host(), cpu.read(grad), 0.0);
+}
+
+static void layer_cases() {
+    const int64_t shapes[][2] = {{1, 1}, {5, 7}, {37, 33}, {4, 1000}, {3, 1025}};
+    for (const auto &s : shapes) {
+        norm_case(1, s[0], s[1]);
+        norm_case(0, s[0], s[1]);
+    }
+    embedding_case(50, 33, 200, 0);
+    embedding_case(50, 33, 200, 1);
+    embedding_case(1000, 8, 37, 0);
+    dropout_case(64, 100, 0.1f);
+    dropout_case(7, 333, 0.5f);
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -321,6 +448,7 @@ static void run_all_cases() {
     elementwise_cases();
     softmax_cases();
     optimizer_cases();
+    layer_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif

@@ -4,30 +4,10 @@
 #include <math.h>
 #include <string.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+#include "core/philox.h"
 
 void ct_philox4x32(uint64_t seed, const uint32_t ctr[4], uint32_t ret_out[4]) {
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    ret_out[0] = c0;
-    ret_out[1] = c1;
-    ret_out[2] = c2;
-    ret_out[3] = c3;
+    ct__philox(seed, ctr, ret_out);
 }
 
 /* The stream is laid out in groups of 16 Philox blocks (64 words), word-major within a group:
@@ -54,7 +34,8 @@ static void philox_group(uint64_t seed, uint64_t group, uint64_t stream, uint32_
     __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(block0 >> 32));
     __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream);
     __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));
-    const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
+    const __m512i m0 = _mm512_set1_epi32((int)CT_PHILOX_M0),
+                  m1 = _mm512_set1_epi32((int)CT_PHILOX_M1);
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int round = 0; round < 10; round++) {
         __m512i hi0, lo0, hi1, lo1;
@@ -64,8 +45,8 @@ static void philox_group(uint64_t seed, uint64_t group, uint64_t stream, uint32_
         c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
         c1 = lo1;
         c3 = lo0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
+        k0 += CT_PHILOX_W0;
+        k1 += CT_PHILOX_W1;
     }
     _mm512_storeu_si512(out, c0);
     _mm512_storeu_si512(out + LANES, c1);
