@@ -57,6 +57,15 @@ static inline unsigned ct_cuda_row_threads(int64_t cols) {
     return t < 32 ? 32u : (t > 256 ? 256u : (unsigned)t);
 }
 
+/* The elements of a broadcast's output shape. */
+static inline int64_t ct_cuda_numel(const ct_cuda_broadcast *s) {
+    int64_t n = 1;
+    for (int k = 0; k < s->rank; k++) {
+        n *= s->dims[k];
+    }
+    return n;
+}
+
 /* Blocks for n elements at `threads` per block, `per_thread` each, capped for grid-stride loops. */
 static inline unsigned ct_cuda_blocks(int64_t n, unsigned threads, unsigned per_thread) {
     int64_t b = (n + (int64_t)threads * per_thread - 1) / ((int64_t)threads * per_thread);

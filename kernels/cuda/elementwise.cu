@@ -81,10 +81,7 @@ int launch_unary(void *stream, const float *x, float *out, int64_t n, float alph
 template <int OP>
 int launch_binary(void *stream, const float *a, const float *b, float *out,
                   const ct_cuda_broadcast *s) {
-    int64_t n = 1;
-    for (int k = 0; k < s->rank; k++) {
-        n *= s->dims[k];
-    }
+    int64_t n = ct_cuda_numel(s);
     if (n == 0) {
         return 0;
     }

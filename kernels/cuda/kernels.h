@@ -96,6 +96,34 @@ int ct_cuda_dropout(void *stream, const ct_cuda_dropout_args *a, const float *x,
 int ct_cuda_dropout_grad(void *stream, float rate, const float *dy, const uint8_t *mask, float *dx,
                          int64_t n);
 
+/* Reductions (reduce.cu). A reduction of x over the axes of a bit mask: the kept axes index the
+ * outputs, the reduced ones the elements each output adds (ct_cuda_reduce_plan builds it from x's
+ * dims and the mask; ct_cuda_sum_to_mask gives SUM_TO's mask for a target shape). op: 0 sum, 1
+ * mean, 2 max; accumulate: out += instead of out =. */
+typedef struct ct_cuda_reduce_shape {
+    int kept_rank, red_rank;
+    int64_t kept_dims[CT_CUDA_MAX_DIMS], kept_strides[CT_CUDA_MAX_DIMS];
+    int64_t red_dims[CT_CUDA_MAX_DIMS], red_strides[CT_CUDA_MAX_DIMS];
+    int64_t outputs, reduced;
+} ct_cuda_reduce_shape;
+void ct_cuda_reduce_plan(int rank, const int64_t *dims, unsigned mask, ct_cuda_reduce_shape *s);
+unsigned ct_cuda_sum_to_mask(int rank, const int64_t *dims, int to_rank, const int64_t *to_dims);
+int ct_cuda_reduce(void *stream, int op, const float *x, const ct_cuda_reduce_shape *s, float *out,
+                   int accumulate);
+/* out [dims] = scale * x at stride_b (x broadcast; stride_a unused); max's gradient: dx = x == y
+ * ? dy : 0, dy and y at stride_b. */
+int ct_cuda_broadcast_to(void *stream, const float *x, float *out, float scale,
+                         const ct_cuda_broadcast *s);
+int ct_cuda_max_grad(void *stream, const float *dy, const float *x, const float *y, float *dx,
+                     const ct_cuda_broadcast *s);
+/* Row-wise argmax (i32), elementwise equality of element_bytes-wide values (1.0 / 0.0), and
+ * in_top_k (1.0 when fewer than k logits exceed the label's). */
+int ct_cuda_argmax(void *stream, const float *x, int32_t *out, int64_t rows, int64_t cols);
+int ct_cuda_equal(void *stream, const void *a, const void *b, float *out, int64_t n,
+                  int element_bytes);
+int ct_cuda_in_top_k(void *stream, const float *x, const int32_t *labels, float *out, int64_t rows,
+                     int64_t cols, int64_t k);
+
 /* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
  * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
 enum {

@@ -375,6 +375,117 @@ static void layer_cases() {
     dropout_case(7, 333, 0.5f);
 }
 
+static void reduce_case(int op, const std::vector<int64_t> &dims, unsigned mask) {
+    static const ct_op ops[] = {CT_OP_SUM, CT_OP_MEAN, CT_OP_MAX};
+    char name[96];
+    snprintf(name, sizeof name, "%s mask=%u of %zu dims (%lld elements)", ct_op_name(ops[op]), mask,
+             dims.size(), (long long)numel(dims));
+    if (!wanted(name)) {
+        return;
+    }
+    /* sums of positive terms: no cancellation, so another order stays within the tolerance */
+    std::vector<float> x = randoms(numel(dims), op == 2 ? -2.0f : 0.0f, 2);
+    cpu_twin cpu;
+    ct_attrs ra = {};
+    ra.i[0] = mask;
+    std::vector<float> want = cpu.read(cpu.add(ops[op], {cpu.constant(dims, x.data())}, ra));
+    ct_cuda_reduce_shape s;
+    ct_cuda_reduce_plan((int)dims.size(), dims.data(), mask, &s);
+    dev_vec<float> dx(x), out(want.size());
+    launched(name, ct_cuda_reduce(nullptr, op, dx.p, &s, out.p, 0));
+    compare(name, out.host(), want, op == 2 ? 0.0 : 1e-4);
+}
+
+/* SUM_TO, BROADCAST_TO and MAX_GRAD between a shape and a broadcast one. */
+static void broadcast_case(const std::vector<int64_t> &big, const std::vector<int64_t> &small) {
+    char name[96];
+    snprintf(name, sizeof name, "sum_to broadcast_to max_grad %lld -> %lld", (long long)numel(big),
+             (long long)numel(small));
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(numel(big), 0, 2), y = randoms(numel(small), 0, 2);
+    for (size_t i = 0; i < x.size(); i += 3) { /* ties with the max for max_grad */
+        x[i] = y[i % y.size()];
+    }
+    cpu_twin cpu;
+    int ix = cpu.constant(big, x.data()), iy = cpu.constant(small, y.data());
+    std::vector<float> want_sum = cpu.read(cpu.add(CT_OP_SUM_TO, {ix, iy}, {}));
+    ct_attrs ba = {};
+    ba.f[0] = 0.5f;
+    std::vector<float> want_b = cpu.read(cpu.add(CT_OP_BROADCAST_TO, {iy, ix}, ba));
+    ct_attrs ma = {};
+    ma.i[0] = ct_cuda_sum_to_mask((int)big.size(), big.data(), (int)small.size(), small.data());
+    ma.i[1] = 1;
+    std::vector<float> want_g = cpu.read(cpu.add(CT_OP_MAX_GRAD, {iy, ix, iy}, ma));
+    ct_cuda_reduce_shape s;
+    ct_cuda_reduce_plan((int)big.size(), big.data(), (unsigned)ma.i[0], &s);
+    ct_cuda_broadcast bs = broadcast_of(big, small);
+    dev_vec<float> dx(x), dy(y), sum(want_sum.size()), bcast(x.size()), grad(x.size());
+    launched(name, ct_cuda_reduce(nullptr, 0, dx.p, &s, sum.p, 0));
+    compare(name, sum.host(), want_sum, 1e-4);
+    launched(name, ct_cuda_broadcast_to(nullptr, dy.p, bcast.p, 0.5f, &bs));
+    compare(name, bcast.host(), want_b, 0.0);
+    launched(name, ct_cuda_max_grad(nullptr, dy.p, dx.p, dy.p, grad.p, &bs));
+    compare(name, grad.host(), want_g, 0.0);
+}
+
+static void rows_case(int64_t rows, int64_t cols, int64_t k) {
+    char name[96];
+    snprintf(name, sizeof name, "argmax equal in_top_k [%lld,%lld] k=%lld", (long long)rows,
+             (long long)cols, (long long)k);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * cols, -3, 3);
+    std::vector<int32_t> labels((size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        labels[(size_t)r] = r % 11 == 4 ? -1 : (int32_t)((r * 13) % cols);
+        x[(size_t)(r * cols + (r * 5) % cols)] = 3.0f; /* ties: the first index wins */
+        x[(size_t)(r * cols + (r * 3) % cols)] = 3.0f;
+        if (r % 9 == 2) {
+            x[(size_t)(r * cols + (r % cols))] = NAN;
+        }
+    }
+    cpu_twin cpu;
+    int ix = cpu.constant({rows, cols}, x.data()), il = cpu.constant({rows}, labels.data(), CT_I32);
+    int am = cpu.add(CT_OP_ARGMAX, {ix}, {});
+    ct_attrs ka = {};
+    ka.i[0] = k;
+    std::vector<float> want_top = cpu.read(cpu.add(CT_OP_IN_TOP_K, {ix, il}, ka));
+    std::vector<float> want_eq = cpu.read(cpu.add(CT_OP_EQUAL, {am, il}, {}));
+    const ct_node *an = ct_graph_node(cpu.g, am);
+    std::vector<float> want_am((size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        want_am[(size_t)r] = (float)((const int32_t *)an->out.data)[r];
+    }
+    dev_vec<float> dx(x), top((size_t)rows), eq((size_t)rows);
+    dev_vec<int32_t> dl(labels), arg((size_t)rows);
+    launched(name, ct_cuda_argmax(nullptr, dx.p, arg.p, rows, cols));
+    std::vector<int32_t> got = arg.host();
+    compare(name, std::vector<float>(got.begin(), got.end()), want_am, 0.0);
+    launched(name, ct_cuda_equal(nullptr, arg.p, dl.p, eq.p, rows, 4));
+    compare(name, eq.host(), want_eq, 0.0);
+    launched(name, ct_cuda_in_top_k(nullptr, dx.p, dl.p, top.p, rows, cols, k));
+    compare(name, top.host(), want_top, 0.0);
+}
+
+static void reduce_cases() {
+    for (int op = 0; op < 3; op++) {
+        reduce_case(op, {1000}, 1);
+        reduce_case(op, {37, 65}, 1);
+        reduce_case(op, {37, 65}, 2);
+        reduce_case(op, {3, 5, 7, 9}, 0x5);
+        reduce_case(op, {3, 5, 7, 9}, 0xf);
+        reduce_case(op, {2, 70001}, 2);
+    }
+    broadcast_case({37, 65}, {65});
+    broadcast_case({4, 5, 6}, {4, 1, 6});
+    broadcast_case({4, 5, 6}, {1});
+    rows_case(64, 10, 1);
+    rows_case(33, 1000, 5);
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -449,6 +560,7 @@ static void run_all_cases() {
     softmax_cases();
     optimizer_cases();
     layer_cases();
+    reduce_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif
