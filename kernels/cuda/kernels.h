@@ -124,6 +124,36 @@ int ct_cuda_equal(void *stream, const void *a, const void *b, float *out, int64_
 int ct_cuda_in_top_k(void *stream, const float *x, const int32_t *labels, float *out, int64_t rows,
                      int64_t cols, int64_t k);
 
+/* Strided copies (copy.cu): element i of the index space dims goes from src at src_offset + sum
+ * c_k src_strides[k] to dst at dst_offset + sum c_k dst_strides[k] (elements of element_bytes
+ * 1, 4 or 8). ct_cuda_transpose_plan: a transpose by perm (out axis k is in axis perm[k]);
+ * ct_cuda_window_plan: `outer` rows of `window` elements between rows of src_row and dst_row
+ * elements (slice: a window of the source; concat: of the destination). ct_cuda_fill: n floats. */
+typedef struct ct_cuda_copy_shape {
+    int rank;
+    int64_t dims[CT_CUDA_MAX_DIMS], src_strides[CT_CUDA_MAX_DIMS], dst_strides[CT_CUDA_MAX_DIMS];
+    int64_t src_offset, dst_offset;
+} ct_cuda_copy_shape;
+int ct_cuda_copy(void *stream, const void *src, void *dst, int element_bytes,
+                 const ct_cuda_copy_shape *s);
+int ct_cuda_fill(void *stream, float *dst, float value, int64_t n);
+void ct_cuda_transpose_plan(int rank, const int64_t *in_dims, const int *perm,
+                            ct_cuda_copy_shape *s);
+void ct_cuda_window_plan(int64_t outer, int64_t window, int64_t src_row, int64_t src_offset,
+                         int64_t dst_row, int64_t dst_offset, ct_cuda_copy_shape *s);
+
+/* 2-D pooling over NHWC (pool.c): the geometry as the CPU's (attrs i0..i6 of MAX_POOL and
+ * AVG_POOL); max saves arg [outputs] (each maximum's index within its example) for the
+ * backward, which gathers dx (no atomics). avg: average pooling (arg unused). */
+typedef struct ct_cuda_pool {
+    int64_t batch, in_h, in_w, channels, out_h, out_w;
+    int64_t win_h, win_w, stride_h, stride_w, pad_top, pad_left;
+} ct_cuda_pool;
+int ct_cuda_pool_forward(void *stream, const ct_cuda_pool *g, int avg, const float *x, float *out,
+                         int32_t *arg);
+int ct_cuda_pool_backward(void *stream, const ct_cuda_pool *g, int avg, const float *dy,
+                          const int32_t *arg, float *dx);
+
 /* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
  * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
 enum {

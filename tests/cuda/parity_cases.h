@@ -486,6 +486,122 @@ static void reduce_cases() {
     rows_case(33, 1000, 5);
 }
 
+static void transpose_case(const std::vector<int64_t> &dims, const std::vector<int> &perm) {
+    char name[96];
+    snprintf(name, sizeof name, "transpose %zu dims (%lld elements)", dims.size(),
+             (long long)numel(dims));
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(numel(dims), -1, 1);
+    cpu_twin cpu;
+    std::vector<float> want =
+        cpu.read(ct_transpose(cpu.g, cpu.constant(dims, x.data()), perm.data()));
+    ct_cuda_copy_shape s;
+    ct_cuda_transpose_plan((int)dims.size(), dims.data(), perm.data(), &s);
+    dev_vec<float> dx(x), out(x.size());
+    launched(name, ct_cuda_copy(nullptr, dx.p, out.p, 4, &s));
+    compare(name, out.host(), want, 0.0);
+}
+
+/* [outer, d, inner] split into parts along axis 1: slice, concat and the slice gradient. */
+static void window_case(int64_t outer, int64_t inner, const std::vector<int64_t> &parts) {
+    char name[96];
+    snprintf(name, sizeof name, "slice concat slice_grad outer=%lld inner=%lld parts=%zu",
+             (long long)outer, (long long)inner, parts.size());
+    if (!wanted(name)) {
+        return;
+    }
+    int64_t d = 0;
+    for (int64_t p : parts) {
+        d += p;
+    }
+    std::vector<float> x = randoms(outer * d * inner, -1, 1);
+    cpu_twin cpu;
+    int ix = cpu.constant({outer, d, inner}, x.data());
+    dev_vec<float> dx(x), joined(x.size()), grad(x.size());
+    std::vector<int> pieces;
+    int64_t begin = 0;
+    for (int64_t p : parts) {
+        int piece = ct_slice(cpu.g, ix, 1, begin, p);
+        pieces.push_back(piece);
+        dev_vec<float> out((size_t)(outer * p * inner));
+        ct_cuda_copy_shape s;
+        ct_cuda_window_plan(outer, p * inner, d * inner, begin * inner, p * inner, 0, &s);
+        launched(name, ct_cuda_copy(nullptr, dx.p, out.p, 4, &s));
+        compare(name, out.host(), cpu.read(piece), 0.0);
+        /* concat: the piece back into its window of the whole */
+        ct_cuda_window_plan(outer, p * inner, p * inner, 0, d * inner, begin * inner, &s);
+        launched(name, ct_cuda_copy(nullptr, out.p, joined.p, 4, &s));
+        begin += p;
+    }
+    int cat = ct_concat(cpu.g, (int)pieces.size(), pieces.data(), 1);
+    compare(name, joined.host(), cpu.read(cat), 0.0);
+    ct_attrs sa = ct_graph_node(cpu.g, pieces.back())->attrs; /* the last piece's gradient */
+    int64_t p = parts.back();
+    std::vector<float> dy = randoms(outer * p * inner, -1, 1);
+    std::vector<float> want =
+        cpu.read(cpu.add(CT_OP_SLICE_GRAD, {cpu.constant({outer, p, inner}, dy.data()), ix}, sa));
+    dev_vec<float> ddy(dy);
+    ct_cuda_copy_shape s;
+    ct_cuda_window_plan(outer, p * inner, p * inner, 0, d * inner, (d - p) * inner, &s);
+    launched(name, ct_cuda_fill(nullptr, grad.p, 0.0f, (int64_t)x.size()));
+    launched(name, ct_cuda_copy(nullptr, ddy.p, grad.p, 4, &s));
+    compare(name, grad.host(), want, 0.0);
+}
+
+static void copy_cases() {
+    transpose_case({37, 65}, {1, 0});
+    transpose_case({3, 5, 7}, {2, 0, 1});
+    transpose_case({2, 3, 4, 5}, {0, 2, 1, 3});
+    window_case(4, 3, {2, 5, 3});
+    window_case(1, 1000, {1, 999});
+    window_case(33, 1, {7, 7});
+}
+
+static void pool_case(int avg, int64_t h, int64_t w, int64_t win, int64_t stride, int same) {
+    char name[96];
+    snprintf(name, sizeof name, "%s 3x%lldx%lldx5 window=%lld stride=%lld same=%d",
+             avg ? "avg_pool" : "max_pool", (long long)h, (long long)w, (long long)win,
+             (long long)stride, same);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(3 * h * w * 5, -2, 2);
+    for (size_t i = 0; i < x.size(); i += 7) {
+        x[i] = 1.0f; /* ties: the first cell wins */
+    }
+    cpu_twin cpu;
+    int ix = cpu.constant({3, h, w, 5}, x.data());
+    int fwd = avg ? ct_avg_pool(cpu.g, ix, (int)win, (int)win, (int)stride, (int)stride, same)
+                  : ct_max_pool(cpu.g, ix, (int)win, (int)win, (int)stride, (int)stride, same);
+    const ct_node *f = ct_graph_node(cpu.g, fwd);
+    ct_cuda_pool g = {3,   h,   w,      5,      f->out.shape.dims[1], f->out.shape.dims[2],
+                      win, win, stride, stride, f->attrs.i[5],        f->attrs.i[6]};
+    int64_t outs = 3 * g.out_h * g.out_w * 5;
+    std::vector<float> dy = randoms(outs, -1, 1);
+    int grad = cpu.add(avg ? CT_OP_AVG_POOL_GRAD : CT_OP_MAX_POOL_GRAD,
+                       {cpu.constant({3, g.out_h, g.out_w, 5}, dy.data()), fwd},
+                       ct_graph_node(cpu.g, fwd)->attrs);
+    dev_vec<float> dx(x), out((size_t)outs), ddy(dy), dgrad(x.size());
+    dev_vec<int32_t> arg((size_t)outs);
+    launched(name, ct_cuda_pool_forward(nullptr, &g, avg, dx.p, out.p, arg.p));
+    compare(name, out.host(), cpu.read(fwd), avg ? 1e-6 : 0.0);
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub, ct_cuda_pool_backward(nullptr, &g, avg, ddy.p, arg.p, dgrad.p));
+    compare(sub, dgrad.host(), cpu.read(grad), avg ? 1e-6 : 0.0);
+}
+
+static void pool_cases() {
+    for (int avg = 0; avg < 2; avg++) {
+        pool_case(avg, 8, 8, 2, 2, 0);
+        pool_case(avg, 7, 9, 3, 2, 1);
+        pool_case(avg, 9, 7, 3, 1, 1);
+        pool_case(avg, 5, 5, 5, 3, 1);
+    }
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -561,6 +677,8 @@ static void run_all_cases() {
     optimizer_cases();
     layer_cases();
     reduce_cases();
+    copy_cases();
+    pool_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif
