@@ -50,6 +50,20 @@ template <class T> __device__ __forceinline__ T ct_cuda_block_reduce(T v, T *scr
     return r;
 }
 
+/* out[0] = the sum of partial[0..n) (per-block partial sums), added in double by one block of
+ * 1024 threads in an order fixed by n (a template: a header may define a kernel once). */
+template <int = 0> __global__ void ct_cuda_sum_blocks(const float *partial, int64_t n, float *out) {
+    __shared__ double scratch[32];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        s += partial[i];
+    }
+    s = ct_cuda_block_reduce(s, scratch, 0);
+    if (threadIdx.x == 0) {
+        out[0] = (float)s;
+    }
+}
+
 /* Threads per block for a row of `cols` elements: a multiple of 32 from 32 to 256, fixed by the
  * shape (so is every reduction's order). */
 static inline unsigned ct_cuda_row_threads(int64_t cols) {

@@ -154,6 +154,40 @@ int ct_cuda_pool_forward(void *stream, const ct_cuda_pool *g, int avg, const flo
 int ct_cuda_pool_backward(void *stream, const ct_cuda_pool *g, int avg, const float *dy,
                           const int32_t *arg, float *dx);
 
+/* Batch norm over the last axis of x [rows, channels] (batchnorm.cu), as the CPU's: training
+ * updates running_mean and running_var in place; aux [2, channels] = mean, 1/std. The gradient
+ * writes dx and aux_grad [2, channels] = dgamma, dbeta. */
+typedef struct ct_cuda_bn {
+    int64_t rows, channels;
+    float momentum, epsilon;
+    int training;
+} ct_cuda_bn;
+int ct_cuda_batch_norm(void *stream, const ct_cuda_bn *s, const float *x, const float *gamma,
+                       const float *beta, float *running_mean, float *running_var, float *y,
+                       float *aux);
+int ct_cuda_batch_norm_grad(void *stream, const ct_cuda_bn *s, const float *dy, const float *x,
+                            const float *aux, const float *gamma, float *dx, float *aux_grad);
+
+/* FUSED (fused.cu): the fuse pass's program (graph/op_impl.h's ct__fused_prog) over `total`
+ * elements: registers 0..n_in-1 are the inputs (period 0: whole, 1: a scalar, p: a row of p
+ * repeating), instruction t writes register n_in + t from a (and b >= 0) with a ct_op of
+ * CT__EWISE_LIST; the last register goes to out, or with sum its sum over every element to
+ * out[0]. partial: ct_cuda_fused_blocks(total) floats of device memory (sum only). */
+#define CT_CUDA_FUSED_MAX_INPUTS 8
+#define CT_CUDA_FUSED_MAX_INSTR 24
+typedef struct ct_cuda_fused_prog {
+    int n_in, n_instr, sum;
+    int64_t total;
+    const float *in[CT_CUDA_FUSED_MAX_INPUTS];
+    int64_t period[CT_CUDA_FUSED_MAX_INPUTS];
+    struct {
+        int16_t op, a, b;
+        float alpha;
+    } instr[CT_CUDA_FUSED_MAX_INSTR];
+} ct_cuda_fused_prog;
+int64_t ct_cuda_fused_blocks(int64_t total);
+int ct_cuda_fused(void *stream, const ct_cuda_fused_prog *p, float *out, float *partial);
+
 /* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
  * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
 enum {

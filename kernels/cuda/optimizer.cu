@@ -65,18 +65,6 @@ __global__ void update_kernel(ct_cuda_update u, float *w, const float *g, float 
     }
 }
 
-__global__ void sum_partials_kernel(const float *partial, int64_t n, float *out) {
-    __shared__ float scratch[32];
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        s += partial[i];
-    }
-    s = ct_cuda_block_reduce(s, scratch, 0);
-    if (threadIdx.x == 0) {
-        out[0] = s;
-    }
-}
-
 } // namespace
 
 extern "C" int64_t ct_cuda_optimizer_blocks(int64_t n) {
@@ -90,6 +78,6 @@ extern "C" int ct_cuda_optimizer_update(void *stream, const ct_cuda_update *u, f
     int64_t blocks = ct_cuda_optimizer_blocks(n);
     cudaStream_t s = (cudaStream_t)stream;
     CT_LAUNCH(update_kernel, (unsigned)blocks, kThreads, 0, s)(*u, w, g, s0, s1, n, g2_partial);
-    CT_LAUNCH(sum_partials_kernel, 1, 1024, 0, s)(g2_partial, blocks, g2);
+    CT_LAUNCH(ct_cuda_sum_blocks<>, 1, 1024, 0, s)(g2_partial, blocks, g2);
     return (int)cudaGetLastError();
 }

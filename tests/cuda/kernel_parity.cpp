@@ -20,6 +20,9 @@
 #include "ctrain/optim.h"
 #include "ctrain/params.h"
 #include "ctrain/rng.h"
+extern "C" {
+#include "graph/op_impl.h" /* the fuse pass's program (ct__graph_add_fused) */
+}
 
 namespace {
 

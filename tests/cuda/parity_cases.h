@@ -602,6 +602,107 @@ static void pool_cases() {
     }
 }
 
+static void batch_norm_case(int64_t rows, int64_t channels, int training) {
+    char name[96];
+    snprintf(name, sizeof name, "batch_norm [%lld,%lld] training=%d", (long long)rows,
+             (long long)channels, training);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * channels, -2, 3), dy = randoms(rows * channels, -1, 1);
+    std::vector<float> gamma = randoms(channels, 0.5f, 1.5f), beta = randoms(channels, -1, 1);
+    std::vector<float> rmean = randoms(channels, -0.5f, 0.5f), rvar = randoms(channels, 0.5f, 2);
+    std::vector<float> cpu_mean = rmean, cpu_var = rvar;
+    cpu_twin cpu;
+    ct_shape cs = ct_shape_make(1, &channels);
+    int ix = cpu.constant({rows, channels}, x.data()), ig = cpu.constant({channels}, gamma.data());
+    int fwd = ct_batch_norm(cpu.g, ix, ig, cpu.constant({channels}, beta.data()),
+                            ct_variable(cpu.g, &cs, cpu_mean.data(), "mean"),
+                            ct_variable(cpu.g, &cs, cpu_var.data(), "var"), 0.9f, 1e-3f, training);
+    ct_attrs ga = ct_graph_node(cpu.g, fwd)->attrs;
+    int grad = cpu.add(CT_OP_BATCH_NORM_GRAD,
+                       {cpu.constant({rows, channels}, dy.data()), fwd, ix, ig}, ga);
+    ct_cuda_bn s = {rows, channels, 0.9f, 1e-3f, training};
+    dev_vec<float> dx(x), dg(gamma), db(beta), dm(rmean), dv(rvar), y(x.size()),
+        aux((size_t)(2 * channels)), ddy(dy), dxo(x.size()), aux_grad((size_t)(2 * channels));
+    launched(name, ct_cuda_batch_norm(nullptr, &s, dx.p, dg.p, db.p, dm.p, dv.p, y.p, aux.p));
+    compare(name, y.host(), cpu.read(fwd));
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s stats", name);
+    std::vector<float> got = aux.host(), m = dm.host(), v = dv.host(), want = cpu.read_aux(fwd);
+    got.insert(got.end(), m.begin(), m.end());
+    got.insert(got.end(), v.begin(), v.end());
+    want.insert(want.end(), cpu_mean.begin(), cpu_mean.end());
+    want.insert(want.end(), cpu_var.begin(), cpu_var.end());
+    compare(sub, got, want);
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub,
+             ct_cuda_batch_norm_grad(nullptr, &s, ddy.p, dx.p, aux.p, dg.p, dxo.p, aux_grad.p));
+    compare(sub, dxo.host(), cpu.read(grad), 1e-4);
+    snprintf(sub, sizeof sub, "%s dgamma dbeta", name);
+    compare(sub, aux_grad.host(), cpu.read_aux(grad), 1e-5);
+}
+
+static void batch_norm_cases() {
+    for (int training = 0; training < 2; training++) {
+        batch_norm_case(64, 10, training);
+        batch_norm_case(7, 300, training);
+        batch_norm_case(1, 3, training);
+    }
+}
+
+/* A FUSED node as the fuse pass makes them: relu(x + bias) * s, then GELU-tanh, then x * that
+ * minus the bias: whole, row and scalar inputs; with sum, its total. */
+static void fused_case(int64_t rows, int64_t cols, int sum) {
+    char name[96];
+    snprintf(name, sizeof name, "fused [%lld,%lld] sum=%d", (long long)rows, (long long)cols, sum);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(rows * cols, -2, 2), bias = randoms(cols, -1, 1), sc = {0.7f};
+    cpu_twin cpu;
+    int in[3] = {cpu.constant({rows, cols}, x.data()), cpu.constant({cols}, bias.data()),
+                 cpu.constant({}, sc.data())};
+    ct__fused_prog prog = {};
+    prog.n_in = 3;
+    prog.sum = sum;
+    prog.shape = ct_shape_make(2, std::vector<int64_t>{rows, cols}.data());
+    prog.period[1] = cols;
+    prog.period[2] = 1;
+    const int16_t code[][3] = {{CT_OP_ADD, 0, 1},        {CT_OP_RELU, 3, -1}, {CT_OP_MUL, 4, 2},
+                               {CT_OP_GELU_TANH, 5, -1}, {CT_OP_MUL, 0, 6},   {CT_OP_SUB, 7, 1}};
+    ct_cuda_fused_prog g = {};
+    g.n_in = 3;
+    g.sum = sum;
+    g.total = rows * cols;
+    for (const auto &c : code) {
+        prog.instr[prog.n_instr] = ct__fused_instr{c[0], c[1], c[2], 0.0f};
+        g.instr[g.n_instr].op = c[0];
+        g.instr[g.n_instr].a = c[1];
+        g.instr[g.n_instr].b = c[2];
+        g.instr[g.n_instr++].alpha = 0.0f;
+        prog.n_instr++;
+    }
+    int fused = ct__graph_add_fused(cpu.g, in, &prog);
+    dev_vec<float> dx(x), db(bias), ds(sc), out(sum ? 1 : x.size()),
+        partial((size_t)ct_cuda_fused_blocks(rows * cols));
+    g.in[0] = dx.p;
+    g.in[1] = db.p;
+    g.in[2] = ds.p;
+    g.period[1] = cols;
+    g.period[2] = 1;
+    launched(name, ct_cuda_fused(nullptr, &g, out.p, partial.p));
+    compare(name, out.host(), cpu.read(fused), sum ? 1e-4 : 1e-5);
+}
+
+static void fused_cases() {
+    for (int sum = 0; sum < 2; sum++) {
+        fused_case(1, 1, sum);
+        fused_case(37, 65, sum);
+        fused_case(300, 1001, sum);
+    }
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -679,6 +780,8 @@ static void run_all_cases() {
     reduce_cases();
     copy_cases();
     pool_cases();
+    batch_norm_cases();
+    fused_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif
