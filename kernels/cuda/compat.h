@@ -20,6 +20,12 @@
 #include "kernels.h"
 
 #define CT_CUDA_FULL_MASK 0xffffffffu
+/* Unrolls the next loop (constant bounds: per-lane arrays stay in registers, not local memory). */
+#ifdef __CUDACC__
+#define CT_UNROLL _Pragma("unroll")
+#else
+#define CT_UNROLL _Pragma("GCC unroll 8")
+#endif
 
 /* The sum (max: is_max) over the 32 lanes of a warp, the same bits in every lane (a butterfly;
  * a max lets NaN win). */

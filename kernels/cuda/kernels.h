@@ -188,6 +188,25 @@ typedef struct ct_cuda_fused_prog {
 int64_t ct_cuda_fused_blocks(int64_t total);
 int ct_cuda_fused(void *stream, const ct_cuda_fused_prog *p, float *out, float *partial);
 
+/* Fused multi-head self-attention (attention.cu): q, k, v, out [batch, t, heads * dh] (dh <=
+ * 256), lse [batch, heads, t] (each query's logsumexp, the CPU's aux). Dropout (threshold 0:
+ * none): keep when a Philox word's top 24 bits reach threshold, scaling by keep_scale; seed,
+ * stream and batch_offset as the CPU's. The backward writes dq, dk, dv; delta: batch * heads * t
+ * floats of scratch. */
+typedef struct ct_cuda_attention {
+    int64_t batch, t, heads, dh;
+    int causal;
+    float scale, keep_scale;
+    uint32_t threshold;
+    uint64_t seed, stream;
+    int64_t batch_offset;
+} ct_cuda_attention;
+int ct_cuda_attention_forward(void *stream, const ct_cuda_attention *a, const float *q,
+                              const float *k, const float *v, float *out, float *lse);
+int ct_cuda_attention_backward(void *stream, const ct_cuda_attention *a, const float *dy,
+                               const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, float *delta, float *dq, float *dk, float *dv);
+
 /* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
  * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
 enum {

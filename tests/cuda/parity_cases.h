@@ -703,6 +703,69 @@ static void fused_cases() {
     }
 }
 
+static void attention_case(int64_t b, int64_t t, int64_t heads, int64_t dh, int causal,
+                           float rate) {
+    char name[128];
+    snprintf(name, sizeof name, "attention B=%lld T=%lld H=%lld Dh=%lld causal=%d dropout=%g",
+             (long long)b, (long long)t, (long long)heads, (long long)dh, causal, rate);
+    if (!wanted(name)) {
+        return;
+    }
+    int64_t n = b * t * heads * dh;
+    std::vector<float> q = randoms(n, -1, 1), k = randoms(n, -1, 1), v = randoms(n, -1, 1);
+    std::vector<float> dy = randoms(n, -1, 1);
+    const float scale = 1.0f / sqrtf((float)dh);
+    cpu_twin cpu;
+    ct_kctx *ctx = ct_graph_ctx(cpu.g);
+    ctx->seed = 99;
+    ctx->step = 5;
+    ctx->batch_offset = 2;
+    std::vector<int64_t> dims = {b, t, heads * dh};
+    int iq = cpu.constant(dims, q.data()), ik = cpu.constant(dims, k.data()),
+        iv = cpu.constant(dims, v.data());
+    int fwd = ct_attention_dropout(cpu.g, iq, ik, iv, (int)heads, causal, scale, rate, 1);
+    const ct_node *f = ct_graph_node(cpu.g, fwd);
+    int grad =
+        cpu.add(CT_OP_ATTENTION_GRAD, {cpu.constant(dims, dy.data()), fwd, iq, ik, iv}, f->attrs);
+    ct_cuda_attention a = {
+        b,
+        t,
+        heads,
+        dh,
+        causal,
+        scale,
+        1.0f / (1.0f - rate),
+        rate > 0 ? (uint32_t)ceil((double)rate * 16777216.0) : 0u,
+        ctx->seed,
+        ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)(f->attrs.i[4] - 1)),
+        ctx->batch_offset};
+    dev_vec<float> dq_(q), dk_(k), dv_(v), ddy(dy), out((size_t)n), lse((size_t)(b * heads * t)),
+        delta((size_t)(b * heads * t)), gq((size_t)n), gk((size_t)n), gv((size_t)n);
+    launched(name, ct_cuda_attention_forward(nullptr, &a, dq_.p, dk_.p, dv_.p, out.p, lse.p));
+    compare(name, out.host(), cpu.read(fwd), 1e-4);
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s logsumexp", name);
+    compare(sub, lse.host(), cpu.read_aux(fwd));
+    snprintf(sub, sizeof sub, "%s grad", name);
+    launched(sub, ct_cuda_attention_backward(nullptr, &a, ddy.p, dq_.p, dk_.p, dv_.p, out.p, lse.p,
+                                             delta.p, gq.p, gk.p, gv.p));
+    std::vector<float> got = gq.host(), want = cpu.read(grad), kv = cpu.read_aux(grad);
+    compare(sub, got, want, 1e-3); /* sums of products that cancel, in another order */
+    got = gk.host();
+    std::vector<float> gvh = gv.host();
+    got.insert(got.end(), gvh.begin(), gvh.end());
+    snprintf(sub, sizeof sub, "%s dk dv", name);
+    compare(sub, got, kv, 1e-3);
+}
+
+static void attention_cases() {
+    for (int causal = 0; causal < 2; causal++) {
+        attention_case(2, 9, 3, 8, causal, 0.0f);
+        attention_case(1, 12, 2, 64, causal, 0.0f);
+        attention_case(1, 7, 2, 33, causal, 0.2f);
+    }
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -782,6 +845,7 @@ static void run_all_cases() {
     pool_cases();
     batch_norm_cases();
     fused_cases();
+    attention_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif

@@ -51,7 +51,8 @@ CT_PHILOX_HD static inline uint32_t ct__philox_word(uint64_t seed, uint64_t stre
                        (uint32_t)(stream >> 32)};
     uint32_t out[4];
     ct__philox(seed, ctr, out);
-    return out[within / CT_PHILOX_LANES];
+    uint64_t w = within / CT_PHILOX_LANES; /* selects, not an index: no local memory on a GPU */
+    return w == 0 ? out[0] : w == 1 ? out[1] : w == 2 ? out[2] : out[3];
 }
 
 #endif
