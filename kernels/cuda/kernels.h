@@ -207,6 +207,17 @@ int ct_cuda_attention_backward(void *stream, const ct_cuda_attention *a, const f
                                const float *q, const float *k, const float *v, const float *out,
                                const float *lse, float *delta, float *dq, float *dk, float *dv);
 
+/* Convolution by im2col + GEMM (im2col.cu): x [batch, in_h, in_w, channels], the filter HWIO
+ * [k_h, k_w, channels, out_c] seen as [k_h k_w channels, out_c]; the strides and leading padding
+ * of the CPU's CONV2D (attrs i0, i1, i3, i4). cols [batch out_h out_w, k_h k_w channels]; col2im
+ * sums dcols of that shape into dx (every element written). */
+typedef struct ct_cuda_conv {
+    int64_t batch, in_h, in_w, channels, out_h, out_w, k_h, k_w;
+    int64_t stride_h, stride_w, pad_top, pad_left;
+} ct_cuda_conv;
+int ct_cuda_im2col(void *stream, const ct_cuda_conv *g, const float *x, float *cols);
+int ct_cuda_col2im(void *stream, const ct_cuda_conv *g, const float *dcols, float *dx);
+
 /* GEMMs (gemm.cu, cuBLASLt): row-major c [m, n] = alpha op(a) op(b) + beta c, op(x) = x^T when
  * transpose_x, lda, ldb, ldc row strides in floats, with a fused epilogue: */
 enum {

@@ -766,6 +766,68 @@ static void attention_cases() {
     }
 }
 
+/* c [m, n] = a [m, k] b [k, n] on the host, op(x) = x^T when t_x: the GEMMs around im2col,
+ * standing in for cuBLAS (which only a GPU runs). */
+static std::vector<float> host_gemm(const std::vector<float> &a, const std::vector<float> &b,
+                                    int64_t m, int64_t n, int64_t k, int ta, int tb) {
+    std::vector<float> c((size_t)(m * n));
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                s += (double)a[(size_t)(ta ? p * m + i : i * k + p)] *
+                     b[(size_t)(tb ? j * k + p : p * n + j)];
+            }
+            c[(size_t)(i * n + j)] = (float)s;
+        }
+    }
+    return c;
+}
+
+static void conv_case(int64_t h, int64_t w, int64_t c, int64_t oc, int64_t k, int64_t stride,
+                      int same) {
+    char name[128];
+    snprintf(name, sizeof name,
+             "conv2d im2col 2x%lldx%lldx%lld filter %lldx%lld->%lld stride=%lld same=%d",
+             (long long)h, (long long)w, (long long)c, (long long)k, (long long)k, (long long)oc,
+             (long long)stride, same);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(2 * h * w * c, -1, 1), f = randoms(k * k * c * oc, -1, 1);
+    cpu_twin cpu;
+    int ix = cpu.constant({2, h, w, c}, x.data()), iw = cpu.constant({k, k, c, oc}, f.data());
+    int fwd = ct_conv2d(cpu.g, ix, iw, (int)stride, (int)stride, same);
+    const ct_node *node = ct_graph_node(cpu.g, fwd);
+    ct_cuda_conv g = {2, h, w,      c,      node->out.shape.dims[1], node->out.shape.dims[2],
+                      k, k, stride, stride, node->attrs.i[3],        node->attrs.i[4]};
+    int64_t rows = 2 * g.out_h * g.out_w, width = k * k * c;
+    std::vector<float> dy = randoms(rows * oc, -1, 1);
+    ct_attrs at = node->attrs;
+    int idy = cpu.constant({2, g.out_h, g.out_w, oc}, dy.data());
+    int gin = cpu.add(CT_OP_CONV2D_GRAD_INPUT, {idy, iw, fwd}, at);
+    int gf = cpu.add(CT_OP_CONV2D_GRAD_FILTER, {idy, fwd, ix}, at);
+    dev_vec<float> dx(x), cols((size_t)(rows * width)), dxo(x.size());
+    launched(name, ct_cuda_im2col(nullptr, &g, dx.p, cols.p));
+    std::vector<float> hc = cols.host();
+    compare(name, host_gemm(hc, f, rows, oc, width, 0, 0), cpu.read(fwd), 1e-4);
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s filter grad", name);
+    compare(sub, host_gemm(hc, dy, width, oc, rows, 1, 0), cpu.read(gf), 1e-4);
+    dev_vec<float> dcols(host_gemm(dy, f, rows, width, oc, 0, 1));
+    snprintf(sub, sizeof sub, "%s input grad", name);
+    launched(sub, ct_cuda_col2im(nullptr, &g, dcols.p, dxo.p));
+    compare(sub, dxo.host(), cpu.read(gin), 1e-4);
+}
+
+static void conv_cases() {
+    conv_case(7, 6, 3, 4, 3, 1, 1);
+    conv_case(7, 6, 3, 4, 3, 2, 1);
+    conv_case(8, 8, 2, 5, 3, 1, 0);
+    conv_case(9, 5, 4, 2, 5, 2, 0);
+    conv_case(6, 6, 1, 3, 1, 1, 1);
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -846,6 +908,7 @@ static void run_all_cases() {
     batch_norm_cases();
     fused_cases();
     attention_cases();
+    conv_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif
