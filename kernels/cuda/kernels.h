@@ -246,6 +246,9 @@ int ct_cuda_blas_create(size_t workspace_bytes, ct_cuda_blas **ret);
 void ct_cuda_blas_destroy(ct_cuda_blas *b);
 int ct_cuda_gemm_run(ct_cuda_blas *blas, void *stream, const ct_cuda_gemm *g, const float *a,
                      const float *b, float *c);
+/* The same without cuBLAS and without epilogues (gemm_simple.cu): a thread per output. */
+int ct_cuda_gemm_simple(void *stream, const ct_cuda_gemm *g, const float *a, const float *b,
+                        float *c);
 
 #ifdef __cplusplus
 }

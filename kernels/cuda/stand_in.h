@@ -216,6 +216,37 @@ inline unsigned atomicAdd(unsigned *p, unsigned v) {
 #define CT_DYNAMIC_SHARED(type, name)                                                              \
     type *name = reinterpret_cast<type *>(ct_stand_in::self.launch->dynamic_shared.data())
 
+/* Device memory is host memory: zeroed, 64-byte aligned. */
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
+inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (*p) {
+        memset(*p, 0, (bytes + 63) / 64 * 64 + 64);
+    }
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
+    memset(dst, value, bytes);
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+    return cudaSuccess;
+}
+
 inline cudaError_t cudaGetLastError() {
     cudaError_t e = ct_stand_in::last_error;
     ct_stand_in::last_error = cudaSuccess;

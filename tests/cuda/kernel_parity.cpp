@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compat.h"
+#include "cuda_backend.h"
 
 #include "ctrain/backend.h"
 #include "ctrain/graph.h"

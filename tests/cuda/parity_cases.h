@@ -828,6 +828,115 @@ static void conv_cases() {
     conv_case(6, 6, 1, 3, 1, 1, 1);
 }
 
+/* One eager MLP step (dense-relu-dense, softmax cross-entropy, autodiff) on a backend: the loss
+ * and the four gradients, read back to the host. */
+static std::vector<std::vector<float>> mlp_step(ct_backend *be, const std::vector<float> &x,
+                                                const std::vector<int32_t> &labels,
+                                                std::vector<std::vector<float>> params,
+                                                const std::vector<std::vector<int64_t>> &shapes,
+                                                int *ret_missing_op) {
+    ct_graph *g = nullptr;
+    ct_err err;
+    std::vector<std::vector<float>> out;
+    if (ct_graph_create(be, 1, &g, &err) != CT_OK) {
+        return out;
+    }
+    int64_t batch = (int64_t)labels.size();
+    std::vector<void *> device;
+    int vars[4];
+    for (int k = 0; k < 4; k++) { /* variables view backend memory */
+        size_t bytes = params[(size_t)k].size() * sizeof(float);
+        device.push_back(ct_backend_alloc(be, bytes));
+        be->vt->copy(be, device.back(), params[(size_t)k].data(), bytes);
+        ct_shape s = ct_shape_make((int)shapes[(size_t)k].size(), shapes[(size_t)k].data());
+        vars[k] = ct_variable(g, &s, (float *)device.back(), "w");
+    }
+    ct_shape xs = ct_shape_make(2, std::vector<int64_t>{batch, shapes[0][0]}.data());
+    ct_shape ls = ct_shape_make(1, &batch);
+    int ix = ct_constant(g, CT_F32, &xs, x.data()), il = ct_constant(g, CT_I32, &ls, labels.data());
+    int h = ct_relu(g, ct_add(g, ct_matmul(g, ix, vars[0], 0, 0), vars[1]));
+    int loss = ct_softmax_xent(g, ct_add(g, ct_matmul(g, h, vars[2], 0, 0), vars[3]), il);
+    int grads[4];
+    ct_status st = ct_graph_gradients(g, loss, -1, 4, vars, grads, &err);
+    *ret_missing_op = st == CT_OK ? -1 : 0;
+    if (st != CT_OK) {
+        printf("     (%s)\n", err.msg);
+    }
+    for (int k = -1; st == CT_OK && k < 4; k++) {
+        int id = k < 0 ? loss : grads[k];
+        std::vector<float> v((size_t)ct_tensor_numel(&ct_graph_node(g, id)->out));
+        ct_graph_read(g, id, v.data(), v.size() * sizeof(float), &err);
+        out.push_back(v);
+    }
+    ct_graph_destroy(g);
+    for (void *p : device) {
+        ct_backend_free(be, p);
+    }
+    return out;
+}
+
+static void backend_case(int64_t batch, int64_t in_f, int64_t hidden, int64_t classes) {
+    char name[128];
+    snprintf(name, sizeof name, "backend: eager MLP step %lldx%lld-%lld-%lld, loss and gradients",
+             (long long)batch, (long long)in_f, (long long)hidden, (long long)classes);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<std::vector<int64_t>> shapes = {
+        {in_f, hidden}, {hidden}, {hidden, classes}, {classes}};
+    std::vector<std::vector<float>> params;
+    for (const auto &s : shapes) {
+        params.push_back(randoms(numel(s), -0.5f, 0.5f));
+    }
+    std::vector<float> x = randoms(batch * in_f, -1, 1);
+    std::vector<int32_t> labels((size_t)batch);
+    for (int64_t i = 0; i < batch; i++) {
+        labels[(size_t)i] = (int32_t)((i * 7) % classes);
+    }
+    ct_backend *cpu = nullptr, *cuda = nullptr;
+    ct_err err;
+    if (ct_backend_cpu_create(1, &cpu, &err) != CT_OK ||
+        ct_backend_cuda_create(0, &cuda, &err) != CT_OK) {
+        printf("FAIL %s: %s\n", name, err.msg);
+        failures++;
+        ct_backend_destroy(cpu);
+        return;
+    }
+    int missing_cpu, missing_cuda;
+    auto want = mlp_step(cpu, x, labels, params, shapes, &missing_cpu);
+    auto got = mlp_step(cuda, x, labels, params, shapes, &missing_cuda);
+    if (got.size() != want.size() || want.empty()) {
+        printf("FAIL %s: the CUDA backend ran %zu of %zu outputs\n", name, got.size(), want.size());
+        failures++;
+    }
+    const char *what[] = {"loss", "dW1", "db1", "dW2", "db2"};
+    for (size_t k = 0; k < got.size() && k < want.size(); k++) {
+        char sub[192];
+        snprintf(sub, sizeof sub, "%s: %s", name, what[k]);
+        compare(sub, got[k], want[k], 1e-4);
+    }
+    /* an op without a CUDA kernel stops the graph with one line naming it */
+    ct_graph *g = nullptr;
+    std::vector<float> img = randoms(2 * 5 * 5 * 3, -1, 1), f = randoms(3 * 3 * 3 * 4, -1, 1);
+    if (ct_graph_create(cuda, 1, &g, &err) == CT_OK) {
+        ct_shape is = ct_shape_make(4, std::vector<int64_t>{2, 5, 5, 3}.data());
+        ct_shape fs = ct_shape_make(4, std::vector<int64_t>{3, 3, 3, 4}.data());
+        ct_conv2d(g, ct_constant(g, CT_F32, &is, img.data()), ct_constant(g, CT_F32, &fs, f.data()),
+                  1, 1, 1);
+        ct_status st = ct_graph_status(g, &err);
+        cases++;
+        if (st != CT_EUNSUPPORTED || !strstr(err.msg, "conv2d: no CUDA kernel")) {
+            printf("FAIL %s: conv2d on the CUDA backend: %s\n", name, err.msg);
+            failures++;
+        } else {
+            printf("ok   %s: an op without a kernel: '%s'\n", name, err.msg);
+        }
+        ct_graph_destroy(g);
+    }
+    ct_backend_cuda_destroy(cuda);
+    ct_backend_destroy(cpu);
+}
+
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
 const char *epilogue_name(int e) {
     static const char *names[] = {"none",          "bias",  "relu_bias", "gelu_bias",
@@ -909,6 +1018,8 @@ static void run_all_cases() {
     fused_cases();
     attention_cases();
     conv_cases();
+    backend_case(16, 20, 32, 10);
+    backend_case(5, 7, 9, 3);
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif
