@@ -8,6 +8,8 @@
 #include "compat.h"
 #include "cuda_backend.h"
 
+#include "ctrain/rng.h"
+
 extern "C" {
 #include "graph/op_impl.h"
 }
@@ -192,6 +194,204 @@ void transpose(const ct_kctx *, ct_node *n, ct_node *const *in) {
     ct_cuda_copy(nullptr, in[0]->out.data, n->out.data, (int)ct_dtype_size(n->out.dtype), &s);
 }
 
+/* Scratch device memory for one call (freed after it: the backend has no caching allocator
+ * yet, so this is a cudaMalloc per call). */
+struct scratch {
+    const ct_backend *be;
+    void *p;
+    scratch(const ct_backend *b, size_t bytes) : be(b), p(dev_alloc(b, bytes)) {}
+    ~scratch() {
+        dev_free(be, p);
+    }
+};
+
+template <int CENTERED> void norm(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    int64_t rows, c;
+    rows_cols(&in[0]->out.shape, &rows, &c);
+    ct_cuda_norm_shape s = {rows, c, n->attrs.f[0], CENTERED};
+    ct_cuda_norm(nullptr, &s, f32(in[0]), f32(in[1]), CENTERED ? f32(in[2]) : nullptr, f32(n),
+                 (float *)n->aux.data);
+}
+
+/* (dy, forward, x, gamma) -> dx; aux: dgamma (, dbeta). */
+template <int CENTERED> void norm_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    int64_t rows, c;
+    rows_cols(&n->out.shape, &rows, &c);
+    ct_cuda_norm_shape s = {rows, c, n->attrs.f[0], CENTERED};
+    scratch tmp(ctx->backend, (size_t)ct_cuda_norm_scratch_bytes(rows));
+    float *dgamma = (float *)n->aux.data;
+    ct_cuda_norm_grad(nullptr, &s, f32(in[0]), f32(in[2]), f32(in[3]), f32(n), dgamma,
+                      CENTERED ? dgamma + c : nullptr, tmp.p);
+}
+
+void aux_row(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    int64_t len = numel(n);
+    const float *src = (const float *)in[0]->aux.data + n->attrs.i[0] * len;
+    if (n->flags & CT_NODE_ACCUMULATE) {
+        ct_cuda_broadcast s = broadcast(&n->out.shape, &n->out.shape, &n->out.shape);
+        ct_cuda_binary(nullptr, CT_OP_ADD, f32(n), src, f32(n), &s);
+    } else {
+        cudaMemcpy(n->out.data, src, (size_t)len * sizeof(float), cudaMemcpyDefault);
+    }
+}
+
+void embedding(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_embedding(nullptr, f32(in[0]), (const int32_t *)in[1]->out.data, f32(n), numel(in[1]),
+                      in[0]->out.shape.dims[0], in[0]->out.shape.dims[1]);
+}
+
+void embedding_grad(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_embedding_grad(nullptr, f32(in[0]), (const int32_t *)in[1]->out.data, f32(n),
+                           numel(in[1]), n->out.shape.dims[0], n->out.shape.dims[1],
+                           (n->flags & CT_NODE_ACCUMULATE) != 0);
+}
+
+void dropout(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    if (n->aux.shape.rank == 0) { /* inference, or rate 0: an alias of the input */
+        identity(ctx, n, in);
+        return;
+    }
+    int64_t rows = n->out.shape.rank ? n->out.shape.dims[0] : 1, count = numel(n);
+    ct_cuda_dropout_args a = {
+        n->attrs.f[0], ctx->seed,
+        ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)(n->attrs.i[1] - 1)),
+        (uint64_t)(ctx->batch_offset * (rows ? count / rows : 0))};
+    ct_cuda_dropout(nullptr, &a, f32(in[0]), f32(n), (uint8_t *)n->aux.data, count);
+}
+
+void dropout_grad(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_dropout_grad(nullptr, n->attrs.f[0], f32(in[0]), (const uint8_t *)in[1]->aux.data,
+                         f32(n), numel(n));
+}
+
+/* The pooling geometry of x [N, H, W, C] into y, attrs as MAX_POOL's. */
+ct_cuda_pool pool_of(const ct_shape *x, const ct_shape *y, const ct_attrs *at) {
+    return ct_cuda_pool{x->dims[0], x->dims[1], x->dims[2], x->dims[3], y->dims[1], y->dims[2],
+                        at->i[0],   at->i[1],   at->i[2],   at->i[3],   at->i[5],   at->i[6]};
+}
+
+template <int AVG> void pool(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_pool g = pool_of(&in[0]->out.shape, &n->out.shape, &n->attrs);
+    ct_cuda_pool_forward(nullptr, &g, AVG, f32(in[0]), f32(n), (int32_t *)n->aux.data);
+}
+
+template <int AVG> void pool_grad(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_pool g = pool_of(&n->out.shape, &in[0]->out.shape, &n->attrs);
+    ct_cuda_pool_backward(nullptr, &g, AVG, f32(in[0]), (const int32_t *)in[1]->aux.data, f32(n));
+}
+
+void batch_norm(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    int64_t rows, c;
+    rows_cols(&in[0]->out.shape, &rows, &c);
+    ct_cuda_bn s = {rows, c, n->attrs.f[0], n->attrs.f[1], n->attrs.i[0] != 0};
+    ct_cuda_batch_norm(nullptr, &s, f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]),
+                       f32(n), (float *)n->aux.data);
+}
+
+void batch_norm_grad(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    int64_t rows, c;
+    rows_cols(&n->out.shape, &rows, &c);
+    ct_cuda_bn s = {rows, c, in[1]->attrs.f[0], in[1]->attrs.f[1], n->attrs.i[0] != 0};
+    ct_cuda_batch_norm_grad(nullptr, &s, f32(in[0]), f32(in[2]), (const float *)in[1]->aux.data,
+                            f32(in[3]), f32(n), (float *)n->aux.data);
+}
+
+/* The im2col geometry of the forward node fwd (x [N, H, W, C], filter [KH, KW, C, OC]). */
+ct_cuda_conv conv_of(const ct_node *fwd, const ct_shape *x, const ct_shape *w) {
+    return ct_cuda_conv{x->dims[0],
+                        x->dims[1],
+                        x->dims[2],
+                        x->dims[3],
+                        fwd->out.shape.dims[1],
+                        fwd->out.shape.dims[2],
+                        w->dims[0],
+                        w->dims[1],
+                        fwd->attrs.i[0],
+                        fwd->attrs.i[1],
+                        fwd->attrs.i[3],
+                        fwd->attrs.i[4]};
+}
+
+/* c = op(a) op(b) (+ c when beta) through the backend's GEMM. */
+void gemm(const ct_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+          const float *b, float *c, float beta) {
+    ct_cuda_gemm g = {
+        ta, tb, m, n, k, ta ? m : k, tb ? k : n, n, 1.0f, beta, CT_CUDA_EPI_NONE, nullptr, nullptr};
+#ifndef CT_CUDA_STAND_IN
+    const cuda_backend *be = (const cuda_backend *)ctx->backend;
+    if (be->blas && !ct_cuda_gemm_run(be->blas, nullptr, &g, a, b, c)) {
+        return;
+    }
+#endif
+    (void)ctx;
+    ct_cuda_gemm_simple(nullptr, &g, a, b, c);
+}
+
+/* (x, w) -> y = im2col(x) w. */
+void conv2d(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    ct_cuda_conv g = conv_of(n, &in[0]->out.shape, &in[1]->out.shape);
+    int64_t rows = g.batch * g.out_h * g.out_w, width = g.k_h * g.k_w * g.channels;
+    scratch cols(ctx->backend, (size_t)(rows * width) * sizeof(float));
+    ct_cuda_im2col(nullptr, &g, f32(in[0]), (float *)cols.p);
+    gemm(ctx, 0, 0, rows, in[1]->out.shape.dims[3], width, (const float *)cols.p, f32(in[1]),
+         f32(n), 0.0f);
+}
+
+/* (dy, w, forward) -> dx = col2im(dy w^T). */
+void conv2d_grad_input(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    ct_cuda_conv g = conv_of(in[2], &n->out.shape, &in[1]->out.shape);
+    int64_t rows = g.batch * g.out_h * g.out_w, width = g.k_h * g.k_w * g.channels;
+    scratch dcols(ctx->backend, (size_t)(rows * width) * sizeof(float));
+    gemm(ctx, 0, 1, rows, width, in[1]->out.shape.dims[3], f32(in[0]), f32(in[1]), (float *)dcols.p,
+         0.0f);
+    ct_cuda_col2im(nullptr, &g, (const float *)dcols.p, f32(n));
+}
+
+/* (dy, forward, x) -> dw (+)= im2col(x)^T dy. */
+void conv2d_grad_filter(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    ct_cuda_conv g = conv_of(in[1], &in[2]->out.shape, &n->out.shape);
+    int64_t rows = g.batch * g.out_h * g.out_w, width = g.k_h * g.k_w * g.channels;
+    scratch cols(ctx->backend, (size_t)(rows * width) * sizeof(float));
+    ct_cuda_im2col(nullptr, &g, f32(in[2]), (float *)cols.p);
+    gemm(ctx, 1, 0, width, n->out.shape.dims[3], rows, (const float *)cols.p, f32(in[0]), f32(n),
+         ct__beta(n));
+}
+
+/* The attention of forward node f (q [B, T, H Dh]; attrs as the CPU's: i0 heads, i1 causal, f0
+ * scale, f1 dropout rate, i4 the stream's key, i5 training). */
+ct_cuda_attention attention_of(const ct_kctx *ctx, const ct_node *f, const ct_shape *q) {
+    float rate = f->attrs.i[5] ? f->attrs.f[1] : 0.0f;
+    int64_t heads = f->attrs.i[0];
+    return ct_cuda_attention{
+        q->dims[0],
+        q->dims[1],
+        heads,
+        q->dims[2] / heads,
+        (int)f->attrs.i[1],
+        f->attrs.f[0],
+        1.0f / (1.0f - rate),
+        rate > 0.0f ? (uint32_t)ceil((double)rate * 16777216.0) : 0u,
+        ctx->seed,
+        ct_rng_stream(CT_RNG_PURPOSE_OP, ctx->step, ctx->replica, (uint32_t)(f->attrs.i[4] - 1)),
+        ctx->batch_offset};
+}
+
+void attention(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    ct_cuda_attention a = attention_of(ctx, n, &in[0]->out.shape);
+    ct_cuda_attention_forward(nullptr, &a, f32(in[0]), f32(in[1]), f32(in[2]), f32(n),
+                              (float *)n->aux.data);
+}
+
+/* (dy, forward, q, k, v) -> dq; aux [2, ...]: dk, dv. */
+void attention_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    ct_cuda_attention a = attention_of(ctx, in[1], &in[2]->out.shape);
+    scratch delta(ctx->backend, (size_t)(a.batch * a.heads * a.t) * sizeof(float));
+    float *dk = (float *)n->aux.data, *dv = dk + numel(n);
+    ct_cuda_attention_backward(nullptr, &a, f32(in[0]), f32(in[2]), f32(in[3]), f32(in[4]),
+                               f32(in[1]), (const float *)in[1]->aux.data, (float *)delta.p, f32(n),
+                               dk, dv);
+}
+
 /* The kernel table: the ops above, NULL for the others. */
 struct kernel_table {
     ct_kernel_fn fn[CT_OP_COUNT] = {};
@@ -218,6 +418,26 @@ struct kernel_table {
         fn[CT_OP_ARGMAX] = argmax;
         fn[CT_OP_EQUAL] = equal;
         fn[CT_OP_TRANSPOSE] = transpose;
+        fn[CT_OP_LAYER_NORM] = norm<1>;
+        fn[CT_OP_RMS_NORM] = norm<0>;
+        fn[CT_OP_LAYER_NORM_GRAD] = norm_grad<1>;
+        fn[CT_OP_RMS_NORM_GRAD] = norm_grad<0>;
+        fn[CT_OP_AUX_ROW] = aux_row;
+        fn[CT_OP_EMBEDDING] = embedding;
+        fn[CT_OP_EMBEDDING_GRAD] = embedding_grad;
+        fn[CT_OP_DROPOUT] = dropout;
+        fn[CT_OP_DROPOUT_GRAD] = dropout_grad;
+        fn[CT_OP_MAX_POOL] = pool<0>;
+        fn[CT_OP_AVG_POOL] = pool<1>;
+        fn[CT_OP_MAX_POOL_GRAD] = pool_grad<0>;
+        fn[CT_OP_AVG_POOL_GRAD] = pool_grad<1>;
+        fn[CT_OP_BATCH_NORM] = batch_norm;
+        fn[CT_OP_BATCH_NORM_GRAD] = batch_norm_grad;
+        fn[CT_OP_CONV2D] = conv2d;
+        fn[CT_OP_CONV2D_GRAD_INPUT] = conv2d_grad_input;
+        fn[CT_OP_CONV2D_GRAD_FILTER] = conv2d_grad_filter;
+        fn[CT_OP_ATTENTION] = attention;
+        fn[CT_OP_ATTENTION_GRAD] = attention_grad;
     }
 };
 const kernel_table table;

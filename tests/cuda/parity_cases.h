@@ -486,44 +486,35 @@ static void fused_cases() {
     }
 }
 
-/* One eager MLP step (dense-relu-dense, softmax cross-entropy, autodiff) on a backend: the loss
- * and the four gradients, read back to the host. */
-static std::vector<std::vector<float>> mlp_step(ct_backend *be, const std::vector<float> &x,
-                                                const std::vector<int32_t> &labels,
-                                                std::vector<std::vector<float>> params,
-                                                const std::vector<std::vector<int64_t>> &shapes,
-                                                int *ret_missing_op) {
+/* One eager training step of a model on a backend: `build` adds the model and its loss on the
+ * parameters' variables (in backend memory); returns the loss and the parameters' gradients,
+ * read back to the host (empty when the graph failed: err says why). */
+template <class F>
+static std::vector<std::vector<float>>
+eager_step(ct_backend *be, const std::vector<std::vector<float>> &params,
+           const std::vector<std::vector<int64_t>> &shapes, F build, ct_err *err) {
     ct_graph *g = nullptr;
-    ct_err err;
     std::vector<std::vector<float>> out;
-    if (ct_graph_create(be, 1, &g, &err) != CT_OK) {
+    if (ct_graph_create(be, 1, &g, err) != CT_OK) {
         return out;
     }
-    int64_t batch = (int64_t)labels.size();
     std::vector<void *> device;
-    int vars[4];
-    for (int k = 0; k < 4; k++) { /* variables view backend memory */
-        size_t bytes = params[(size_t)k].size() * sizeof(float);
+    std::vector<int> vars;
+    for (size_t k = 0; k < params.size(); k++) {
+        size_t bytes = params[k].size() * sizeof(float);
         device.push_back(ct_backend_alloc(be, bytes));
-        be->vt->copy(be, device.back(), params[(size_t)k].data(), bytes);
-        ct_shape s = ct_shape_make((int)shapes[(size_t)k].size(), shapes[(size_t)k].data());
-        vars[k] = ct_variable(g, &s, (float *)device.back(), "w");
+        be->vt->copy(be, device.back(), params[k].data(), bytes);
+        ct_shape s = ct_shape_make((int)shapes[k].size(), shapes[k].data());
+        vars.push_back(ct_variable(g, &s, (float *)device.back(), "w"));
     }
-    ct_shape xs = ct_shape_make(2, std::vector<int64_t>{batch, shapes[0][0]}.data());
-    ct_shape ls = ct_shape_make(1, &batch);
-    int ix = ct_constant(g, CT_F32, &xs, x.data()), il = ct_constant(g, CT_I32, &ls, labels.data());
-    int h = ct_relu(g, ct_add(g, ct_matmul(g, ix, vars[0], 0, 0), vars[1]));
-    int loss = ct_softmax_xent(g, ct_add(g, ct_matmul(g, h, vars[2], 0, 0), vars[3]), il);
-    int grads[4];
-    ct_status st = ct_graph_gradients(g, loss, -1, 4, vars, grads, &err);
-    *ret_missing_op = st == CT_OK ? -1 : 0;
-    if (st != CT_OK) {
-        printf("     (%s)\n", err.msg);
-    }
-    for (int k = -1; st == CT_OK && k < 4; k++) {
-        int id = k < 0 ? loss : grads[k];
+    int loss = build(g, vars);
+    std::vector<int> grads(vars.size());
+    ct_status st =
+        ct_graph_gradients(g, loss, -1, (int)vars.size(), vars.data(), grads.data(), err);
+    for (int k = -1; st == CT_OK && k < (int)vars.size(); k++) {
+        int id = k < 0 ? loss : grads[(size_t)k];
         std::vector<float> v((size_t)ct_tensor_numel(&ct_graph_node(g, id)->out));
-        ct_graph_read(g, id, v.data(), v.size() * sizeof(float), &err);
+        ct_graph_read(g, id, v.data(), v.size() * sizeof(float), err);
         out.push_back(v);
     }
     ct_graph_destroy(g);
@@ -533,26 +524,19 @@ static std::vector<std::vector<float>> mlp_step(ct_backend *be, const std::vecto
     return out;
 }
 
-static void backend_case(int64_t batch, int64_t in_f, int64_t hidden, int64_t classes) {
-    char name[128];
-    snprintf(name, sizeof name, "backend: eager MLP step %lldx%lld-%lld-%lld, loss and gradients",
-             (long long)batch, (long long)in_f, (long long)hidden, (long long)classes);
+/* The step of `build` on the CPU and on the CUDA backend: the loss and every gradient. */
+template <class F>
+static void backend_case(const char *name, const std::vector<std::vector<int64_t>> &shapes,
+                         F build) {
     if (!wanted(name)) {
         return;
     }
-    std::vector<std::vector<int64_t>> shapes = {
-        {in_f, hidden}, {hidden}, {hidden, classes}, {classes}};
     std::vector<std::vector<float>> params;
     for (const auto &s : shapes) {
         params.push_back(randoms(numel(s), -0.5f, 0.5f));
     }
-    std::vector<float> x = randoms(batch * in_f, -1, 1);
-    std::vector<int32_t> labels((size_t)batch);
-    for (int64_t i = 0; i < batch; i++) {
-        labels[(size_t)i] = (int32_t)((i * 7) % classes);
-    }
     ct_backend *cpu = nullptr, *cuda = nullptr;
-    ct_err err;
+    ct_err err = {}, cerr = {};
     if (ct_backend_cpu_create(1, &cpu, &err) != CT_OK ||
         ct_backend_cuda_create(0, &cuda, &err) != CT_OK) {
         printf("FAIL %s: %s\n", name, err.msg);
@@ -560,39 +544,83 @@ static void backend_case(int64_t batch, int64_t in_f, int64_t hidden, int64_t cl
         ct_backend_destroy(cpu);
         return;
     }
-    int missing_cpu, missing_cuda;
-    auto want = mlp_step(cpu, x, labels, params, shapes, &missing_cpu);
-    auto got = mlp_step(cuda, x, labels, params, shapes, &missing_cuda);
+    auto want = eager_step(cpu, params, shapes, build, &cerr);
+    auto got = eager_step(cuda, params, shapes, build, &err);
+    cases++;
     if (got.size() != want.size() || want.empty()) {
-        printf("FAIL %s: the CUDA backend ran %zu of %zu outputs\n", name, got.size(), want.size());
+        printf("FAIL %s: %zu of %zu outputs (CUDA: %s; CPU: %s)\n", name, got.size(), want.size(),
+               err.msg, cerr.msg);
         failures++;
     }
-    const char *what[] = {"loss", "dW1", "db1", "dW2", "db2"};
     for (size_t k = 0; k < got.size() && k < want.size(); k++) {
         char sub[192];
-        snprintf(sub, sizeof sub, "%s: %s", name, what[k]);
+        snprintf(sub, sizeof sub, "%s: %s", name, k ? "gradient" : "loss");
         compare(sub, got[k], want[k], 1e-4);
-    }
-    /* an op without a CUDA kernel stops the graph with one line naming it */
-    ct_graph *g = nullptr;
-    std::vector<float> img = randoms(2 * 5 * 5 * 3, -1, 1), f = randoms(3 * 3 * 3 * 4, -1, 1);
-    if (ct_graph_create(cuda, 1, &g, &err) == CT_OK) {
-        ct_shape is = ct_shape_make(4, std::vector<int64_t>{2, 5, 5, 3}.data());
-        ct_shape fs = ct_shape_make(4, std::vector<int64_t>{3, 3, 3, 4}.data());
-        ct_conv2d(g, ct_constant(g, CT_F32, &is, img.data()), ct_constant(g, CT_F32, &fs, f.data()),
-                  1, 1, 1);
-        ct_status st = ct_graph_status(g, &err);
-        cases++;
-        if (st != CT_EUNSUPPORTED || !strstr(err.msg, "conv2d: no CUDA kernel")) {
-            printf("FAIL %s: conv2d on the CUDA backend: %s\n", name, err.msg);
-            failures++;
-        } else {
-            printf("ok   %s: an op without a kernel: '%s'\n", name, err.msg);
-        }
-        ct_graph_destroy(g);
     }
     ct_backend_cuda_destroy(cuda);
     ct_backend_destroy(cpu);
+}
+
+static void backend_cases() {
+    std::vector<float> x = randoms(16 * 20, -1, 1), img = randoms(4 * 8 * 8 * 3, -1, 1);
+    std::vector<int32_t> labels(16), ids(12), tokens(12);
+    for (int i = 0; i < 16; i++) {
+        labels[(size_t)i] = (i * 7) % 10;
+    }
+    for (int i = 0; i < 12; i++) {
+        ids[(size_t)i] = (i * 5) % 20;
+        tokens[(size_t)i] = (i * 3 + 1) % 20;
+    }
+    auto constant = [](ct_graph *g, std::vector<int64_t> dims, const void *data, ct_dtype t) {
+        ct_shape s = ct_shape_make((int)dims.size(), dims.data());
+        return ct_constant(g, t, &s, data);
+    };
+    backend_case("backend: eager MLP step (dense, relu, softmax cross-entropy)",
+                 {{20, 32}, {32}, {32, 10}, {10}}, [&](ct_graph *g, const std::vector<int> &v) {
+                     int ix = constant(g, {16, 20}, x.data(), CT_F32);
+                     int h = ct_relu(g, ct_add(g, ct_matmul(g, ix, v[0], 0, 0), v[1]));
+                     return ct_softmax_xent(g, ct_add(g, ct_matmul(g, h, v[2], 0, 0), v[3]),
+                                            constant(g, {16}, labels.data(), CT_I32));
+                 });
+    backend_case("backend: eager CNN step (conv, relu, max pool, dense)",
+                 {{3, 3, 3, 4}, {64, 10}, {10}}, [&](ct_graph *g, const std::vector<int> &v) {
+                     int c = ct_relu(g, ct_conv2d(g, constant(g, {4, 8, 8, 3}, img.data(), CT_F32),
+                                                  v[0], 1, 1, 1));
+                     int64_t flat[2] = {4, 64};
+                     int p = ct_reshape(g, ct_max_pool(g, c, 2, 2, 2, 2, 1), 2, flat);
+                     int logits = ct_add(g, ct_matmul(g, p, v[1], 0, 0), v[2]);
+                     return ct_softmax_xent(g, logits, constant(g, {4}, labels.data(), CT_I32));
+                 });
+    backend_case("backend: eager attention step (embedding, layer norm, causal attention)",
+                 {{20, 16}, {16}, {16}, {16, 20}}, [&](ct_graph *g, const std::vector<int> &v) {
+                     int e = ct_embedding(g, v[0], constant(g, {2, 6}, ids.data(), CT_I32));
+                     int n = ct_layer_norm(g, e, v[1], v[2], 1e-5f);
+                     int a = ct_attention(g, n, n, n, 2, 1, 0.35f);
+                     int64_t flat[2] = {12, 16};
+                     int logits = ct_matmul(g, ct_reshape(g, ct_add(g, a, e), 2, flat), v[3], 0, 0);
+                     return ct_softmax_xent(g, logits, constant(g, {12}, tokens.data(), CT_I32));
+                 });
+    /* an op without a CUDA kernel stops the graph with one line naming it */
+    ct_backend *cuda = nullptr;
+    ct_err err;
+    ct_graph *g = nullptr;
+    if (!wanted("backend: no kernel") || ct_backend_cuda_create(0, &cuda, &err) != CT_OK ||
+        ct_graph_create(cuda, 1, &g, &err) != CT_OK) {
+        ct_backend_cuda_destroy(cuda);
+        return;
+    }
+    int c = constant(g, {16}, x.data(), CT_F32);
+    ct_where(g, c, c, c);
+    ct_status st = ct_graph_status(g, &err);
+    cases++;
+    if (st != CT_EUNSUPPORTED || !strstr(err.msg, "where: no CUDA kernel")) {
+        printf("FAIL backend: no kernel: %s\n", err.msg);
+        failures++;
+    } else {
+        printf("ok   backend: an op without a kernel stops the graph: '%s'\n", err.msg);
+    }
+    ct_graph_destroy(g);
+    ct_backend_cuda_destroy(cuda);
 }
 
 #ifndef CT_CUDA_STAND_IN /* cuBLASLt runs only on a GPU */
@@ -676,8 +704,7 @@ static void run_all_cases() {
     fused_cases();
     attention_cases();
     conv_cases();
-    backend_case(16, 20, 32, 10);
-    backend_case(5, 7, 9, 3);
+    backend_cases();
 #ifndef CT_CUDA_STAND_IN
     gemm_cases();
 #endif
