@@ -392,6 +392,90 @@ void attention_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
                                dk, dv);
 }
 
+void where(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_where_shape w = {};
+    w.rank = n->out.shape.rank;
+    for (int op = 0; op < 3; op++) {
+        ct_cuda_broadcast s = broadcast(&n->out.shape, &in[op]->out.shape, &n->out.shape);
+        for (int k = 0; k < w.rank; k++) {
+            w.dims[k] = s.dims[k];
+            w.strides[op][k] = s.stride_a[k];
+        }
+    }
+    ct_cuda_where(nullptr, f32(in[0]), f32(in[1]), f32(in[2]), f32(n), &w);
+}
+
+void in_top_k(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    int64_t rows, cols;
+    rows_cols(&in[0]->out.shape, &rows, &cols);
+    ct_cuda_in_top_k(nullptr, f32(in[0]), (const int32_t *)in[1]->out.data, f32(n), rows, cols,
+                     n->attrs.i[0]);
+}
+
+/* Rows before `axis` and elements per row from `axis` on. */
+void split_at(const ct_tensor *t, int axis, int64_t *outer, int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    for (int k = 0; k < t->shape.rank; k++) {
+        *(k < axis ? outer : inner) *= t->shape.dims[k];
+    }
+}
+
+void concat(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    int axis = (int)n->attrs.i[0], esz = (int)ct_dtype_size(n->out.dtype);
+    int64_t outer, out_row, offset = 0;
+    split_at(&n->out, axis, &outer, &out_row);
+    for (int k = 0; k < n->n_in; k++) {
+        int64_t o, row;
+        split_at(&in[k]->out, axis, &o, &row);
+        ct_cuda_copy_shape s;
+        ct_cuda_window_plan(outer, row, row, 0, out_row, offset, &s);
+        ct_cuda_copy(nullptr, in[k]->out.data, n->out.data, esz, &s);
+        offset += row;
+    }
+}
+
+/* SLICE (x -> out) and SLICE_GRAD (dy -> zeros like x with dy at the slice): attrs i0 axis, i1
+ * begin. */
+template <int GRAD> void slice(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    const ct_tensor *whole = GRAD ? &n->out : &in[0]->out, *part = GRAD ? &in[0]->out : &n->out;
+    int axis = (int)n->attrs.i[0], esz = (int)ct_dtype_size(n->out.dtype);
+    int64_t outer, whole_row, part_row;
+    split_at(whole, axis, &outer, &whole_row);
+    split_at(part, axis, &outer, &part_row);
+    int64_t begin = whole_row / whole->shape.dims[axis] * n->attrs.i[1];
+    ct_cuda_copy_shape s;
+    if (GRAD) {
+        cudaMemset(n->out.data, 0, ct_tensor_bytes(&n->out));
+        ct_cuda_window_plan(outer, part_row, part_row, 0, whole_row, begin, &s);
+    } else {
+        ct_cuda_window_plan(outer, part_row, whole_row, begin, part_row, 0, &s);
+    }
+    ct_cuda_copy(nullptr, in[0]->out.data, n->out.data, esz, &s);
+}
+
+/* FUSED: the fuse pass's program (host memory: the node's aux) with the inputs' device buffers. */
+void fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    const ct__fused_prog *p = (const ct__fused_prog *)n->aux.data;
+    ct_cuda_fused_prog g = {};
+    g.n_in = p->n_in;
+    g.n_instr = p->n_instr;
+    g.sum = p->sum;
+    g.total = p->sum ? ct_shape_numel(&p->shape) : numel(n);
+    for (int k = 0; k < p->n_in; k++) {
+        g.in[k] = f32(in[k]);
+        g.period[k] = p->period[k];
+    }
+    for (int t = 0; t < p->n_instr; t++) {
+        g.instr[t].op = p->instr[t].op;
+        g.instr[t].a = p->instr[t].a;
+        g.instr[t].b = p->instr[t].b;
+        g.instr[t].alpha = p->instr[t].alpha;
+    }
+    scratch partial(ctx->backend, (size_t)ct_cuda_fused_blocks(g.total) * sizeof(float));
+    ct_cuda_fused(nullptr, &g, f32(n), (float *)partial.p);
+}
+
 /* The kernel table: the ops above, NULL for the others. */
 struct kernel_table {
     ct_kernel_fn fn[CT_OP_COUNT] = {};
@@ -438,6 +522,12 @@ struct kernel_table {
         fn[CT_OP_CONV2D_GRAD_FILTER] = conv2d_grad_filter;
         fn[CT_OP_ATTENTION] = attention;
         fn[CT_OP_ATTENTION_GRAD] = attention_grad;
+        fn[CT_OP_WHERE] = where;
+        fn[CT_OP_IN_TOP_K] = in_top_k;
+        fn[CT_OP_CONCAT] = concat;
+        fn[CT_OP_SLICE] = slice<0>;
+        fn[CT_OP_SLICE_GRAD] = slice<1>;
+        fn[CT_OP_FUSED] = fused;
     }
 };
 const kernel_table table;

@@ -56,6 +56,23 @@ __global__ void strided_kernel(const float *a, const float *b, float *out, int64
     }
 }
 
+/* where: out = c != 0 ? a : b, the three broadcast (strides in s.strides[0..2]). */
+__global__ void where_kernel(const float *c, const float *a, const float *b, float *out, int64_t n,
+                             ct_cuda_where_shape s) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t rest = i, at[3] = {0, 0, 0};
+        for (int k = s.rank - 1; k >= 0; k--) {
+            int64_t x = rest % s.dims[k];
+            rest /= s.dims[k];
+            at[0] += x * s.strides[0][k];
+            at[1] += x * s.strides[1][k];
+            at[2] += x * s.strides[2][k];
+        }
+        out[i] = c[at[0]] != 0.0f ? a[at[1]] : b[at[2]];
+    }
+}
+
 /* The period of an operand with these strides: n when whole, 1 when a scalar, the row length
  * when it is whole along the trailing axes and broadcast along the leading ones; 0: none. */
 int64_t period_of(const int64_t *strides, const ct_cuda_broadcast *s, int64_t n) {
@@ -125,4 +142,18 @@ extern "C" int ct_cuda_binary(void *stream, int op, const float *a, const float 
     default:
         return -1;
     }
+}
+
+extern "C" int ct_cuda_where(void *stream, const float *c, const float *a, const float *b,
+                             float *out, const ct_cuda_where_shape *s) {
+    int64_t n = 1;
+    for (int k = 0; k < s->rank; k++) {
+        n *= s->dims[k];
+    }
+    if (n == 0) {
+        return 0;
+    }
+    CT_LAUNCH(where_kernel, ct_cuda_blocks(n, kThreads, 4), kThreads, 0, (cudaStream_t)stream)
+    (c, a, b, out, n, *s);
+    return (int)cudaGetLastError();
 }

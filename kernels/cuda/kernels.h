@@ -27,6 +27,15 @@ typedef struct ct_cuda_broadcast {
 int ct_cuda_binary(void *stream, int op, const float *a, const float *b, float *out,
                    const ct_cuda_broadcast *shape);
 
+/* where: out = c != 0 ? a : b over dims, strides[0..2] each operand's (c, a, b) element
+ * strides along the output's axes (0 where it broadcasts). */
+typedef struct ct_cuda_where_shape {
+    int rank;
+    int64_t dims[CT_CUDA_MAX_DIMS], strides[3][CT_CUDA_MAX_DIMS];
+} ct_cuda_where_shape;
+int ct_cuda_where(void *stream, const float *c, const float *a, const float *b, float *out,
+                  const ct_cuda_where_shape *s);
+
 /* Row-wise softmax (log_softmax: log) of x [rows, cols] into y. */
 int ct_cuda_softmax(void *stream, int log, const float *x, float *y, int64_t rows, int64_t cols);
 /* The gradients: dx = y (dy - sum(dy y)) (softmax), dy - exp(y) sum(dy) (log: y is log-softmax). */

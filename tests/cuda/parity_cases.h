@@ -486,16 +486,17 @@ static void fused_cases() {
     }
 }
 
-/* One eager training step of a model on a backend: `build` adds the model and its loss on the
- * parameters' variables (in backend memory); returns the loss and the parameters' gradients,
- * read back to the host (empty when the graph failed: err says why). */
+/* One training step of a model on a backend, eager or compiled (graph mode: every pass, the
+ * fuse pass's FUSED nodes included): `build` adds the model and its loss on the parameters'
+ * variables (in backend memory); returns the loss and the parameters' gradients, read back to
+ * the host (empty when the graph failed: err says why). */
 template <class F>
 static std::vector<std::vector<float>>
-eager_step(ct_backend *be, const std::vector<std::vector<float>> &params,
-           const std::vector<std::vector<int64_t>> &shapes, F build, ct_err *err) {
+model_step(ct_backend *be, const std::vector<std::vector<float>> &params,
+           const std::vector<std::vector<int64_t>> &shapes, F build, int graph_mode, ct_err *err) {
     ct_graph *g = nullptr;
     std::vector<std::vector<float>> out;
-    if (ct_graph_create(be, 1, &g, err) != CT_OK) {
+    if (ct_graph_create(be, !graph_mode, &g, err) != CT_OK) {
         return out;
     }
     std::vector<void *> device;
@@ -517,14 +518,17 @@ eager_step(ct_backend *be, const std::vector<std::vector<float>> &params,
         ct_graph_read(g, id, v.data(), v.size() * sizeof(float), err);
         out.push_back(v);
     }
-    ct_graph_destroy(g);
+    if (g) {
+        ct_graph_destroy(g);
+    }
     for (void *p : device) {
         ct_backend_free(be, p);
     }
     return out;
 }
 
-/* The step of `build` on the CPU and on the CUDA backend: the loss and every gradient. */
+/* The step of `build` on the CPU and on the CUDA backend, eager and compiled: the loss and every
+ * gradient. */
 template <class F>
 static void backend_case(const char *name, const std::vector<std::vector<int64_t>> &shapes,
                          F build) {
@@ -544,18 +548,21 @@ static void backend_case(const char *name, const std::vector<std::vector<int64_t
         ct_backend_destroy(cpu);
         return;
     }
-    auto want = eager_step(cpu, params, shapes, build, &cerr);
-    auto got = eager_step(cuda, params, shapes, build, &err);
-    cases++;
-    if (got.size() != want.size() || want.empty()) {
-        printf("FAIL %s: %zu of %zu outputs (CUDA: %s; CPU: %s)\n", name, got.size(), want.size(),
-               err.msg, cerr.msg);
-        failures++;
-    }
-    for (size_t k = 0; k < got.size() && k < want.size(); k++) {
-        char sub[192];
-        snprintf(sub, sizeof sub, "%s: %s", name, k ? "gradient" : "loss");
-        compare(sub, got[k], want[k], 1e-4);
+    for (int graph_mode = 0; graph_mode < 2; graph_mode++) {
+        auto want = model_step(cpu, params, shapes, build, graph_mode, &cerr);
+        auto got = model_step(cuda, params, shapes, build, graph_mode, &err);
+        cases++;
+        if (got.size() != want.size() || want.empty()) {
+            printf("FAIL %s (%s): %zu of %zu outputs (CUDA: %s; CPU: %s)\n", name,
+                   graph_mode ? "graph mode" : "eager", got.size(), want.size(), err.msg, cerr.msg);
+            failures++;
+        }
+        for (size_t k = 0; k < got.size() && k < want.size(); k++) {
+            char sub[192];
+            snprintf(sub, sizeof sub, "%s, %s: %s", name, graph_mode ? "graph mode" : "eager",
+                     k ? "gradient" : "loss");
+            compare(sub, got[k], want[k], 1e-4);
+        }
     }
     ct_backend_cuda_destroy(cuda);
     ct_backend_destroy(cpu);
@@ -575,15 +582,15 @@ static void backend_cases() {
         ct_shape s = ct_shape_make((int)dims.size(), dims.data());
         return ct_constant(g, t, &s, data);
     };
-    backend_case("backend: eager MLP step (dense, relu, softmax cross-entropy)",
+    backend_case("backend: MLP step (dense, relu, softmax cross-entropy)",
                  {{20, 32}, {32}, {32, 10}, {10}}, [&](ct_graph *g, const std::vector<int> &v) {
                      int ix = constant(g, {16, 20}, x.data(), CT_F32);
                      int h = ct_relu(g, ct_add(g, ct_matmul(g, ix, v[0], 0, 0), v[1]));
                      return ct_softmax_xent(g, ct_add(g, ct_matmul(g, h, v[2], 0, 0), v[3]),
                                             constant(g, {16}, labels.data(), CT_I32));
                  });
-    backend_case("backend: eager CNN step (conv, relu, max pool, dense)",
-                 {{3, 3, 3, 4}, {64, 10}, {10}}, [&](ct_graph *g, const std::vector<int> &v) {
+    backend_case("backend: CNN step (conv, relu, max pool, dense)", {{3, 3, 3, 4}, {64, 10}, {10}},
+                 [&](ct_graph *g, const std::vector<int> &v) {
                      int c = ct_relu(g, ct_conv2d(g, constant(g, {4, 8, 8, 3}, img.data(), CT_F32),
                                                   v[0], 1, 1, 1));
                      int64_t flat[2] = {4, 64};
@@ -591,7 +598,7 @@ static void backend_cases() {
                      int logits = ct_add(g, ct_matmul(g, p, v[1], 0, 0), v[2]);
                      return ct_softmax_xent(g, logits, constant(g, {4}, labels.data(), CT_I32));
                  });
-    backend_case("backend: eager attention step (embedding, layer norm, causal attention)",
+    backend_case("backend: attention step (embedding, layer norm, causal attention)",
                  {{20, 16}, {16}, {16}, {16, 20}}, [&](ct_graph *g, const std::vector<int> &v) {
                      int e = ct_embedding(g, v[0], constant(g, {2, 6}, ids.data(), CT_I32));
                      int n = ct_layer_norm(g, e, v[1], v[2], 1e-5f);
@@ -600,7 +607,22 @@ static void backend_cases() {
                      int logits = ct_matmul(g, ct_reshape(g, ct_add(g, a, e), 2, flat), v[3], 0, 0);
                      return ct_softmax_xent(g, logits, constant(g, {12}, tokens.data(), CT_I32));
                  });
-    /* an op without a CUDA kernel stops the graph with one line naming it */
+    std::vector<float> mask = randoms(16 * 32, 0, 1);
+    for (auto &m : mask) {
+        m = m > 0.5f ? 1.0f : 0.0f;
+    }
+    backend_case(
+        "backend: step with slice, concat and where", {{20, 32}, {32, 10}},
+        [&](ct_graph *g, const std::vector<int> &v) {
+            int h = ct_tanh(g, ct_matmul(g, constant(g, {16, 20}, x.data(), CT_F32), v[0], 0, 0));
+            int halves[2] = {ct_slice(g, h, 1, 16, 16), ct_slice(g, h, 1, 0, 16)};
+            int swapped = ct_concat(g, 2, halves, 1);
+            int w = ct_where(g, constant(g, {16, 32}, mask.data(), CT_F32), swapped,
+                             ct_scale(g, h, 0.5f));
+            return ct_softmax_xent(g, ct_matmul(g, w, v[1], 0, 0),
+                                   constant(g, {16}, labels.data(), CT_I32));
+        });
+    /* every op has a CUDA kernel but the optimizer node, which stops the graph in one line */
     ct_backend *cuda = nullptr;
     ct_err err;
     ct_graph *g = nullptr;
@@ -609,11 +631,17 @@ static void backend_cases() {
         ct_backend_cuda_destroy(cuda);
         return;
     }
-    int c = constant(g, {16}, x.data(), CT_F32);
-    ct_where(g, c, c, c);
+    std::string missing;
+    for (int op = 0; op < CT_OP_COUNT; op++) {
+        missing += ct_backend_cuda_has_kernel(op) ? "" : std::string(" ") + ct_op_name((ct_op)op);
+    }
+    ct_attrs none = {};
+    ct_graph_add(g, CT_OP_APPLY_OPTIMIZER, 0, nullptr, &none);
     ct_status st = ct_graph_status(g, &err);
     cases++;
-    if (st != CT_EUNSUPPORTED || !strstr(err.msg, "where: no CUDA kernel")) {
+    if (missing != " apply_optimizer" || st != CT_EUNSUPPORTED ||
+        !strstr(err.msg, "apply_optimizer: no CUDA kernel")) {
+        printf("FAIL backend: ops without a kernel:%s\n", missing.c_str());
         printf("FAIL backend: no kernel: %s\n", err.msg);
         failures++;
     } else {

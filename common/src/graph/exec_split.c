@@ -417,9 +417,11 @@ ct_status ct__exec_plan_splits(ct_graph *g, ct_exec *e, ct__exec_build *b, ct_er
         e->trains |= ct_graph_node(g, i)->op == CT_OP_APPLY_OPTIMIZER;
     }
     int64_t inner_total = 0;
+    /* a backend without part kernels (CUDA's: one kernel launch per node) runs nodes whole */
+    const int width = e->be->vt->sgemm && e->be->vt->add_parts ? CT__PLAN_WIDTH : 1;
     for (int i = 0; i < n; i++) {
         ct_node *node = ct_graph_node(g, i);
-        e->parts[i] = split_plan(g, e, i, CT__PLAN_WIDTH, b->split_min);
+        e->parts[i] = split_plan(g, e, i, width, b->split_min);
         if (ct__exec_batch_op(node->op) && !plan_batch_aux(g, e, i)) {
             e->parts[i] = 1;
         }
