@@ -8,6 +8,7 @@
 #include "compat.h"
 #include "cuda_backend.h"
 
+#include "ctrain/optim.h"
 #include "ctrain/rng.h"
 
 extern "C" {
@@ -476,6 +477,58 @@ void fused(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     ct_cuda_fused(nullptr, &g, f32(n), (float *)partial.p);
 }
 
+/* The global norm's clipping factor of the gradients g [n] (1 without clipping, NaN when the
+ * norm is not finite): the sum of squares on the device, one scalar read. */
+float clip_factor(const ct_kctx *ctx, const float *g, int64_t n, float clip_norm, float *partial,
+                  float *sum) {
+    if (clip_norm <= 0.0f) {
+        return 1.0f;
+    }
+    ct_cuda_fused_prog f = {};
+    f.n_in = f.n_instr = f.sum = 1;
+    f.total = n;
+    f.in[0] = g;
+    f.instr[0].op = CT_OP_MUL;
+    f.instr[0].b = 0;
+    ct_cuda_fused(nullptr, &f, sum, partial);
+    float squares = 0.0f;
+    cudaMemcpy(&squares, sum, sizeof squares, cudaMemcpyDefault);
+    double norm = sqrt((double)squares);
+    (void)ctx;
+    return !isfinite(norm) ? NAN : norm > clip_norm ? (float)(clip_norm / norm) : 1.0f;
+}
+
+/* APPLY_OPTIMIZER: ctx's optimizer updates ctx's parameters (their data, gradients and the
+ * optimizer's slots in device memory) in runs of one weight-decay factor; out: the sum of the
+ * clipped squared gradients (NaN when the norm is not finite), as the CPU's. */
+void apply_optimizer(const ct_kctx *ctx, ct_node *n, ct_node *const *) {
+    ct_optimizer *o = ctx->optimizer;
+    ct_params *p = ctx->params;
+    const ct_optimizer_spec *s = ct_optimizer_get_spec(o);
+    int64_t total = p->trainable_total, blocks = ct_cuda_fused_blocks(total);
+    blocks = blocks > ct_cuda_optimizer_blocks(total) ? blocks : ct_cuda_optimizer_blocks(total);
+    scratch tmp(ctx->backend, (size_t)(blocks + 1) * sizeof(float));
+    float *partial = (float *)tmp.p, *sum = partial + blocks, g2 = 0.0f;
+    float clip = clip_factor(ctx, p->grad, total, s->clip_norm, partial, sum);
+    ct_optimizer_constants k;
+    ct_optimizer_constants_at(o, (int64_t)ctx->step, ctx->total_steps, &k);
+    for (int64_t i0 = 0; isfinite(clip) && i0 < total;) {
+        int64_t run = total - i0;
+        ct_cuda_update u = {(int)s->type, k.lr,        clip,
+                            s->momentum,  s->beta1,    s->beta2,
+                            s->epsilon,   s->rho,      ct_optimizer_decay_at(o, k.lr, i0, &run),
+                            s->nesterov,  k.step_size, k.c2};
+        float *s0 = ct_optimizer_slot(o, 0), *s1 = ct_optimizer_slot(o, 1), part = 0.0f;
+        ct_cuda_optimizer_update(nullptr, &u, p->data + i0, p->grad + i0, s0 ? s0 + i0 : nullptr,
+                                 s1 ? s1 + i0 : nullptr, run, partial, sum);
+        cudaMemcpy(&part, sum, sizeof part, cudaMemcpyDefault);
+        g2 += part;
+        i0 += run;
+    }
+    g2 = isfinite(clip) ? g2 : NAN;
+    cudaMemcpy(n->out.data, &g2, sizeof g2, cudaMemcpyDefault);
+}
+
 /* The kernel table: the ops above, NULL for the others. */
 struct kernel_table {
     ct_kernel_fn fn[CT_OP_COUNT] = {};
@@ -528,6 +581,7 @@ struct kernel_table {
         fn[CT_OP_SLICE] = slice<0>;
         fn[CT_OP_SLICE_GRAD] = slice<1>;
         fn[CT_OP_FUSED] = fused;
+        fn[CT_OP_APPLY_OPTIMIZER] = apply_optimizer;
     }
 };
 const kernel_table table;

@@ -100,6 +100,9 @@ CT_API void ct_optimizer_constants_at(const ct_optimizer *o, int64_t step, int64
  * share it. */
 CT_API float ct_optimizer_decay_at(const ct_optimizer *o, float lr, int64_t at, int64_t *n);
 
+/* The spec the optimizer was created with. */
+CT_API const ct_optimizer_spec *ct_optimizer_get_spec(const ct_optimizer *o);
+
 /* Multiplies the learning rate of the following updates by `scale` (1 by default): the
  * parameter servers' staleness-aware update (policy scale: 1 / staleness). Not thread-safe. */
 CT_API void ct_optimizer_set_lr_scale(ct_optimizer *o, float scale);

@@ -117,6 +117,10 @@ void ct_optimizer_destroy(ct_optimizer *o) {
     free(o);
 }
 
+const ct_optimizer_spec *ct_optimizer_get_spec(const ct_optimizer *o) {
+    return &o->spec;
+}
+
 void ct_optimizer_set_lr_scale(ct_optimizer *o, float scale) {
     o->lr_scale = scale;
 }
