@@ -11,27 +11,70 @@
 #include "ctrain/optim.h"
 #include "ctrain/rng.h"
 
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
 extern "C" {
 #include "graph/op_impl.h"
 }
 
 namespace {
 
+/* Device memory comes from a cache: a freed block waits, by size class, for the next
+ * allocation of its class, so a steady state (the same graph run again, its scratch) calls
+ * cudaMalloc no more. Classes: powers of two from 256 bytes up to 1 MiB, then whole MiB. */
 struct cuda_backend {
     ct_backend base; /* first: a ct_backend * is a cuda_backend * */
     ct_cuda_blas *blas;
+    std::mutex lock;
+    std::multimap<size_t, void *> idle;       /* freed blocks by class */
+    std::unordered_map<void *, size_t> taken; /* blocks handed out, with their class */
 };
 
-void *dev_alloc(const ct_backend *, size_t bytes) {
+size_t size_class(size_t bytes) {
+    if (bytes > (1u << 20)) {
+        return (bytes + (1u << 20) - 1) >> 20 << 20;
+    }
+    size_t c = 256;
+    while (c < bytes) {
+        c <<= 1;
+    }
+    return c;
+}
+
+void *dev_alloc(const ct_backend *b, size_t bytes) {
+    cuda_backend *be = (cuda_backend *)b;
+    size_t cls = size_class(bytes);
     void *p = nullptr;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    {
+        std::lock_guard<std::mutex> hold(be->lock);
+        auto it = be->idle.find(cls);
+        if (it != be->idle.end()) {
+            p = it->second;
+            be->idle.erase(it);
+        }
+    }
+    if (!p && cudaMalloc(&p, cls) != cudaSuccess) {
         return nullptr;
     }
-    cudaMemset(p, 0, bytes ? bytes : 1);
+    {
+        std::lock_guard<std::mutex> hold(be->lock);
+        be->taken[p] = cls;
+    }
+    cudaMemset(p, 0, bytes ? bytes : 1); /* zeroed, as the vtable promises */
     return p;
 }
-void dev_free(const ct_backend *, void *p) {
-    cudaFree(p);
+
+void dev_free(const ct_backend *b, void *p) {
+    cuda_backend *be = (cuda_backend *)b;
+    std::lock_guard<std::mutex> hold(be->lock);
+    auto it = be->taken.find(p);
+    if (it == be->taken.end()) {
+        return;
+    }
+    be->idle.emplace(it->second, p);
+    be->taken.erase(it);
 }
 void dev_memset0(const ct_backend *, void *p, size_t bytes) {
     cudaMemset(p, 0, bytes);
@@ -627,6 +670,12 @@ extern "C" void ct_backend_cuda_destroy(ct_backend *be) {
 #ifndef CT_CUDA_STAND_IN
         ct_cuda_blas_destroy(c->blas);
 #endif
+        for (auto &block : c->idle) {
+            cudaFree(block.second);
+        }
+        for (auto &block : c->taken) {
+            cudaFree(block.first);
+        }
         delete c;
     }
 }

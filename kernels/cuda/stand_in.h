@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -53,6 +54,7 @@ struct thread_state {
 };
 
 inline thread_local thread_state self;
+inline std::atomic<long> malloc_calls{0}; /* cudaMalloc calls: the tests' steady-state check */
 inline thread_local cudaError_t last_error = cudaSuccess;
 
 inline void sync_block() {
@@ -225,6 +227,7 @@ enum cudaMemcpyKind {
     cudaMemcpyDefault
 };
 inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    ct_stand_in::malloc_calls++;
     *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     if (*p) {
         memset(*p, 0, (bytes + 63) / 64 * 64 + 64);

@@ -641,6 +641,57 @@ static void backend_cases() {
     }
 }
 
+#ifdef CT_CUDA_STAND_IN /* the stand-in counts cudaMalloc calls */
+/* A compiled training graph run again calls cudaMalloc no more: the backend's scratch comes from
+ * its cache after the first run. */
+static void steady_state_case() {
+    const char *name = "backend: a compiled step run again allocates no device memory";
+    if (!wanted(name)) {
+        return;
+    }
+    ct_backend *cuda = nullptr;
+    ct_graph *g = nullptr, *compiled = nullptr;
+    ct_err err;
+    std::vector<float> x = randoms(16 * 20, -1, 1), w1 = randoms(20 * 32, -1, 1),
+                       w2 = randoms(32 * 10, -1, 1);
+    std::vector<int32_t> labels(16, 3);
+    ct_backend_cuda_create(0, &cuda, &err);
+    ct_graph_create(cuda, 0, &g, &err);
+    ct_shape xs = ct_shape_make(2, std::vector<int64_t>{16, 20}.data());
+    ct_shape s1 = ct_shape_make(2, std::vector<int64_t>{20, 32}.data());
+    ct_shape s2 = ct_shape_make(2, std::vector<int64_t>{32, 10}.data());
+    ct_shape ls = ct_shape_make(1, std::vector<int64_t>{16}.data());
+    int v[2] = {ct_variable(g, &s1, w1.data(), "w1"), ct_variable(g, &s2, w2.data(), "w2")};
+    int h = ct_relu(g, ct_matmul(g, ct_constant(g, CT_F32, &xs, x.data()), v[0], 0, 0));
+    int keep[3] = {
+        ct_softmax_xent(g, ct_matmul(g, h, v[1], 0, 0), ct_constant(g, CT_I32, &ls, labels.data())),
+        -1, -1};
+    ct_graph_gradients(g, keep[0], -1, 2, v, keep + 1, &err);
+    ct_graph_options o = ct_graph_default_options();
+    o.threads = 1;
+    ct_status st = ct_graph_compile(g, &o, 3, keep, &compiled, &err);
+    long calls[3] = {0, 0, 0};
+    for (int run = 0; st == CT_OK && run < 3; run++) {
+        st = ct_graph_run(compiled, 0, ct_graph_size(compiled), &err);
+        calls[run] = ct_stand_in::malloc_calls.load();
+    }
+    cases++;
+    if (st != CT_OK || calls[2] != calls[0]) {
+        printf("FAIL %s: %s; cudaMalloc calls after runs 1-3: %ld %ld %ld\n", name, err.msg,
+               calls[0], calls[1], calls[2]);
+        failures++;
+    } else {
+        printf("ok   %s (cudaMalloc calls after runs 1-3: %ld %ld %ld)\n", name, calls[0], calls[1],
+               calls[2]);
+    }
+    if (compiled) {
+        ct_graph_destroy(compiled);
+    }
+    ct_graph_destroy(g);
+    ct_backend_cuda_destroy(cuda);
+}
+#endif
+
 #ifdef CT_CUDA_STAND_IN /* the parameters live in host memory: the stand-in's device memory */
 /* APPLY_OPTIMIZER on the CUDA backend against ct_optimizer_apply: two parameters (AdamW keeps
  * the one named "bias" from weight decay), global-norm clipping, after earlier steps' slots. */
@@ -788,6 +839,7 @@ static void run_all_cases() {
     conv_cases();
     backend_cases();
 #ifdef CT_CUDA_STAND_IN
+    steady_state_case();
     apply_optimizer_case(CT_OPT_ADAMW, 0.0f, 0.5f);
     apply_optimizer_case(CT_OPT_SGD, 0.9f, 0.0f);
     apply_optimizer_case(CT_OPT_RMSPROP, 0.9f, 1.0f);
