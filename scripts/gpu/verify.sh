@@ -22,9 +22,11 @@ bundle=build-gpu/bundle
 
 prepare() {
     local build=build-gpu
+    local log=build-logs/gpu-setup.log
+    mkdir -p build-logs
     if [[ ! -f $build/build.ninja ]]; then
         meson setup "$build" -Dnative=false -Dcuda=enabled -Dtests=enabled -Dmpi=disabled \
-            >"$build.setup.log" 2>&1 || { tail -30 "$build.setup.log"; exit 1; }
+            >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
     fi
     ninja -C "$build" tests/cuda/kernel_parity_gpu tests/cuda/test_cuda_half_parity \
         scripts/bench/kernel_bench || exit 1
