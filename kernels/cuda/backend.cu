@@ -170,6 +170,16 @@ template <int LOG> void softmax_grad(const ct_kctx *, ct_node *n, ct_node *const
     ct_cuda_softmax_grad(nullptr, LOG, f32(in[0]), f32(in[1]), f32(n), rows, cols);
 }
 
+/* Scratch device memory for one call, back to the backend's cache after it. */
+struct scratch {
+    const ct_backend *be;
+    void *p;
+    scratch(const ct_backend *b, size_t bytes) : be(b), p(dev_alloc(b, bytes)) {}
+    ~scratch() {
+        dev_free(be, p);
+    }
+};
+
 ct_cuda_xent xent_of(const ct_node *fwd) {
     int64_t rows, cols;
     rows_cols(&fwd->aux.shape, &rows, &cols);
@@ -179,19 +189,17 @@ ct_cuda_xent xent_of(const ct_node *fwd) {
 
 void softmax_xent(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     ct_cuda_xent o = xent_of(n);
-    void *scratch = dev_alloc(ctx->backend, (size_t)ct_cuda_xent_scratch_bytes(o.rows));
+    scratch tmp(ctx->backend, (size_t)ct_cuda_xent_scratch_bytes(o.rows));
     ct_cuda_softmax_xent(nullptr, &o, f32(in[0]), (const int32_t *)in[1]->out.data,
-                         (float *)n->aux.data, f32(n), scratch);
-    dev_free(ctx->backend, scratch);
+                         (float *)n->aux.data, f32(n), tmp.p);
 }
 
 void softmax_xent_grad(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     ct_cuda_xent o = xent_of(in[1]);
     int64_t batch = ctx->loss_examples > 0 ? ctx->loss_examples : n->attrs.i[0];
-    void *scratch = dev_alloc(ctx->backend, (size_t)ct_cuda_xent_scratch_bytes(o.rows));
+    scratch tmp(ctx->backend, (size_t)ct_cuda_xent_scratch_bytes(o.rows));
     ct_cuda_softmax_xent_grad(nullptr, &o, f32(in[0]), (const float *)in[1]->aux.data,
-                              (const int32_t *)in[2]->out.data, batch, f32(n), scratch);
-    dev_free(ctx->backend, scratch);
+                              (const int32_t *)in[2]->out.data, batch, f32(n), tmp.p);
 }
 
 /* SUM, MEAN, MAX (mask attrs.i[0], 0: every axis) and SUM_TO (the axes where out broadcasts). */
@@ -237,17 +245,6 @@ void transpose(const ct_kctx *, ct_node *n, ct_node *const *in) {
     ct_cuda_transpose_plan(in[0]->out.shape.rank, in[0]->out.shape.dims, perm, &s);
     ct_cuda_copy(nullptr, in[0]->out.data, n->out.data, (int)ct_dtype_size(n->out.dtype), &s);
 }
-
-/* Scratch device memory for one call (freed after it: the backend has no caching allocator
- * yet, so this is a cudaMalloc per call). */
-struct scratch {
-    const ct_backend *be;
-    void *p;
-    scratch(const ct_backend *b, size_t bytes) : be(b), p(dev_alloc(b, bytes)) {}
-    ~scratch() {
-        dev_free(be, p);
-    }
-};
 
 template <int CENTERED> void norm(const ct_kctx *, ct_node *n, ct_node *const *in) {
     int64_t rows, c;

@@ -11,8 +11,8 @@ namespace {
 
 const unsigned kThreads = 256, kPerThread = 8;
 
-__device__ __forceinline__ void update_one(const ct_cuda_update &u, float *w, const float *g,
-                                           float *s0, float *s1, int64_t i, float gi) {
+__device__ __forceinline__ void update_one(const ct_cuda_update &u, float *w, float *s0, float *s1,
+                                           int64_t i, float gi) {
     switch (u.type) {
     case CT_OPT_SGD:
         if (u.momentum > 0.0f) { /* v = mu v + g; w -= lr v (Nesterov: lr (g + mu v)) */
@@ -46,7 +46,6 @@ __device__ __forceinline__ void update_one(const ct_cuda_update &u, float *w, co
     default:
         break;
     }
-    (void)g;
 }
 
 __global__ void update_kernel(ct_cuda_update u, float *w, const float *g, float *s0, float *s1,
@@ -57,7 +56,7 @@ __global__ void update_kernel(ct_cuda_update u, float *w, const float *g, float 
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float gi = g[i] * u.clip;
         g2 += gi * gi;
-        update_one(u, w, g, s0, s1, i, gi);
+        update_one(u, w, s0, s1, i, gi);
     }
     g2 = ct_cuda_block_reduce(g2, scratch, 0);
     if (threadIdx.x == 0) {

@@ -110,17 +110,17 @@ bool wanted(const char *name) {
     return (!filter || strstr(name, filter)) && !(exclude && strstr(name, exclude));
 }
 
-/* got ~ want: |got - want| <= tol (|want| + 1e-3 max|want|), NaN where NaN. A kernel that sums
+/* got ~ want: |got - want| <= tol (|want| + floor max|want|), NaN where NaN. A kernel that sums
  * in another order than its twin gets a tolerance for the cancellation that follows. */
 void compare(const char *name, const std::vector<float> &got, const std::vector<float> &want,
-             double tol = 1e-5) {
+             double tol = 1e-5, double floor = 1e-3) {
     double peak = 0.0, worst = 0.0;
     for (float w : want) {
         peak = fabs(w) > peak && isfinite(w) ? fabs(w) : peak;
     }
     size_t bad = got.size() == want.size() ? want.size() : 0;
     for (size_t i = 0; i < want.size() && got.size() == want.size(); i++) {
-        double d = fabs((double)got[i] - want[i]), allowed = tol * (fabs(want[i]) + 1e-3 * peak);
+        double d = fabs((double)got[i] - want[i]), allowed = tol * (fabs(want[i]) + floor * peak);
         bool same_nan = isnan(got[i]) && isnan(want[i]);
         double rel = same_nan ? 0.0 : d / (allowed > 0 ? allowed / tol : 1.0);
         if (!same_nan && !(d <= allowed) && bad == want.size()) {

@@ -114,11 +114,12 @@ static void softmax_case(int log, int64_t rows, int64_t cols) {
                        {cpu.constant({rows, cols}, dy.data()), fwd}, ct_attrs{});
     dev_vec<float> dx(x), dyv(dy), dyo(y), out(x.size()), dgrad(x.size());
     launched(name, ct_cuda_softmax(nullptr, log, dx.p, out.p, rows, cols));
-    compare(name, out.host(), y);
+    /* log-softmax is x - logsumexp: near 0 it cancels, so it is held to the row's scale */
+    compare(name, out.host(), y, 1e-5, log ? 0.05 : 1e-3);
     char gname[112];
     snprintf(gname, sizeof gname, "%s grad", name);
     launched(gname, ct_cuda_softmax_grad(nullptr, log, dyv.p, dyo.p, dgrad.p, rows, cols));
-    compare(gname, dgrad.host(), cpu.read(grad), 1e-4); /* a row sum: another order, cancels */
+    compare(gname, dgrad.host(), cpu.read(grad), 1e-4, 0.05); /* a row sum that cancels */
 }
 
 static void xent_case(int64_t rows, int64_t cols, float smoothing, int ignore,
@@ -567,7 +568,9 @@ static void backend_case(const char *name, const std::vector<std::vector<int64_t
             char sub[192];
             snprintf(sub, sizeof sub, "%s, %s: %s", name, graph_mode ? "graph mode" : "eager",
                      k ? "gradient" : "loss");
-            compare(sub, got[k], want[k], 1e-4);
+            /* a whole step's gradients: sums over the batch that cancel to near 0 (a bias's)
+             * are held to their vector's scale */
+            compare(sub, got[k], want[k], 1e-4, 0.05);
         }
     }
     ct_backend_cuda_destroy(cuda);
