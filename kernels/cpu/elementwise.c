@@ -117,6 +117,8 @@ static int is_row_of(const ct_shape *s, const ct_shape *out, int64_t *row) {
 
 #define CT__EWISE_SCALE(EXPR) CT__UNARY_KERNEL(scale, EXPR)
 #define CT__EWISE_STEP(EXPR) CT__UNARY_KERNEL(step, EXPR)
+#define CT__EWISE_ROUND_BF16(EXPR) CT__UNARY_KERNEL(round_bf16, EXPR)
+#define CT__EWISE_ROUND_FP16(EXPR) CT__UNARY_KERNEL(round_fp16, EXPR)
 #define CT__EWISE_RELU(EXPR) CT__UNARY_KERNEL(relu, EXPR)
 #define CT__EWISE_GELU(EXPR) CT__UNARY_KERNEL(gelu, EXPR)
 #define CT__EWISE_SIGMOID(EXPR) CT__UNARY_KERNEL(sigmoid, EXPR)

@@ -25,6 +25,7 @@ enum {
     CT_NODE_ACCUMULATE = 1u << 1, /* the kernel adds its result into out (gradient buffers) */
     CT_NODE_TRAINING = 1u << 2,   /* forward node built in training mode (dropout, batch norm) */
     CT_NODE_ALIAS = 1u << 3,      /* out.data is input 0's data (reshape): no copy, no buffer */
+    CT_NODE_HALF = 1u << 4,       /* out holds 16-bit values (ct_graph_set_precision) */
 };
 
 struct ct_node {
@@ -60,6 +61,16 @@ CT_API const ct_backend *ct_graph_backend(const ct_graph *g);
 /* How g's 3x3 stride-1 convolutions run (CT_CONV_AUTO by default): nodes added afterwards, and
  * the graphs compiled from g, follow it. */
 CT_API void ct_graph_set_conv_algorithm(ct_graph *g, ct_conv_algorithm algo);
+/* Mixed precision for the nodes added from now on (CT_PRECISION_F32 by default), as PyTorch's
+ * autocast: a matmul, convolution or attention rounds its f32 operands to the 16-bit type and
+ * its result too (round_bf16 / round_fp16 nodes, which `ctrain graph` shows); an elementwise op
+ * or a view whose float inputs are all 16-bit gives a 16-bit result (rounded); every other op
+ * (reductions, softmax, norms, losses, mixed 16/32-bit arithmetic) runs in f32 on the values.
+ * Storage stays f32; the products accumulate in f32. ct_graph_gradients builds the backward
+ * with the precision off: the round ops' gradients round dy, so each gradient of a 16-bit value
+ * is 16-bit too, as autocast's. */
+CT_API void ct_graph_set_precision(ct_graph *g, ct_precision p);
+CT_API ct_precision ct_graph_precision(const ct_graph *g);
 /* The randomness key and thread budget kernels see (seed, step, replica). */
 CT_API ct_kctx *ct_graph_ctx(ct_graph *g);
 

@@ -278,6 +278,11 @@ typedef struct ct_train_spec {
                              to /CPU:0, said once (default true, as TensorFlow's); false: exit 2 */
     int log_device_placement; /* train.log_device_placement: one line per op of the training
                                  step naming its device; default false */
+    ct_precision precision; /* train.precision: f32 (default), bf16, fp16 (mixed precision with f32
+                               master weights: ct_graph_set_precision) */
+    float loss_scale;       /* train.loss_scale: fp16's initial dynamic loss scale (2^15) */
+    int loss_scale_growth_interval; /* train.loss_scale_growth_interval: good steps before the
+                                       scale doubles (2000); an overflow halves it */
 } ct_train_spec;
 
 /* strategy.* of a mirrored job: the mirrored strategy's options. */

@@ -35,6 +35,10 @@
     X(MAXIMUM, maximum, 1)                                                                         \
     X(WHERE, where, 1) /* (cond f32, a, b): cond != 0 ? a : b, the three broadcast */              \
     X(STEP, step, 0)   /* x > 0: 1, x == 0: 0.5, else 0 (the gradients of minimum, maximum) */     \
+    /* mixed precision: x rounded to the nearest bf16 (fp16: overflow to Inf) and kept in f32,     \
+     * the cast to 16 bits and back; the gradient is dy rounded the same way (autocast.c) */       \
+    X(ROUND_BF16, round_bf16, 1)                                                                   \
+    X(ROUND_FP16, round_fp16, 1)                                                                   \
     /* activations and their gradients (grad ops take dy and the forward output or input) */       \
     X(RELU, relu, 1)                                                                               \
     X(GELU, gelu, 1) /* exact (erf) form */                                                        \
@@ -140,6 +144,17 @@ typedef struct ct_attrs {
  * 3x3) where both sides have 32 or more channels (measured faster there), else the direct
  * kernel; winograd: on every 3x3 stride-1 layer with outputs of at least 4x4. */
 typedef enum ct_conv_algorithm { CT_CONV_AUTO, CT_CONV_DIRECT, CT_CONV_WINOGRAD } ct_conv_algorithm;
+
+/* train.precision, a Keras-style policy: f32, or mixed precision with f32 master weights and
+ * the products (matmuls, convolutions, attention) and the elementwise chains on their results in
+ * bf16 or fp16, reductions, softmax, norms and the loss in f32 (ct_graph_set_precision). */
+typedef enum ct_precision { CT_PRECISION_F32, CT_PRECISION_BF16, CT_PRECISION_FP16 } ct_precision;
+
+/* "f32" (or "float32"), "bf16" (or "mixed_bfloat16"), "fp16" (or "mixed_float16"): 0, or -1
+ * for any other name. */
+CT_API int ct_precision_parse(const char *name, ct_precision *ret);
+/* "f32", "bf16" or "fp16". */
+CT_API const char *ct_precision_name(ct_precision p);
 
 /* Returns the op's name as in the list ("matmul"). */
 CT_API const char *ct_op_name(ct_op op);

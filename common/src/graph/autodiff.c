@@ -81,6 +81,8 @@ ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sourc
         grads[id] = -1;
     }
     mark_needs(g, target, sources, n_sources, needs);
+    ct_precision precision = ct_graph_precision(g); /* the round ops' gradients round */
+    ct_graph_set_precision(g, CT_PRECISION_F32);
     int outer = ct_graph_set_scope(g, "gradients");
     if (needs[target]) {
         grads[target] = seed_grad >= 0 ? seed_grad : ones_like(g, target);
@@ -111,6 +113,7 @@ ct_status ct_graph_gradients(ct_graph *g, int target, int seed_grad, int n_sourc
         }
     }
     ct_graph_restore_scope(g, outer);
+    ct_graph_set_precision(g, precision);
     for (int s = 0; s < n_sources; s++) {
         int src = sources[s];
         ret_grads[s] = (src >= 0 && src <= target) ? grads[src] : -1;

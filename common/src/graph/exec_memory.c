@@ -144,6 +144,8 @@ int ct__exec_in_place_ok(const ct_node *n, const ct_node *x) {
     case CT_OP_MINIMUM:
     case CT_OP_MAXIMUM:
     case CT_OP_STEP:
+    case CT_OP_ROUND_BF16:
+    case CT_OP_ROUND_FP16:
     case CT_OP_SCALE:
     case CT_OP_RELU:
     case CT_OP_SIGMOID:

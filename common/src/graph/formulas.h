@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/half_bits.h"
+
 #ifdef __CUDACC__
 #define CT_HD __host__ __device__
 #else
@@ -71,6 +73,8 @@ CT_HD static inline float ct__gelu_tanh_grad(float x) {
     X(MINIMUM, 2, (x < y || x != x) ? x : y)                                                       \
     X(MAXIMUM, 2, (x > y || x != x) ? x : y)                                                       \
     X(STEP, 1, x > 0.0f ? 1.0f : (x == 0.0f ? 0.5f : 0.0f))                                        \
+    X(ROUND_BF16, 1, ct__round_bf16(x))                                                            \
+    X(ROUND_FP16, 1, ct__round_fp16(x))                                                            \
     X(RELU, 1, x > 0.0f ? x : 0.0f)                                                                \
     X(GELU, 1, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))                                     \
     X(SIGMOID, 1, 1.0f / (1.0f + expf(-x)))                                                        \

@@ -21,7 +21,8 @@ struct ct_graph {
     ct_exec *exec; /* the compiled schedule and memory plan, if compiled */
     ct_graph_stats stats;
     ct_conv_algorithm conv_algorithm;
-    char **scopes; /* name scopes; id 0 (the root) has no entry */
+    ct_precision precision; /* ct_graph_set_precision: applied by ct_graph_add */
+    char **scopes;          /* name scopes; id 0 (the root) has no entry */
     int n_scopes, scope;
 };
 
@@ -172,6 +173,14 @@ void ct_graph_set_conv_algorithm(ct_graph *g, ct_conv_algorithm algo) {
     g->conv_algorithm = algo;
 }
 
+void ct_graph_set_precision(ct_graph *g, ct_precision p) {
+    g->precision = p;
+}
+
+ct_precision ct_graph_precision(const ct_graph *g) {
+    return g->precision;
+}
+
 ct_conv_algorithm ct__graph_conv_algorithm(const ct_graph *g) {
     return g->conv_algorithm;
 }
@@ -307,6 +316,13 @@ static int commit_node(ct_graph *g, ct_node *n) {
 
 int ct_graph_add(ct_graph *g, ct_op op, int n_in, const int *in, const ct_attrs *attrs) {
     CT_ASSERT(op > CT_OP_CONST && op < CT_OP_COUNT);
+    if (g->precision != CT_PRECISION_F32) { /* the nodes autocast adds are plain ones */
+        ct_precision p = g->precision;
+        g->precision = CT_PRECISION_F32;
+        int id = ct__autocast_add(g, p, op, n_in, in, attrs);
+        g->precision = p;
+        return id;
+    }
     ct_node *n = new_node(g, op, n_in, in, attrs);
     if (!n) {
         return -1;

@@ -96,6 +96,9 @@ static inline int ct__conv_winograd_fits(int64_t kh, int64_t kw, int64_t sh, int
 int ct__conv_winograd_chosen(const ct_graph *g, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                              int64_t in_c, int64_t out_c, int64_t out_h, int64_t out_w);
 ct_conv_algorithm ct__graph_conv_algorithm(const ct_graph *g);
+/* ct_graph_add under mixed precision p (autocast.c); the graph's precision is off meanwhile. */
+int ct__autocast_add(ct_graph *g, ct_precision p, ct_op op, int n_in, const int *in,
+                     const ct_attrs *attrs);
 
 /* The largest attention head size (a tile of keys is held transposed on the stack). */
 #define CT__ATTENTION_MAX_HEAD 256

@@ -94,6 +94,9 @@ static const char *const train_keys[] = {"epochs",
                                          "device",
                                          "soft_placement",
                                          "log_device_placement",
+                                         "precision",
+                                         "loss_scale",
+                                         "loss_scale_growth_interval",
                                          NULL};
 static const char *const profile_keys[] = {"steps", NULL};
 static const char *const strategy_keys[] = {"type",
@@ -586,18 +589,6 @@ static void read_profile(ct__job_reader *r, const ct__job_section *train, ct_job
     job->train.profile_steps[1] = window[1];
 }
 
-/* train.device, train.soft_placement, train.log_device_placement. */
-static void read_device(ct__job_reader *r, const ct__job_section *s, ct_job *job) {
-    char key[CT__JOB_KEY_CAP], text[64] = "";
-    const ct__yaml_node *v = ct__job_sec_get(s, "device", key);
-    ct__job_sec_string(s, "device", text, sizeof text);
-    if (v && r->status == CT_OK && ct_device_parse(text, &job->train.device) != 0) {
-        ct__job_fail(r, v->line, key, "unknown device '%s' (use /CPU:0 or /GPU:N)", text);
-    }
-    ct__job_sec_bool(s, "soft_placement", &job->train.soft_placement);
-    ct__job_sec_bool(s, "log_device_placement", &job->train.log_device_placement);
-}
-
 static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *job) {
     char path[CT__JOB_KEY_CAP];
     ct__job_section s;
@@ -626,7 +617,7 @@ static void read_train(ct__job_reader *r, const ct__job_section *top, ct_job *jo
     ct__job_sec_name(&s, "conv_algorithm", conv_names, "convolution algorithm", &conv);
     job->train.conv_algorithm = (ct_conv_algorithm)conv;
     read_profile(r, &s, job);
-    read_device(r, &s, job);
+    ct__job_read_placement(r, &s, job);
     char key[CT__JOB_KEY_CAP], passes[128] = "";
     const ct__yaml_node *v = ct__job_sec_get(&s, "graph_passes", key);
     ct__job_sec_string(&s, "graph_passes", passes, sizeof passes);
@@ -797,7 +788,9 @@ void ct_job_defaults(ct_job *job) {
     job->train.graph_passes = CT_PASS_ALL;
     job->train.plan_memory = 1;
     job->train.adapt_threads = 1;
-    job->train.soft_placement = 1; /* train.device: /CPU:0 (zeroed) */
+    job->train.soft_placement = 1;    /* train.device: /CPU:0 (zeroed) */
+    job->train.loss_scale = 32768.0f; /* Keras' initial dynamic loss scale, 2^15 */
+    job->train.loss_scale_growth_interval = 2000;
     job->mirrored.bucket_bytes = 1 << 20;
     job->mirrored.stall_timeout = 60.0f;
     job->ps.staleness_max = 4;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/yaml_tree.h"
+#include "ctrain/job.h"
 #include "ctrain/nn.h"
 #include "ctrain/optim.h"
 #include "ctrain/status.h"
@@ -142,5 +143,8 @@ void ct__job_read_model_inputs(const ct__job_section *model, ct_model_spec *m);
 void ct__job_read_reshape(const ct__job_section *s, ct_layer_spec *l);
 void ct__job_read_perm(const ct__job_section *s, ct_layer_spec *l);
 void ct__job_read_slice(const ct__job_section *s, ct_layer_spec *l);
+/* train.device, train.soft_placement, train.log_device_placement, train.precision and fp16's
+ * train.loss_scale (job_placement.c). */
+void ct__job_read_placement(ct__job_reader *r, const ct__job_section *s, ct_job *job);
 
 #endif

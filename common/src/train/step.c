@@ -198,9 +198,7 @@ ct_status ct_trainer_step_shard(ct_trainer *t, const float *x, const void *y, in
         st = r->finish(r->user, err);
     }
     if (st == CT_OK && !r->remote_update) {
-        const int64_t t0 = ct__prof_begin();
-        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
-        ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
+        st = ct__trainer_update(t, err);
     }
     if (st == CT_OK) {
         t->step++;
@@ -218,12 +216,11 @@ ct_status ct_trainer_step(ct_trainer *t, const float *x, const void *y, int64_t 
     }
     float loss, accuracy;
     ct_status st = ct__trainer_run_batch(t, x, y, batch, 1, &loss, &accuracy, err);
-    if (st == CT_OK && t->cfg.train.eager) {
-        /* graph mode updates inside the step graph; eagerly it is one more call. The step
-         * overwrites every gradient, so no zeroing pass is needed. */
-        const int64_t t0 = ct__prof_begin();
-        st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
-        ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
+    if (st == CT_OK && (t->cfg.train.eager || ct__trainer_scaling(t))) {
+        /* graph mode updates inside the step graph (not with a loss scale, which may skip the
+         * update); eagerly it is one more call. The step overwrites every gradient, so no
+         * zeroing pass is needed. */
+        st = ct__trainer_update(t, err);
     }
     if (st != CT_OK) {
         return st;

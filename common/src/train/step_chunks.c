@@ -78,7 +78,6 @@ ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const void *y, 
                                   int64_t global_n, float *ret_loss, float *ret_accuracy,
                                   ct_err *err) {
     const ct_grad_reducer *r = t->reducer;
-    ct_params *p = ct_model_params(t->model);
     if (r && r->begin_step) { /* a partial sum, not a mean: weight 1; no node reports */
         r->begin_step(r->user, NULL, t->step, global_n, global_n);
     }
@@ -90,9 +89,7 @@ ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const void *y, 
         st = r->finish(r->user, err);
     }
     if (st == CT_OK && !(r && r->remote_update)) {
-        const int64_t t0 = ct__prof_begin();
-        st = ct_optimizer_apply(t->opt, p, t->step, t->total_steps, 0, err);
-        ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
+        st = ct__trainer_update(t, err);
     }
     if (st == CT_OK) {
         t->step++;

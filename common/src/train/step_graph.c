@@ -25,7 +25,12 @@ static ct_status add_backward(ct_trainer *t, step_graph *sg, ct_err *err) {
     for (int k = 0; k < p->n; k++) {
         sources[k] = p->items[k].trainable ? t->vars[k] : -1;
     }
-    ct_graph_gradients(g, sg->loss, -1, p->n, sources, grads, NULL);
+    int seed = -1; /* fp16: the loss scale, read at run time */
+    if (ct__trainer_scaling(t)) {
+        ct_shape scalar = {.rank = 0};
+        seed = ct_variable(g, &scalar, &t->scaler.scale, "loss_scale");
+    }
+    ct_graph_gradients(g, sg->loss, seed, p->n, sources, grads, NULL);
     for (int k = 0; k < p->n; k++) {
         if (sources[k] >= 0 && grads[k] >= 0) {
             ct_graph_write_into(g, grads[k], ct_params_grad(p, k));
@@ -180,7 +185,9 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
         ct_graph_bind(g, sg->x, (void *)x_data);
         ct_graph_bind(g, sg->y, (void *)y_data);
     }
+    ct_graph_set_precision(g, t->cfg.train.precision); /* the model in mixed precision */
     sg->logits = ct_model_forward(t->model, g, sg->x, sg->training == 1, t->vars);
+    ct_graph_set_precision(g, CT_PRECISION_F32); /* the loss and metrics in f32 */
     ct_graph_set_scope(g, "loss"); /* name scopes for TensorBoard's graph, as TensorFlow's */
     sg->top_k = -1;
     if (t->regression) {
@@ -196,7 +203,9 @@ ct_status ct__trainer_build_step(ct_trainer *t, step_graph *sg, const void *x_da
         }
         /* graph mode: the optimizer update is the step graph's last node */
         ct_graph_set_scope(g, "optimizer");
-        sg->update = (x_data || t->reducer || ct__trainer_chunked(t)) ? -1 : ct_apply_optimizer(g);
+        sg->update = (x_data || t->reducer || ct__trainer_chunked(t) || ct__trainer_scaling(t))
+                         ? -1
+                         : ct_apply_optimizer(g);
     }
     ct_graph_set_scope(g, NULL);
     ct_status built = ct_graph_status(g, err);

@@ -66,6 +66,7 @@ ct_status ct_trainer_create_with(const ct_job *job, const ct_train_spec *train, 
     t->cfg.input_rank = job->model.input_rank;
     memcpy(t->cfg.input_shape, job->model.input_shape, sizeof t->cfg.input_shape);
     t->cfg.train = *train;
+    ct__loss_scale_init(t);
     t->cfg.checkpoint = job->checkpoint;
     t->cfg.logs = job->logs;
     if ((st = keep_input_identity(t, job, err)) != CT_OK ||

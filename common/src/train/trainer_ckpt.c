@@ -107,7 +107,7 @@ static int state_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t *p
 
 static int state_capacity(ct_trainer *t) {
     ct_params *p = ct_model_params(t->model);
-    return p->n * (1 + ct_optimizer_slot_count(t->opt)) + 1;
+    return p->n * (1 + ct_optimizer_slot_count(t->opt)) + 3; /* + position, loss scale */
 }
 
 ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
@@ -116,8 +116,9 @@ ct_status ct_trainer_save(ct_trainer *t, char *ret_path, ct_err *err) {
     if (!list) {
         return ct_err_set(err, CT_ENOMEM, "trainer: out of memory");
     }
-    int64_t pos[POS_N];
+    int64_t pos[POS_N], scale_counts[3];
     int n = state_tensors(t, list, cap, pos);
+    n += ct__loss_scale_tensors(t, list + n, cap - n, scale_counts);
     ct_ckpt_meta meta = {.step = t->step,
                          .epoch = t->epoch,
                          .epoch_step = t->epoch_step,
@@ -314,6 +315,7 @@ ct_status ct_trainer_restore(ct_trainer *t, const ct_ckpt *c, const char *path, 
     }
     t->step = m->step;
     t->epoch_step = step;
+    ct__loss_scale_restore(t, c);
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
     return CT_OK;
 }

@@ -12,6 +12,7 @@
 
 #include "core/tree_sum.h"
 #include "ctrain/backend.h"
+#include "ctrain/checkpoint.h"
 #include "ctrain/train.h"
 #include "io/run_log.h"
 
@@ -49,6 +50,14 @@ typedef struct trainer_config {
     uint64_t input_fingerprint;
     char *input_canonical;
 } trainer_config;
+
+/* fp16's dynamic loss scale (loss_scale.c) and its counts, checkpointed. */
+typedef struct ct__loss_scaler {
+    float scale;       /* S: the loss seed of the backward pass (1 unless train.precision fp16) */
+    int64_t good;      /* steps since the last overflow or growth */
+    int64_t skipped;   /* steps skipped for an overflow, in total */
+    int64_t overflows; /* overflows seen (each skips its step and halves S) */
+} ct__loss_scaler;
 
 struct ct_trainer {
     trainer_config cfg;
@@ -105,6 +114,7 @@ struct ct_trainer {
     double log_time, log_wait, win_loss, win_acc, win_n;
     int64_t log_step, hist_step; /* hist_step: the step of the last histograms (-1: none) */
     int graph_logged;
+    ct__loss_scaler scaler;
 };
 
 /* Steps run as chunks summed in a tree (step_chunks.c): train.invariant or gradient
@@ -112,6 +122,24 @@ struct ct_trainer {
 static inline int ct__trainer_chunked(const ct_trainer *t) {
     return t->cfg.train.invariant || t->cfg.train.accumulation > 1;
 }
+
+/* fp16 trains with a dynamic loss scale (loss_scale.c). */
+static inline int ct__trainer_scaling(const ct_trainer *t) {
+    return t->cfg.train.precision == CT_PRECISION_FP16;
+}
+
+/* ---- loss_scale.c ---- */
+
+/* The scaler's start: train.loss_scale with fp16, else 1. */
+void ct__loss_scale_init(ct_trainer *t);
+/* The optimizer update that ends a step (profiled); with fp16, after unscaling the gradients,
+ * or skipped for an overflow. */
+ct_status ct__trainer_update(ct_trainer *t, ct_err *err);
+/* The scaler's state as checkpoint tensors (none without fp16): writes at most cap entries, and
+ * `counts` must outlive them. Returns the count. */
+int ct__loss_scale_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t counts[3]);
+/* Takes the scaler's state from a checkpoint that has it. */
+void ct__loss_scale_restore(ct_trainer *t, const ct_ckpt *c);
 
 /* ---- step_graph.c ---- */
 

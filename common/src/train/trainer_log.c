@@ -87,14 +87,25 @@ static void write_step(ct_trainer *t, const double sums[7], double now) {
                                 {"input_wait_fraction", wait}};
     ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, scalars,
                         (int)(sizeof scalars / sizeof scalars[0]));
+    char scaler[160] = ""; /* fp16: the loss scale, skipped steps and overflows so far */
+    if (ct__trainer_scaling(t)) {
+        const ct__loss_scaler *ls = &t->scaler;
+        ct__run_scalar fp16[] = {{"loss_scale", ls->scale},
+                                 {"skipped_steps", (double)ls->skipped},
+                                 {"overflows", (double)ls->overflows}};
+        ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, fp16, 3);
+        snprintf(scaler, sizeof scaler,
+                 ", \"loss_scale\": %.9g, \"skipped_steps\": %lld, \"overflows\": %lld", ls->scale,
+                 (long long)ls->skipped, (long long)ls->overflows);
+    }
     ct__run_log_flush(t->log);
     ct__run_log_metrics(t->log,
                         "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"accuracy\": %.9g, "
                         "\"epoch_loss\": %.9g, \"epoch_accuracy\": %.9g, \"learning_rate\": %.9g, "
                         "\"steps_per_s\": %.6g, \"samples_per_s\": %.6g, "
-                        "\"input_wait_fraction\": %.6g}",
+                        "\"input_wait_fraction\": %.6g%s}",
                         (long long)t->step, (long long)t->epoch, loss, acc, epoch_loss, epoch_acc,
-                        lr, steps_per_s, dt > 0 ? n / dt : 0.0, wait);
+                        lr, steps_per_s, dt > 0 ? n / dt : 0.0, wait, scaler);
 }
 
 ct_status ct__trainer_log_step(ct_trainer *t, double loss_sum, double acc_sum, int64_t n,
