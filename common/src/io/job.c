@@ -720,6 +720,11 @@ static void read_strategy(ct__job_reader *r, const ct__job_section *top, ct_job 
     int type = CT_STRATEGY_LOCAL;
     ct__job_read_name(r, v, path, strategy_names, "strategy", &type);
     job->strategy = (ct_strategy_type)type;
+    if (type == CT_STRATEGY_PARAMETER_SERVER && job->train.precision == CT_PRECISION_FP16) {
+        ct__job_fail(r, v->line, path,
+                     "parameter_server with train.precision fp16: its loss scale is not applied "
+                     "on the parameter servers yet; use bf16 (no loss scale) or mirrored");
+    }
 }
 
 const char *ct_strategy_name(ct_strategy_type type) {
