@@ -22,6 +22,8 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
 #else
 #include <cblas.h>
 #endif
@@ -126,6 +128,83 @@ static int dnnl_block_signals(int64_t k, sigset_t *old) {
 }
 #endif
 
+#if CT_HAVE_DNNL
+/* oneDNN's AVX2 sgemm (CPUs without AVX-512) gives the last rows of a product other bits than
+ * the same rows inside a larger one: its kernels take rows in blocks, and a short last block
+ * sums otherwise (measured: 4 of 1000 rows differ from a 10000-row product). A row of a
+ * product that is one full block of ROW_BLOCK rows, or part of such blocks, has the same bits
+ * wherever it sits (checked on 1..300 rows at any offset, both transposes of B, the MLP's and
+ * CNN's shapes, one thread; tests/unit/test_ops.c checks it). So without AVX-512, and with op(A)
+ * not transposed (the rows are a batch's examples), the rows go in whole blocks: the last, short
+ * one padded with zero rows in a scratch copy (or, when beta is 0, the last ROW_BLOCK rows
+ * computed again in place, with the same bits). A row's bits then depend on its example only,
+ * not on the batch size or on how the executor splits the rows. AVX-512's kernels need none
+ * of it (their rows keep their bits). */
+#define ROW_BLOCK 12
+#define ROW_STACK_FLOATS (16 * 1024)
+
+static void dnnl_call(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    sigset_t old;
+    const int blocked = dnnl_block_signals(k, &old);
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (blocked) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+}
+
+static int rows_need_blocks(int transpose_a, int64_t m) {
+    static int avx512 = -1; /* a benign race: every thread writes the same value */
+    if (avx512 < 0) {
+        __builtin_cpu_init();
+        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    return !avx512 && !transpose_a && m % ROW_BLOCK != 0;
+}
+
+/* The last `tail` rows (fewer than ROW_BLOCK) of C = alpha A op(B) + beta C as one padded
+ * block. */
+static void padded_tail(int tb, int64_t tail, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                        int64_t ldc) {
+    float stack[ROW_STACK_FLOATS];
+    const int64_t need = ROW_BLOCK * (k + n);
+    float *buf = need <= ROW_STACK_FLOATS ? stack : malloc((size_t)need * sizeof(float));
+    CT_ASSERT(buf != NULL);
+    float *pa = buf, *pc = buf + ROW_BLOCK * k;
+    memset(buf, 0, (size_t)need * sizeof(float));
+    for (int64_t r = 0; r < tail; r++) {
+        memcpy(pa + r * k, a + r * lda, (size_t)k * sizeof(float));
+        if (beta != 0.0f) {
+            memcpy(pc + r * n, c + r * ldc, (size_t)n * sizeof(float));
+        }
+    }
+    dnnl_call(0, tb, ROW_BLOCK, n, k, alpha, pa, k, b, ldb, beta, pc, n);
+    for (int64_t r = 0; r < tail; r++) {
+        memcpy(c + r * ldc, pc + r * n, (size_t)n * sizeof(float));
+    }
+    if (buf != stack) {
+        free(buf);
+    }
+}
+
+static void row_blocks(int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc) {
+    const int64_t full = m - m % ROW_BLOCK;
+    if (full > 0) {
+        dnnl_call(0, tb, full, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+    if (full > 0 && beta == 0.0f) { /* the last block again, in place: the same bits */
+        const int64_t first = m - ROW_BLOCK;
+        dnnl_call(0, tb, ROW_BLOCK, n, k, alpha, a + first * lda, lda, b, ldb, 0.0f,
+                  c + first * ldc, ldc);
+        return;
+    }
+    padded_tail(tb, m - full, n, k, alpha, a + full * lda, lda, b, ldb, beta, c + full * ldc, ldc);
+}
+#endif
+
 void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc) {
@@ -139,13 +218,11 @@ void ct__sgemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k
     }
 #endif
 #if CT_HAVE_DNNL
-    sigset_t old;
-    const int blocked = dnnl_block_signals(k, &old);
-    dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-               beta, c, ldc);
-    if (blocked) {
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rows_need_blocks(transpose_a, m)) {
+        row_blocks(transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
     }
+    dnnl_call(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
                 transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha,

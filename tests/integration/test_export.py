@@ -16,12 +16,6 @@ import onnxruntime as ort
 from test_invariant import CTRAIN, ENV, ROOT
 from test_language_model import done_fields
 
-# oneDNN's AVX2 sgemm (a CPU without AVX-512) gives a product's last M mod 6 rows other bits than
-# the same rows inside a larger product (measured here: 4 of 1000 rows differ from a 10000-row
-# product), so bits that hold across batch sizes on AVX-512 differ in the last place there
-# (docs/limits.md); AVX-512 builds run these checks
-AVX512 = " avx512f" in open("/proc/cpuinfo").read()
-
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -72,7 +66,6 @@ def test_export_bad_arguments_are_one_line(tmp_path):
     assert "--format onnx" in ctrain("export", "--help").stdout
 
 
-@pytest.mark.skipif(not AVX512, reason="no AVX-512: oneDNN's AVX2 tail rows change bits with the batch size")
 def test_predict_on_the_eval_pipeline_and_on_arrays(tmp_path):
     run, accuracy, x, y = trained(tmp_path)
     ckpts = str(run / "checkpoints")

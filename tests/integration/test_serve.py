@@ -22,12 +22,6 @@ import pytest
 from test_export import ctrain, trained
 from test_invariant import ENV, ROOT
 
-# oneDNN's AVX2 sgemm (a CPU without AVX-512) gives a product's last M mod 6 rows other bits than
-# the same rows inside a larger product (measured here: 4 of 1000 rows differ from a 10000-row
-# product), so bits that hold across batch sizes on AVX-512 differ in the last place there
-# (docs/limits.md); AVX-512 builds run these checks
-AVX512 = " avx512f" in open("/proc/cpuinfo").read()
-
 
 SERVE = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "serve", "ctrain-serve")
 pytestmark = pytest.mark.skipif(not os.path.exists(SERVE),
@@ -75,7 +69,6 @@ def call(url, body=None, raw=None):
         return e.code, e.read()
 
 
-@pytest.mark.skipif(not AVX512, reason="no AVX-512: oneDNN's AVX2 tail rows change bits with the batch size")
 def test_serve_like_tf_serving(tmp_path):
     run, accuracy, x, y = trained(tmp_path)
     base = tmp_path / "models"
@@ -161,7 +154,6 @@ def test_serve_bad_flags_and_paths_are_one_line(tmp_path):
                                                      text=True, timeout=60).stdout
 
 
-@pytest.mark.skipif(not AVX512, reason="no AVX-512: oneDNN's AVX2 tail rows change bits with the batch size")
 def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
     run, accuracy, x, y = trained(tmp_path)
     base = tmp_path / "models"

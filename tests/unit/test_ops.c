@@ -417,3 +417,48 @@ Test(ops, shape_errors_name_the_op) {
     ct_graph_destroy(g);
     ct_backend_destroy(be);
 }
+
+/* A row of C = A op(B) has the same bits whatever the number of rows in the call and wherever
+ * the call starts (a batch of any size, split by the executor anyhow): oneDNN's AVX2 kernels
+ * alone give a short last block of rows other bits (kernels/cpu/gemm.c). The MLP's and a
+ * classifier's shapes, both transposes of B, beta 0 and 1. */
+Test(ops, gemm_rows_keep_their_bits_at_any_batch_size) {
+    enum { M = 700 };
+    const int64_t ks[] = {784, 128, 64}, ns[] = {128, 10, 256};
+    for (size_t s = 0; s < 3; s++) {
+        int64_t k = ks[s], n = ns[s];
+        float *a = malloc((size_t)(M * k) * sizeof(float)), *b = malloc((size_t)(k * n) * 4);
+        float *want = malloc((size_t)(M * n) * 4), *c = malloc((size_t)(M * n) * 4);
+        cr_assert(a && b && want && c);
+        gc_fill_uniform(a, M * k, -1, 1, 21);
+        gc_fill_uniform(b, k * n, -1, 1, 22);
+        for (int tb = 0; tb < 2; tb++) {
+            for (int beta = 0; beta < 2; beta++) {
+                for (int64_t i = 0; i < M * n; i++) {
+                    want[i] = (float)(i % 7) - 3.0f;
+                }
+                ct__sgemm(0, tb, M, n, k, 1.0f, a, k, b, tb ? k : n, (float)beta, want, n);
+                uint64_t pick = 5;
+                int bad = 0;
+                for (int trial = 0; trial < 120 && !bad; trial++) {
+                    pick = pick * 6364136223846793005ull + 1442695040888963407ull;
+                    int64_t rows = 1 + (int64_t)((pick >> 33) % 100),
+                            first = (int64_t)((pick >> 13) % (M - 100));
+                    for (int64_t i = 0; i < rows * n; i++) {
+                        c[i] = (float)((first * n + i) % 7) - 3.0f;
+                    }
+                    ct__sgemm(0, tb, rows, n, k, 1.0f, a + first * k, k, b, tb ? k : n, (float)beta,
+                              c, n);
+                    bad = memcmp(c, want + first * n, (size_t)(rows * n) * sizeof(float)) != 0;
+                    cr_expect(!bad, "k %lld n %lld tb %d beta %d: rows %lld..%lld differ",
+                              (long long)k, (long long)n, tb, beta, (long long)first,
+                              (long long)(first + rows));
+                }
+            }
+        }
+        free(a);
+        free(b);
+        free(want);
+        free(c);
+    }
+}
