@@ -9,6 +9,7 @@ import os
 import subprocess
 
 from tb_read import read_runs
+from test_invariant import ENV, ckpt, needs_mpi, same_weights, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTRAIN = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"), "coordinator", "ctrain")
@@ -88,3 +89,44 @@ def test_resume_keeps_the_loss_scale_and_the_bits(tmp_path):
 def test_graph_shows_the_round_ops():
     r = ctrain("graph", JOB, "--set", "train.precision=bf16")
     assert "round_bf16" in r.stdout, r.stdout[:2000]
+
+
+def test_bf16_bits_do_not_depend_on_threads(tmp_path):
+    runs = {}
+    for threads in (1, 2):
+        run = tmp_path / f"t{threads}"
+        ctrain("train", JOB, "--set", "train.precision=bf16", "--set", "train.max_steps=40",
+               "--set", "data.train.limit=3200", "--set", "data.eval.limit=200", "--set",
+               f"train.threads={threads}", "--set", "checkpoint.every_steps=40", "--quiet",
+               "--set", f"run_dir={run}")
+        runs[threads] = str(run / "checkpoints" / "ckpt-40.ctck")
+    d = ctrain("ckpt", "diff", runs[1], runs[2])
+    assert "identical" in d.stdout, d.stdout
+
+
+@needs_mpi
+def test_fp16_loss_scale_on_mirrored_ranks_keeps_the_standalone_bits(tmp_path):
+    """train.invariant: one process and 2 ranks skip the same overflowed steps, scale alike,
+    and end with the same weights."""
+    sets = [*SCALER, "--set", "train.max_steps=40", "--set", "checkpoint.every_steps=40"]
+    train(JOB, tmp_path / "solo", *sets)
+    train(JOB, tmp_path / "two", *sets, "--replicas", "2")
+    same, out = same_weights(ckpt(tmp_path / "solo", 40), ckpt(tmp_path / "two", 40))
+    assert same, out
+    last = [[json.loads(l) for l in open(tmp_path / r / "metrics.jsonl") if "skipped" in l][-1]
+            for r in ("solo", "two")]
+    assert last[0]["skipped_steps"] > 0 and last[0]["skipped_steps"] == last[1]["skipped_steps"]
+
+
+@needs_mpi
+def test_fp16_on_mirrored_ranks_with_fp16_gradients_on_the_wire(tmp_path):
+    """Without train.invariant, gradients cross in fp16 (strategy.compression): the ranks see the
+    same summed gradients, so they skip the same steps and stay equal (replica checksums every 5
+    steps stop the job otherwise)."""
+    r = subprocess.run([CTRAIN, "train", JOB, "--replicas", "2", *SCALER, "--set",
+                        "train.max_steps=40", "--set", "strategy.compression=fp16", "--set",
+                        "strategy.check_every=5", "--set", f"run_dir={tmp_path}"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    last = [json.loads(l) for l in open(tmp_path / "metrics.jsonl") if "skipped" in l][-1]
+    assert last["step"] == 40 and last["skipped_steps"] > 0, last

@@ -69,6 +69,12 @@ CT_API float ct_optimizer_learning_rate(const ct_optimizer *o, int64_t step, int
  * CT_ENUMERIC naming the variable (the parameters are then not to be trusted). Not thread-safe. */
 CT_API ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step,
                                     int64_t total_steps, int zero_grad, ct_err *err);
+/* ct_optimizer_apply on the gradients times grad_scale (the inverse of fp16's loss scale),
+ * without writing them: with the mirrored strategy's shared-memory engine other ranks may still
+ * read this rank's gradient buffer. Clipping sees the scaled norm. */
+CT_API ct_status ct_optimizer_apply_scaled(ct_optimizer *o, ct_params *params, int64_t step,
+                                           int64_t total_steps, float grad_scale, int zero_grad,
+                                           ct_err *err);
 
 /* The pieces of ct_optimizer_apply, for executors that split the update across threads:
  * the global-norm clipping factor (1 without clipping, NaN when the norm is not finite); the

@@ -202,15 +202,20 @@ int ct_optimizer_clips(const ct_optimizer *o) {
     return o->spec.clip_norm > 0.0f;
 }
 
-float ct_optimizer_clip_factor(const ct_optimizer *o, const ct_params *params) {
+/* The clipping factor of the gradients times `scale`. */
+static float clip_factor_scaled(const ct_optimizer *o, const ct_params *params, float scale) {
     if (o->spec.clip_norm <= 0.0f) {
         return 1.0f;
     }
-    double norm = sqrt(sum_squares(params->grad, params->trainable_total));
+    double norm = sqrt(sum_squares(params->grad, params->trainable_total)) * scale;
     if (!isfinite(norm)) {
         return NAN;
     }
     return norm > o->spec.clip_norm ? (float)(o->spec.clip_norm / norm) : 1.0f;
+}
+
+float ct_optimizer_clip_factor(const ct_optimizer *o, const ct_params *params) {
+    return clip_factor_scaled(o, params, 1.0f);
 }
 
 float ct_optimizer_update_range(ct_optimizer *o, ct_params *params, int64_t step,
@@ -324,12 +329,18 @@ ct_status ct_optimizer_check(const ct_optimizer *o, const ct_params *params, int
 
 ct_status ct_optimizer_apply(ct_optimizer *o, ct_params *params, int64_t step, int64_t total_steps,
                              int zero_grad, ct_err *err) {
-    float clip = ct_optimizer_clip_factor(o, params);
+    return ct_optimizer_apply_scaled(o, params, step, total_steps, 1.0f, zero_grad, err);
+}
+
+ct_status ct_optimizer_apply_scaled(ct_optimizer *o, ct_params *params, int64_t step,
+                                    int64_t total_steps, float grad_scale, int zero_grad,
+                                    ct_err *err) {
+    float clip = clip_factor_scaled(o, params, grad_scale);
     if (!isfinite(clip)) {
         return report_nonfinite(params, step, err);
     }
-    float g2 =
-        ct_optimizer_update_range(o, params, step, total_steps, clip, 0, params->trainable_total);
+    float g2 = ct_optimizer_update_range(o, params, step, total_steps, clip * grad_scale, 0,
+                                         params->trainable_total);
     ct_status st = ct_optimizer_check(o, params, step, g2, err);
     if (st != CT_OK) {
         return st;

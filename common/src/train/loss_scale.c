@@ -1,7 +1,7 @@
 /* The update at the end of a step, and fp16's dynamic loss scaling, as PyTorch's GradScaler and
  * Keras' LossScaleOptimizer: the backward pass starts from the loss times the scale S (the
  * step graph's seed reads S from the trainer, so a new scale rebuilds nothing), the gradients
- * are divided by S before the optimizer (and its clipping) sees them, and a step whose
+ * are divided by S as the optimizer (and its clipping) reads them, and a step whose
  * gradients overflowed (an Inf or NaN anywhere, after the replicas' sum) is skipped: no update,
  * S halved. After train.loss_scale_growth_interval good steps in a row S doubles. S stays a
  * power of two when it starts as one, so the division is exact. The skipped step still
@@ -18,12 +18,11 @@ void ct__loss_scale_init(ct_trainer *t) {
     t->scaler.good = t->scaler.skipped = t->scaler.overflows = 0;
 }
 
-/* Divides the trainable gradients by the scale; 0 when one of them is not finite. */
-static int unscale(ct_params *p, float scale) {
-    const float inv = 1.0f / scale;
+/* Whether every trainable gradient is finite. Read only: the gradients are unscaled inside the
+ * optimizer (ct_optimizer_apply_scaled), for the shared-memory all-reduce may still read them. */
+static int all_finite(const ct_params *p) {
     int finite = 1;
     for (int64_t i = 0; i < p->trainable_total; i++) {
-        p->grad[i] *= inv;
         finite &= isfinite(p->grad[i]) != 0;
     }
     return finite;
@@ -32,14 +31,15 @@ static int unscale(ct_params *p, float scale) {
 /* Applies the step's gradients with the loss scale: 1 updated, 0 skipped (an overflow). */
 static int scaled_update(ct_trainer *t, ct_status *st, ct_err *err) {
     ct__loss_scaler *s = &t->scaler;
-    if (!unscale(ct_model_params(t->model), s->scale)) {
+    ct_params *p = ct_model_params(t->model);
+    if (!all_finite(p)) {
         s->scale *= 0.5f;
         s->good = 0;
         s->skipped++;
         s->overflows++;
         return 0;
     }
-    *st = ct_optimizer_apply(t->opt, ct_model_params(t->model), t->step, t->total_steps, 0, err);
+    *st = ct_optimizer_apply_scaled(t->opt, p, t->step, t->total_steps, 1.0f / s->scale, 0, err);
     if (*st == CT_OK && ++s->good >= t->cfg.train.loss_scale_growth_interval) {
         s->scale = isfinite(2.0f * s->scale) ? 2.0f * s->scale : s->scale;
         s->good = 0;
