@@ -12,28 +12,32 @@
 #include "cli.h"
 #include "cmd_ckpt.h"
 #include "ctrain/checkpoint.h"
+#include "ctrain/half.h"
 #include "ctrain/npz.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_BAD_INPUT 2
 
 void ckpt_usage(FILE *f) {
-    fprintf(f,
-            "usage: ctrain ckpt <command> ...\n"
-            "\n"
-            "commands:\n"
-            "  ls DIR                     list DIR's checkpoints, newest first, with step, epoch,\n"
-            "                             size, time and whether each one verifies\n"
-            "  show FILE                  the run position, the job, and every tensor: dtype,\n"
-            "                             shape, min, max, mean, std and CRC-32C\n"
-            "  diff A B                   compare two checkpoints tensor by tensor (exit 0 when\n"
-            "                             identical, 1 when they differ, 2 on bad input)\n"
-            "  export FILE --format npz|safetensors|onnx OUT\n"
-            "                             write every tensor to OUT (NumPy .npz or safetensors),\n"
-            "                             or the model (graph and weights) as ONNX: ctrain export\n"
-            "\n"
-            "A checkpoint that fails verification (CRC, sizes) is named with the tensor at\n"
-            "fault.\n");
+    fprintf(
+        f,
+        "usage: ctrain ckpt <command> ...\n"
+        "\n"
+        "commands:\n"
+        "  ls DIR                     list DIR's checkpoints, newest first, with step, epoch,\n"
+        "                             size, time and whether each one verifies\n"
+        "  show FILE                  the run position, the job, and every tensor: dtype,\n"
+        "                             shape, min, max, mean, std and CRC-32C\n"
+        "  diff A B                   compare two checkpoints tensor by tensor (exit 0 when\n"
+        "                             identical, 1 when they differ, 2 on bad input)\n"
+        "  export FILE --format npz|safetensors|onnx OUT [--dtype f32|bf16|f16]\n"
+        "                             write every tensor to OUT (NumPy .npz or safetensors),\n"
+        "                             or the model (graph and weights) as ONNX: ctrain export;\n"
+        "                             --dtype: f32 tensors as 16-bit floats, rounded to nearest\n"
+        "                             even (bf16: safetensors only, NumPy has no bf16)\n"
+        "\n"
+        "A checkpoint that fails verification (CRC, sizes) is named with the tensor at\n"
+        "fault.\n");
 }
 
 static ct_ckpt *open_or_report(const char *path) {
@@ -90,10 +94,12 @@ static void stats(const ct_ckpt_tensor *e, double *mn, double *mx, double *mean,
     *mn = DBL_MAX;
     *mx = -DBL_MAX;
     for (int64_t i = 0; i < n; i++) {
-        double v = e->dtype == CT_F32   ? ((const float *)e->data)[i]
-                   : e->dtype == CT_I32 ? ((const int32_t *)e->data)[i]
-                   : e->dtype == CT_I64 ? (double)((const int64_t *)e->data)[i]
-                                        : ((const uint8_t *)e->data)[i];
+        double v = e->dtype == CT_F32    ? ((const float *)e->data)[i]
+                   : e->dtype == CT_I32  ? ((const int32_t *)e->data)[i]
+                   : e->dtype == CT_I64  ? (double)((const int64_t *)e->data)[i]
+                   : e->dtype == CT_BF16 ? ct_bf16_to_f32(((const uint16_t *)e->data)[i])
+                   : e->dtype == CT_F16  ? ct_fp16_to_f32(((const uint16_t *)e->data)[i])
+                                         : ((const uint8_t *)e->data)[i];
         *mn = v < *mn ? v : *mn;
         *mx = v > *mx ? v : *mx;
         s += v;
@@ -199,8 +205,69 @@ int ckpt_export_args(int argc, char **argv, const char *who, const char **in, co
     return 0;
 }
 
+/* --dtype DTYPE taken out of argv (argc updated): f32 (default), bf16 or f16; -1 when bad. */
+static int take_dtype(int *argc, char **argv, ct_dtype *ret) {
+    *ret = CT_F32;
+    int kept = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (strcmp(argv[i], "--dtype") != 0) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        const char *d = i + 1 < *argc ? argv[++i] : "";
+        if (!strcmp(d, "bf16")) {
+            *ret = CT_BF16;
+        } else if (!strcmp(d, "f16")) {
+            *ret = CT_F16;
+        } else if (strcmp(d, "f32") != 0) {
+            fprintf(stderr, "ctrain: ckpt export: --dtype '%s': use f32, bf16 or f16\n", d);
+            return -1;
+        }
+    }
+    *argc = kept;
+    return 0;
+}
+
+/* The f32 tensors of `arrays` converted to `dtype` (16 bits) in buffers of their own (mine[i]
+ * set), freed with free_converted; 0 out of memory. */
+static int convert_arrays(ct_named_array *arrays, int n, ct_dtype dtype, char *mine) {
+    for (int i = 0; i < n; i++) {
+        if (arrays[i].dtype != CT_F32 || dtype == CT_F32) {
+            continue;
+        }
+        int64_t count = 1;
+        for (int k = 0; k < arrays[i].rank; k++) {
+            count *= arrays[i].dims[k];
+        }
+        uint16_t *h = malloc((size_t)(count ? count : 1) * sizeof *h);
+        if (!h) {
+            return 0;
+        }
+        const float *f = arrays[i].data;
+        for (int64_t j = 0; j < count; j++) {
+            h[j] = dtype == CT_BF16 ? ct_f32_to_bf16(f[j]) : ct_f32_to_fp16(f[j]);
+        }
+        arrays[i].data = h;
+        arrays[i].dtype = dtype;
+        mine[i] = 1;
+    }
+    return 1;
+}
+
+static void free_converted(ct_named_array *arrays, int n, const char *mine) {
+    for (int i = 0; i < n; i++) {
+        if (mine[i]) {
+            free((void *)arrays[i].data);
+        }
+    }
+}
+
 static int export_arrays(int argc, char **argv) {
     const char *in, *out, *format;
+    ct_dtype dtype;
+    if (take_dtype(&argc, argv, &dtype) != 0) {
+        return EXIT_BAD_INPUT;
+    }
     int rc = ckpt_export_args(argc, argv, "ckpt export", &in, &out, &format);
     if (rc) {
         return rc;
@@ -219,7 +286,10 @@ static int export_arrays(int argc, char **argv) {
     }
     int n = ct_ckpt_count(c);
     ct_named_array *arrays = calloc((size_t)(n ? n : 1), sizeof *arrays);
-    if (!arrays) {
+    char *mine = calloc((size_t)(n ? n : 1), 1);
+    if (!arrays || !mine) {
+        free(arrays);
+        free(mine);
         ct_ckpt_destroy(c);
         return EXIT_RUNTIME;
     }
@@ -237,8 +307,16 @@ static int export_arrays(int argc, char **argv) {
     char meta[256];
     snprintf(meta, sizeof meta, "{\"format\": \"ctrain checkpoint\", \"step\": \"%lld\"}",
              (long long)ct_ckpt_meta_of(c)->step);
-    ct_status st = !strcmp(format, "npz") ? ct_npz_write(out, arrays, n, &err)
-                                          : ct_safetensors_write(out, arrays, n, meta, &err);
+    ct_status st = convert_arrays(arrays, n, dtype, mine)
+                       ? CT_OK
+                       : ct_err_set(&err, CT_ENOMEM, "%s: out of memory converting to %s", out,
+                                    ct_dtype_name(dtype));
+    if (st == CT_OK) {
+        st = !strcmp(format, "npz") ? ct_npz_write(out, arrays, n, &err)
+                                    : ct_safetensors_write(out, arrays, n, meta, &err);
+    }
+    free_converted(arrays, n, mine);
+    free(mine);
     free(arrays);
     ct_ckpt_destroy(c);
     if (st != CT_OK) {

@@ -18,6 +18,7 @@
 #include "core/clock.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/half.h"
 #include "ctrain/mirrored.h"
 #include "ctrain/net.h"
 #include "ctrain/npz.h"
@@ -46,7 +47,8 @@ static void train_usage(FILE *f) {
         "                    for Perfetto or chrome://tracing; 'ctrain profile RUN_DIR'\n"
         "                    prints the report\n"
         "  --init-from F.npz start from the weights in a NumPy .npz (one array per variable,\n"
-        "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export');\n"
+        "                    named as in 'ctrain summary'; e.g. from 'ctrain ckpt export';\n"
+        "                    f32, or f16 as 'ckpt export --dtype f16' writes it);\n"
         "                    ignored when the run resumes from its own checkpoint\n"
         "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
         "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
@@ -180,11 +182,16 @@ static int init_from(const char *path, ct_trainer *t) {
                     "are listed by 'ctrain summary')\n",
                     path, p->items[i].name);
             rc = EXIT_BAD_INPUT;
-        } else if (a->dtype != CT_F32 || !ct_shape_equal(&got, &want)) {
+        } else if ((a->dtype != CT_F32 && a->dtype != CT_F16) || !ct_shape_equal(&got, &want)) {
             fprintf(stderr, "ctrain: --init-from %s: '%s' is %s%s, the model needs f32%s\n", path,
                     p->items[i].name, ct_dtype_name(a->dtype), ct_shape_str(&got, sg, sizeof sg),
                     ct_shape_str(&want, sw, sizeof sw));
             rc = EXIT_BAD_INPUT;
+        } else if (a->dtype == CT_F16) { /* half-precision weights (ckpt export --dtype f16) */
+            const uint16_t *h = a->data;
+            for (int64_t j = 0; j < p->items[i].size; j++) {
+                ct_params_data(p, i)[j] = ct_fp16_to_f32(h[j]);
+            }
         } else {
             memcpy(ct_params_data(p, i), a->data, (size_t)p->items[i].size * sizeof(float));
         }

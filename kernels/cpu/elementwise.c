@@ -138,6 +138,22 @@ void ct__cpu_identity(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     }
 }
 
+/* f32, bf16 and f16 to one another (core/half_bits.h's conversions). */
+void ct__cpu_cast(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
+    (void)ctx;
+    const int from = (int)in[0]->out.dtype, to = (int)n->out.dtype;
+    const void *x = in[0]->out.data;
+    void *y = n->out.data;
+    const int64_t total = ct_tensor_numel(&n->out);
+    if (from == to) {
+        memcpy(y, x, ct_tensor_bytes(&n->out));
+        return;
+    }
+    for (int64_t i = 0; i < total; i++) {
+        ct__float_put(y, to, i, ct__float_at(x, from, i));
+    }
+}
+
 void ct__cpu_accumulate(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
     const float *restrict a = CT__F32(&in[0]->out);

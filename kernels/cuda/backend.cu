@@ -225,6 +225,11 @@ void max_grad(const ct_kctx *, ct_node *n, ct_node *const *in) {
     ct_cuda_max_grad(nullptr, f32(in[0]), f32(in[1]), f32(in[2]), f32(n), &s);
 }
 
+void cast(const ct_kctx *, ct_node *n, ct_node *const *in) {
+    ct_cuda_cast(nullptr, (int)in[0]->out.dtype, (int)n->out.dtype, in[0]->out.data, n->out.data,
+                 numel(n));
+}
+
 void argmax(const ct_kctx *, ct_node *n, ct_node *const *in) {
     int64_t rows, cols;
     rows_cols(&in[0]->out.shape, &rows, &cols);
@@ -593,6 +598,7 @@ struct kernel_table {
         fn[CT_OP_BROADCAST_TO] = broadcast_to;
         fn[CT_OP_MAX_GRAD] = max_grad;
         fn[CT_OP_ARGMAX] = argmax;
+        fn[CT_OP_CAST] = cast;
         fn[CT_OP_EQUAL] = equal;
         fn[CT_OP_TRANSPOSE] = transpose;
         fn[CT_OP_LAYER_NORM] = norm<1>;

@@ -1,7 +1,7 @@
 /* CUDA kernels of the shape ops: one strided copy serves transpose (strided source), slice
  * (a window of the source), concat (a window of the destination, one call per input) and the
  * slice gradient (a fill with zeros, then a window of the destination); the CPU twins:
- * kernels/cpu/shape.c. Elements of 1, 4 or 8 bytes (u8, f32 and i32, i64). */
+ * kernels/cpu/shape.c. Elements of 1, 2, 4 or 8 bytes (u8, bf16 and f16, f32 and i32, i64). */
 #include "compat.h"
 
 namespace {
@@ -49,6 +49,8 @@ extern "C" int ct_cuda_copy(void *stream, const void *src, void *dst, int elemen
     switch (element_bytes) {
     case 1:
         return launch_copy<uint8_t>(stream, src, dst, n, s);
+    case 2:
+        return launch_copy<uint16_t>(stream, src, dst, n, s);
     case 4:
         return launch_copy<uint32_t>(stream, src, dst, n, s);
     case 8:

@@ -131,6 +131,26 @@ extern "C" int ct_cuda_unary(void *stream, int op, float alpha, const float *x, 
     }
 }
 
+namespace {
+
+__global__ void cast_kernel(int from, int to, const void *x, void *y, int64_t n) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        ct__float_put(y, to, i, ct__float_at(x, from, i));
+    }
+}
+
+} // namespace
+
+extern "C" int ct_cuda_cast(void *stream, int from, int to, const void *x, void *y, int64_t n) {
+    if (n == 0) {
+        return 0;
+    }
+    CT_LAUNCH(cast_kernel, ct_cuda_blocks(n, kThreads, 4), kThreads, 0, (cudaStream_t)stream)
+    (from, to, x, y, n);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int ct_cuda_binary(void *stream, int op, const float *a, const float *b, float *out,
                               const ct_cuda_broadcast *shape) {
     switch (op) {

@@ -17,6 +17,10 @@ extern "C" {
 /* out = op(x) elementwise (alpha: SCALE's factor), n elements. */
 int ct_cuda_unary(void *stream, int op, float alpha, const float *x, float *out, int64_t n);
 
+/* y = x as dtype `to` (ct_dtype codes of f32, bf16, f16; x of dtype `from`), n elements: the
+ * CPU's conversions (core/half_bits.h). */
+int ct_cuda_cast(void *stream, int from, int to, const void *x, void *y, int64_t n);
+
 /* out = op(a, b) over the broadcast shape `dims` (rank <= CT_CUDA_MAX_DIMS); stride_a and
  * stride_b: each operand's element strides along the output's axes (0 where it broadcasts). */
 typedef struct ct_cuda_broadcast {

@@ -77,7 +77,38 @@ static void binary_case(int op, const char *op_name, const std::vector<int64_t> 
     compare(name, dout.host(), want);
 }
 
+/* The cast op: f32 to `to` (bf16 or f16) and back, on the CPU twin and by ct_cuda_cast, over
+ * fp16's range (compare() takes no Inf; the unit tests check overflow), its subnormals and a
+ * tie. */
+static void cast_case(ct_dtype to, int64_t n) {
+    char name[96];
+    snprintf(name, sizeof name, "cast f32 -> %s -> f32 n=%lld", ct_dtype_name(to), (long long)n);
+    if (!wanted(name)) {
+        return;
+    }
+    std::vector<float> x = randoms(n, -65000.0f, 65000.0f);
+    for (size_t i = 0; i < x.size(); i += 3) {
+        x[i] *= 1e-9f; /* fp16's subnormals and below */
+    }
+    x[0] = 2049.0f; /* fp16: a tie, to the even 2048 */
+    cpu_twin cpu;
+    ct_attrs there = {}, back = {};
+    there.i[0] = to;
+    back.i[0] = CT_F32;
+    int half = cpu.add(CT_OP_CAST, {cpu.constant({n}, x.data())}, there);
+    std::vector<float> want = cpu.read(cpu.add(CT_OP_CAST, {half}, back));
+    dev_vec<float> dx(x), dout((size_t)n);
+    dev_vec<uint16_t> dhalf((size_t)n);
+    launched(name, ct_cuda_cast(nullptr, CT_F32, to, dx.p, dhalf.p, n));
+    launched(name, ct_cuda_cast(nullptr, to, CT_F32, dhalf.p, dout.p, n));
+    compare(name, dout.host(), want);
+}
+
 static void elementwise_cases() {
+    for (int64_t n : {1, 257, 5003}) {
+        cast_case(CT_BF16, n);
+        cast_case(CT_F16, n);
+    }
 #define CT__PARITY_EWISE(e, arity, EXPR)                                                           \
     if (arity == 1) {                                                                              \
         for (int64_t n : {1, 257, 5003}) {                                                         \

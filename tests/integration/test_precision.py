@@ -130,3 +130,40 @@ def test_fp16_on_mirrored_ranks_with_fp16_gradients_on_the_wire(tmp_path):
     assert r.returncode == 0, r.stderr
     last = [json.loads(l) for l in open(tmp_path / "metrics.jsonl") if "skipped" in l][-1]
     assert last["step"] == 40 and last["skipped_steps"] > 0, last
+
+
+def test_export_in_16_bits_reads_back_in_numpy_and_torch(tmp_path):
+    """ckpt export --dtype: f16 .npz that NumPy reads and bf16/f16 safetensors that PyTorch
+    reads, each the readers' own rounding of the f32 weights, bit for bit; a run starts from
+    the f16 weights; bf16 .npz is refused in one line (NumPy has no bf16)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+    run = tmp_path / "run"
+    ctrain("train", JOB, "--set", "train.max_steps=20", "--set", "data.train.limit=640",
+           "--set", "data.eval.limit=100", "--set", f"run_dir={run}", "--quiet")
+    ckpt = str(sorted((run / "checkpoints").glob("*.ctck"))[-1])
+    ctrain("ckpt", "export", ckpt, "--format", "npz", str(tmp_path / "f32.npz"))
+    ctrain("ckpt", "export", ckpt, "--format", "npz", str(tmp_path / "f16.npz"), "--dtype", "f16")
+    for d in ("bf16", "f16"):
+        ctrain("ckpt", "export", ckpt, "--dtype", d, "--format", "safetensors",
+               str(tmp_path / f"{d}.safetensors"))
+    f32, f16 = np.load(tmp_path / "f32.npz"), np.load(tmp_path / "f16.npz")
+    floats = [k for k in f32.files if f32[k].dtype == np.float32]
+    assert floats and all(f16[k].dtype == np.float16 for k in floats)
+    for k in floats:
+        assert (f16[k].view(np.uint16) == f32[k].astype(np.float16).view(np.uint16)).all(), k
+    for d, torch_dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        t = load_file(str(tmp_path / f"{d}.safetensors"))
+        for k in floats:
+            assert t[k].dtype == torch_dtype, (k, t[k].dtype)
+            want = torch.from_numpy(f32[k]).to(torch_dtype)
+            assert torch.equal(t[k].view(torch.int16), want.view(torch.int16)), (d, k)
+    r = subprocess.run([CTRAIN, "ckpt", "export", ckpt, "--format", "npz", "--dtype", "bf16",
+                        str(tmp_path / "bf16.npz")], capture_output=True, text=True)
+    assert r.returncode != 0 and "NumPy has no dtype for" in r.stderr and "\n" == r.stderr[-1]
+    assert r.stderr.count("\n") == 1, r.stderr
+    r = ctrain("train", JOB, "--init-from", str(tmp_path / "f16.npz"), "--set",
+               "train.max_steps=1", "--set", "data.eval.limit=500", "--set",
+               f"run_dir={tmp_path / 'from16'}", "--quiet")
+    assert accuracy(r.stdout) > 0.5, r.stdout

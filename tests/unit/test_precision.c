@@ -3,11 +3,13 @@
  * the graph one would build by hand), a bf16 product stays within bf16's error bound of an f64
  * reference and visibly outside f32's, fp16 overflows where its range ends, NaN stays NaN. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/graph.h"
 #include "ctrain/half.h"
 #include "gradcheck.h"
@@ -252,4 +254,100 @@ Test(precision, policy_names) {
     ct_precision p;
     cr_expect_eq(ct_precision_parse("half", &p), -1);
     cr_expect_str_eq(ct_precision_name(CT_PRECISION_FP16), "fp16");
+}
+
+/* The cast op against ctrain/half.h's conversions (NumPy's, test_half.py) on every 16-bit
+ * pattern's value and the midpoints between neighbours, both ways, and bf16 <-> f16. */
+Test(precision, cast_matches_the_conversions_on_every_pattern) {
+    enum { N = 2 * 65536 };
+    float *x = malloc(N * sizeof(float));
+    cr_assert(x);
+    for (uint32_t h = 0; h < 65536; h++) {
+        float v = ct_bf16_to_f32((uint16_t)h), w = ct_fp16_to_f32((uint16_t)h);
+        x[2 * h] = isnan(v) ? 1.0f : v;
+        x[2 * h + 1] =
+            isfinite(w) ? (float)(((double)w + ct_fp16_to_f32((uint16_t)(h + 1))) / 2) : -2.0f;
+    }
+    const ct_dtype halves[2] = {CT_BF16, CT_F16};
+    for (int v = 0; v < 2; v++) {
+        ct_graph *g;
+        cr_assert_eq(ct_graph_create(be, 1, &g, NULL), CT_OK);
+        ct_shape s = S(N);
+        int xi = ct_placeholder(g, CT_F32, &s, "x");
+        ct_graph_bind(g, xi, x);
+        int h = ct_cast(g, xi, halves[v]), back = ct_cast(g, h, CT_F32);
+        int other = ct_cast(g, h, halves[1 - v]);
+        cr_assert_eq(ct_graph_status(g, NULL), CT_OK);
+        cr_expect_eq(ct_graph_node(g, h)->out.dtype, halves[v]);
+        const uint16_t *bits = ct_graph_node(g, h)->out.data,
+                       *ob = ct_graph_node(g, other)->out.data;
+        const float *f = ct_graph_node(g, back)->out.data;
+        int bad = 0;
+        for (int i = 0; i < N && bad < 5; i++) {
+            uint16_t want = v ? ct_f32_to_fp16(x[i]) : ct_f32_to_bf16(x[i]);
+            float wf = v ? ct_fp16_to_f32(want) : ct_bf16_to_f32(want);
+            uint16_t wo = v ? ct_f32_to_bf16(wf) : ct_f32_to_fp16(wf);
+            int ok = bits[i] == want && bits_of(f[i]) == bits_of(wf) && ob[i] == wo;
+            bad += !ok;
+            cr_expect(ok, "%s: x %.9g: %04x (want %04x), back %.9g (want %.9g), other %04x (%04x)",
+                      ct_dtype_name(halves[v]), x[i], bits[i], want, f[i], wf, ob[i], wo);
+        }
+        ct_graph_destroy(g);
+    }
+    free(x);
+}
+
+/* d/dx sum(f32(cast(x, bf16)) * c): the gradient comes back through a bf16 cast of dy. */
+Test(precision, cast_gradient_casts_dy_back) {
+    float x[4] = {1.0f, -2.0f, 3.5f, 0.1f}, c[4] = {1.0f / 3.0f, 2.0f / 3.0f, 0.1f, 7.0f};
+    ct_graph *g;
+    cr_assert_eq(ct_graph_create(be, 1, &g, NULL), CT_OK);
+    ct_shape s = S(4);
+    int xi = ct_variable(g, &s, x, "x"), ci = ct_constant(g, CT_F32, &s, c);
+    int y = ct_cast(g, ct_cast(g, xi, CT_BF16), CT_F32);
+    int loss = ct_sum(g, ct_mul(g, y, ci), 1, 0), gx;
+    cr_assert_eq(ct_graph_gradients(g, loss, -1, 1, &xi, &gx, NULL), CT_OK);
+    cr_expect_eq(ct_graph_node(g, gx)->out.dtype, CT_F32);
+    const float *d = ct_graph_node(g, gx)->out.data;
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(bits_of(d[i]), bits_of(ct_bf16_to_f32(ct_f32_to_bf16(c[i]))), "d[%d] %.9g", i,
+                     d[i]);
+    }
+    ct_graph_destroy(g);
+}
+
+Test(precision, cast_refuses_integers) {
+    ct_graph *g;
+    cr_assert_eq(ct_graph_create(be, 1, &g, NULL), CT_OK);
+    ct_shape s = S(3);
+    int ids = ct_placeholder(g, CT_I32, &s, "ids");
+    cr_expect_eq(ct_cast(g, ids, CT_BF16), -1);
+    ct_err err = {0};
+    cr_expect_eq(ct_graph_status(g, &err), CT_EINVAL);
+    cr_expect(strstr(err.msg, "cast: i32 to bf16") != NULL, "%s", err.msg);
+    ct_graph_destroy(g);
+}
+
+/* Checkpoints keep 16-bit tensors with their dtypes. */
+Test(precision, checkpoint_keeps_16_bit_dtypes) {
+    uint16_t b[3] = {0x3f80, 0xc000, 0x7fc0}, h[2] = {0x3c00, 0x8001};
+    ct_ckpt_tensor list[2] = {
+        {.name = "b", .dtype = CT_BF16, .shape = S(3), .data = b, .bytes = sizeof b},
+        {.name = "h", .dtype = CT_F16, .shape = S(2), .data = h, .bytes = sizeof h}};
+    char dir[PATH_MAX], path[PATH_MAX];
+    test_tmpdir_create("precision", dir, sizeof dir);
+    test_path(dir, "c.ctck", path, sizeof path);
+    ct_ckpt_meta meta = {.step = 1};
+    cr_assert_eq(ct_ckpt_write(path, &meta, list, 2, NULL), CT_OK);
+    ct_ckpt *c;
+    cr_assert_eq(ct_ckpt_create(path, &c, NULL), CT_OK);
+    for (int i = 0; i < 2; i++) {
+        const ct_ckpt_tensor *e = ct_ckpt_find(c, list[i].name);
+        cr_assert(e != NULL);
+        cr_expect_eq(e->dtype, list[i].dtype);
+        cr_expect_eq(e->bytes, list[i].bytes);
+        cr_expect_eq(memcmp(e->data, list[i].data, list[i].bytes), 0);
+    }
+    ct_ckpt_destroy(c);
+    test_tmpdir_remove(dir);
 }

@@ -70,6 +70,9 @@ CT_API void ct_graph_set_conv_algorithm(ct_graph *g, ct_conv_algorithm algo);
  * with the precision off: the round ops' gradients round dy, so each gradient of a 16-bit value
  * is 16-bit too, as autocast's. */
 CT_API void ct_graph_set_precision(ct_graph *g, ct_precision p);
+/* x (f32, bf16 or f16) as dtype `to` (one of them): 16-bit results rounded to nearest even, as
+ * ctrain/half.h converts; its gradient casts dy back to x's dtype. */
+CT_API int ct_cast(ct_graph *g, int x, ct_dtype to);
 CT_API ct_precision ct_graph_precision(const ct_graph *g);
 /* The randomness key and thread budget kernels see (seed, step, replica). */
 CT_API ct_kctx *ct_graph_ctx(ct_graph *g);

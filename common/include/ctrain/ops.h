@@ -39,6 +39,7 @@
      * the cast to 16 bits and back; the gradient is dy rounded the same way (autocast.c) */       \
     X(ROUND_BF16, round_bf16, 1)                                                                   \
     X(ROUND_FP16, round_fp16, 1)                                                                   \
+    X(CAST, cast, 1) /* i0: the dtype (f32, bf16, f16) a float input becomes; dx: dy cast back */  \
     /* activations and their gradients (grad ops take dy and the forward output or input) */       \
     X(RELU, relu, 1)                                                                               \
     X(GELU, gelu, 1) /* exact (erf) form */                                                        \

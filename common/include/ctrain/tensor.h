@@ -12,7 +12,9 @@
 
 #define CT_MAX_DIMS 6
 
-typedef enum ct_dtype { CT_F32, CT_I32, CT_I64, CT_U8 } ct_dtype;
+/* CT_BF16 and CT_F16 hold 16-bit floats (bfloat16, IEEE binary16) as their bit patterns: what
+ * checkpoints, exports and the cast op carry; the kernels compute in f32. */
+typedef enum ct_dtype { CT_F32, CT_I32, CT_I64, CT_U8, CT_BF16, CT_F16 } ct_dtype;
 
 typedef struct ct_shape {
     int rank;

@@ -73,6 +73,25 @@ CT_HALF_HD static inline float ct__fp16_value(uint16_t h) {
     return ct__f32_from_bits(sign | (mant << 13) | (exp == 31 ? 0x7f800000u : (exp + 112) << 23));
 }
 
+/* Element i of a float array of dtype code `d` (0 f32, 4 bf16, 5 f16: ct_dtype's values) as
+ * an f32, and an f32 stored as dtype `d` (rounded to nearest even): the cast op's CPU and CUDA
+ * kernels. */
+CT_HALF_HD static inline float ct__float_at(const void *p, int d, int64_t i) {
+    return d == 4   ? ct__bf16_value(((const uint16_t *)p)[i])
+           : d == 5 ? ct__fp16_value(((const uint16_t *)p)[i])
+                    : ((const float *)p)[i];
+}
+
+CT_HALF_HD static inline void ct__float_put(void *p, int d, int64_t i, float v) {
+    if (d == 4) {
+        ((uint16_t *)p)[i] = ct__bf16_bits(v);
+    } else if (d == 5) {
+        ((uint16_t *)p)[i] = ct__fp16_bits(v);
+    } else {
+        ((float *)p)[i] = v;
+    }
+}
+
 /* x rounded to the nearest bf16 (fp16), kept as an f32: the cast to 16 bits and back. */
 CT_HALF_HD static inline float ct__round_bf16(float x) {
     return ct__bf16_value(ct__bf16_bits(x));

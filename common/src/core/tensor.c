@@ -13,6 +13,9 @@ size_t ct_dtype_size(ct_dtype dtype) {
         return 8;
     case CT_U8:
         return 1;
+    case CT_BF16:
+    case CT_F16:
+        return 2;
     }
     return 0;
 }
@@ -27,6 +30,10 @@ const char *ct_dtype_name(ct_dtype dtype) {
         return "i64";
     case CT_U8:
         return "u8";
+    case CT_BF16:
+        return "bf16";
+    case CT_F16:
+        return "f16";
     }
     return "?";
 }

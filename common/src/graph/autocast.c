@@ -64,6 +64,32 @@ void ct__grad_round_fp16(ct_graph *g, int node, int dy, const int *need, int *re
     ret_dx[0] = ct__add1(g, CT_OP_ROUND_FP16, dy, NULL);
 }
 
+static int is_float_dtype(ct_dtype d) {
+    return d == CT_F32 || d == CT_BF16 || d == CT_F16;
+}
+
+/* The cast op: a float tensor (f32, bf16, f16) to another float dtype (attrs i0). */
+int ct__shape_cast(ct_graph *g, ct_node *n, ct_node *const *in) {
+    ct_dtype to = (ct_dtype)n->attrs.i[0];
+    if (!is_float_dtype(in[0]->out.dtype) || !is_float_dtype(to)) {
+        return ct_graph_fail(g, CT_EINVAL, "cast: %s to %s (casts go between f32, bf16 and f16)",
+                             ct_dtype_name(in[0]->out.dtype), ct_dtype_name(to));
+    }
+    ct_tensor_set_shape(&n->out, to, &in[0]->out.shape);
+    return 0;
+}
+
+void ct__grad_cast(ct_graph *g, int node, int dy, const int *need, int *ret_dx) {
+    (void)need;
+    ct_attrs back = {.i = {ct_graph_node(g, ct_graph_node(g, node)->in[0])->out.dtype}};
+    ret_dx[0] = ct__add1(g, CT_OP_CAST, dy, &back);
+}
+
+int ct_cast(ct_graph *g, int x, ct_dtype to) {
+    ct_attrs a = {.i = {to}};
+    return ct__add1(g, CT_OP_CAST, x, &a);
+}
+
 static int is_product(ct_op op) {
     return op == CT_OP_MATMUL || op == CT_OP_CONV2D || op == CT_OP_ATTENTION;
 }

@@ -81,6 +81,10 @@ static Ctrain__Ckpt__DType to_proto_dtype(ct_dtype d) {
         return CTRAIN__CKPT__DTYPE__I64;
     case CT_U8:
         return CTRAIN__CKPT__DTYPE__U8;
+    case CT_BF16:
+        return CTRAIN__CKPT__DTYPE__BF16;
+    case CT_F16:
+        return CTRAIN__CKPT__DTYPE__F16;
     default:
         return CTRAIN__CKPT__DTYPE__F32;
     }
@@ -99,6 +103,12 @@ static int from_proto_dtype(Ctrain__Ckpt__DType d, ct_dtype *ret) {
         return 0;
     case CTRAIN__CKPT__DTYPE__U8:
         *ret = CT_U8;
+        return 0;
+    case CTRAIN__CKPT__DTYPE__BF16:
+        *ret = CT_BF16;
+        return 0;
+    case CTRAIN__CKPT__DTYPE__F16:
+        *ret = CT_F16;
         return 0;
     default:
         return -1;

@@ -128,6 +128,10 @@ static int tf_dtype(ct_dtype d) {
         return 4; /* DT_UINT8 */
     case CT_I64:
         return 9; /* DT_INT64 */
+    case CT_BF16:
+        return 14; /* DT_BFLOAT16 */
+    case CT_F16:
+        return 19; /* DT_HALF */
     }
     return 0; /* DT_INVALID */
 }

@@ -7,7 +7,7 @@
 #include "npz_internal.h"
 
 static int dtype_valid(ct_dtype d) {
-    return d == CT_F32 || d == CT_I32 || d == CT_I64 || d == CT_U8;
+    return d == CT_F32 || d == CT_I32 || d == CT_I64 || d == CT_U8 || d == CT_BF16 || d == CT_F16;
 }
 
 static int cmp_name_ptr(const void *a, const void *b) {

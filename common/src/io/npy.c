@@ -24,6 +24,10 @@ static const char *npy_descr(ct_dtype d) {
         return "<i8";
     case CT_U8:
         return "|u1";
+    case CT_F16:
+        return "<f2";
+    case CT_BF16: /* NumPy has none: refused by ct__named_arrays_check for .npz */
+        break;
     }
     return "?";
 }
@@ -230,6 +234,8 @@ ct_status ct__npy_decode(const char *path, const char *member, unsigned char *bu
         } else if (strcmp(d, "<f8") == 0) {
             a->dtype = CT_F32; /* ctrain computes in f32: f64 arrays are narrowed on load */
             from_f64 = 1;
+        } else if (strcmp(d, "<f2") == 0) {
+            a->dtype = CT_F16;
         } else if (strcmp(d, "<i4") == 0) {
             a->dtype = CT_I32;
         } else if (strcmp(d, "<i8") == 0) {

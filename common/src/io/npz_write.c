@@ -55,6 +55,14 @@ ct_status ct_npz_write(const char *path, const ct_named_array *arrays, int n, ct
                           "65535 members",
                           path, n);
     }
+    for (int i = 0; i < n; i++) {
+        if (arrays[i].dtype == CT_BF16) {
+            return ct_err_set(err, CT_EINVAL,
+                              "%s: array '%s' is bf16, which NumPy has no dtype for: write it as "
+                              "f16 or f32, or to safetensors",
+                              path, arrays[i].name);
+        }
+    }
     uint64_t *bytes = NULL;
     ct_status st = ct__named_arrays_check(path, arrays, n, &bytes, err);
     npz_member *mem = NULL;

@@ -149,6 +149,10 @@ static const char *safetensors_dtype(ct_dtype d) {
         return "I64";
     case CT_U8:
         return "U8";
+    case CT_BF16:
+        return "BF16";
+    case CT_F16:
+        return "F16";
     }
     return "?";
 }
