@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("CTRAIN_BUILD_DIR", "build")
 LIB = ctypes.CDLL(os.path.join(ROOT, BUILD, "common", "libctrain.so"))
 
-CT_F32, CT_I32 = 0, 1
+CT_F32, CT_I32, CT_BF16, CT_F16 = 0, 1, 4, 5
 MAX_DIMS = 6
 
 
@@ -85,9 +85,10 @@ class Graph:
                                           a.ctypes.data_as(vp), b"x"))
 
     def constant(self, array):
+        """An i32, f16 (float16 arrays) or f32 constant."""
         a = np.ascontiguousarray(array)
-        dtype = CT_I32 if a.dtype == np.int32 else CT_F32
-        a = a.astype(np.int32 if dtype == CT_I32 else np.float32)
+        dtype = {np.dtype(np.int32): CT_I32, np.dtype(np.float16): CT_F16}.get(a.dtype, CT_F32)
+        a = a.astype({CT_I32: np.int32, CT_F16: np.float16}.get(dtype, np.float32))
         return self.check(LIB.ct_constant(self.g, dtype, ctypes.byref(_shape(a.shape)),
                                           a.ctypes.data_as(vp)))
 

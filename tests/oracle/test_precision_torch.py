@@ -73,3 +73,36 @@ def test_bf16_mlp_five_sgd_steps_against_torch_rounding():
     # ctrain in f32 against the rounding twin: off by far more than the sum order
     f32, _, _ = five_steps([], mlp_rounded, autocast=False)
     assert loss_error(f32, theirs) > 1e-4, (f32, theirs)
+
+
+def test_cast_and_its_gradient_match_torch():
+    """ct_cast to bf16 and f16 against torch's .to() on values across f16's range (subnormals,
+    ties, overflow to Inf), bit for bit, and the gradient of x -> bf16 -> f32 against autograd;
+    an f16 constant cast up equals torch's."""
+    from ctrain_ffi import CT_BF16, CT_F16, CT_F32, Graph
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-7e4, 7e4, 3000), rng.uniform(-1e-6, 1e-6, 3000),
+                        [2049.0, 65520.0, -65519.0, 1.0 + 2**-8, 0.0, -0.0]]).astype(np.float32)
+    for dtype, torch_dtype in ((CT_BF16, torch.bfloat16), (CT_F16, torch.float16)):
+        g = Graph()
+        try:
+            xi = g.variable(x)
+            h = g.op("cast", xi, dtype)
+            back = g.op("cast", h, CT_F32)
+            c = rng.uniform(-1, 1, x.shape).astype(np.float32)
+            loss = g.op("sum", g.op("mul", back, g.constant(c)), 0, 0)
+            (gx,) = g.gradients(loss, [xi])
+            want = torch.from_numpy(x).to(torch_dtype)
+            assert (g.value(h, np.uint16) == want.view(torch.int16).numpy().view(np.uint16)).all()
+            xt = torch.from_numpy(x).requires_grad_()
+            (xt.to(torch_dtype).float() * torch.from_numpy(c)).sum().backward()
+            assert np.array_equal(g.value(gx).view(np.uint32), xt.grad.numpy().view(np.uint32))
+        finally:
+            g.close()
+    g = Graph()
+    try:
+        f16 = rng.uniform(-100, 100, 64).astype(np.float16)
+        up = g.op("cast", g.constant(f16), CT_F32)
+        assert np.array_equal(g.value(up), torch.from_numpy(f16).float().numpy())
+    finally:
+        g.close()
