@@ -37,7 +37,8 @@ static int env_int(const char *name) {
  * idle ranks yield the CPU (a spinning rank starves the kernel's network work: 7x fewer samples
  * per second between two namespace hosts on 2 cores; docs/parameter-server.md, "Addresses
  * across hosts"), and --interface / CTRAIN_INTERFACE names the TCP interface, as it does for
- * the ZeroMQ roles. */
+ * the ZeroMQ roles, unless the user excluded interfaces (btl_tcp_if_exclude: Open MPI takes
+ * one of the two). */
 static void mpi_defaults(const ct_role_flags *f) {
     int world = env_int("OMPI_COMM_WORLD_SIZE"), local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
     int spans = (world > 0 && local > 0 && local < world) || env_int("SLURM_STEP_NUM_NODES") > 1;
@@ -46,7 +47,8 @@ static void mpi_defaults(const ct_role_flags *f) {
     }
     const char *iface =
         f->ps.interface && *f->ps.interface ? f->ps.interface : getenv("CTRAIN_INTERFACE");
-    if (iface && *iface) {
+    const char *exclude = getenv("OMPI_MCA_btl_tcp_if_exclude"); /* the user's (mpirun --mca) */
+    if (iface && *iface && !(exclude && *exclude)) { /* Open MPI refuses include with exclude */
         setenv("OMPI_MCA_btl_tcp_if_include", iface, 0);
     }
 }

@@ -319,3 +319,16 @@ def test_an_unwritable_tmpdir_is_named(tmp_path):
     assert r.stderr.strip() == (
         f"ctrain: --replicas 2: cannot create a file in {tmp_path / 'missing'} to learn when the "
         "ranks start (No such file or directory); set TMPDIR to a writable directory"), r.stderr
+
+
+def test_interface_gives_way_to_the_users_exclude(tmp_path):
+    """CTRAIN_INTERFACE becomes Open MPI's btl_tcp_if_include unless the user set
+    btl_tcp_if_exclude (Open MPI refuses the two together: "mutually-exclusive-vars")."""
+    env = dict(ENV, CTRAIN_INTERFACE="lo", OMPI_MCA_btl_tcp_if_exclude="docker0")
+    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", WORKER, "--job", JOB,
+                        "--set", "train.max_steps=5", *SMALL, "--set", "strategy.type=mirrored",
+                        "--set", f"run_dir={tmp_path}", "--quiet"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "mutually-exclusive" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "replicas=2" in r.stdout
