@@ -84,6 +84,8 @@ def test_a_cut_shorter_than_the_timeouts_loses_nothing(hosts, tmp_path):
     hosts.c.link(2, up=False)
     time.sleep(1.0)  # an eighth of the heartbeat timeout
     hosts.c.link(2, up=True)
+    # the cut fell inside the run (40 epochs: minutes here), not after it
+    assert hosts.procs["chief"].poll() is None, "the run ended before the cut was mended"
     out = finish(hosts)
     assert "lost" not in out, out
     assert re.search(r"done: epochs=40 .*workers=2", out), out

@@ -262,8 +262,9 @@ def test_an_evaluator_on_its_own_host_and_a_profile_merged_across_hosts(tmp_path
 
 
 def test_ipv6_addresses_in_the_cluster_spec(hosts, tmp_path):
-    """The chief given as an IPv6 literal: the server advertises its IPv6 address (the route
-    to the chief) and workers on two other hosts train through it."""
+    """The chief given as an IPv6 literal: it listens there, and a server and workers on two
+    other hosts reach it and train. (Which address the server advertises is not checked: the
+    hosts have IPv4 too, and the workers would reach either.)"""
     c = hosts.c
     chief = f"[{c.addr6(0)}]:{PORT}"
     args = ["--job", JOB, *PS_JOB, "--set", "train.max_steps=20", "--set",
