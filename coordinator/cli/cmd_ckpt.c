@@ -20,24 +20,24 @@
 
 void ckpt_usage(FILE *f) {
     fprintf(
-        f,
-        "usage: ctrain ckpt <command> ...\n"
-        "\n"
-        "commands:\n"
-        "  ls DIR                     list DIR's checkpoints, newest first, with step, epoch,\n"
-        "                             size, time and whether each one verifies\n"
-        "  show FILE                  the run position, the job, and every tensor: dtype,\n"
-        "                             shape, min, max, mean, std and CRC-32C\n"
-        "  diff A B                   compare two checkpoints tensor by tensor (exit 0 when\n"
-        "                             identical, 1 when they differ, 2 on bad input)\n"
-        "  export FILE --format npz|safetensors|onnx OUT [--dtype f32|bf16|f16]\n"
-        "                             write every tensor to OUT (NumPy .npz or safetensors),\n"
-        "                             or the model (graph and weights) as ONNX: ctrain export;\n"
-        "                             --dtype: f32 tensors as 16-bit floats, rounded to nearest\n"
-        "                             even (bf16: safetensors only, NumPy has no bf16)\n"
-        "\n"
-        "A checkpoint that fails verification (CRC, sizes) is named with the tensor at\n"
-        "fault.\n");
+        f, "usage: ctrain ckpt <command> ...\n"
+           "\n"
+           "commands:\n"
+           "  ls DIR                     list DIR's checkpoints, newest first, with step, epoch,\n"
+           "                             size, time and whether each one verifies\n"
+           "  show FILE                  the run position, the job, and every tensor: dtype,\n"
+           "                             shape, min, max, mean, std and CRC-32C\n"
+           "  diff A B                   compare two checkpoints tensor by tensor (exit 0 when\n"
+           "                             identical, 1 when they differ, 2 on bad input)\n"
+           "  export FILE --format npz|safetensors|onnx OUT [--dtype f32|bf16|f16]\n"
+           "                             write every tensor to OUT (NumPy .npz or safetensors),\n"
+           "                             or the model (graph and weights) as ONNX: ctrain export;\n"
+           "                             --dtype: f32 tensors (optimizer slots too) as 16-bit\n"
+           "                             floats, rounded to nearest even (bf16: safetensors only,\n"
+           "                             NumPy has no bf16)\n"
+           "\n"
+           "A checkpoint that fails verification (CRC, sizes) is named with the tensor at\n"
+           "fault.\n");
 }
 
 static ct_ckpt *open_or_report(const char *path) {
@@ -232,7 +232,8 @@ static int take_dtype(int *argc, char **argv, ct_dtype *ret) {
  * set), freed with free_converted; 0 out of memory. */
 static int convert_arrays(ct_named_array *arrays, int n, ct_dtype dtype, char *mine) {
     for (int i = 0; i < n; i++) {
-        if (arrays[i].dtype != CT_F32 || dtype == CT_F32) {
+        if (arrays[i].dtype != CT_F32 || dtype == CT_F32 ||
+            !strncmp(arrays[i].name, "loss_scale/", 11)) { /* fp16 would make 2^16 Inf */
             continue;
         }
         int64_t count = 1;
@@ -273,6 +274,11 @@ static int export_arrays(int argc, char **argv) {
         return rc;
     }
     if (format && !strcmp(format, "onnx")) {
+        if (dtype != CT_F32) {
+            fprintf(stderr, "ctrain: ckpt export: --dtype is for npz and safetensors (ONNX "
+                            "exports f32)\n");
+            return EXIT_BAD_INPUT;
+        }
         return cmd_export(argc, argv); /* the model's graph, not only its tensors */
     }
     if (!in || !out || !format || (strcmp(format, "npz") && strcmp(format, "safetensors"))) {

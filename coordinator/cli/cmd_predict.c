@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/half.h"
 #include "ctrain/npz.h"
 #include "ctrain/pipeline.h"
 
@@ -218,6 +219,7 @@ static ct_status from_file(ct_trainer *t, const ct_job *job, sink *s, const char
             x[i] = a->dtype == CT_F32   ? ((const float *)a->data)[i]
                    : a->dtype == CT_I32 ? (float)((const int32_t *)a->data)[i]
                    : a->dtype == CT_I64 ? (float)((const int64_t *)a->data)[i]
+                   : a->dtype == CT_F16 ? ct_fp16_to_f32(((const uint16_t *)a->data)[i])
                                         : (float)((const uint8_t *)a->data)[i];
         }
         st = run_batches(t, s, x, n, example, batch, NULL, 0, err);

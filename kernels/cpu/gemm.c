@@ -153,13 +153,22 @@ static void dnnl_call(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     }
 }
 
+/* Whether oneDNN runs its AVX-512 kernels (what it picked for this CPU and ONEDNN_MAX_CPU_ISA),
+ * read once. */
+static int *avx512_flag(void) {
+    static int flag;
+    return &flag;
+}
+
+static void read_isa(void) {
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    *avx512_flag() = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 static int rows_need_blocks(int transpose_a, int64_t m) {
-    static int avx512 = -1; /* a benign race: every thread writes the same value */
-    if (avx512 < 0) {
-        __builtin_cpu_init();
-        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return !avx512 && !transpose_a && m % ROW_BLOCK != 0;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_isa);
+    return !*avx512_flag() && !transpose_a && m % ROW_BLOCK != 0;
 }
 
 /* The last `tail` rows (fewer than ROW_BLOCK) of C = alpha A op(B) + beta C as one padded

@@ -90,6 +90,14 @@ def test_predict_on_the_eval_pipeline_and_on_arrays(tmp_path):
         r = ctrain("predict", ckpts, str(tmp_path / src), "--batch", batch, "--out", str(out))
         assert r.returncode == 0, r.stderr
         np.testing.assert_array_equal(np.load(out), want)  # the same bits in any batch size
+    x16 = (x.astype(np.float32) / 255).astype(np.float16)  # f16 inputs: their f32 values
+    np.save(tmp_path / "x16.npy", x16)
+    np.save(tmp_path / "x16f.npy", x16.astype(np.float32))
+    for src in ("x16.npy", "x16f.npy"):
+        r = ctrain("predict", ckpts, str(tmp_path / src), "--out", str(tmp_path / f"{src}.out.npy"))
+        assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "x16.npy.out.npy"),
+                                  np.load(tmp_path / "x16f.npy.out.npy"))
     np.save(tmp_path / "bad.npy", np.zeros((4, 27, 28), np.float32))
     for args, says in (([str(tmp_path / "bad.npy")], "bad.npy: 756 values per example, but the "
                         "model's input_shape holds 784"),

@@ -192,3 +192,41 @@ def test_bf16_reaches_the_f32_validation_loss(tmp_path, model):
         r = ctrain("train", os.path.join(ROOT, "examples", job), *args, "--quiet")
         loss[p] = float(r.stdout.strip().splitlines()[-1].split("test_loss=")[1].split()[0])
     assert math.isfinite(loss["bf16"]) and abs(loss["bf16"] - loss["f32"]) <= 0.02 * loss["f32"], loss
+
+
+def test_fp16_that_overflows_at_any_scale_stops_in_one_line(tmp_path):
+    """Weights of 100 overflow fp16 in the forward pass (784 inputs): no loss scale helps, so
+    after the scale falls below 2^-14 the run stops with one line that says so (f32 would
+    train)."""
+    import numpy as np
+    shapes = {"dense_1/kernel": (784, 128), "dense_1/bias": (128,),
+              "dense_3/kernel": (128, 10), "dense_3/bias": (10,)}
+    np.savez(tmp_path / "big.npz", **{k: np.full(s, 100.0, np.float32) for k, s in shapes.items()})
+    r = subprocess.run([CTRAIN, "train", JOB, "--init-from", str(tmp_path / "big.npz"),
+                        "--set", "train.precision=fp16", "--set", "train.loss_scale=0.001",
+                        "--set", "train.max_steps=50", "--set", "data.train.limit=3200",
+                        "--set", f"run_dir={tmp_path / 'run'}", "--quiet"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "loss scale fell below 2^-14" in lines[0], r.stderr
+
+
+@needs_mpi
+def test_fp16_resume_on_mirrored_ranks_gives_every_rank_the_scale(tmp_path):
+    """Only rank 0 reads the checkpoint; the loss scale goes to the others with the weights,
+    so a stopped and resumed 2-rank run ends with the uninterrupted run's bits."""
+    sets = [*SCALER[:-1], "--set", "checkpoint.every_steps=30"]  # not --quiet: the notice
+
+    def run(steps, run_dir):
+        r = subprocess.run([CTRAIN, "train", JOB, "--replicas", "2", *sets, "--set",
+                            f"train.max_steps={steps}", "--set", f"run_dir={run_dir}"],
+                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return r
+    run(60, tmp_path / "straight")
+    run(30, tmp_path / "stopped")
+    resumed = run(60, tmp_path / "stopped")
+    assert "resumed from" in resumed.stdout + resumed.stderr, resumed.stdout + resumed.stderr
+    same, out = same_weights(ckpt(tmp_path / "straight", 60), ckpt(tmp_path / "stopped", 60))
+    assert same, out

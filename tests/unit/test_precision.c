@@ -351,3 +351,19 @@ Test(precision, checkpoint_keeps_16_bit_dtypes) {
     ct_ckpt_destroy(c);
     test_tmpdir_remove(dir);
 }
+
+/* exp, log, pow and rsqrt run in f32 under autocast (its f32 list): no round after them. */
+Test(precision, autocast_keeps_exp_in_f32) {
+    float x[4] = {1.0f, 2.0f, 3.0f, 4.0f}, w[4] = {0.5f, 0.25f, 0.125f, 1.0f};
+    ct_graph *g;
+    cr_assert_eq(ct_graph_create(be, 1, &g, NULL), CT_OK);
+    ct_shape sx = S(2, 2);
+    int xi = ct_variable(g, &sx, x, "x"), wi = ct_variable(g, &sx, w, "w");
+    ct_graph_set_precision(g, CT_PRECISION_FP16);
+    int h = ct_matmul(g, xi, wi, 0, 0);
+    int e = ct_exp(g, h), r = ct_relu(g, h);
+    cr_expect_eq(ct_graph_node(g, e)->op, CT_OP_EXP);
+    cr_expect(!(ct_graph_node(g, e)->flags & CT_NODE_HALF));
+    cr_expect_eq(ct_graph_node(g, r)->op, CT_OP_ROUND_FP16, "relu stays 16-bit: rounded");
+    ct_graph_destroy(g);
+}

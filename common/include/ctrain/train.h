@@ -249,6 +249,10 @@ CT_API void ct_trainer_set_position(ct_trainer *t, const int64_t pos[3]);
  * step leaves out; 0 otherwise. Broadcast with the position. */
 CT_API int64_t ct_trainer_resume_skip(const ct_trainer *t);
 CT_API void ct_trainer_set_resume_skip(ct_trainer *t, int64_t examples);
+/* fp16's loss scale and its counts {scale, good steps, skipped steps, overflows}, which a
+ * resumed rank 0 broadcasts with the weights (every replica must scale alike). */
+CT_API void ct_trainer_get_loss_scale(const ct_trainer *t, double state[4]);
+CT_API void ct_trainer_set_loss_scale(ct_trainer *t, const double state[4]);
 CT_API struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
 /* Sets what fit would: the training set's size and the run's planned steps (stored in
  * checkpoints; the evaluator stops after the checkpoint of the last step). For drivers that

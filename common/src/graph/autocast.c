@@ -6,9 +6,10 @@
  * attention) round their f32 operands that are not 16-bit yet and their result: 16-bit
  * operands, f32 accumulation, a 16-bit result, as a bf16 GEMM. An elementwise op, dropout or
  * average pooling whose float inputs are all 16-bit rounds its result (f32 arithmetic on 16-bit
- * values, then the cast); a view or max pooling keeps its input's values, so it is 16-bit with
- * no round. Everything else (mixed 16/32-bit arithmetic, which promotes to f32 as PyTorch's
- * type promotion does, reductions, softmax, norms, the loss) computes in f32.
+ * values, then the cast), except exp, log, pow and rsqrt, which autocast runs in f32; a view or max
+ * pooling keeps its input's values, so it is 16-bit with no round. Everything else (mixed 16/32-bit
+ * arithmetic, which promotes to f32 as PyTorch's type promotion does, reductions, softmax, norms,
+ * the loss) computes in f32.
  *
  * The backward is built with the precision off. A round op's gradient is dy rounded the same
  * way, so the gradient of every 16-bit value is 16-bit, as autocast's gradients have their
@@ -102,6 +103,9 @@ static int is_view(ct_op op) {
 
 /* Ops that stay 16-bit on 16-bit inputs (their result is rounded). */
 static int keeps_half(ct_op op) {
+    if (op == CT_OP_EXP || op == CT_OP_LOG || op == CT_OP_POW || op == CT_OP_RSQRT) {
+        return 0; /* autocast's f32 list: they overflow or lose too much in 16 bits */
+    }
     switch (op) {
 #define CT__HALF_CASE(e, arity, EXPR) case CT_OP_##e:
         CT__EWISE_LIST(CT__HALF_CASE)

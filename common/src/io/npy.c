@@ -250,7 +250,7 @@ ct_status ct__npy_decode(const char *path, const char *member, unsigned char *bu
         } else {
             st = ct_err_set(err, CT_EINVAL,
                             "%s: member '%s': dtype '%s' is not supported (want "
-                            "<f4, <f8, <i4, <i8 or |u1)",
+                            "<f4, <f8, <f2, <i4, <i8 or |u1)",
                             path, member, d);
         }
         src_size = from_f64 ? 8 : ct_dtype_size(a->dtype);

@@ -99,6 +99,10 @@ static void broadcast_state(ct_trainer *t) {
     MPI_Bcast(pos, 4, MPI_INT64_T, 0, MPI_COMM_WORLD);
     ct_trainer_set_position(t, pos);
     ct_trainer_set_resume_skip(t, pos[3]);
+    double scale[4]; /* fp16's loss scale: a resumed rank 0's, which every rank must use */
+    ct_trainer_get_loss_scale(t, scale);
+    MPI_Bcast(scale, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    ct_trainer_set_loss_scale(t, scale);
 }
 
 /* Broadcasts the start, trains, and reports a stall in place of whatever the loop returned. */

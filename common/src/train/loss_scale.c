@@ -13,6 +13,9 @@
 #include "prof/prof.h"
 #include "train/trainer_internal.h"
 
+/* Below this, halving cannot help: the overflow is not the gradients' scale. */
+#define LOSS_SCALE_MIN (1.0f / 16384.0f)
+
 void ct__loss_scale_init(ct_trainer *t) {
     t->scaler.scale = ct__trainer_scaling(t) ? t->cfg.train.loss_scale : 1.0f;
     t->scaler.good = t->scaler.skipped = t->scaler.overflows = 0;
@@ -37,6 +40,13 @@ static int scaled_update(ct_trainer *t, ct_status *st, ct_err *err) {
         s->good = 0;
         s->skipped++;
         s->overflows++;
+        if (s->scale < LOSS_SCALE_MIN) {
+            *st = ct_err_set(err, CT_ENUMERIC,
+                             "step %lld: fp16's loss scale fell below 2^-14 after %lld overflows: "
+                             "the gradients are not finite at any scale (a forward pass that "
+                             "overflows fp16?); try train.precision bf16",
+                             (long long)t->step, (long long)s->overflows);
+        }
         return 0;
     }
     *st = ct_optimizer_apply_scaled(t->opt, p, t->step, t->total_steps, 1.0f / s->scale, 0, err);
@@ -57,6 +67,20 @@ ct_status ct__trainer_update(ct_trainer *t, ct_err *err) {
     }
     ct__prof_end(t0, CT__PROF_OPTIMIZER, "optimizer", NULL, -1, -1, -1, -1);
     return st;
+}
+
+void ct_trainer_get_loss_scale(const ct_trainer *t, double state[4]) {
+    state[0] = t->scaler.scale;
+    state[1] = (double)t->scaler.good;
+    state[2] = (double)t->scaler.skipped;
+    state[3] = (double)t->scaler.overflows;
+}
+
+void ct_trainer_set_loss_scale(ct_trainer *t, const double state[4]) {
+    t->scaler.scale = (float)state[0];
+    t->scaler.good = (int64_t)state[1];
+    t->scaler.skipped = (int64_t)state[2];
+    t->scaler.overflows = (int64_t)state[3];
 }
 
 int ct__loss_scale_tensors(ct_trainer *t, ct_ckpt_tensor *out, int cap, int64_t counts[3]) {
