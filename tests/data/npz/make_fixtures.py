@@ -32,6 +32,7 @@ def main():
              f=np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)))
     np.savez(os.path.join(HERE, "bigendian.npz"), b=np.arange(4, dtype=">i4"))
     np.savez(os.path.join(HERE, "float16.npz"), h=np.arange(3, dtype=np.float16))
+    np.savez(os.path.join(HERE, "complex.npz"), c=np.arange(3, dtype=np.complex64))
     with zipfile.ZipFile(os.path.join(HERE, "not_npy.npz"), "w") as z:
         z.writestr("x.npy", b"hello, not an array")
 
