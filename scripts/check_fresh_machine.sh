@@ -258,6 +258,9 @@ fi
 
 for c in "${commands[@]}"; do
     root=$(mktemp -d "$work/ctrain-fresh.XXXXXX")
+    # mktemp makes it 0700: a package's postinst that runs as its own user (munge's mungekey,
+    # under su) could not reach /bin/sh inside it, which no real machine's / prevents
+    chmod 755 "$root"
     roots+=("$root")
     phase "$c: unpack the root" tar -C "$root" --numeric-owner -xzf "$tarball"
     phase "$c: prepare (apt, hosts, CA)" prepare_root "$root"
