@@ -24,10 +24,15 @@ int ct_role_main(const ct_role_main_spec *spec, int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", spec->role, err.msg);
         return 2;
     }
-    int rc = job->strategy == CT_STRATEGY_PARAMETER_SERVER
-                 ? ct_role_run_ps(spec->role, spec->task_type, spec->any_task, spec->runners, &f,
-                                  job, text)
-                 : ct_role_run_mirrored(spec->role, spec->chief_only, &f, job, text, &argc, &argv);
+    int rc;
+    if (job->strategy == CT_STRATEGY_PARAMETER_SERVER) {
+        rc = ct_role_run_ps(spec->role, spec->task_type, spec->any_task, spec->runners, &f, job,
+                            text);
+    } else if (job->mirrored.elastic.max_replicas > 0) {
+        rc = ct_role_run_elastic(spec->role, spec->task_type == CT_TASK_CHIEF, &f, job, text);
+    } else {
+        rc = ct_role_run_mirrored(spec->role, spec->chief_only, &f, job, text, &argc, &argv);
+    }
     free(text);
     ct_job_destroy(job);
     return rc;

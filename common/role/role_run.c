@@ -12,6 +12,8 @@
 
 #include "ctrain/checkpoint.h"
 #include "ctrain/cluster.h"
+#include "ctrain/elastic.h"
+#include "ctrain/net.h"
 #include "ctrain/profile.h"
 #include "ctrain/report.h"
 
@@ -102,6 +104,45 @@ ct_train_reporter ct_role_console_reporter(int quiet, const char *notice_prefix)
 void ct_role_log_line(ct_log_level level, const char *msg, void *user) {
     (void)level;
     fprintf(stderr, "%s: %s\n", (const char *)user, msg);
+}
+
+/* ---- an elastic rank ---- */
+
+int ct_role_run_elastic(const char *role, int chief_binary, const ct_role_flags *f,
+                        const ct_job *job, const char *job_text) {
+    ct_err err = {0};
+    const char *chief = f->ps.cluster.chief;
+    if (chief_binary == (chief != NULL)) {
+        fprintf(stderr,
+                chief_binary ? "%s: the chief of an elastic job runs the coordinator itself: drop "
+                               "--chief (ranks dial the address it prints)\n"
+                             : "%s: an elastic rank needs --chief HOST:PORT, the address the chief "
+                               "printed ('elastic: ranks join at ...')\n",
+                role);
+        return 2;
+    }
+    if (chief_binary && ct_role_start_over(f, job, &err) != CT_OK) {
+        fprintf(stderr, "%s: %s\n", role, err.msg);
+        return 1;
+    }
+    ct_role_catch_signals();
+    ct_log_set(CT_LOG_WARN, ct_role_log_line, (void *)role);
+    ct_elastic_options o = {.job_text = job_text,
+                            .no_resume = f->no_resume,
+                            .report = ct_role_console_reporter(f->quiet || !chief_binary, ""),
+                            .stop = &ct_role_stop_requested,
+                            .slow_factor = f->ps.slow_factor,
+                            .chief = chief,
+                            .bind = f->ps.bind};
+    ct_train_result r;
+    ct_status st = ct_elastic_train(job, &o, &r, &err);
+    if (st == CT_OK && chief_binary) {
+        ct_role_print_done(&r, "elastic");
+    } else if (st != CT_OK) {
+        fprintf(stderr, "%s: %s\n", role, err.msg);
+    }
+    ct_net_shutdown();
+    return ct_exit_code(st, ct_role_stop_signal, 0);
 }
 
 /* ---- a parameter-server task ---- */

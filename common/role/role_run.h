@@ -43,6 +43,13 @@ ct_status ct_role_start_over(const ct_role_flags *f, const ct_job *job, ct_err *
 int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
                          const ct_job *job, const char *job_text, int *argc, char ***argv);
 
+/* Runs this process in an elastic mirrored job (strategy.elastic; no MPI): ctrain-chief
+ * (chief_binary) runs the coordinator at --bind and trains as the first rank, printing its
+ * epoch lines, the notices (where ranks join, ranks lost and joined) and the done line;
+ * ctrain-worker is a rank that dials --chief. Returns the exit code. */
+int ct_role_run_elastic(const char *role, int chief_binary, const ct_role_flags *f,
+                        const ct_job *job, const char *job_text);
+
 /* The epoch lines and notices of a training driver on stdout (each notice after notice_prefix, a
  * static string); none when quiet (--quiet: only the done line). */
 ct_train_reporter ct_role_console_reporter(int quiet, const char *notice_prefix);

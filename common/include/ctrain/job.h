@@ -285,6 +285,15 @@ typedef struct ct_train_spec {
                                        scale doubles (2000); an overflow halves it */
 } ct_train_spec;
 
+/* strategy.elastic of a mirrored job (docs/elastic.md): ranks may leave and join while it
+ * trains; max_replicas 0: not elastic. */
+typedef struct ct_elastic_spec {
+    int min_replicas;           /* strategy.elastic.min_replicas: ranks to start and go on (1) */
+    int max_replicas;           /* strategy.elastic.max_replicas: ranks at most (4) */
+    int64_t commit_every_steps; /* strategy.elastic.commit_every_steps: a joining rank takes the
+                                   state and joins at steps that are multiples of this (1) */
+} ct_elastic_spec;
+
 /* strategy.* of a mirrored job: the mirrored strategy's options. */
 typedef struct ct_mirrored_spec {
     int64_t bucket_bytes;          /* strategy.bucket_bytes: gradient all-reduce buckets (1 MiB) */
@@ -292,6 +301,7 @@ typedef struct ct_mirrored_spec {
     int64_t check_every;           /* strategy.check_every: replica checksums every K steps; 0 */
     ct_compression compression;    /* strategy.compression: none, fp16, bf16 */
     ct_allreduce_engine allreduce; /* strategy.allreduce: auto, ring, shared */
+    ct_elastic_spec elastic;       /* strategy.elastic: ranks may come and go (no MPI) */
 } ct_mirrored_spec;
 
 /* strategy.* of a parameter_server job: the parameter-server roles' options. */

@@ -229,6 +229,18 @@ typedef struct ct_grad_reducer {
      * servers), so the trainer applies none. begin_step, node_done, finish and the others may
      * be NULL. */
     int remote_update;
+    /* Elastic (strategy.elastic, train.invariant's chunks): the chunks of the global batch this
+     * replica computes now (bit j: chunk j). Each one's gradient (NULL: the chunk has no
+     * examples) and sums {loss x examples, accuracy x examples, examples} go to chunk_done
+     * instead of a local sum; finish then leaves the step's sum of every chunk in
+     * params->grad, unless again() says the chunks changed (a replica was lost): then the
+     * replica computes chunks() and finishes again. step_sums gives the step's sums over every
+     * chunk. NULL chunks: not elastic. */
+    uint64_t (*chunks)(void *user);
+    ct_status (*chunk_done)(void *user, int chunk, const float *grad, const double sums[3],
+                            ct_err *err);
+    int (*again)(void *user);
+    void (*step_sums)(void *user, double sums[3]);
 } ct_grad_reducer;
 
 /* Makes steps reduce gradients through r (borrowed), and fit read shard `index` of `count` of

@@ -114,6 +114,7 @@ static const char *const strategy_keys[] = {"type",
                                             "pull_ahead",
                                             "keys",
                                             "allreduce",
+                                            "elastic",
                                             NULL};
 static const char *const staleness_keys[] = {"policy", "max", NULL};
 
@@ -708,6 +709,7 @@ static void read_strategy(ct__job_reader *r, const ct__job_section *top, ct_job 
     ct__job_sec_name(&s, "allreduce", allreduce_names, "all-reduce engine", &allreduce);
     job->mirrored.allreduce = (ct_allreduce_engine)allreduce;
     read_ps_strategy(r, &s, job);
+    ct__job_read_elastic(r, &s, job);
     const ct__yaml_node *v = ct__job_sec_get(&s, "type", path);
     if (!v || r->status != CT_OK) {
         return;
@@ -720,6 +722,11 @@ static void read_strategy(ct__job_reader *r, const ct__job_section *top, ct_job 
     int type = CT_STRATEGY_LOCAL;
     ct__job_read_name(r, v, path, strategy_names, "strategy", &type);
     job->strategy = (ct_strategy_type)type;
+    if (type != CT_STRATEGY_MIRRORED && job->mirrored.elastic.max_replicas > 0) {
+        ct__job_fail(r, v->line, path,
+                     "strategy.elastic belongs to strategy.type mirrored (the parameter-server "
+                     "strategy's workers come and go without it)");
+    }
     if (type == CT_STRATEGY_PARAMETER_SERVER && job->train.precision == CT_PRECISION_FP16) {
         ct__job_fail(r, v->line, path,
                      "parameter_server with train.precision fp16: its loss scale is not applied "

@@ -146,5 +146,7 @@ void ct__job_read_slice(const ct__job_section *s, ct_layer_spec *l);
 /* train.device, train.soft_placement, train.log_device_placement, train.precision and fp16's
  * train.loss_scale (job_placement.c). */
 void ct__job_read_placement(ct__job_reader *r, const ct__job_section *s, ct_job *job);
+/* strategy.elastic (job_elastic.c): s is the strategy section. */
+void ct__job_read_elastic(ct__job_reader *r, const ct__job_section *s, ct_job *job);
 
 #endif

@@ -32,6 +32,16 @@ static const char *const kind_names[] = {
     "DS_ACK",
     "DS_HELLO",
     "DS_BATCH",
+    [30] = "ELASTIC_HELLO",
+    "ELASTIC_WELCOME",
+    "ELASTIC_BEAT",
+    "ELASTIC_LEAF",
+    "ELASTIC_DONE",
+    "ELASTIC_SUM",
+    "ELASTIC_REDO",
+    "ELASTIC_STATE",
+    "ELASTIC_STOP",
+    "ELASTIC_BYE",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 

@@ -17,6 +17,7 @@
 #include "ctrain/report.h"
 #include "mirrored_reducer.h"
 #include "prof/prof.h"
+#include "run_dir.h"
 
 typedef struct run {
     const ct_job *job;        /* the caller's */
@@ -32,11 +33,6 @@ typedef struct run {
 /* A notice for a person, from the chief only. */
 /* Notices come from the chief only. */
 #define notice(r, ...) ((r)->rank == 0 ? ct_report_notice(&(r)->o->report, __VA_ARGS__) : (void)0)
-
-static void warn_line(const char *msg, void *user) {
-    (void)user;
-    ct_log(CT_LOG_WARN, "warning: %s", msg);
-}
 
 /* Every rank: the training data, its slice of the eval data, the trainer and the reducer. */
 static ct_status open_rank(run *r, ct_err *err) {
@@ -57,28 +53,6 @@ static ct_status open_rank(run *r, ct_err *err) {
                              r->size, &r->m, err);
     if (st == CT_OK) { /* before a resume: the checkpoint's position counts in global batches */
         ct_trainer_set_data_parallel(r->t, &r->m->iface, r->rank, r->size);
-    }
-    return st;
-}
-
-/* The chief owns the run directory: checkpoints, resume, logs. */
-static ct_status open_run_dir(run *r, ct_err *err) {
-    const ct_job *job = r->job;
-    char dir[2048];
-    if (job->checkpoint.dir[0]) {
-        snprintf(dir, sizeof dir, "%s", job->checkpoint.dir);
-    } else {
-        snprintf(dir, sizeof dir, "%.2000s/checkpoints", job->run_dir);
-    }
-    ct_status st = ct_trainer_set_checkpointing(r->t, dir, r->o->job_text, err);
-    if (st == CT_OK && !r->o->no_resume && job->checkpoint.resume) {
-        st = ct_trainer_resume(r->t, dir, &r->resumed, warn_line, NULL, err);
-    }
-    if (st == CT_OK) {
-        st = ct_trainer_set_logging(r->t, job->run_dir, err);
-    }
-    if (st == CT_OK && ct_profile_started()) { /* before any rank writes this run's files */
-        st = ct_profile_clear(job->run_dir, err);
     }
     return st;
 }
@@ -216,7 +190,7 @@ ct_status ct_mirrored_train(const ct_job *job, const ct_cluster_spec *spec,
         st = open_rank(&r, err);
     }
     if (st == CT_OK && r.rank == 0) {
-        st = open_run_dir(&r, err);
+        st = ct__open_run_dir(r.t, job, opts->job_text, opts->no_resume, &r.resumed, err);
     }
     /* every rank learns whether all got this far before any collective that could hang */
     int ok = st == CT_OK, all_ok = 0;

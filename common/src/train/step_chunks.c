@@ -74,6 +74,51 @@ static ct_status run_chunks(ct_trainer *t, const float *x, const void *y, int64_
     return st;
 }
 
+/* Elastic: this replica's chunks of the global batch (the reducer says which, and may say
+ * again after a replica was lost), each chunk's gradient handed to the reducer, which leaves
+ * the sum of every replica's chunks in params->grad; the step's sums out. */
+static ct_status run_elastic(ct_trainer *t, const float *x, const void *y, int64_t batch,
+                             double sums[3], ct_err *err) {
+    const ct_grad_reducer *r = t->reducer;
+    ct_params *p = ct_model_params(t->model);
+    const int64_t c = chunk_rows(t), slots = (t->cfg.train.batch_size + c - 1) / c;
+    int64_t example = 1;
+    for (int k = 0; k < t->cfg.input_rank; k++) {
+        example *= t->cfg.input_shape[k];
+    }
+    const int64_t base = t->row_base, end = base + batch;
+    ct_status st = CT_OK;
+    do {
+        const uint64_t mine = r->chunks(r->user);
+        for (int64_t j = 0; j < slots && j < 64 && st == CT_OK; j++) {
+            if (!(mine >> j & 1)) {
+                continue;
+            }
+            int64_t a = j * c > base ? j * c : base, e = (j + 1) * c < end ? (j + 1) * c : end;
+            int64_t r0 = a - base, n = e - a;
+            double s[3] = {0.0, 0.0, 0.0};
+            if (n > 0) {
+                float loss, acc;
+                t->chunk_offset = r0;
+                st = ct__trainer_run_batch(t, x + r0 * example, ct__label_rows(t, y, r0), n, 1,
+                                           &loss, &acc, err);
+                t->chunk_offset = 0;
+                s[0] = (double)loss * (double)n;
+                s[1] = (double)acc * (double)n;
+                s[2] = (double)n;
+            }
+            if (st == CT_OK) {
+                st = r->chunk_done(r->user, (int)j, n > 0 ? p->grad : NULL, s, err);
+            }
+        }
+        if (st == CT_OK) {
+            st = r->finish(r->user, err);
+        }
+    } while (st == CT_OK && r->again(r->user));
+    r->step_sums(r->user, sums);
+    return st;
+}
+
 ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const void *y, int64_t batch,
                                   int64_t global_n, float *ret_loss, float *ret_accuracy,
                                   ct_err *err) {
@@ -81,11 +126,18 @@ ct_status ct__trainer_step_chunks(ct_trainer *t, const float *x, const void *y, 
     if (r && r->begin_step) { /* a partial sum, not a mean: weight 1; no node reports */
         r->begin_step(r->user, NULL, t->step, global_n, global_n);
     }
-    double loss_sum = 0.0, acc_sum = 0.0;
+    double loss_sum = 0.0, acc_sum = 0.0, sums[3] = {0.0, 0.0, 0.0};
     t->loss_examples = global_n;
-    ct_status st = run_chunks(t, x, y, batch, &loss_sum, &acc_sum, err);
+    ct_status st;
+    if (r && r->chunks) { /* elastic: finish ran, for every chunk */
+        st = run_elastic(t, x, y, batch, sums, err);
+        loss_sum = sums[0];
+        acc_sum = sums[1];
+    } else {
+        st = run_chunks(t, x, y, batch, &loss_sum, &acc_sum, err);
+    }
     t->loss_examples = 0;
-    if (st == CT_OK && r && r->finish) {
+    if (st == CT_OK && r && r->finish && !r->chunks) {
         st = r->finish(r->user, err);
     }
     if (st == CT_OK && !(r && r->remote_update)) {

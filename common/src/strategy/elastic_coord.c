@@ -1,0 +1,533 @@
+/* The elastic coordinator (see elastic_internal.h): membership, views and each step's sum, on
+ * a thread of the chief's process with one ROUTER socket. Every wait is bounded: a rank silent
+ * for strategy.heartbeat_timeout, or without its gradients strategy.stall_timeout after the
+ * step began, is lost and named; the chief's rank says when it is done. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "core/clock.h"
+#include "core/tree_sum.h"
+#include "ctrain/net.h"
+#include "elastic_internal.h"
+#include "net/wire.h"
+
+enum { M_PENDING, M_INCOMING, M_ACTIVE, M_GONE };
+
+typedef struct member {
+    unsigned char rid[CT_WIRE_ROUTING_ID_MAX];
+    size_t rid_len;
+    char name[96];
+    int state, chief;
+    double last_heard;
+    uint64_t assigned; /* chunks of the current step */
+    int done;          /* said DONE for the current step and waits for the sum */
+} member;
+
+struct ct__el_coord {
+    void *router;
+    pthread_t thread;
+    atomic_int quit;
+    char why[256];
+    uint64_t job_id;
+    ct_elastic_spec spec;
+    double beat_timeout, stall_timeout;
+    int64_t len; /* floats per gradient */
+    int n_chunks;
+    float **leaves;
+    uint64_t have, empty; /* chunks received this step; those without examples */
+    double sums[64][3];
+    ct__tree_acc acc;
+    float *sum;
+    member m[CT__EL_MAX_MEMBERS];
+    int n_members;
+    int started;
+    int64_t step; /* the step being summed */
+    uint32_t view;
+    double step_start;
+    char note[512]; /* for the chief's rank with the next sum: what changed */
+    ct__msg msg;
+    atomic_int others; /* ranks besides the chief's not gone: ct__el_coord_stop waits for 0 */
+};
+
+static ct_status send_to(ct__el_coord *c, const member *m, int kind, ct__el_msg *el,
+                         const void *const *data, const size_t *bytes, int n) {
+    ct_err err = {0};
+    return ct__el_send(c->router, m->rid, m->rid_len, kind, el, c->job_id, data, bytes, n, &err);
+}
+
+/* Appends one change ("lost rank ...") to the note the chief's rank reports with the next sum. */
+static void add_note(ct__el_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_note(ct__el_coord *c, const char *fmt, ...) {
+    size_t used = strlen(c->note);
+    if (used + 3 >= sizeof c->note) {
+        return;
+    }
+    if (used) {
+        memcpy(c->note + used, "; ", 3);
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->note + used, sizeof c->note - used, fmt, ap);
+    va_end(ap);
+}
+
+static int count(const ct__el_coord *c, int state) {
+    int k = 0;
+    for (int i = 0; i < c->n_members; i++) {
+        k += c->m[i].state == state;
+    }
+    return k;
+}
+
+static member *find_rid(ct__el_coord *c, const ct__msg *msg) {
+    for (int i = 0; i < c->n_members; i++) {
+        if (c->m[i].rid_len == msg->peer_len && !memcmp(c->m[i].rid, msg->peer, msg->peer_len)) {
+            return &c->m[i];
+        }
+    }
+    return NULL;
+}
+
+static member *find_name(ct__el_coord *c, const char *name) {
+    for (int i = 0; i < c->n_members; i++) {
+        if (!strcmp(c->m[i].name, name)) {
+            return &c->m[i];
+        }
+    }
+    return NULL;
+}
+
+/* The chunks of the next step over the members that compute it (in member order, the chief
+ * first): member k of W takes chunks [k N / W, (k + 1) N / W). */
+static void assign(ct__el_coord *c) {
+    int w = count(c, M_ACTIVE) + count(c, M_INCOMING), k = 0;
+    for (int i = 0; i < c->n_members; i++) {
+        member *m = &c->m[i];
+        m->assigned = 0;
+        m->done = 0;
+        if (m->state != M_ACTIVE && m->state != M_INCOMING) {
+            continue;
+        }
+        for (int j = k * c->n_chunks / w; j < (k + 1) * c->n_chunks / w; j++) {
+            m->assigned |= (uint64_t)1 << j;
+        }
+        k++;
+    }
+}
+
+/* A rank is gone: its chunks of this step that have not come go to the others, round-robin;
+ * a rank already waiting for the sum is told to compute them (REDO). */
+static void lose(ct__el_coord *c, member *gone, const char *why) {
+    uint64_t missing = gone->assigned & ~c->have;
+    gone->state = M_GONE;
+    gone->assigned = 0;
+    c->view++;
+    int left = count(c, M_ACTIVE) + count(c, M_INCOMING);
+    add_note(c, "lost rank %s at step %lld (%s): %d ranks now", gone->name, (long long)c->step + 1,
+             why, left);
+    uint64_t give[CT__EL_MAX_MEMBERS] = {0};
+    for (int j = 0, next = 0; j < c->n_chunks && left > 0; j++) {
+        for (int t = 0; (missing >> j & 1) && t < c->n_members; t++) {
+            int i = (next + t) % c->n_members;
+            if (c->m[i].state == M_ACTIVE) { /* an incoming rank has no state yet */
+                give[i] |= (uint64_t)1 << j;
+                next = i + 1;
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < c->n_members; i++) {
+        member *m = &c->m[i];
+        m->assigned |= give[i];
+        if (give[i] && m->done) {
+            ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+            el.step = c->step;
+            el.view = c->view;
+            el.chunks = give[i];
+            m->done = 0;
+            send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_REDO, &el, NULL, NULL, 0);
+        }
+    }
+}
+
+static void refuse(ct__el_coord *c, const ct__msg *msg, const char *why) {
+    member tmp = {.rid_len = msg->peer_len};
+    memcpy(tmp.rid, msg->peer, msg->peer_len);
+    ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    el.message = (char *)why;
+    send_to(c, &tmp, CTRAIN__WIRE__KIND__ELASTIC_STOP, &el, NULL, NULL, 0);
+}
+
+static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) {
+    member *m = find_name(c, el->name);
+    char why[160];
+    int live = c->n_members - count(c, M_GONE);
+    if (m || c->n_members == CT__EL_MAX_MEMBERS || live >= c->spec.max_replicas) {
+        if (m) {
+            snprintf(why, sizeof why, "a rank named %.60s joined before: use a new name", el->name);
+        } else {
+            snprintf(why, sizeof why, "the job has strategy.elastic.max_replicas %d ranks already",
+                     c->spec.max_replicas);
+        }
+        refuse(c, msg, why);
+        return;
+    }
+    m = &c->m[c->n_members++];
+    memset(m, 0, sizeof *m);
+    m->rid_len = msg->peer_len;
+    memcpy(m->rid, msg->peer, msg->peer_len);
+    snprintf(m->name, sizeof m->name, "%s", el->name);
+    m->chief = el->chief;
+    m->state = el->chief ? M_ACTIVE : M_PENDING;
+    m->last_heard = ct__now_s();
+    if (el->chief) {
+        c->step = el->step;
+    }
+}
+
+static void on_leaf(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el_msg *el) {
+    int j = el->chunk;
+    if (el->step != c->step || j < 0 || j >= c->n_chunks || (c->have >> j & 1)) {
+        return; /* a step already summed, or a chunk another rank sent first (the same bits) */
+    }
+    const uint64_t bit = (uint64_t)1 << j;
+    if (msg->env->n_tensors == 1 && msg->env->tensors[0]->bytes == (uint64_t)c->len * 4) {
+        memcpy(c->leaves[j], ct__msg_tensor((ct__msg *)msg, 0), (size_t)c->len * sizeof(float));
+        c->empty &= ~bit;
+    } else {
+        c->empty |= bit;
+    }
+    c->sums[j][0] = el->loss_sum;
+    c->sums[j][1] = el->acc_sum;
+    c->sums[j][2] = (double)el->examples;
+    c->have |= bit;
+    (void)m;
+}
+
+static void on_done(ct__el_coord *c, member *m, const ct__el_msg *el) {
+    if (el->step != c->step) {
+        return;
+    }
+    uint64_t extra = m->assigned & ~c->have;
+    if (!extra) {
+        m->done = 1;
+        return;
+    }
+    ct__el_msg r = CTRAIN__ELASTIC__ELASTIC__INIT; /* given to it while it computed */
+    r.step = c->step;
+    r.view = c->view;
+    r.chunks = extra;
+    send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_REDO, &r, NULL, NULL, 0);
+}
+
+/* The chief's rank sent its state: every incoming rank gets it with its welcome. */
+static void on_state(ct__el_coord *c, const ct__msg *msg, ct__el_msg *el) {
+    const void *data[CT__EL_MAX_FRAMES];
+    size_t bytes[CT__EL_MAX_FRAMES];
+    int n =
+        (int)msg->env->n_tensors < CT__EL_MAX_FRAMES ? (int)msg->env->n_tensors : CT__EL_MAX_FRAMES;
+    for (int k = 0; k < n; k++) {
+        data[k] = ct__msg_tensor((ct__msg *)msg, k);
+        bytes[k] = (size_t)msg->env->tensors[k]->bytes;
+    }
+    for (int i = 0; i < c->n_members; i++) {
+        member *m = &c->m[i];
+        if (m->state != M_INCOMING) {
+            continue;
+        }
+        el->member = i;
+        el->view = c->view;
+        el->size = (uint32_t)(count(c, M_ACTIVE) + count(c, M_INCOMING));
+        el->chunks = m->assigned;
+        el->step = c->step;
+        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_WELCOME, el, data, bytes, n);
+        m->state = M_ACTIVE;
+        m->last_heard = ct__now_s();
+    }
+}
+
+static void on_message(ct__el_coord *c, ct__msg *msg) {
+    ct__el_msg *el = msg->env->elastic;
+    if (!el) {
+        return;
+    }
+    int kind = msg->env->kind;
+    if (kind == CTRAIN__WIRE__KIND__ELASTIC_HELLO) {
+        on_hello(c, msg, el);
+        return;
+    }
+    if (kind == CTRAIN__WIRE__KIND__ELASTIC_BEAT) {
+        member *b = find_name(c, el->name);
+        if (b && b->state != M_GONE) {
+            b->last_heard = ct__now_s();
+        }
+        return;
+    }
+    member *m = find_rid(c, msg);
+    if (!m || m->state == M_GONE) {
+        if (kind != CTRAIN__WIRE__KIND__ELASTIC_BYE) {
+            refuse(c, msg, "this rank was dropped from the job (lost); start a new one to join");
+        }
+        return;
+    }
+    m->last_heard = ct__now_s();
+    if (kind == CTRAIN__WIRE__KIND__ELASTIC_LEAF) {
+        on_leaf(c, m, msg, el);
+    } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_DONE) {
+        on_done(c, m, el);
+    } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_STATE && m->chief) {
+        on_state(c, msg, el);
+    } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_BYE && el->finished) {
+        m->state = M_GONE; /* its run ended: nothing to hand over */
+        m->assigned = 0;
+    } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_BYE) {
+        lose(c, m, "it left");
+    }
+}
+
+/* Pending ranks become incoming (they take the state before the next step) when the next step
+ * is a commit step; returns how many. */
+static int take_joiners(ct__el_coord *c) {
+    int joined = 0;
+    if (c->step % c->spec.commit_every_steps != 0) {
+        return 0;
+    }
+    for (int i = 0; i < c->n_members; i++) {
+        if (c->m[i].state == M_PENDING) {
+            c->m[i].state = M_INCOMING;
+            joined++;
+        }
+    }
+    if (joined) {
+        c->view++;
+        add_note(c, "%d rank%s join%s at step %lld: %d ranks now", joined, joined > 1 ? "s" : "",
+                 joined > 1 ? "" : "s", (long long)c->step + 1,
+                 count(c, M_ACTIVE) + count(c, M_INCOMING));
+    }
+    return joined;
+}
+
+static void start(ct__el_coord *c) {
+    member *chief = NULL;
+    for (int i = 0; i < c->n_members; i++) {
+        chief = c->m[i].chief && c->m[i].state == M_ACTIVE ? &c->m[i] : chief;
+    }
+    if (!chief || c->n_members - count(c, M_GONE) < c->spec.min_replicas) {
+        return;
+    }
+    c->started = 1;
+    int joined = 0;
+    for (int i = 0; i < c->n_members; i++) {
+        if (c->m[i].state == M_PENDING) {
+            c->m[i].state = M_INCOMING;
+            joined++;
+        }
+    }
+    c->view = 1;
+    assign(c);
+    ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    el.step = c->step;
+    el.view = c->view;
+    el.size = (uint32_t)(joined + 1);
+    el.chunks = chief->assigned;
+    el.send_state = joined > 0;
+    el.member = (int32_t)(chief - c->m);
+    send_to(c, chief, CTRAIN__WIRE__KIND__ELASTIC_WELCOME, &el, NULL, NULL, 0);
+    c->step_start = ct__now_s();
+}
+
+/* Every chunk came and every rank waits: the canonical sum to all, with the next step's
+ * chunks. */
+static void finish_step(ct__el_coord *c) {
+    double sums[3] = {0.0, 0.0, 0.0};
+    for (int j = 0; j < c->n_chunks; j++) {
+        const float *leaf = c->empty >> j & 1 ? NULL : c->leaves[j];
+        if (j == c->n_chunks - 1) {
+            ct__tree_acc_finish_with(&c->acc, leaf, c->sum);
+        } else if (ct__tree_acc_push(&c->acc, leaf) != CT_OK) {
+            snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
+            atomic_store(&c->quit, 1);
+            return;
+        }
+        for (int k = 0; k < 3; k++) {
+            sums[k] += c->sums[j][k];
+        }
+    }
+    c->step++;
+    c->have = c->empty = 0;
+    int joined = take_joiners(c);
+    assign(c);
+    const void *data[1] = {c->sum};
+    const size_t bytes[1] = {(size_t)c->len * sizeof(float)};
+    for (int i = 0; i < c->n_members; i++) {
+        member *m = &c->m[i];
+        if (m->state != M_ACTIVE) {
+            continue;
+        }
+        ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+        el.step = c->step - 1;
+        el.view = c->view;
+        el.size = (uint32_t)(count(c, M_ACTIVE) + count(c, M_INCOMING));
+        el.chunks = m->assigned;
+        el.loss_sum = sums[0];
+        el.acc_sum = sums[1];
+        el.examples = (int64_t)sums[2];
+        el.send_state = m->chief && joined > 0;
+        el.message = m->chief ? c->note : "";
+        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_SUM, &el, data, bytes, 1);
+    }
+    c->note[0] = '\0';
+    c->step_start = ct__now_s();
+}
+
+/* Lost ranks (silent, or stalled in a step), a start, a finished step. */
+static void tick(ct__el_coord *c) {
+    double now = ct__now_s();
+    for (int i = 0; i < c->n_members; i++) {
+        member *m = &c->m[i];
+        char why[96];
+        if (m->chief || m->state == M_GONE) {
+            continue;
+        }
+        if (now - m->last_heard > c->beat_timeout) {
+            snprintf(why, sizeof why, "no heartbeat for %.0f s", c->beat_timeout);
+            lose(c, m, why);
+        } else if (c->started && m->state == M_ACTIVE && !m->done && m->assigned & ~c->have &&
+                   now - c->step_start > c->stall_timeout) {
+            snprintf(why, sizeof why, "no gradient for %.0f s", c->stall_timeout);
+            lose(c, m, why);
+        }
+    }
+    int others = 0;
+    for (int i = 0; i < c->n_members; i++) {
+        others += !c->m[i].chief && c->m[i].state != M_GONE;
+    }
+    atomic_store(&c->others, others);
+    if (!c->started) {
+        start(c);
+        return;
+    }
+    const uint64_t full = c->n_chunks == 64 ? ~(uint64_t)0 : ((uint64_t)1 << c->n_chunks) - 1;
+    int waiting = 1;
+    for (int i = 0; i < c->n_members; i++) {
+        waiting &= c->m[i].state != M_ACTIVE || c->m[i].done;
+    }
+    if (c->have == full && waiting) {
+        finish_step(c);
+    }
+}
+
+static void *run(void *arg) {
+    ct__el_coord *c = arg;
+    ct_err err = {0};
+    while (!atomic_load(&c->quit)) {
+        zmq_pollitem_t item = {c->router, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, 20);
+        while (ct__msg_recv(c->router, 1, c->job_id, &c->msg, &err) == CT_OK) {
+            on_message(c, &c->msg);
+        }
+        tick(c);
+    }
+    int linger = 1000; /* the goodbyes go out before the socket closes */
+    zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
+    for (int i = 0; i < c->n_members; i++) {
+        if (c->m[i].state != M_GONE && !c->m[i].chief) {
+            ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+            el.message = c->why;
+            send_to(c, &c->m[i], CTRAIN__WIRE__KIND__ELASTIC_STOP, &el, NULL, NULL, 0);
+        }
+    }
+    return NULL;
+}
+
+static void free_coord(ct__el_coord *c) {
+    for (int j = 0; c->leaves && j < c->n_chunks; j++) {
+        free(c->leaves[j]);
+    }
+    free(c->leaves);
+    free(c->sum);
+    ct__tree_acc_free(&c->acc);
+    ct__msg_finish(&c->msg);
+    ct_net_close(c->router);
+    free(c);
+}
+
+ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks, const char *bind,
+                             ct__el_coord **ret, char *endpoint, size_t cap, ct_err *err) {
+    *ret = NULL;
+    ct__el_coord *c = calloc(1, sizeof *c);
+    if (!c) {
+        return ct_err_set(err, CT_ENOMEM, "elastic: out of memory");
+    }
+    c->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
+    c->spec = job->mirrored.elastic;
+    c->beat_timeout = job->ps.heartbeat_timeout;
+    c->stall_timeout = job->mirrored.stall_timeout;
+    c->len = grad_floats;
+    c->n_chunks = chunks;
+    ct__tree_acc_init(&c->acc, grad_floats);
+    int ok = (c->leaves = calloc((size_t)chunks, sizeof *c->leaves)) &&
+             (c->sum = malloc((size_t)(grad_floats ? grad_floats : 1) * sizeof(float)));
+    for (int j = 0; ok && j < chunks; j++) {
+        ok = (c->leaves[j] = malloc((size_t)(grad_floats ? grad_floats : 1) * sizeof(float))) !=
+             NULL;
+    }
+    ct_status st =
+        ok ? CT_OK : ct_err_set(err, CT_ENOMEM, "elastic: out of memory for %d chunks", chunks);
+    if (st == CT_OK) {
+        st = ct_net_socket(ZMQ_ROUTER, NULL, 1, &c->router, err);
+    }
+    if (st == CT_OK) {
+        st = ct_net_bind(c->router, bind && *bind ? bind : "127.0.0.1:0", endpoint, cap, err);
+    }
+    snprintf(c->why, sizeof c->why, "the run ended");
+    if (st == CT_OK && pthread_create(&c->thread, NULL, run, c) != 0) {
+        st = ct_err_set(err, CT_ENOMEM, "elastic: cannot start the coordinator's thread");
+    }
+    if (st != CT_OK) {
+        free_coord(c);
+        return st;
+    }
+    *ret = c;
+    return CT_OK;
+}
+
+void ct__el_coord_stop(ct__el_coord *c, const char *why, double wait_s) {
+    if (!c) {
+        return;
+    }
+    for (double t0 = ct__now_s(); atomic_load(&c->others) > 0 && ct__now_s() - t0 < wait_s;) {
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    if (why) {
+        snprintf(c->why, sizeof c->why, "%s", why);
+    }
+    atomic_store(&c->quit, 1);
+    pthread_join(c->thread, NULL);
+    free_coord(c);
+}
+
+ct_status ct__el_send(void *sock, const void *peer, size_t peer_len, int kind, ct__el_msg *el,
+                      uint64_t job_id, const void *const *data, const size_t *bytes, int n,
+                      ct_err *err) {
+    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
+    Ctrain__Wire__TensorRef refs[CT__EL_MAX_FRAMES], *rp[CT__EL_MAX_FRAMES];
+    for (int k = 0; k < n && k < CT__EL_MAX_FRAMES; k++) {
+        ctrain__wire__tensor_ref__init(&refs[k]);
+        refs[k].slot = (uint32_t)k;
+        refs[k].bytes = bytes[k];
+        rp[k] = &refs[k];
+    }
+    env.kind = (Ctrain__Wire__Kind)kind;
+    env.elastic = el;
+    env.n_tensors = (size_t)n;
+    env.tensors = n > 0 ? rp : NULL;
+    return ct__msg_send(sock, peer, peer_len, &env, job_id, data, bytes, n, err);
+}

@@ -1,0 +1,68 @@
+/* The elastic mirrored strategy (internal; docs/elastic.md): a coordinator in the chief's
+ * process (elastic_coord.c) and one rank object per training process (elastic_rank.c, the
+ * chief's own rank too), over ZeroMQ with the envelope of every service (elastic.proto).
+ *
+ * A step: every rank holds the whole global batch (its loader reads every batch, as one
+ * replica) and computes the chunks of train.invariant that the coordinator gave it, sending
+ * each chunk's gradient (LEAF) and then DONE. When every chunk of the step has come, the
+ * coordinator adds them in the canonical tree (the bits of one process computing them all),
+ * sends the sum to every rank (SUM) with each one's chunks of the next step, and each rank
+ * applies the same update. A rank that is lost (no heartbeat for strategy.heartbeat_timeout,
+ * no gradient for strategy.stall_timeout, or gone) leaves its chunks of the step to the
+ * others (REDO): nothing is rolled back, since no rank updates before the sum is whole. A rank
+ * that joins takes the state from the chief's rank (STATE, forwarded with WELCOME) at a step
+ * that is a multiple of strategy.elastic.commit_every_steps and computes chunks from then on. */
+#ifndef CTRAIN_STRATEGY_ELASTIC_INTERNAL_H
+#define CTRAIN_STRATEGY_ELASTIC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/job.h"
+#include "ctrain/report.h"
+#include "ctrain/train.h"
+#include "elastic.pb-c.h"
+
+#define CT__EL_MAX_MEMBERS 256 /* ranks over a job's life, lost ones included */
+#define CT__EL_MAX_FRAMES 8    /* STATE: the weights and up to 7 optimizer slots */
+#define CT__EL_BEAT_S 0.2      /* a rank's heartbeat period */
+
+typedef Ctrain__Elastic__Elastic ct__el_msg;
+
+/* Sends `kind` with payload el and n f32 frames (copied) to sock (behind the routing id peer
+ * when peer_len > 0). CT_EIO with ZeroMQ's reason. */
+ct_status ct__el_send(void *sock, const void *peer, size_t peer_len, int kind, ct__el_msg *el,
+                      uint64_t job_id, const void *const *data, const size_t *bytes, int n,
+                      ct_err *err);
+
+/* ---- elastic_coord.c: the coordinator, a thread of the chief's process ---- */
+typedef struct ct__el_coord ct__el_coord;
+
+/* Binds a ROUTER at `bind` (NULL: 127.0.0.1:0), writes the endpoint ranks dial, and starts the
+ * coordinator's thread for gradients of grad_floats floats in `chunks` chunks per step. */
+ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks, const char *bind,
+                             ct__el_coord **ret, char *endpoint, size_t cap, ct_err *err);
+/* Waits up to wait_s for the other ranks to say goodbye (their last sum reached them), then
+ * tells every rank still there that the job ended (`why`; NULL: the run ended), stops the
+ * thread and frees c (NULL accepted). */
+void ct__el_coord_stop(ct__el_coord *c, const char *why, double wait_s);
+
+/* ---- elastic_rank.c: a training process's membership and gradient reducer ---- */
+typedef struct ct__el_rank ct__el_rank;
+
+typedef struct ct__el_rank_options {
+    const char *address; /* the coordinator's endpoint */
+    const char *name;    /* this rank in messages (NULL: host:pid) */
+    int chief;           /* the chief's own rank: it holds the state others take */
+    double slow_factor;  /* benchmarks and tests: sleep (F - 1) x the last step's compute */
+    const ct_train_reporter *report; /* the chief's notices (a rank lost or joined) */
+} ct__el_rank_options;
+
+/* Registers with the coordinator, waits for the welcome (a joining rank: with the state, which
+ * it loads into t) and installs the reducer on t (ct_trainer_set_data_parallel, one shard). */
+ct_status ct__el_rank_join(ct_trainer *t, const ct_job *job, const ct__el_rank_options *o,
+                           ct__el_rank **ret, ct_err *err);
+/* Says goodbye (finished: the run ended for it) and frees r (NULL accepted). */
+void ct__el_rank_leave(ct__el_rank *r, int finished);
+
+#endif

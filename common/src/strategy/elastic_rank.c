@@ -1,0 +1,352 @@
+/* A training process's side of the elastic strategy (see elastic_internal.h): its membership
+ * (HELLO, the welcome, a heartbeat thread with its own socket) and the gradient reducer the
+ * trainer calls: each chunk's gradient to the coordinator, the step's sum back. Every wait for
+ * the coordinator is bounded and names it. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "core/clock.h"
+#include "ctrain/net.h"
+#include "ctrain/optim.h"
+#include "elastic_internal.h"
+#include "net/link.h"
+#include "net/wire.h"
+
+struct ct__el_rank {
+    ct_grad_reducer iface;
+    ct_trainer *t;
+    ct_params *p;
+    void *sock;
+    char address[CT_NET_ENDPOINT_MAX], name[96];
+    uint64_t job_id;
+    int chief;
+    double timeout, register_timeout;
+    uint64_t mine, todo; /* this step's chunks; those of the current pass */
+    int again, send_state, stop;
+    int64_t step;
+    double sums[3];
+    const ct_train_reporter *report;
+    double slow_factor, step_start, last_compute;
+    pthread_t beat;
+    atomic_int beat_quit;
+    int beat_started;
+    ct__msg msg;
+};
+
+static void *beat_loop(void *arg) {
+    ct__el_rank *r = arg;
+    void *sock = NULL;
+    ct_err err = {0};
+    if (ct_net_socket(ZMQ_DEALER, NULL, 0, &sock, &err) != CT_OK ||
+        ct_net_connect(sock, r->address, &err) != CT_OK) {
+        ct_net_close(sock);
+        return NULL; /* the coordinator will call this rank silent, and name it */
+    }
+    while (!atomic_load(&r->beat_quit)) {
+        ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+        el.name = r->name;
+        ct__el_send(sock, NULL, 0, CTRAIN__WIRE__KIND__ELASTIC_BEAT, &el, r->job_id, NULL, NULL, 0,
+                    &err);
+        nanosleep(&(struct timespec){0, (long)(CT__EL_BEAT_S * 1e9)}, NULL);
+    }
+    ct_net_close(sock);
+    return NULL;
+}
+
+static ct_status send_msg(ct__el_rank *r, int kind, ct__el_msg *el, const void *const *data,
+                          const size_t *bytes, int n, ct_err *err) {
+    el->name = r->name;
+    el->step = el->step ? el->step : r->step;
+    return ct__el_send(r->sock, NULL, 0, kind, el, r->job_id, data, bytes, n, err);
+}
+
+/* Waits up to timeout_s for a message of the coordinator into r->msg; a STOP becomes CT_EPEER
+ * with its reason. `what` says what was awaited, for the timeout's message. */
+static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_err *err) {
+    double t0 = ct__now_s();
+    for (;;) {
+        ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
+        if (st == CT_OK && r->msg.env->elastic) {
+            if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
+                return ct_err_set(err, CT_EPEER, "rank %s: the chief ended the job: %s", r->name,
+                                  r->msg.env->elastic->message);
+            }
+            return CT_OK;
+        }
+        if (st != CT_OK && st != CT_ETIMEDOUT) {
+            return st;
+        }
+        if (ct__now_s() - t0 > timeout_s) {
+            return ct_err_set(err, CT_ETIMEDOUT,
+                              "rank %s: the chief's coordinator at %s sent no %s for %.0f s (is "
+                              "the chief running and reachable?)",
+                              r->name, r->address, what, timeout_s);
+        }
+        zmq_pollitem_t item = {r->sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, 50);
+    }
+}
+
+/* The chief's rank: its weights, optimizer slots, position and loss scale for joining ranks. */
+static ct_status send_state(ct__el_rank *r, ct_err *err) {
+    const void *data[CT__EL_MAX_FRAMES];
+    size_t bytes[CT__EL_MAX_FRAMES];
+    int n = 0;
+    data[n] = r->p->data;
+    bytes[n++] = (size_t)r->p->total * sizeof(float);
+    ct_optimizer *o = ct_trainer_optimizer(r->t);
+    for (int k = 0; k < ct_optimizer_slot_count(o) && n < CT__EL_MAX_FRAMES; k++) {
+        if (ct_optimizer_slot(o, k)) {
+            data[n] = ct_optimizer_slot(o, k);
+            bytes[n++] = (size_t)r->p->total * sizeof(float);
+        }
+    }
+    int64_t pos[4];
+    double scale[4];
+    ct_trainer_get_position(r->t, pos);
+    pos[3] = ct_trainer_resume_skip(r->t);
+    ct_trainer_get_loss_scale(r->t, scale);
+    ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    el.n_position = 4;
+    el.position = pos;
+    el.n_loss_scale = 4;
+    el.loss_scale = scale;
+    return send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_STATE, &el, data, bytes, n, err);
+}
+
+/* A joining rank: the state of the chief's rank from its welcome. */
+static ct_status load_state(ct__el_rank *r, ct__msg *m, ct_err *err) {
+    const ct__el_msg *el = m->env->elastic;
+    ct_optimizer *o = ct_trainer_optimizer(r->t);
+    int want = 1;
+    for (int k = 0; k < ct_optimizer_slot_count(o); k++) {
+        want += ct_optimizer_slot(o, k) != NULL;
+    }
+    const uint64_t bytes = (uint64_t)r->p->total * sizeof(float);
+    int ok = (int)m->env->n_tensors == want && el->n_position == 4 && el->n_loss_scale == 4;
+    for (size_t k = 0; ok && k < m->env->n_tensors; k++) {
+        ok = m->env->tensors[k]->bytes == bytes;
+    }
+    if (!ok) {
+        return ct_err_set(err, CT_EPROTO,
+                          "rank %s: the chief's state does not fit this model (%zu tensors, "
+                          "want %d of %llu bytes): do both run the same job file?",
+                          r->name, m->env->n_tensors, want, (unsigned long long)bytes);
+    }
+    memcpy(r->p->data, ct__msg_tensor(m, 0), (size_t)bytes);
+    for (int k = 0, f = 1; k < ct_optimizer_slot_count(o); k++) {
+        if (ct_optimizer_slot(o, k)) {
+            memcpy(ct_optimizer_slot(o, k), ct__msg_tensor(m, f++), (size_t)bytes);
+        }
+    }
+    ct_trainer_set_position(r->t, el->position);
+    ct_trainer_set_resume_skip(r->t, el->position[3]);
+    ct_trainer_set_loss_scale(r->t, el->loss_scale);
+    return CT_OK;
+}
+
+/* ---- the reducer ---- */
+
+static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, int64_t global_n) {
+    (void)g;
+    (void)local_n;
+    (void)global_n;
+    ct__el_rank *r = user;
+    if (r->slow_factor > 1.0 && r->last_compute > 0) {
+        double s = (r->slow_factor - 1.0) * r->last_compute;
+        nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
+    }
+    r->step = step;
+    r->todo = r->mine;
+    r->again = 0;
+    r->step_start = ct__now_s();
+}
+
+static uint64_t chunks(void *user) {
+    return ((ct__el_rank *)user)->todo;
+}
+
+static ct_status chunk_done(void *user, int chunk, const float *grad, const double sums[3],
+                            ct_err *err) {
+    ct__el_rank *r = user;
+    ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    el.chunk = chunk;
+    el.loss_sum = sums[0];
+    el.acc_sum = sums[1];
+    el.examples = (int64_t)sums[2];
+    const void *data[1] = {grad};
+    const size_t bytes[1] = {(size_t)r->p->trainable_total * sizeof(float)};
+    return send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_LEAF, &el, data, bytes, grad ? 1 : 0, err);
+}
+
+static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
+    const ct__el_msg *el = m->env->elastic;
+    const uint64_t bytes = (uint64_t)r->p->trainable_total * sizeof(float);
+    if (m->env->n_tensors != 1 || m->env->tensors[0]->bytes != bytes || el->step != r->step) {
+        return ct_err_set(err, CT_EPROTO,
+                          "rank %s: a sum for step %lld that does not fit step %lld", r->name,
+                          (long long)el->step, (long long)r->step);
+    }
+    memcpy(r->p->grad, ct__msg_tensor(m, 0), (size_t)bytes);
+    r->mine = el->chunks;
+    r->sums[0] = el->loss_sum;
+    r->sums[1] = el->acc_sum;
+    r->sums[2] = (double)el->examples;
+    r->send_state |= el->send_state;
+    if (el->message && el->message[0] && r->report && r->report->notice) {
+        ct_report_notice(r->report, "elastic: %s", el->message);
+    }
+    return CT_OK;
+}
+
+static ct_status finish(void *user, ct_err *err) {
+    ct__el_rank *r = user;
+    if (!r->again) {
+        r->last_compute = ct__now_s() - r->step_start;
+    }
+    ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    ct_status st = send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_DONE, &el, NULL, NULL, 0, err);
+    r->again = 0;
+    while (st == CT_OK) {
+        if ((st = await(r, 2.0 * r->timeout, "sum", err)) != CT_OK) {
+            break;
+        }
+        const ct__el_msg *got = r->msg.env->elastic;
+        if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_SUM) {
+            return on_sum(r, &r->msg, err);
+        }
+        if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_REDO && got->step == r->step) {
+            r->todo = got->chunks; /* a lost rank's chunks */
+            r->again = 1;
+            return CT_OK;
+        }
+    }
+    return st;
+}
+
+static int again(void *user) {
+    return ((ct__el_rank *)user)->again;
+}
+
+static void step_sums(void *user, double sums[3]) {
+    memcpy(sums, ((ct__el_rank *)user)->sums, 3 * sizeof(double));
+}
+
+static int agree_stop(void *user, int local_stop) {
+    ct__el_rank *r = user;
+    ct_err err = {0};
+    if (r->send_state) { /* before the next step: the state after every step so far */
+        r->send_state = 0;
+        (void)send_state(r, &err); /* a failure leaves the joiners to time out, named */
+    }
+    return local_stop || r->stop;
+}
+
+/* ---- membership ---- */
+
+static ct_status welcome(ct__el_rank *r, ct_err *err) {
+    const char *what = r->chief ? "welcome (strategy.elastic.min_replicas ranks have not all "
+                                  "registered; strategy.register_timeout)"
+                                : "welcome with the state (strategy.register_timeout)";
+    ct_status st = CT_OK;
+    for (;;) {
+        if ((st = await(r, r->register_timeout, what, err)) != CT_OK) {
+            return st;
+        }
+        if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_WELCOME) {
+            break;
+        }
+    }
+    const ct__el_msg *el = r->msg.env->elastic;
+    r->mine = el->chunks;
+    r->send_state = el->send_state;
+    return r->chief ? CT_OK : load_state(r, &r->msg, err);
+}
+
+static void set_name(ct__el_rank *r, const char *name) {
+    char host[64] = "";
+    if (name && *name) {
+        snprintf(r->name, sizeof r->name, "%s", name);
+        return;
+    }
+    gethostname(host, sizeof host - 1);
+    snprintf(r->name, sizeof r->name, "%s:%ld", host, (long)getpid());
+}
+
+ct_status ct__el_rank_join(ct_trainer *t, const ct_job *job, const ct__el_rank_options *o,
+                           ct__el_rank **ret, ct_err *err) {
+    *ret = NULL;
+    ct__el_rank *r = calloc(1, sizeof *r);
+    if (!r) {
+        return ct_err_set(err, CT_ENOMEM, "elastic: out of memory");
+    }
+    r->t = t;
+    r->p = ct_trainer_params(t);
+    r->chief = o->chief;
+    r->report = o->report;
+    r->slow_factor = o->slow_factor;
+    r->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
+    r->timeout = job->mirrored.stall_timeout;
+    r->register_timeout = job->ps.register_timeout;
+    snprintf(r->address, sizeof r->address, "%s", o->address);
+    set_name(r, o->name);
+    r->iface = (ct_grad_reducer){.user = r,
+                                 .begin_step = begin_step,
+                                 .finish = finish,
+                                 .agree_stop = agree_stop,
+                                 .chunks = chunks,
+                                 .chunk_done = chunk_done,
+                                 .again = again,
+                                 .step_sums = step_sums};
+    ct_trainer_set_data_parallel(t, &r->iface, 0, 1);
+    ct_status st = ct_net_socket(ZMQ_DEALER, NULL, 0, &r->sock, err);
+    if (st == CT_OK) {
+        st = ct_net_connect(r->sock, r->address, err);
+    }
+    if (st == CT_OK) {
+        ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+        el.chief = r->chief;
+        el.step = ct_trainer_step_count(t);
+        el.member = -1;
+        st = send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_HELLO, &el, NULL, NULL, 0, err);
+    }
+    if (st == CT_OK && pthread_create(&r->beat, NULL, beat_loop, r) == 0) {
+        r->beat_started = 1;
+    }
+    if (st == CT_OK) {
+        st = welcome(r, err);
+    }
+    if (st != CT_OK) {
+        ct__el_rank_leave(r, 0);
+        return st;
+    }
+    *ret = r;
+    return CT_OK;
+}
+
+void ct__el_rank_leave(ct__el_rank *r, int finished) {
+    if (!r) {
+        return;
+    }
+    if (r->sock) {
+        ct_err err = {0};
+        ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+        el.finished = finished;
+        int linger = 1000; /* the goodbye goes out before the socket closes */
+        zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
+        (void)send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_BYE, &el, NULL, NULL, 0, &err);
+    }
+    if (r->beat_started) {
+        atomic_store(&r->beat_quit, 1);
+        pthread_join(r->beat, NULL);
+    }
+    ct__msg_finish(&r->msg);
+    ct_net_close(r->sock);
+    free(r);
+}

@@ -1,0 +1,188 @@
+"""The elastic mirrored strategy (strategy.elastic; docs/elastic.md): a chief (ctrain-chief, the
+coordinator and the first rank) and ranks (ctrain-worker --chief ADDR) over real sockets. A rank
+killed with SIGKILL mid-run, a rank that joins mid-run and a joining rank killed before it takes
+the state: each job finishes, and its final checkpoint is bit-identical to a standalone
+train.invariant run of the same global batch (`ctrain ckpt diff`, position included), so every
+example of every epoch trained exactly once. Runs are made long by their step count and the
+ranks' --slow-factor; each event waits for a step the chief logged, never for a time."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
+CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
+CHIEF = os.path.join(BUILD, "coordinator", "ctrain-chief")
+WORKER = os.path.join(BUILD, "worker", "ctrain-worker")
+MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml")
+STEPS = 1000
+SETS = ["--set", "train.invariant=true", "--set", "train.global_batch_size=64",
+        "--set", "data.eval.limit=200", "--set", "data.train.limit=6000",
+        "--set", "train.epochs=20", "--set", f"train.max_steps={STEPS}",
+        "--set", f"checkpoint.every_steps={STEPS}", "--set", "logs.every_steps=1"]
+ELASTIC = ["--set", "strategy.type=mirrored", "--set", "strategy.elastic.max_replicas=4",
+           "--set", "strategy.heartbeat_timeout=2"]
+ENV = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "").replace(
+    "detect_leaks=1", "detect_leaks=0"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    run = tmp_path_factory.mktemp("solo")
+    r = subprocess.run([CTRAIN, "train", MLP, *SETS, "--set", f"run_dir={run}", "--quiet"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return os.path.join(run, "checkpoints", f"ckpt-{STEPS}.ctck")
+
+
+class Job:
+    """A chief and its ranks, each with its own log file."""
+
+    def __init__(self, tmp_path, min_replicas, *extra):
+        self.dir = tmp_path
+        self.run = tmp_path / "run"
+        self.port = free_port()
+        self.sets = [*SETS, *ELASTIC, "--set", f"strategy.elastic.min_replicas={min_replicas}",
+                     "--set", f"run_dir={self.run}", *extra]
+        self.procs = {}
+        self.start("chief", CHIEF, "--bind", f"127.0.0.1:{self.port}")
+
+    def start(self, name, binary, *args):
+        log = open(self.dir / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen([binary, "--job", MLP, *self.sets, *args],
+                                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                            env=ENV)
+        log.close()
+
+    def rank(self, name, slow=3):
+        self.start(name, WORKER, "--chief", f"127.0.0.1:{self.port}", "--slow-factor",
+                   str(slow))
+
+    def log(self, name):
+        return (self.dir / f"{name}.log").read_text()
+
+    def wait_step(self, step, timeout=300):
+        """Waits until the chief logged `step` (metrics.jsonl)."""
+        path = self.run / "metrics.jsonl"
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            assert self.procs["chief"].poll() is None, self.log("chief")
+            if path.exists():
+                lines = path.read_text().splitlines()
+                if lines and lines[-1].endswith("}") and json.loads(lines[-1])["step"] >= step:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"the chief did not log step {step}:\n{self.log('chief')}")
+
+    def finish(self, timeout=600):
+        codes = {}
+        for name, p in self.procs.items():
+            try:
+                codes[name] = p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise AssertionError(f"{name} did not end:\n{self.log(name)}")
+        return codes
+
+    def checkpoint(self):
+        return os.path.join(self.run, "checkpoints", f"ckpt-{STEPS}.ctck")
+
+
+def identical(a, b):
+    r = subprocess.run([CTRAIN, "ckpt", "diff", a, b], capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode == 0 and "identical" in r.stdout and "same position" in r.stdout, r.stdout
+
+
+def test_four_ranks_give_the_standalone_bits(tmp_path, standalone):
+    job = Job(tmp_path, 4)
+    for i in range(3):
+        job.rank(f"rank{i}", slow=1)
+    codes = job.finish()
+    assert codes == {"chief": 0, "rank0": 0, "rank1": 0, "rank2": 0}, job.log("chief")
+    assert "4 to 4 replicas, 4 chunks per step" in job.log("chief")
+    same, out = identical(standalone, job.checkpoint())
+    assert same, out
+
+
+def test_a_killed_rank_leaves_the_job_to_the_others_with_the_same_bits(tmp_path, standalone):
+    job = Job(tmp_path, 4)
+    for i in range(3):
+        job.rank(f"rank{i}")
+    job.wait_step(100)
+    job.procs["rank1"].send_signal(signal.SIGKILL)
+    codes = job.finish()
+    assert codes["chief"] == 0 and codes["rank0"] == 0 and codes["rank2"] == 0, job.log("chief")
+    assert codes["rank1"] == -signal.SIGKILL
+    chief = job.log("chief")
+    lost = [line for line in chief.splitlines() if "elastic: lost rank" in line]
+    assert len(lost) == 1 and "(no heartbeat for 2 s): 3 ranks now" in lost[0], chief
+    assert int(lost[0].split(" at step ")[1].split()[0]) < STEPS, lost
+    same, out = identical(standalone, job.checkpoint())
+    assert same, out
+
+
+def test_a_rank_that_joins_mid_run_takes_the_state(tmp_path, standalone):
+    job = Job(tmp_path, 2, "--set", "strategy.elastic.commit_every_steps=10")
+    job.rank("rank0")
+    job.wait_step(100)
+    job.rank("late")
+    codes = job.finish()
+    assert codes == {"chief": 0, "rank0": 0, "late": 0}, job.log("chief") + job.log("late")
+    joined = [line for line in job.log("chief").splitlines() if "joins at step" in line]
+    assert len(joined) == 1 and "1 rank joins at step" in joined[0], job.log("chief")
+    step = int(joined[0].split(" at step ")[1].split(":")[0])
+    assert 100 < step < STEPS and (step - 1) % 10 == 0, joined  # joins after a commit step
+    same, out = identical(standalone, job.checkpoint())
+    assert same, out
+
+
+def test_a_joining_rank_killed_before_it_takes_the_state(tmp_path, standalone):
+    """commit_every_steps larger than the run: the joiner waits for a commit that never comes,
+    is killed while waiting, and the job goes on without it."""
+    job = Job(tmp_path, 2, "--set", f"strategy.elastic.commit_every_steps={10 * STEPS}")
+    job.rank("rank0")
+    job.wait_step(50)
+    job.rank("late")
+    job.wait_step(150)
+    job.procs["late"].send_signal(signal.SIGKILL)
+    codes = job.finish()
+    assert codes["chief"] == 0 and codes["rank0"] == 0, job.log("chief")
+    assert "elastic: lost rank" in job.log("chief"), job.log("chief")
+    same, out = identical(standalone, job.checkpoint())
+    assert same, out
+
+
+def test_a_rank_without_a_chief_names_the_address_it_dialled(tmp_path):
+    port = free_port()
+    r = subprocess.run([WORKER, "--job", MLP, *SETS, *ELASTIC, "--set",
+                        "strategy.register_timeout=1", "--chief", f"127.0.0.1:{port}"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=ENV)
+    assert r.returncode != 0, r.stderr
+    assert f"127.0.0.1:{port}" in r.stderr and "sent no welcome" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("binary,args,words", [
+    (WORKER, [], "an elastic rank needs --chief HOST:PORT"),
+    (CHIEF, ["--chief", "127.0.0.1:1"], "drop --chief"),
+    (CHIEF, ["--set", "train.invariant=false"], "needs train.invariant: true"),
+    (CHIEF, ["--set", "strategy.type=parameter_server"], "belongs to strategy.type mirrored"),
+    (CHIEF, ["--set", "strategy.elastic.max_replicas=65"], "at most 64"),
+])
+def test_bad_elastic_jobs_get_one_line(binary, args, words):
+    r = subprocess.run([binary, "--job", MLP, *SETS, *ELASTIC, *args], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT, env=ENV)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
