@@ -42,6 +42,7 @@ static const char *const kind_names[] = {
     "ELASTIC_STATE",
     "ELASTIC_STOP",
     "ELASTIC_BYE",
+    "ELASTIC_RESUME",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 

@@ -31,6 +31,8 @@ typedef struct member {
 
 struct ct__el_coord {
     void *router;
+    void *monitor;     /* the router's disconnections (a killed rank's sockets close) */
+    double suspect_at; /* when a connection closed (0: none pending) */
     pthread_t thread;
     atomic_int quit;
     char why[256];
@@ -53,6 +55,16 @@ struct ct__el_coord {
     char note[512]; /* for the chief's rank with the next sum: what changed */
     ct__msg msg;
     atomic_int others; /* ranks besides the chief's not gone: ct__el_coord_stop waits for 0 */
+    double register_timeout;
+    /* Fewer than min_replicas ranks: every rank waits at a step boundary (hold) until enough
+     * have joined; the chief's state, kept here meanwhile, goes to the joiners. */
+    int holding;
+    double hold_since;
+    void *state[CT__EL_MAX_FRAMES];
+    size_t state_bytes[CT__EL_MAX_FRAMES];
+    int state_n;
+    int64_t state_pos[4];
+    double state_scale[4];
 };
 
 static ct_status send_to(ct__el_coord *c, const member *m, int kind, ct__el_msg *el,
@@ -227,16 +239,10 @@ static void on_done(ct__el_coord *c, member *m, const ct__el_msg *el) {
     send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_REDO, &r, NULL, NULL, 0);
 }
 
-/* The chief's rank sent its state: every incoming rank gets it with its welcome. */
-static void on_state(ct__el_coord *c, const ct__msg *msg, ct__el_msg *el) {
-    const void *data[CT__EL_MAX_FRAMES];
-    size_t bytes[CT__EL_MAX_FRAMES];
-    int n =
-        (int)msg->env->n_tensors < CT__EL_MAX_FRAMES ? (int)msg->env->n_tensors : CT__EL_MAX_FRAMES;
-    for (int k = 0; k < n; k++) {
-        data[k] = ct__msg_tensor((ct__msg *)msg, k);
-        bytes[k] = (size_t)msg->env->tensors[k]->bytes;
-    }
+/* Every incoming rank gets the chief's state (data[0, n), position, loss scale in el) with
+ * its welcome, and is active from then on. */
+static void welcome_incoming(ct__el_coord *c, const void *const *data, const size_t *bytes, int n,
+                             ct__el_msg *el) {
     for (int i = 0; i < c->n_members; i++) {
         member *m = &c->m[i];
         if (m->state != M_INCOMING) {
@@ -251,6 +257,92 @@ static void on_state(ct__el_coord *c, const ct__msg *msg, ct__el_msg *el) {
         m->state = M_ACTIVE;
         m->last_heard = ct__now_s();
     }
+}
+
+static void drop_state(ct__el_coord *c) {
+    for (int k = 0; k < c->state_n; k++) {
+        free(c->state[k]);
+    }
+    c->state_n = 0;
+}
+
+/* The chief's rank sent its state: to the incoming ranks now, or kept while the job holds. */
+static void on_state(ct__el_coord *c, const ct__msg *msg, ct__el_msg *el) {
+    const void *data[CT__EL_MAX_FRAMES];
+    size_t bytes[CT__EL_MAX_FRAMES];
+    int n =
+        (int)msg->env->n_tensors < CT__EL_MAX_FRAMES ? (int)msg->env->n_tensors : CT__EL_MAX_FRAMES;
+    for (int k = 0; k < n; k++) {
+        data[k] = ct__msg_tensor((ct__msg *)msg, k);
+        bytes[k] = (size_t)msg->env->tensors[k]->bytes;
+    }
+    if (!c->holding) {
+        welcome_incoming(c, data, bytes, n, el);
+        return;
+    }
+    drop_state(c);
+    for (int k = 0; k < n; k++) {
+        if (!(c->state[k] = malloc(bytes[k] ? bytes[k] : 1))) {
+            drop_state(c);
+            return; /* the joiners time out, named */
+        }
+        memcpy(c->state[k], data[k], bytes[k]);
+        c->state_bytes[k] = bytes[k];
+        c->state_n = k + 1;
+    }
+    for (size_t k = 0; k < 4 && k < el->n_position && k < el->n_loss_scale; k++) {
+        c->state_pos[k] = el->position[k];
+        c->state_scale[k] = el->loss_scale[k];
+    }
+}
+
+/* While the job holds: once enough ranks are there (and the chief's state is kept), the
+ * waiting ranks take it and every rank goes on; after strategy.register_timeout, the job
+ * ends, naming the count. */
+static void try_resume(ct__el_coord *c) {
+    int live = c->n_members - count(c, M_GONE);
+    if (ct__now_s() - c->hold_since > c->register_timeout) {
+        snprintf(c->why, sizeof c->why,
+                 "fewer than strategy.elastic.min_replicas %d ranks for %.0f s (%d left)",
+                 c->spec.min_replicas, c->register_timeout, live);
+        atomic_store(&c->quit, 1);
+        return;
+    }
+    if (c->state_n == 0 || live < c->spec.min_replicas) {
+        return;
+    }
+    for (int i = 0; i < c->n_members; i++) {
+        if (c->m[i].state == M_PENDING) {
+            c->m[i].state = M_INCOMING;
+        }
+    }
+    c->view++;
+    assign(c);
+    const void *data[CT__EL_MAX_FRAMES];
+    for (int k = 0; k < c->state_n; k++) {
+        data[k] = c->state[k];
+    }
+    ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    el.n_position = 4;
+    el.position = c->state_pos;
+    el.n_loss_scale = 4;
+    el.loss_scale = c->state_scale;
+    for (int i = 0; i < c->n_members; i++) { /* those that held, before the new ones count */
+        member *m = &c->m[i];
+        if (m->state == M_ACTIVE) {
+            ct__el_msg r = CTRAIN__ELASTIC__ELASTIC__INIT;
+            r.step = c->step;
+            r.view = c->view;
+            r.size = (uint32_t)live;
+            r.chunks = m->assigned;
+            send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_RESUME, &r, NULL, NULL, 0);
+        }
+    }
+    welcome_incoming(c, data, c->state_bytes, c->state_n, &el);
+    add_note(c, "%d ranks: the job goes on at step %lld", live, (long long)c->step + 1);
+    drop_state(c);
+    c->holding = 0;
+    c->step_start = ct__now_s();
 }
 
 static void on_message(ct__el_coord *c, ct__msg *msg) {
@@ -364,6 +456,15 @@ static void finish_step(ct__el_coord *c) {
     c->have = c->empty = 0;
     int joined = take_joiners(c);
     assign(c);
+    int live = count(c, M_ACTIVE) + count(c, M_INCOMING);
+    if (live < c->spec.min_replicas) {
+        c->holding = 1;
+        c->hold_since = ct__now_s();
+        add_note(c,
+                 "%d ranks, fewer than strategy.elastic.min_replicas %d: a checkpoint, then the "
+                 "job waits for ranks to join (strategy.register_timeout %.0f s)",
+                 live, c->spec.min_replicas, c->register_timeout);
+    }
     const void *data[1] = {c->sum};
     const size_t bytes[1] = {(size_t)c->len * sizeof(float)};
     for (int i = 0; i < c->n_members; i++) {
@@ -379,7 +480,8 @@ static void finish_step(ct__el_coord *c) {
         el.loss_sum = sums[0];
         el.acc_sum = sums[1];
         el.examples = (int64_t)sums[2];
-        el.send_state = m->chief && joined > 0;
+        el.send_state = m->chief && (joined > 0 || c->holding);
+        el.hold = c->holding;
         el.message = m->chief ? c->note : "";
         send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_SUM, &el, data, bytes, 1);
     }
@@ -387,7 +489,15 @@ static void finish_step(ct__el_coord *c) {
     c->step_start = ct__now_s();
 }
 
-/* Lost ranks (silent, or stalled in a step), a start, a finished step. */
+/* A connection closed: after a few heartbeat periods, the ranks that went silent since are
+ * gone (a killed process closes its sockets; a live one keeps beating). Returns 1 when member m
+ * is one of them. */
+static int closed(const ct__el_coord *c, const member *m, double now) {
+    return c->suspect_at > 0 && now - c->suspect_at > 3 * CT__EL_BEAT_S &&
+           now - m->last_heard > 2.5 * CT__EL_BEAT_S;
+}
+
+/* Lost ranks (gone, silent, or stalled in a step), a start, a finished step. */
 static void tick(ct__el_coord *c) {
     double now = ct__now_s();
     for (int i = 0; i < c->n_members; i++) {
@@ -396,14 +506,19 @@ static void tick(ct__el_coord *c) {
         if (m->chief || m->state == M_GONE) {
             continue;
         }
-        if (now - m->last_heard > c->beat_timeout) {
+        if (closed(c, m, now)) {
+            lose(c, m, "its connection closed");
+        } else if (now - m->last_heard > c->beat_timeout) {
             snprintf(why, sizeof why, "no heartbeat for %.0f s", c->beat_timeout);
             lose(c, m, why);
-        } else if (c->started && m->state == M_ACTIVE && !m->done && m->assigned & ~c->have &&
-                   now - c->step_start > c->stall_timeout) {
+        } else if (c->started && !c->holding && m->state == M_ACTIVE && !m->done &&
+                   m->assigned & ~c->have && now - c->step_start > c->stall_timeout) {
             snprintf(why, sizeof why, "no gradient for %.0f s", c->stall_timeout);
             lose(c, m, why);
         }
+    }
+    if (c->suspect_at > 0 && now - c->suspect_at > 3 * CT__EL_BEAT_S) {
+        c->suspect_at = 0;
     }
     int others = 0;
     for (int i = 0; i < c->n_members; i++) {
@@ -412,6 +527,10 @@ static void tick(ct__el_coord *c) {
     atomic_store(&c->others, others);
     if (!c->started) {
         start(c);
+        return;
+    }
+    if (c->holding) {
+        try_resume(c);
         return;
     }
     const uint64_t full = c->n_chunks == 64 ? ~(uint64_t)0 : ((uint64_t)1 << c->n_chunks) - 1;
@@ -424,12 +543,41 @@ static void tick(ct__el_coord *c) {
     }
 }
 
+/* Takes the monitor's events (two frames each: event and value, then the endpoint); a
+ * disconnection starts the check of closed(). */
+static void drain_monitor(ct__el_coord *c) {
+    zmq_msg_t f;
+    while (c->monitor) {
+        zmq_msg_init(&f);
+        if (zmq_msg_recv(&f, c->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&f);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&f) >= 2) {
+            memcpy(&event, zmq_msg_data(&f), 2);
+        }
+        while (zmq_msg_more(&f)) {
+            zmq_msg_close(&f);
+            zmq_msg_init(&f);
+            if (zmq_msg_recv(&f, c->monitor, 0) < 0) {
+                break;
+            }
+        }
+        zmq_msg_close(&f);
+        if (event == ZMQ_EVENT_DISCONNECTED && c->suspect_at == 0) {
+            c->suspect_at = ct__now_s();
+        }
+    }
+}
+
 static void *run(void *arg) {
     ct__el_coord *c = arg;
     ct_err err = {0};
     while (!atomic_load(&c->quit)) {
-        zmq_pollitem_t item = {c->router, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&item, 1, 20);
+        zmq_pollitem_t items[2] = {{c->router, 0, ZMQ_POLLIN, 0}, {c->monitor, 0, ZMQ_POLLIN, 0}};
+        zmq_poll(items, c->monitor ? 2 : 1, 20);
+        drain_monitor(c);
         while (ct__msg_recv(c->router, 1, c->job_id, &c->msg, &err) == CT_OK) {
             on_message(c, &c->msg);
         }
@@ -438,7 +586,7 @@ static void *run(void *arg) {
     int linger = 1000; /* the goodbyes go out before the socket closes */
     zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
     for (int i = 0; i < c->n_members; i++) {
-        if (c->m[i].state != M_GONE && !c->m[i].chief) {
+        if (c->m[i].state != M_GONE) { /* the chief's rank has left unless the job failed */
             ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
             el.message = c->why;
             send_to(c, &c->m[i], CTRAIN__WIRE__KIND__ELASTIC_STOP, &el, NULL, NULL, 0);
@@ -454,7 +602,12 @@ static void free_coord(ct__el_coord *c) {
     free(c->leaves);
     free(c->sum);
     ct__tree_acc_free(&c->acc);
+    drop_state(c);
     ct__msg_finish(&c->msg);
+    if (c->monitor) {
+        zmq_socket_monitor(c->router, NULL, 0);
+        ct_net_close(c->monitor);
+    }
     ct_net_close(c->router);
     free(c);
 }
@@ -470,6 +623,7 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     c->spec = job->mirrored.elastic;
     c->beat_timeout = job->ps.heartbeat_timeout;
     c->stall_timeout = job->mirrored.stall_timeout;
+    c->register_timeout = job->ps.register_timeout;
     c->len = grad_floats;
     c->n_chunks = chunks;
     ct__tree_acc_init(&c->acc, grad_floats);
@@ -486,6 +640,16 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     }
     if (st == CT_OK) {
         st = ct_net_bind(c->router, bind && *bind ? bind : "127.0.0.1:0", endpoint, cap, err);
+    }
+    if (st == CT_OK) { /* without it, a killed rank is found by its silence alone */
+        char name[64];
+        snprintf(name, sizeof name, "inproc://ctrain-elastic-%p", (void *)c);
+        if (zmq_socket_monitor(c->router, name, ZMQ_EVENT_DISCONNECTED) != 0 ||
+            ct_net_socket(ZMQ_PAIR, NULL, 0, &c->monitor, err) != CT_OK ||
+            zmq_connect(c->monitor, name) != 0) {
+            ct_net_close(c->monitor);
+            c->monitor = NULL;
+        }
     }
     snprintf(c->why, sizeof c->why, "the run ended");
     if (st == CT_OK && pthread_create(&c->thread, NULL, run, c) != 0) {

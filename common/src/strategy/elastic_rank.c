@@ -29,6 +29,9 @@ struct ct__el_rank {
     double timeout, register_timeout;
     uint64_t mine, todo; /* this step's chunks; those of the current pass */
     int again, send_state, stop;
+    int hold;         /* the last sum said: wait for RESUME before the next step */
+    ct_status failed; /* a failure begin_step met (it cannot return one): finish returns it */
+    ct_err fail;
     int64_t step;
     double sums[3];
     const ct_train_reporter *report;
@@ -74,7 +77,7 @@ static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_er
         ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
         if (st == CT_OK && r->msg.env->elastic) {
             if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
-                return ct_err_set(err, CT_EPEER, "rank %s: the chief ended the job: %s", r->name,
+                return ct_err_set(err, CT_EPEER, "rank %s: the job ended: %s", r->name,
                                   r->msg.env->elastic->message);
             }
             return CT_OK;
@@ -153,11 +156,43 @@ static ct_status load_state(ct__el_rank *r, ct__msg *m, ct_err *err) {
 
 /* ---- the reducer ---- */
 
+/* Fewer than min_replicas ranks: the chief's rank saves a checkpoint; every rank waits for
+ * the coordinator's RESUME (its chunks) before this step. */
+static ct_status hold(ct__el_rank *r, ct_err *err) {
+    r->hold = 0;
+    if (r->chief) {
+        char path[4096] = "";
+        ct_status st = ct_trainer_save(r->t, path, err);
+        if (st != CT_OK) {
+            return st;
+        }
+        if (r->report) {
+            ct_report_notice(r->report, "elastic: saved %s; waiting for ranks", path);
+        }
+    }
+    for (;;) {
+        ct_status st = await(r, r->register_timeout,
+                             "resume (fewer than strategy.elastic.min_replicas ranks are left: "
+                             "start ranks with ctrain-worker --chief ADDR)",
+                             err);
+        if (st != CT_OK) {
+            return st;
+        }
+        if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_RESUME) {
+            r->mine = r->msg.env->elastic->chunks;
+            return CT_OK;
+        }
+    }
+}
+
 static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, int64_t global_n) {
     (void)g;
     (void)local_n;
     (void)global_n;
     ct__el_rank *r = user;
+    if (r->hold && r->failed == CT_OK) { /* only before a step: a run that ended never waits */
+        r->failed = hold(r, &r->fail);
+    }
     if (r->slow_factor > 1.0 && r->last_compute > 0) {
         double s = (r->slow_factor - 1.0) * r->last_compute;
         nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
@@ -199,6 +234,7 @@ static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
     r->sums[1] = el->acc_sum;
     r->sums[2] = (double)el->examples;
     r->send_state |= el->send_state;
+    r->hold = el->hold;
     if (el->message && el->message[0] && r->report && r->report->notice) {
         ct_report_notice(r->report, "elastic: %s", el->message);
     }
@@ -207,6 +243,9 @@ static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
 
 static ct_status finish(void *user, ct_err *err) {
     ct__el_rank *r = user;
+    if (r->failed != CT_OK) {
+        return ct_err_set(err, r->failed, "%s", r->fail.msg);
+    }
     if (!r->again) {
         r->last_compute = ct__now_s() - r->step_start;
     }
