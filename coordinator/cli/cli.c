@@ -3,11 +3,13 @@
 
 #include "ctrain/profile.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +72,20 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
                 return EXIT_BAD_INPUT;
             }
             c->sets[c->n_sets++] = "checkpoint.allow_changed_input=true";
+        } else if (!strcmp(a, "--elastic")) {
+            int lo = 0, hi = 0, used = 0;
+            if (i + 1 >= argc || sscanf(argv[i + 1], "%d:%d%n", &lo, &hi, &used) != 2 ||
+                argv[i + 1][used] || lo < 1 || hi < lo || hi > 64 || c->n_sets + 2 > MAX_SETS) {
+                fprintf(stderr, "ctrain: --elastic needs MIN:MAX replicas, 1 <= MIN <= MAX <= 64 "
+                                "(e.g. --elastic 2:4)\n");
+                return EXIT_BAD_INPUT;
+            }
+            snprintf(c->elastic_sets[0], 64, "strategy.elastic.min_replicas=%d", lo);
+            snprintf(c->elastic_sets[1], 64, "strategy.elastic.max_replicas=%d", hi);
+            c->sets[c->n_sets++] = c->elastic_sets[0];
+            c->sets[c->n_sets++] = c->elastic_sets[1];
+            c->elastic = 1;
+            i++;
         } else if (!strcmp(a, "--replicas")) {
             char *end = NULL;
             long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -125,4 +141,48 @@ int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *)) {
                           : CT_DEFAULT_JOB;
     }
     return 0;
+}
+
+int cli_role_binary(const char *name, const char *dir, char *out) {
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "ctrain: cannot find my own binary to find %s\n", name);
+        return -1;
+    }
+    self[len] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(out, PATH_MAX, "%.3800s/%s", self, name);
+    if (access(out, X_OK) != 0) {
+        snprintf(out, PATH_MAX, "%.3800s/../%s/%s", self, dir, name);
+    }
+    if (access(out, X_OK) != 0) {
+        fprintf(stderr, "ctrain: cannot find %s next to %s (or in the build tree)\n", name, self);
+        return -1;
+    }
+    return 0;
+}
+
+pid_t cli_spawn(const char *const *argv, int out_fd) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "ctrain: cannot start %s: %s\n", argv[0], strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);                    /* the terminal's Ctrl-C is for this process */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive it */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        if (out_fd >= 0) {
+            dup2(out_fd, STDOUT_FILENO);
+            close(out_fd);
+        }
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "ctrain: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
 }

@@ -4,6 +4,7 @@
 #define CTRAIN_COORDINATOR_CLI_H
 
 #include <stdio.h>
+#include <sys/types.h>
 
 #define EXIT_RUNTIME 1
 #define EXIT_BAD_INPUT 2
@@ -16,6 +17,8 @@ typedef struct cli {
     int quiet;
     int no_resume;
     int replicas;
+    int elastic; /* --elastic MIN:MAX given (its two --set overrides below) */
+    char elastic_sets[2][64];
     double start_timeout_s; /* --start-timeout: mpirun's start-up limit (0: the default) */
     int ps, workers;        /* --ps M --workers N: a local parameter-server cluster */
     int data_workers;       /* --data-workers N: a local data service */
@@ -33,6 +36,16 @@ void cli_catch_signals(void);
 /* Parses train/summary/graph flags into c; returns 0, -1 after --help (printed by help), or the
  * exit code to leave with (the message printed). */
 int cli_parse_flags(int argc, char **argv, cli *c, void (*help)(FILE *));
+
+/* The path of role binary `name` ("ctrain-worker") next to this one (installed) or in the
+ * build tree (../<dir>/<name>) into out (PATH_MAX bytes); 0, or -1 after saying it is missing. */
+int cli_role_binary(const char *name, const char *dir, char *out);
+
+/* Starts argv (argv[0] a path) as a child of a local cluster: its own process group (the
+ * terminal's Ctrl-C is for this process, which ends its children), killed when this process
+ * dies, default signal handlers, stdout to out_fd when >= 0. Returns its pid, or -1 after
+ * saying why. */
+pid_t cli_spawn(const char *const *argv, int out_fd);
 
 /* ctrain train, summary and graph (argv without the command name). */
 int cmd_train(int argc, char **argv);

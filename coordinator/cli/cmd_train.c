@@ -25,6 +25,7 @@
 #include "ctrain/pipeline.h"
 #include "ctrain/report.h"
 #include "ds_launch.h"
+#include "elastic_launch.h"
 #include "mpi_launch.h"
 #include "ps_launch.h"
 
@@ -52,6 +53,9 @@ static void train_usage(FILE *f) {
         "                    ignored when the run resumes from its own checkpoint\n"
         "  --replicas N      train with the mirrored strategy on N local MPI ranks (runs\n"
         "                    mpirun -np N ctrain-worker; needs Open MPI's mpirun)\n"
+        "  --elastic MIN:MAX with --replicas N: an elastic job (strategy.elastic; needs\n"
+        "                    train.invariant): the chief here, N-1 ctrain-worker ranks\n"
+        "                    restarted if they die, ranks may join and leave (docs/elastic.md)\n"
         "  --start-timeout S with --replicas: stop mpirun when rank 0 has not finished\n"
         "                    MPI_Init within S seconds (default 120)\n"
         "  --ps M --workers N  train with the parameter-server strategy: the chief here,\n"
@@ -481,7 +485,10 @@ int cmd_train(int argc, char **argv) {
     if (c.data_workers > 0 && (rc = ds_pool_start(&c, &pool)) != 0) {
         return rc;
     }
-    if (c.replicas > 1) {
+    if (c.elastic || (c.replicas > 1 && elastic_job(&c))) {
+        c.replicas = c.replicas > 0 ? c.replicas : 1;
+        rc = elastic_run_replicas(&c);
+    } else if (c.replicas > 1) {
         rc = mpi_run_replicas(&c);
     } else if (c.ps > 0 || c.workers > 0) {
         rc = run_local_cluster(&c);

@@ -21,52 +21,6 @@
 #define DS_REAP_GRACE_S 5.0
 #define DS_MAX_ARGS (2 * MAX_SETS + 24)
 
-/* The binary `name` next to this one (installed) or in the build tree's `dir`. */
-static int find_binary(const char *name, const char *dir, char *out, size_t cap) {
-    char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        return -1;
-    }
-    self[len] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(out, cap, "%.3800s/%s", self, name);
-    if (access(out, X_OK) != 0) {
-        snprintf(out, cap, "%.3800s/../%s/%s", self, dir, name);
-    }
-    if (access(out, X_OK) != 0) {
-        fprintf(stderr, "ctrain: --data-workers: cannot find %s next to %s (build or install it)\n",
-                name, self);
-        return -1;
-    }
-    return 0;
-}
-
-/* Forks and runs argv; the child's stdout goes to out_fd when >= 0. */
-static pid_t spawn(const char *const *argv, int out_fd) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "ctrain: cannot start %s: %s\n", argv[0], strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);                    /* the terminal's Ctrl-C is for the trainer */
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the trainer */
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        if (out_fd >= 0) {
-            dup2(out_fd, STDOUT_FILENO);
-            close(out_fd);
-        }
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "ctrain: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    return pid;
-}
-
 /* The job and the user's overrides, as every child gets them; returns the count. */
 static int common_args(const cli *c, const char **argv, const char *bin) {
     int n = 0;
@@ -117,7 +71,7 @@ static int read_address(int fd, ds_pool *pool) {
 
 static int start_dispatcher(const cli *c, ds_pool *pool) {
     char bin[PATH_MAX];
-    if (find_binary("ctrain-dispatcher", "coordinator", bin, sizeof bin) != 0) {
+    if (cli_role_binary("ctrain-dispatcher", "coordinator", bin) != 0) {
         return -1;
     }
     const char *argv[DS_MAX_ARGS];
@@ -132,7 +86,7 @@ static int start_dispatcher(const cli *c, ds_pool *pool) {
         fprintf(stderr, "ctrain: --data-workers: pipe: %s\n", strerror(errno));
         return -1;
     }
-    pool->dispatcher = spawn(argv, fds[1]);
+    pool->dispatcher = cli_spawn(argv, fds[1]);
     close(fds[1]);
     int rc = pool->dispatcher > 0 ? read_address(fds[0], pool) : -1;
     close(fds[0]); /* the dispatcher's later lines go nowhere; its log is on stderr */
@@ -141,7 +95,7 @@ static int start_dispatcher(const cli *c, ds_pool *pool) {
 
 static int start_workers(const cli *c, ds_pool *pool) {
     char bin[PATH_MAX];
-    if (find_binary("ctrain-data-worker", "worker", bin, sizeof bin) != 0) {
+    if (cli_role_binary("ctrain-data-worker", "worker", bin) != 0) {
         return -1;
     }
     for (int i = 0; i < c->data_workers; i++) {
@@ -154,7 +108,7 @@ static int start_workers(const cli *c, ds_pool *pool) {
         argv[n++] = "--dispatcher";
         argv[n++] = pool->address;
         argv[n] = NULL;
-        if ((pool->workers[i] = spawn(argv, -1)) <= 0) {
+        if ((pool->workers[i] = cli_spawn(argv, -1)) <= 0) {
             return -1;
         }
         pool->n_workers = i + 1;

@@ -7,6 +7,8 @@
  * SIGKILL after a grace period. */
 #include "ps_launch.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -35,27 +37,10 @@ typedef struct cluster_run {
 
 /* The role binaries next to this one (installed) or in the build tree. */
 static int find_binaries(cluster_run *r) {
-    char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        return -1;
-    }
-    self[len] = '\0';
-    *strrchr(self, '/') = '\0';
-    const char *names[2] = {"ctrain-ps", "ctrain-worker"}, *dirs[2] = {"ps", "worker"};
-    char *out[2] = {r->ps_bin, r->worker_bin};
-    for (int k = 0; k < 2; k++) {
-        snprintf(out[k], PATH_MAX, "%.3800s/%s", self, names[k]);
-        if (access(out[k], X_OK) != 0) {
-            snprintf(out[k], PATH_MAX, "%.3800s/../%s/%s", self, dirs[k], names[k]);
-        }
-        if (access(out[k], X_OK) != 0) {
-            fprintf(stderr, "ctrain: cannot find %s next to %s (or in the build tree)\n", names[k],
-                    self);
-            return -1;
-        }
-    }
-    return 0;
+    return cli_role_binary("ctrain-ps", "ps", r->ps_bin) != 0 ||
+                   cli_role_binary("ctrain-worker", "worker", r->worker_bin) != 0
+               ? -1
+               : 0;
 }
 
 static int start(void *user, int role, int index, const char *chief_endpoint) {
@@ -89,21 +74,9 @@ static int start(void *user, int role, int index, const char *chief_endpoint) {
         argv[n++] = slow;
     }
     argv[n] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
+    pid_t pid = cli_spawn(argv, -1);
     if (pid < 0) {
-        fprintf(stderr, "ctrain: cannot start %s: %s\n", task, strerror(errno));
         return -1;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);                    /* the terminal's Ctrl-C is for the chief */
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the chief */
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "ctrain: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
     }
     r->pid[k][index] = pid;
     return 0;

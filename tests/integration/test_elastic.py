@@ -226,3 +226,31 @@ def test_below_min_replicas_the_wait_is_bounded_and_named(tmp_path):
     assert codes["chief"] != 0, chief
     assert "fewer than strategy.elastic.min_replicas 2 ranks for 3 s (1 left)" in chief, chief
     assert "elastic: saved " in chief, chief
+
+
+def test_ctrain_train_elastic_restarts_a_killed_rank(tmp_path, standalone):
+    """`ctrain train --replicas 4 --elastic 3:4`: the chief in ctrain, 3 ranks as children; one
+    killed is restarted and joins the running job; the bits stay the standalone run's."""
+    run = tmp_path / "run"
+    p = subprocess.Popen([CTRAIN, "train", MLP, *SETS, "--set", f"run_dir={run}",
+                          "--replicas", "4", "--elastic", "3:4", "--straggler", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                         env=ENV)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        if lines and lines[-1].endswith("}") and json.loads(lines[-1])["step"] >= 100:
+            break
+        time.sleep(0.05)
+    ranks = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "ctrain-worker"],
+                           capture_output=True, text=True).stdout.split()
+    assert len(ranks) == 3, ranks
+    os.kill(int(ranks[0]), signal.SIGKILL)
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out
+    assert "ctrain: rank 1 ended (signal 9); starting another (restart 1 of 12)" in out, out
+    assert "(its connection closed): 3 ranks now" in out and "1 rank joins at step" in out, out
+    assert "replicas=4 elastic restarts=1" in out, out
+    same, diff = identical(standalone, os.path.join(run, "checkpoints", f"ckpt-{STEPS}.ctck"))
+    assert same, diff

@@ -31,6 +31,10 @@ typedef struct ct_elastic_options {
     const char *chief;
     const char *bind;
     const char *name; /* this rank in the chief's messages (NULL: host:pid) */
+    /* The chief: called once the coordinator listens, with the address ranks dial, before the
+     * chief waits for min_replicas of them (a launcher starts them there). NULL: none. */
+    void (*listening)(const char *endpoint, void *user);
+    void *listening_user;
 } ct_elastic_options;
 
 /* Trains job (strategy.type mirrored with strategy.elastic) as the chief or as a rank (see

@@ -71,6 +71,9 @@ static ct_status open_rank(run *r, ct_err *err) {
         ct_report_notice(&r->o->report,
                          "elastic: ranks join at %s (%d to %d replicas, %d chunks per step)",
                          r->endpoint, e->min_replicas, e->max_replicas, r->chunks);
+        if (r->o->listening) {
+            r->o->listening(r->endpoint, r->o->listening_user);
+        }
     }
     if (st == CT_OK) {
         ct__el_rank_options ro = {.address = chief ? r->endpoint : r->o->chief,

@@ -134,6 +134,19 @@ static void assign(ct__el_coord *c) {
     }
 }
 
+/* Pending ranks become incoming while the job has room (strategy.elastic.max_replicas);
+ * returns how many. */
+static int admit(ct__el_coord *c) {
+    int joined = 0, room = c->spec.max_replicas - count(c, M_ACTIVE) - count(c, M_INCOMING);
+    for (int i = 0; i < c->n_members && joined < room; i++) {
+        if (c->m[i].state == M_PENDING) {
+            c->m[i].state = M_INCOMING;
+            joined++;
+        }
+    }
+    return joined;
+}
+
 /* A rank is gone: its chunks of this step that have not come go to the others, round-robin;
  * a rank already waiting for the sum is told to compute them (REDO). */
 static void lose(ct__el_coord *c, member *gone, const char *why) {
@@ -180,13 +193,12 @@ static void refuse(ct__el_coord *c, const ct__msg *msg, const char *why) {
 static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) {
     member *m = find_name(c, el->name);
     char why[160];
-    int live = c->n_members - count(c, M_GONE);
-    if (m || c->n_members == CT__EL_MAX_MEMBERS || live >= c->spec.max_replicas) {
+    if (m || c->n_members == CT__EL_MAX_MEMBERS) { /* a full job keeps it waiting (pending) */
         if (m) {
             snprintf(why, sizeof why, "a rank named %.60s joined before: use a new name", el->name);
         } else {
-            snprintf(why, sizeof why, "the job has strategy.elastic.max_replicas %d ranks already",
-                     c->spec.max_replicas);
+            snprintf(why, sizeof why, "%d ranks joined this job already: the most it takes",
+                     CT__EL_MAX_MEMBERS);
         }
         refuse(c, msg, why);
         return;
@@ -311,11 +323,8 @@ static void try_resume(ct__el_coord *c) {
     if (c->state_n == 0 || live < c->spec.min_replicas) {
         return;
     }
-    for (int i = 0; i < c->n_members; i++) {
-        if (c->m[i].state == M_PENDING) {
-            c->m[i].state = M_INCOMING;
-        }
-    }
+    admit(c);
+    live = count(c, M_ACTIVE) + count(c, M_INCOMING);
     c->view++;
     assign(c);
     const void *data[CT__EL_MAX_FRAMES];
@@ -387,16 +396,10 @@ static void on_message(ct__el_coord *c, ct__msg *msg) {
 /* Pending ranks become incoming (they take the state before the next step) when the next step
  * is a commit step; returns how many. */
 static int take_joiners(ct__el_coord *c) {
-    int joined = 0;
     if (c->step % c->spec.commit_every_steps != 0) {
         return 0;
     }
-    for (int i = 0; i < c->n_members; i++) {
-        if (c->m[i].state == M_PENDING) {
-            c->m[i].state = M_INCOMING;
-            joined++;
-        }
-    }
+    int joined = admit(c);
     if (joined) {
         c->view++;
         add_note(c, "%d rank%s join%s at step %lld: %d ranks now", joined, joined > 1 ? "s" : "",
@@ -415,13 +418,7 @@ static void start(ct__el_coord *c) {
         return;
     }
     c->started = 1;
-    int joined = 0;
-    for (int i = 0; i < c->n_members; i++) {
-        if (c->m[i].state == M_PENDING) {
-            c->m[i].state = M_INCOMING;
-            joined++;
-        }
-    }
+    int joined = admit(c);
     c->view = 1;
     assign(c);
     ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
