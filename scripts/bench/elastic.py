@@ -147,7 +147,7 @@ def end(procs):
 
 
 def shrink(job, steps, k):
-    run, chief, workers, _ = elastic_job(job, steps, steps, 4, 4, "shrink")
+    run, chief, workers, _ = elastic_job(job, steps, steps, 4, 3, "shrink")
     wait_step(run, k, chief.p)
     t0 = time.time()
     workers[1].send_signal(signal.SIGKILL)

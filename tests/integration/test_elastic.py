@@ -4,15 +4,21 @@ killed with SIGKILL mid-run, a rank that joins mid-run and a joining rank killed
 the state: each job finishes, and its final checkpoint is bit-identical to a standalone
 train.invariant run of the same global batch (`ctrain ckpt diff`, position included), so every
 example of every epoch trained exactly once. Runs are made long by their step count and the
-ranks' --slow-factor; each event waits for a step the chief logged, never for a time."""
+ranks' --slow-factor; each event waits for a step the chief logged, never for a time. Across
+hosts made of network namespaces, a host with two ranks cut off the network is lost and the
+job ends on the other host with the same bits."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 
 import pytest
+
+import netns
+from test_hosts_ps import roles_on
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("CTRAIN_BUILD_DIR", "build"))
@@ -253,4 +259,33 @@ def test_ctrain_train_elastic_restarts_a_killed_rank(tmp_path, standalone):
     assert "(its connection closed): 3 ranks now" in out and "1 rank joins at step" in out, out
     assert "replicas=4 elastic restarts=1" in out, out
     same, diff = identical(standalone, os.path.join(run, "checkpoints", f"ckpt-{STEPS}.ctck"))
+    assert same, diff
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    yield from roles_on(2, "elastic", tmp_path)
+
+
+@pytest.mark.skipif(not netns.namespaces_possible()[0], reason=netns.namespaces_possible()[1])
+def test_a_host_cut_off_with_two_ranks_is_lost_and_the_job_goes_on(two_hosts, tmp_path,
+                                                                   standalone):
+    """The chief and a rank on host 0, two ranks on host 1; host 1's link is cut mid-run (no
+    connection closes: the heartbeats stop), both its ranks are lost, host 0 finishes."""
+    roles, c = two_hosts, two_hosts.c
+    chief = f"{c.addr(0)}:{free_port()}"
+    args = ["--job", MLP, *SETS, *ELASTIC, "--set", "strategy.elastic.min_replicas=2",
+            "--set", f"run_dir={tmp_path / 'run'}"]
+    roles.start("chief", 0, [CHIEF, *args, "--bind", chief])
+    for name, host in (("a", 0), ("b", 1), ("c", 1)):
+        roles.start(name, host, [WORKER, *args, "--chief", chief, "--slow-factor", "3"])
+    roles.wait_for("chief", r"epoch 2/20")
+    c.link(1, up=False)
+    assert roles.wait("chief", 600) == 0, roles.log("chief")
+    assert roles.wait("a", 60) == 0, roles.log("a")
+    out = roles.log("chief")
+    lost = re.findall(r"lost rank host1:\d+ at step \d+ \(no heartbeat for 2 s\)", out)
+    assert len(lost) == 2, out
+    same, diff = identical(standalone, os.path.join(tmp_path, "run", "checkpoints",
+                                                    f"ckpt-{STEPS}.ctck"))
     assert same, diff

@@ -368,6 +368,10 @@ static void on_message(ct__el_coord *c, ct__msg *msg) {
         member *b = find_name(c, el->name);
         if (b && b->state != M_GONE) {
             b->last_heard = ct__now_s();
+            ct__el_msg ack = CTRAIN__ELASTIC__ELASTIC__INIT; /* the rank's wait counts on it */
+            member to = {.rid_len = msg->peer_len};
+            memcpy(to.rid, msg->peer, msg->peer_len);
+            send_to(c, &to, CTRAIN__WIRE__KIND__ELASTIC_BEAT, &ack, NULL, NULL, 0);
         }
         return;
     }

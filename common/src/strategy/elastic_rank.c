@@ -26,7 +26,7 @@ struct ct__el_rank {
     char address[CT_NET_ENDPOINT_MAX], name[96];
     uint64_t job_id;
     int chief;
-    double timeout, register_timeout;
+    double register_timeout;
     uint64_t mine, todo; /* this step's chunks; those of the current pass */
     int again, send_state, stop;
     int hold;         /* the last sum said: wait for RESUME before the next step */
@@ -38,6 +38,8 @@ struct ct__el_rank {
     double slow_factor, step_start, last_compute;
     pthread_t beat;
     atomic_int beat_quit;
+    _Atomic double last_ack; /* when the coordinator last answered a heartbeat */
+    double chief_timeout;    /* strategy.chief_timeout: its silence that ends a wait */
     int beat_started;
     ct__msg msg;
 };
@@ -51,13 +53,19 @@ static void *beat_loop(void *arg) {
         ct_net_close(sock);
         return NULL; /* the coordinator will call this rank silent, and name it */
     }
+    ct__msg m = {0};
     while (!atomic_load(&r->beat_quit)) {
         ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
         el.name = r->name;
         ct__el_send(sock, NULL, 0, CTRAIN__WIRE__KIND__ELASTIC_BEAT, &el, r->job_id, NULL, NULL, 0,
                     &err);
-        nanosleep(&(struct timespec){0, (long)(CT__EL_BEAT_S * 1e9)}, NULL);
+        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, (long)(CT__EL_BEAT_S * 1000));
+        while (ct__msg_recv(sock, 0, r->job_id, &m, &err) == CT_OK) { /* the answers */
+            atomic_store(&r->last_ack, ct__now_s());
+        }
     }
+    ct__msg_finish(&m);
     ct_net_close(sock);
     return NULL;
 }
@@ -69,11 +77,19 @@ static ct_status send_msg(ct__el_rank *r, int kind, ct__el_msg *el, const void *
     return ct__el_send(r->sock, NULL, 0, kind, el, r->job_id, data, bytes, n, err);
 }
 
-/* Waits up to timeout_s for a message of the coordinator into r->msg; a STOP becomes CT_EPEER
- * with its reason. `what` says what was awaited, for the timeout's message. */
+/* Waits up to timeout_s (0: as long as the coordinator answers heartbeats, up to
+ * strategy.chief_timeout of silence) for a message of the coordinator into r->msg; a STOP
+ * becomes CT_EPEER with its reason. `what` says what was awaited, for the timeout's message. */
 static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_err *err) {
     double t0 = ct__now_s();
     for (;;) {
+        double silent = ct__now_s() - atomic_load(&r->last_ack);
+        if (timeout_s == 0 && silent > r->chief_timeout) {
+            return ct_err_set(err, CT_ETIMEDOUT,
+                              "rank %s: the chief's coordinator at %s has been silent for %.0f s "
+                              "(strategy.chief_timeout) while this rank waited for a %s",
+                              r->name, r->address, silent, what);
+        }
         ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
         if (st == CT_OK && r->msg.env->elastic) {
             if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
@@ -85,7 +101,7 @@ static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_er
         if (st != CT_OK && st != CT_ETIMEDOUT) {
             return st;
         }
-        if (ct__now_s() - t0 > timeout_s) {
+        if (timeout_s > 0 && ct__now_s() - t0 > timeout_s) {
             return ct_err_set(err, CT_ETIMEDOUT,
                               "rank %s: the chief's coordinator at %s sent no %s for %.0f s (is "
                               "the chief running and reachable?)",
@@ -253,7 +269,7 @@ static ct_status finish(void *user, ct_err *err) {
     ct_status st = send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_DONE, &el, NULL, NULL, 0, err);
     r->again = 0;
     while (st == CT_OK) {
-        if ((st = await(r, 2.0 * r->timeout, "sum", err)) != CT_OK) {
+        if ((st = await(r, 0, "sum", err)) != CT_OK) {
             break;
         }
         const ct__el_msg *got = r->msg.env->elastic;
@@ -331,8 +347,9 @@ ct_status ct__el_rank_join(ct_trainer *t, const ct_job *job, const ct__el_rank_o
     r->report = o->report;
     r->slow_factor = o->slow_factor;
     r->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
-    r->timeout = job->mirrored.stall_timeout;
     r->register_timeout = job->ps.register_timeout;
+    r->chief_timeout = job->ps.chief_timeout;
+    atomic_store(&r->last_ack, ct__now_s());
     snprintf(r->address, sizeof r->address, "%s", o->address);
     set_name(r, o->name);
     r->iface = (ct_grad_reducer){.user = r,
