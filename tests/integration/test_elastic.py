@@ -18,6 +18,7 @@ import time
 import pytest
 
 import netns
+from tb_read import read_runs
 from test_hosts_ps import roles_on
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -135,6 +136,9 @@ def test_a_killed_rank_leaves_the_job_to_the_others_with_the_same_bits(tmp_path,
     lost = [line for line in chief.splitlines() if "elastic: lost rank" in line]
     assert len(lost) == 1 and "(its connection closed): 3 ranks now" in lost[0], chief
     assert int(lost[0].split(" at step ")[1].split()[0]) < STEPS, lost
+    tb = read_runs(job.run / "train")[str(job.run / "train")]  # TensorBoard's own reader
+    assert [3.0] == [v for _, v in tb["scalars"]["elastic/replicas"]][-1:], tb["scalars"]
+    assert any("lost rank" in text for _, text in tb["tensors"]["elastic/changes"]), tb["tensors"]
     same, out = identical(standalone, job.checkpoint())
     assert same, out
 

@@ -266,6 +266,11 @@ CT_API void ct_trainer_set_resume_skip(ct_trainer *t, int64_t examples);
 CT_API void ct_trainer_get_loss_scale(const ct_trainer *t, double state[4]);
 CT_API void ct_trainer_set_loss_scale(ct_trainer *t, const double state[4]);
 CT_API struct ct_optimizer *ct_trainer_optimizer(ct_trainer *t);
+/* A driver's event at the current step, into the run's TensorBoard files (train/): the scalar
+ * `tag` = value and, when text is not NULL, the text summary `text_tag` (the elastic strategy's
+ * membership changes). A no-op without logging. */
+CT_API void ct_trainer_log_event(ct_trainer *t, const char *tag, double value, const char *text_tag,
+                                 const char *text);
 /* Sets what fit would: the training set's size and the run's planned steps (stored in
  * checkpoints; the evaluator stops after the checkpoint of the last step). For drivers that
  * run steps themselves (the parameter-server chief). */

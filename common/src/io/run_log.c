@@ -194,6 +194,14 @@ void ct__run_log_histogram(ct__run_log *log, const char *tag, int64_t step, cons
     }
 }
 
+void ct__run_log_text(ct__run_log *log, const char *tag, int64_t step, const char *text) {
+    ct_events *ev = events_of(log, CT__RUN_LOG_TRAIN);
+    ct_err err = {0};
+    if (ev && ct_events_text(ev, tag, step, text, &err) != CT_OK) {
+        fail(log, &err, 0);
+    }
+}
+
 void ct__run_log_graph(ct__run_log *log, const struct ct_graph *g) {
     ct_events *ev = events_of(log, CT__RUN_LOG_TRAIN);
     ct_err err = {0};

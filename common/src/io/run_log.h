@@ -75,6 +75,9 @@ void ct__run_log_top_k(ct__run_log *log, int64_t step, int k, double value, char
 void ct__run_log_histogram(ct__run_log *log, const char *tag, int64_t step, const float *values,
                            int64_t n);
 
+/* A text summary `tag` (Markdown) at `step`, in train/. */
+void ct__run_log_text(ct__run_log *log, const char *tag, int64_t step, const char *text);
+
 /* The graph g (only read) for TensorBoard's Graphs dashboard, in train/. */
 void ct__run_log_graph(ct__run_log *log, const struct ct_graph *g);
 

@@ -251,8 +251,12 @@ static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
     r->sums[2] = (double)el->examples;
     r->send_state |= el->send_state;
     r->hold = el->hold;
-    if (el->message && el->message[0] && r->report && r->report->notice) {
-        ct_report_notice(r->report, "elastic: %s", el->message);
+    if (el->message && el->message[0]) { /* the chief's: a change of the membership */
+        if (r->report && r->report->notice) {
+            ct_report_notice(r->report, "elastic: %s", el->message);
+        }
+        ct_trainer_log_event(r->t, "elastic/replicas", (double)el->size, "elastic/changes",
+                             el->message);
     }
     return CT_OK;
 }

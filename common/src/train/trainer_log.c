@@ -194,3 +194,12 @@ void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p) {
         p->epoch_seconds, p->samples_per_s, p->input_wait_fraction, ppl, top_k);
     ct__run_log_sync(t->log); /* the epoch's events on the disk (every step: only flushed) */
 }
+
+void ct_trainer_log_event(ct_trainer *t, const char *tag, double value, const char *text_tag,
+                          const char *text) {
+    ct__run_scalar sc = {tag, value};
+    ct__run_log_scalars(t->log, CT__RUN_LOG_TRAIN, t->step, &sc, 1);
+    if (text && text_tag) {
+        ct__run_log_text(t->log, text_tag, t->step, text);
+    }
+}
