@@ -293,3 +293,39 @@ def test_a_host_cut_off_with_two_ranks_is_lost_and_the_job_goes_on(two_hosts, tm
     same, diff = identical(standalone, os.path.join(tmp_path, "run", "checkpoints",
                                                     f"ckpt-{STEPS}.ctck"))
     assert same, diff
+
+
+def test_a_joiner_killed_as_it_takes_the_state(tmp_path, standalone):
+    """The new rank is killed the moment the chief announces it (its state on the way, or just
+    arrived): the job converges to the ranks left, with the same bits."""
+    job = Job(tmp_path, 2)
+    job.rank("rank0")
+    job.wait_step(100)
+    job.rank("late", slow=1)
+    wait_log(job, "chief", "joins at step")
+    job.procs["late"].send_signal(signal.SIGKILL)
+    codes = job.finish()
+    assert codes["chief"] == 0 and codes["rank0"] == 0, job.log("chief")
+    assert "elastic: lost rank" in job.log("chief"), job.log("chief")
+    same, out = identical(standalone, job.checkpoint())
+    assert same, out
+
+
+def test_a_stopped_rank_and_a_killed_rank_at_once(tmp_path, standalone):
+    """One rank stopped (SIGSTOP: it holds its chunks, silent) and another killed in the same
+    step: both are lost, their chunks redone by the two left; the stopped rank, continued,
+    learns it was dropped and ends with a line that says so."""
+    job = Job(tmp_path, 2)
+    for i in range(3):
+        job.rank(f"rank{i}")
+    job.wait_step(100)
+    job.procs["rank1"].send_signal(signal.SIGSTOP)
+    job.procs["rank2"].send_signal(signal.SIGKILL)
+    wait_log(job, "chief", "2 ranks now")
+    job.procs["rank1"].send_signal(signal.SIGCONT)
+    codes = job.finish()
+    assert codes["chief"] == 0 and codes["rank0"] == 0, job.log("chief")
+    assert codes["rank1"] != 0 and "dropped from the job" in job.log("rank1"), job.log("rank1")
+    assert job.log("chief").count("lost rank") == 2, job.log("chief")
+    same, out = identical(standalone, job.checkpoint())
+    assert same, out

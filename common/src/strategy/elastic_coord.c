@@ -25,14 +25,19 @@ typedef struct member {
     char name[96];
     int state, chief;
     double last_heard;
-    uint64_t assigned; /* chunks of the current step */
-    int done;          /* said DONE for the current step and waits for the sum */
+    char beat_from[CT__EL_ADDR_MAX]; /* its heartbeat connection's address, as it says */
+    uint64_t assigned;               /* chunks of the current step */
+    int done;                        /* said DONE for the current step and waits for the sum */
 } member;
 
 struct ct__el_coord {
     void *router;
-    void *monitor;     /* the router's disconnections (a killed rank's sockets close) */
-    double suspect_at; /* when a connection closed (0: none pending) */
+    void *monitor; /* the router's connections: a killed rank's heartbeat connection closes */
+    struct {
+        int fd;
+        char peer[CT__EL_ADDR_MAX];
+    } conns[CT__EL_MAX_MEMBERS * 2]; /* accepted connections: fd, the peer's address */
+    int n_conns;
     pthread_t thread;
     atomic_int quit;
     char why[256];
@@ -368,6 +373,7 @@ static void on_message(ct__el_coord *c, ct__msg *msg) {
         member *b = find_name(c, el->name);
         if (b && b->state != M_GONE) {
             b->last_heard = ct__now_s();
+            snprintf(b->beat_from, sizeof b->beat_from, "%s", el->from ? el->from : "");
             ct__el_msg ack = CTRAIN__ELASTIC__ELASTIC__INIT; /* the rank's wait counts on it */
             member to = {.rid_len = msg->peer_len};
             memcpy(to.rid, msg->peer, msg->peer_len);
@@ -490,14 +496,6 @@ static void finish_step(ct__el_coord *c) {
     c->step_start = ct__now_s();
 }
 
-/* A connection closed: after a few heartbeat periods, the ranks that went silent since are
- * gone (a killed process closes its sockets; a live one keeps beating). Returns 1 when member m
- * is one of them. */
-static int closed(const ct__el_coord *c, const member *m, double now) {
-    return c->suspect_at > 0 && now - c->suspect_at > 3 * CT__EL_BEAT_S &&
-           now - m->last_heard > 2.5 * CT__EL_BEAT_S;
-}
-
 /* Lost ranks (gone, silent, or stalled in a step), a start, a finished step. */
 static void tick(ct__el_coord *c) {
     double now = ct__now_s();
@@ -507,9 +505,7 @@ static void tick(ct__el_coord *c) {
         if (m->chief || m->state == M_GONE) {
             continue;
         }
-        if (closed(c, m, now)) {
-            lose(c, m, "its connection closed");
-        } else if (now - m->last_heard > c->beat_timeout) {
+        if (now - m->last_heard > c->beat_timeout) {
             snprintf(why, sizeof why, "no heartbeat for %.0f s", c->beat_timeout);
             lose(c, m, why);
         } else if (c->started && !c->holding && m->state == M_ACTIVE && !m->done &&
@@ -517,9 +513,6 @@ static void tick(ct__el_coord *c) {
             snprintf(why, sizeof why, "no gradient for %.0f s", c->stall_timeout);
             lose(c, m, why);
         }
-    }
-    if (c->suspect_at > 0 && now - c->suspect_at > 3 * CT__EL_BEAT_S) {
-        c->suspect_at = 0;
     }
     int others = 0;
     for (int i = 0; i < c->n_members; i++) {
@@ -544,31 +537,34 @@ static void tick(ct__el_coord *c) {
     }
 }
 
-/* Takes the monitor's events (two frames each: event and value, then the endpoint); a
- * disconnection starts the check of closed(). */
+/* The monitor's events: an accepted connection's peer is noted by its fd; when it closes, the
+ * rank whose heartbeats came from that address is gone (a killed process's sockets close at
+ * once; a rank silent behind a cut link is found by heartbeat_timeout instead). */
 static void drain_monitor(ct__el_coord *c) {
-    zmq_msg_t f;
-    while (c->monitor) {
-        zmq_msg_init(&f);
-        if (zmq_msg_recv(&f, c->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&f);
-            return;
+    int event, fd;
+    while ((event = ct__el_monitor_event(c->monitor, &fd)) != 0) {
+        int k = 0;
+        while (k < c->n_conns && c->conns[k].fd != fd) {
+            k++;
         }
-        uint16_t event = 0;
-        if (zmq_msg_size(&f) >= 2) {
-            memcpy(&event, zmq_msg_data(&f), 2);
+        if (event == ZMQ_EVENT_ACCEPTED &&
+            (k < c->n_conns || c->n_conns < CT__EL_MAX_MEMBERS * 2)) {
+            c->conns[k].fd = fd;
+            ct__el_fd_addr(fd, 1, c->conns[k].peer, sizeof c->conns[k].peer);
+            c->n_conns += k == c->n_conns;
+            continue;
         }
-        while (zmq_msg_more(&f)) {
-            zmq_msg_close(&f);
-            zmq_msg_init(&f);
-            if (zmq_msg_recv(&f, c->monitor, 0) < 0) {
-                break;
+        if (event != ZMQ_EVENT_DISCONNECTED || k == c->n_conns) {
+            continue;
+        }
+        for (int i = 0; i < c->n_members; i++) {
+            member *m = &c->m[i];
+            if (!m->chief && m->state != M_GONE && m->beat_from[0] &&
+                !strcmp(m->beat_from, c->conns[k].peer)) {
+                lose(c, m, "its connection closed");
             }
         }
-        zmq_msg_close(&f);
-        if (event == ZMQ_EVENT_DISCONNECTED && c->suspect_at == 0) {
-            c->suspect_at = ct__now_s();
-        }
+        c->conns[k] = c->conns[--c->n_conns];
     }
 }
 
@@ -645,12 +641,7 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     if (st == CT_OK) { /* without it, a killed rank is found by its silence alone */
         char name[64];
         snprintf(name, sizeof name, "inproc://ctrain-elastic-%p", (void *)c);
-        if (zmq_socket_monitor(c->router, name, ZMQ_EVENT_DISCONNECTED) != 0 ||
-            ct_net_socket(ZMQ_PAIR, NULL, 0, &c->monitor, err) != CT_OK ||
-            zmq_connect(c->monitor, name) != 0) {
-            ct_net_close(c->monitor);
-            c->monitor = NULL;
-        }
+        c->monitor = ct__el_monitor(c->router, name, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     }
     snprintf(c->why, sizeof c->why, "the run ended");
     if (st == CT_OK && pthread_create(&c->thread, NULL, run, c) != 0) {
@@ -677,22 +668,4 @@ void ct__el_coord_stop(ct__el_coord *c, const char *why, double wait_s) {
     atomic_store(&c->quit, 1);
     pthread_join(c->thread, NULL);
     free_coord(c);
-}
-
-ct_status ct__el_send(void *sock, const void *peer, size_t peer_len, int kind, ct__el_msg *el,
-                      uint64_t job_id, const void *const *data, const size_t *bytes, int n,
-                      ct_err *err) {
-    ct__env env = CTRAIN__WIRE__ENVELOPE__INIT;
-    Ctrain__Wire__TensorRef refs[CT__EL_MAX_FRAMES], *rp[CT__EL_MAX_FRAMES];
-    for (int k = 0; k < n && k < CT__EL_MAX_FRAMES; k++) {
-        ctrain__wire__tensor_ref__init(&refs[k]);
-        refs[k].slot = (uint32_t)k;
-        refs[k].bytes = bytes[k];
-        rp[k] = &refs[k];
-    }
-    env.kind = (Ctrain__Wire__Kind)kind;
-    env.elastic = el;
-    env.n_tensors = (size_t)n;
-    env.tensors = n > 0 ? rp : NULL;
-    return ct__msg_send(sock, peer, peer_len, &env, job_id, data, bytes, n, err);
 }

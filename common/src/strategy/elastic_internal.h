@@ -26,14 +26,26 @@
 #define CT__EL_MAX_MEMBERS 256 /* ranks over a job's life, lost ones included */
 #define CT__EL_MAX_FRAMES 8    /* STATE: the weights and up to 7 optimizer slots */
 #define CT__EL_BEAT_S 0.2      /* a rank's heartbeat period */
+#define CT__EL_ADDR_MAX 80     /* "address:port" of one end of a TCP connection */
 
 typedef Ctrain__Elastic__Elastic ct__el_msg;
+
+/* ---- elastic_wire.c ---- */
 
 /* Sends `kind` with payload el and n f32 frames (copied) to sock (behind the routing id peer
  * when peer_len > 0). CT_EIO with ZeroMQ's reason. */
 ct_status ct__el_send(void *sock, const void *peer, size_t peer_len, int kind, ct__el_msg *el,
                       uint64_t job_id, const void *const *data, const size_t *bytes, int n,
                       ct_err *err);
+
+/* A monitor of sock's `events` (ZMQ_EVENT_*) on a PAIR socket made here (inproc `name`);
+ * NULL when it cannot be had (connections are then found by their silence alone). */
+void *ct__el_monitor(void *sock, const char *name, int events);
+/* The next event on monitor mon without waiting: its ZMQ_EVENT_* (fd: the connection's file
+ * descriptor), -1 for one without a value, 0 when none is queued (or mon is NULL). */
+int ct__el_monitor_event(void *mon, int *fd);
+/* "address:port" of TCP connection fd: its peer's (peer) or its own end; "" when unknown. */
+void ct__el_fd_addr(int fd, int peer, char *out, size_t cap);
 
 /* ---- elastic_coord.c: the coordinator, a thread of the chief's process ---- */
 typedef struct ct__el_coord ct__el_coord;

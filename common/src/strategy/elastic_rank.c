@@ -54,9 +54,19 @@ static void *beat_loop(void *arg) {
         return NULL; /* the coordinator will call this rank silent, and name it */
     }
     ct__msg m = {0};
+    char mon_name[64], from[CT__EL_ADDR_MAX] = "";
+    snprintf(mon_name, sizeof mon_name, "inproc://ctrain-elastic-beat-%p", (void *)r);
+    void *mon = ct__el_monitor(sock, mon_name, ZMQ_EVENT_CONNECTED);
     while (!atomic_load(&r->beat_quit)) {
+        int event, fd;
+        while ((event = ct__el_monitor_event(mon, &fd)) != 0) {
+            if (event == ZMQ_EVENT_CONNECTED) { /* this end's address names the connection */
+                ct__el_fd_addr(fd, 0, from, sizeof from);
+            }
+        }
         ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
         el.name = r->name;
+        el.from = from;
         ct__el_send(sock, NULL, 0, CTRAIN__WIRE__KIND__ELASTIC_BEAT, &el, r->job_id, NULL, NULL, 0,
                     &err);
         zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
@@ -66,6 +76,10 @@ static void *beat_loop(void *arg) {
         }
     }
     ct__msg_finish(&m);
+    if (mon) {
+        zmq_socket_monitor(sock, NULL, 0);
+        ct_net_close(mon);
+    }
     ct_net_close(sock);
     return NULL;
 }
