@@ -4,7 +4,7 @@
   /usr/bin/python3 scripts/bench/elastic.py        (from the repo root, after a build)
   REPS=1 MODELS=MLP /usr/bin/python3 scripts/bench/elastic.py
 
-For the MLP and the CNN (train.invariant, global batch 64, 4 ranks, 1 thread each):
+For the MLP, the CNN and the GPT (train.invariant, global batch 64, 4 ranks, 1 thread each):
   shrink      an elastic job (ctrain-chief + 3 ctrain-worker) is killed one rank (SIGKILL)
               after step K: seconds from the kill to the chief's "lost rank" line, which it
               prints with the first step the 3 survivors complete
@@ -37,21 +37,23 @@ CTRAIN = os.path.join(BUILD, "coordinator", "ctrain")
 CHIEF = os.path.join(BUILD, "coordinator", "ctrain-chief")
 WORKER = os.path.join(BUILD, "worker", "ctrain-worker")
 REPS = int(os.environ.get("REPS", "3"))
-ALL_MODELS = {  # job, steps, kill after
-    "MLP": (os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml"), 600, 100),
-    "CNN": (os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml"), 60, 20),
+LIMITS = ["--set", "data.eval.limit=200", "--set", "data.train.limit=6000"]
+ALL_MODELS = {  # job, steps, kill after, its data sets
+    "MLP": (os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml"), 600, 100, LIMITS),
+    "CNN": (os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml"), 60, 20, LIMITS),
+    "GPT": (os.path.join(ROOT, "examples", "gpt_fortunes.yaml"), 40, 10, []),
 }
-MODELS = [m for m in os.environ.get("MODELS", "MLP,CNN").split(",") if m in ALL_MODELS]
+DATA = {job: extra for job, _, _, extra in ALL_MODELS.values()}
+MODELS = [m for m in os.environ.get("MODELS", "MLP,CNN,GPT").split(",") if m in ALL_MODELS]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
 DONE_RE = re.compile(r"^done: .*samples_per_s=([0-9.]+)", re.M)
 TMP = tempfile.mkdtemp(prefix="ctrain_elastic_")
 
 
-def sets(steps, run_dir, every):
+def sets(job, steps, run_dir, every):
     return ["--set", "train.invariant=true", "--set", "train.global_batch_size=64",
-            "--set", "data.eval.limit=200", "--set", "data.train.limit=6000",
-            "--set", "train.epochs=50", "--set", f"train.max_steps={steps}",
+            *DATA[job], "--set", "train.epochs=50", "--set", f"train.max_steps={steps}",
             "--set", f"checkpoint.every_steps={every}", "--set", "logs.every_steps=1",
             "--set", f"run_dir={run_dir}"]
 
@@ -128,7 +130,7 @@ def elastic_job(job, steps, every, ranks, min_replicas, name):
     run = os.path.join(TMP, name)
     shutil.rmtree(run, ignore_errors=True)
     port = free_port()
-    common = [*sets(steps, run, every), "--set", "strategy.type=mirrored",
+    common = [*sets(job, steps, run, every), "--set", "strategy.type=mirrored",
               "--set", f"strategy.elastic.min_replicas={min_replicas}",
               "--set", "strategy.elastic.max_replicas=4"]
     chief = Lines([CHIEF, "--job", job, *common, "--bind", f"127.0.0.1:{port}"])
@@ -175,7 +177,7 @@ def mpi_rank_pid(run, rank):
 def restart(job, steps, k):
     run = os.path.join(TMP, "restart")
     shutil.rmtree(run, ignore_errors=True)
-    argv = [CTRAIN, "train", job, *sets(steps, run, k), "--replicas", "4", "--quiet"]
+    argv = [CTRAIN, "train", job, *sets(job, steps, run, k), "--replicas", "4", "--quiet"]
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              cwd=ROOT, env=ENV)
     wait_step(run, k + 1, first)  # the checkpoint of step k is written
@@ -219,7 +221,7 @@ def steady(job, steps):
     el = float(DONE_RE.search(chief.text()).group(1))
     run = os.path.join(TMP, "steady_mpi")
     shutil.rmtree(run, ignore_errors=True)
-    r = subprocess.run([CTRAIN, "train", job, *sets(steps, run, steps), "--replicas", "4"],
+    r = subprocess.run([CTRAIN, "train", job, *sets(job, steps, run, steps), "--replicas", "4"],
                        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=1800)
     mpi = float(DONE_RE.search(r.stdout).group(1))
     return el, mpi
@@ -231,7 +233,7 @@ def main():
           "elastic samples/s | mirrored samples/s | elastic / mirrored |")
     print("|---|---|---|---|---|---|---|---|")
     for name in MODELS:
-        job, steps, k = ALL_MODELS[name]
+        job, steps, k, _ = ALL_MODELS[name]
         got = {"shrink": [], "restart": [], "redo": [], "join": [], "el": [], "mpi": []}
         for _ in range(REPS):
             got["shrink"].append(shrink(job, steps, k))

@@ -1,6 +1,7 @@
 """The scripts in scripts/slurm/ on a real Slurm cluster of network-namespace hosts
 (slurm_cluster.py on netns.py), submitted as the README writes them (`--nodes=4` for the
-mirrored script, the parameter-server script's `--nodes=2`, the data service's `--ntasks=7`),
+mirrored script, the parameter-server script's `--nodes=2`, the data service's `--ntasks=7`,
+the elastic script's `--nodes=2 --ntasks=4`),
 with only JOB and the job's --set options added. With train.invariant every one ends on the
 done line of the standalone run; a job requeued by Slurm mid-run (SIGTERM) saves, is started
 again and resumes from its checkpoint to the same done line."""
@@ -95,6 +96,16 @@ def test_data_service_script(slurm, tmp_path):
                                    "--set", f"run_dir={tmp_path / 'run'}", "--set",
                                    f"data.service.work_dir={tmp_path / 'ds'}"],
                  {"CTRAIN_DATA_WORKERS": "4"})
+    assert done(out) == standalone(tmp_path)
+
+
+def test_elastic_script_on_two_nodes(slurm, tmp_path):
+    """scripts/slurm/elastic.sbatch: the chief on the first node, three ranks (one beside it,
+    two on the second node) that dial it by its host name; the standalone run's done line."""
+    out = submit(slurm, tmp_path, ["--nodes=2", "--ntasks=4", "scripts/slurm/elastic.sbatch",
+                                   *SETS, "--set", "strategy.elastic.min_replicas=4", "--set",
+                                   f"run_dir={tmp_path / 'run'}"], {})
+    assert "elastic: ranks join at tcp://" in out and " elastic" in out, out
     assert done(out) == standalone(tmp_path)
 
 
