@@ -158,14 +158,21 @@ def test_a_rank_that_joins_mid_run_takes_the_state(tmp_path, standalone):
     assert same, out
 
 
-def test_a_joining_rank_killed_before_it_takes_the_state(tmp_path, standalone):
-    """commit_every_steps larger than the run: the joiner waits for a commit that never comes,
-    is killed while waiting, and the job goes on without it."""
-    job = Job(tmp_path, 2, "--set", f"strategy.elastic.commit_every_steps={10 * STEPS}")
+@pytest.mark.parametrize("when", ["waiting for its commit", "taking the state"])
+def test_a_joining_rank_killed(tmp_path, standalone, when):
+    """A joiner killed while it waits for a commit that never comes (commit_every_steps larger
+    than the run), or the moment the chief announces it (its state on the way, or just
+    arrived): the job converges to the ranks left, with the same bits."""
+    waiting = when == "waiting for its commit"
+    extra = ["--set", f"strategy.elastic.commit_every_steps={10 * STEPS}"] if waiting else []
+    job = Job(tmp_path, 2, *extra)
     job.rank("rank0")
     job.wait_step(50)
-    job.rank("late")
-    job.wait_step(150)
+    job.rank("late", slow=3 if waiting else 1)
+    if waiting:
+        job.wait_step(150)
+    else:
+        wait_log(job, "chief", "joins at step")
     job.procs["late"].send_signal(signal.SIGKILL)
     codes = job.finish()
     assert codes["chief"] == 0 and codes["rank0"] == 0, job.log("chief")
@@ -293,22 +300,6 @@ def test_a_host_cut_off_with_two_ranks_is_lost_and_the_job_goes_on(two_hosts, tm
     same, diff = identical(standalone, os.path.join(tmp_path, "run", "checkpoints",
                                                     f"ckpt-{STEPS}.ctck"))
     assert same, diff
-
-
-def test_a_joiner_killed_as_it_takes_the_state(tmp_path, standalone):
-    """The new rank is killed the moment the chief announces it (its state on the way, or just
-    arrived): the job converges to the ranks left, with the same bits."""
-    job = Job(tmp_path, 2)
-    job.rank("rank0")
-    job.wait_step(100)
-    job.rank("late", slow=1)
-    wait_log(job, "chief", "joins at step")
-    job.procs["late"].send_signal(signal.SIGKILL)
-    codes = job.finish()
-    assert codes["chief"] == 0 and codes["rank0"] == 0, job.log("chief")
-    assert "elastic: lost rank" in job.log("chief"), job.log("chief")
-    same, out = identical(standalone, job.checkpoint())
-    assert same, out
 
 
 def test_a_stopped_rank_and_a_killed_rank_at_once(tmp_path, standalone):
