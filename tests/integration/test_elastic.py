@@ -320,3 +320,23 @@ def test_a_stopped_rank_and_a_killed_rank_at_once(tmp_path, standalone):
     assert job.log("chief").count("lost rank") == 2, job.log("chief")
     same, out = identical(standalone, job.checkpoint())
     assert same, out
+
+
+def test_a_stopped_chief_saves_and_the_job_resumes_to_the_same_bits(tmp_path, standalone):
+    """Preemption: SIGTERM to the chief saves a checkpoint (exit 143) and ends the ranks, which
+    say why; the job started again resumes from it to the uninterrupted run's bits."""
+    job = Job(tmp_path, 2)
+    job.rank("rank0")
+    job.wait_step(100)
+    job.procs["chief"].send_signal(signal.SIGTERM)
+    codes = job.finish()
+    assert codes == {"chief": 143, "rank0": 1}, job.log("chief") + job.log("rank0")
+    assert "interrupted at step" in job.log("chief"), job.log("chief")
+    assert "the job ended: interrupted at step" in job.log("rank0"), job.log("rank0")
+    again = Job(tmp_path, 2)
+    again.rank("rank1", slow=1)
+    codes = again.finish()
+    assert codes == {"chief": 0, "rank1": 0}, again.log("chief")
+    assert "resumed from" in again.log("chief"), again.log("chief")
+    same, out = identical(standalone, again.checkpoint())
+    assert same, out
