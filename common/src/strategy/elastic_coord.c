@@ -508,7 +508,7 @@ static void tick(ct__el_coord *c) {
         if (now - m->last_heard > c->beat_timeout) {
             snprintf(why, sizeof why, "no heartbeat for %.0f s", c->beat_timeout);
             lose(c, m, why);
-        } else if (c->started && !c->holding && m->state == M_ACTIVE && !m->done &&
+        } else if (c->started && !c->holding && m->state != M_PENDING && !m->done &&
                    m->assigned & ~c->have && now - c->step_start > c->stall_timeout) {
             snprintf(why, sizeof why, "no gradient for %.0f s", c->stall_timeout);
             lose(c, m, why);
