@@ -208,8 +208,8 @@ def join(job, steps, k):
     late = subprocess.Popen([WORKER, "--job", job, *common, "--chief", f"127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
                             env=ENV)
-    _, line = chief.first("joins at step")
-    step = int(line.split(" at step ")[1].split(":")[0])
+    _, line = chief.first("rank joins at step")
+    step = int(re.search(r"rank joins at step (\d+)", line).group(1))
     t1 = wait_step(run, step, chief.p)
     end([chief.p, *workers, late])
     return t1 - t0

@@ -150,9 +150,10 @@ def test_a_rank_that_joins_mid_run_takes_the_state(tmp_path, standalone):
     job.rank("late")
     codes = job.finish()
     assert codes == {"chief": 0, "rank0": 0, "late": 0}, job.log("chief") + job.log("late")
-    joined = [line for line in job.log("chief").splitlines() if "joins at step" in line]
-    assert len(joined) == 1 and "1 rank joins at step" in joined[0], job.log("chief")
-    step = int(joined[0].split(" at step ")[1].split(":")[0])
+    joined = re.findall(r"1 rank joins at step (\d+): 3 ranks now", job.log("chief"))
+    assert len(joined) == 1, job.log("chief")
+    assert "registered: it joins at step " + joined[0] in job.log("chief"), job.log("chief")
+    step = int(joined[0])
     assert 100 < step < STEPS and (step - 1) % 10 == 0, joined  # joins after a commit step
     same, out = identical(standalone, job.checkpoint())
     assert same, out
@@ -170,9 +171,9 @@ def test_a_joining_rank_killed(tmp_path, standalone, when):
     job.wait_step(50)
     job.rank("late", slow=3 if waiting else 1)
     if waiting:
-        job.wait_step(150)
+        wait_log(job, "chief", "registered: it joins at step")
     else:
-        wait_log(job, "chief", "joins at step")
+        wait_log(job, "chief", "rank joins at step")
     job.procs["late"].send_signal(signal.SIGKILL)
     codes = job.finish()
     assert codes["chief"] == 0 and codes["rank0"] == 0, job.log("chief")

@@ -76,7 +76,7 @@ static ct_status open_rank(run *r, ct_err *err) {
         }
     }
     if (st == CT_OK) {
-        ct__el_rank_options ro = {.address = chief ? r->endpoint : r->o->chief,
+        ct__el_rank_options ro = {.address = chief ? ct__el_coord_inproc(r->coord) : r->o->chief,
                                   .name = r->o->name,
                                   .chief = chief,
                                   .slow_factor = r->o->slow_factor,

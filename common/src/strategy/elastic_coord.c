@@ -60,6 +60,7 @@ struct ct__el_coord {
     char note[512]; /* for the chief's rank with the next sum: what changed */
     ct__msg msg;
     atomic_int others; /* ranks besides the chief's not gone: ct__el_coord_stop waits for 0 */
+    char inproc[64];   /* where the chief's own rank connects */
     double register_timeout;
     /* Fewer than min_replicas ranks: every rank waits at a step boundary (hold) until enough
      * have joined; the chief's state, kept here meanwhile, goes to the joiners. */
@@ -218,6 +219,10 @@ static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) 
     m->last_heard = ct__now_s();
     if (el->chief) {
         c->step = el->step;
+    } else if (c->started) {
+        int64_t k = c->spec.commit_every_steps, next = (c->step / k + 1) * k;
+        add_note(c, "rank %s registered: it joins at step %lld (a commit step)", m->name,
+                 (long long)next + 1);
     }
 }
 
@@ -638,9 +643,15 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     if (st == CT_OK) {
         st = ct_net_bind(c->router, bind && *bind ? bind : "127.0.0.1:0", endpoint, cap, err);
     }
+    /* the chief's own rank, a thread of this process, talks to it without TCP */
+    snprintf(c->inproc, sizeof c->inproc, "inproc://ctrain-elastic-%p", (void *)c);
+    if (st == CT_OK && zmq_bind(c->router, c->inproc) != 0) {
+        st = ct_err_set(err, CT_EIO, "elastic: cannot bind %s: %s", c->inproc,
+                        zmq_strerror(zmq_errno()));
+    }
     if (st == CT_OK) { /* without it, a killed rank is found by its silence alone */
         char name[64];
-        snprintf(name, sizeof name, "inproc://ctrain-elastic-%p", (void *)c);
+        snprintf(name, sizeof name, "inproc://ctrain-elastic-monitor-%p", (void *)c);
         c->monitor = ct__el_monitor(c->router, name, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     }
     snprintf(c->why, sizeof c->why, "the run ended");
@@ -668,4 +679,8 @@ void ct__el_coord_stop(ct__el_coord *c, const char *why, double wait_s) {
     atomic_store(&c->quit, 1);
     pthread_join(c->thread, NULL);
     free_coord(c);
+}
+
+const char *ct__el_coord_inproc(const ct__el_coord *c) {
+    return c->inproc;
 }

@@ -54,6 +54,8 @@ typedef struct ct__el_coord ct__el_coord;
  * coordinator's thread for gradients of grad_floats floats in `chunks` chunks per step. */
 ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks, const char *bind,
                              ct__el_coord **ret, char *endpoint, size_t cap, ct_err *err);
+/* The in-process endpoint of the coordinator, for the chief's own rank. */
+const char *ct__el_coord_inproc(const ct__el_coord *c);
 /* Waits up to wait_s for the other ranks to say goodbye (their last sum reached them), then
  * tells every rank still there that the job ended (`why`; NULL: the run ended), stops the
  * thread and frees c (NULL accepted). */
