@@ -127,6 +127,7 @@ def test_a_killed_rank_leaves_the_job_to_the_others_with_the_same_bits(tmp_path,
     job = Job(tmp_path, 3)  # goes on with 3 ranks
     for i in range(3):
         job.rank(f"rank{i}")
+    wait_log(job, "chief", "4 ranks")  # at the start, or one joining just after
     job.wait_step(100)
     job.procs["rank1"].send_signal(signal.SIGKILL)
     codes = job.finish()
@@ -291,6 +292,7 @@ def test_a_host_cut_off_with_two_ranks_is_lost_and_the_job_goes_on(two_hosts, tm
     roles.start("chief", 0, [CHIEF, *args, "--bind", chief])
     for name, host in (("a", 0), ("b", 1), ("c", 1)):
         roles.start(name, host, [WORKER, *args, "--chief", chief, "--slow-factor", "3"])
+    roles.wait_for("chief", r"4 ranks")
     roles.wait_for("chief", r"epoch 2/20")
     c.link(1, up=False)
     assert roles.wait("chief", 600) == 0, roles.log("chief")
@@ -310,6 +312,7 @@ def test_a_stopped_rank_and_a_killed_rank_at_once(tmp_path, standalone):
     job = Job(tmp_path, 2)
     for i in range(3):
         job.rank(f"rank{i}")
+    wait_log(job, "chief", "4 ranks")
     job.wait_step(100)
     job.procs["rank1"].send_signal(signal.SIGSTOP)
     job.procs["rank2"].send_signal(signal.SIGKILL)

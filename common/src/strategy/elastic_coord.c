@@ -435,6 +435,7 @@ static void start(ct__el_coord *c) {
     c->started = 1;
     int joined = admit(c);
     c->view = 1;
+    add_note(c, "%d ranks start at step %lld", joined + 1, (long long)c->step + 1);
     assign(c);
     ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
     el.step = c->step;
