@@ -13,9 +13,9 @@
 #     --keep       leave the root in place afterwards (it is printed)
 #     --no-apt-cache  download every package again (by default the .deb files apt downloads are
 #                  kept in the cache folder between runs; apt still installs each one)
-# Runs as root (debootstrap, mount, chroot). /proc, /sys and /dev are bind-mounted into the root
-# and always unmounted, even when a step fails. CTRAIN_FRESH_CACHE and CTRAIN_FRESH_WORK name the
-# cache folder and where roots are made (/var/tmp).
+# Runs as root (debootstrap, mount, chroot). The root is bind-mounted on itself, and /proc, /sys,
+# /dev into it; all are always unmounted, even when a step fails. CTRAIN_FRESH_CACHE and
+# CTRAIN_FRESH_WORK name the cache folder and where roots are made (/var/tmp).
 # shellcheck disable=SC2317 # the phases' functions are called through phase()
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -206,6 +206,12 @@ prepare_root() {
     cp -L /etc/resolv.conf "$root/etc/resolv.conf"
     printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
         "$(cat /proc/sys/kernel/hostname)" >"$root/etc/hosts"
+    # / must be a mount point, as on a real machine: `ip -n NS ...` (the host tests' network
+    # namespaces) makes / rslave in a new mount namespace, which fails in a chroot whose / is a
+    # plain folder ('"mount --make-rslave /" failed: Invalid argument'). So the root is
+    # bind-mounted on itself first (rslave: nothing mounted in it reaches the host)
+    mount --bind "$root" "$root"
+    mount --make-rslave "$root"
     local m
     for m in proc sys dev dev/pts dev/shm; do
         [[ -d "/$m" ]] || continue
@@ -258,11 +264,13 @@ fi
 
 for c in "${commands[@]}"; do
     root=$(mktemp -d "$work/ctrain-fresh.XXXXXX")
-    # mktemp makes it 0700: a package's postinst that runs as its own user (munge's mungekey,
-    # under su) could not reach /bin/sh inside it, which no real machine's / prevents
-    chmod 755 "$root"
     roots+=("$root")
     phase "$c: unpack the root" tar -C "$root" --numeric-owner -xzf "$tarball"
+    # / must be 0755, as on a real machine: a package's postinst that runs as its own user
+    # (munge's `su munge -s /bin/sh -c 'mungekey -c'`) fails in a 0700 root with 'su: failed to
+    # execute /bin/sh: Permission denied'. Set after the unpack: mktemp makes the folder 0700, and
+    # tar gives it the mode of the tarball's ./ entry (0700 too: it was packed from a mktemp folder)
+    chmod 755 "$root"
     phase "$c: prepare (apt, hosts, CA)" prepare_root "$root"
     phase "$c: clone HEAD" clone_head "$root"
     script="scripts/$c.sh"
