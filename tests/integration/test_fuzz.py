@@ -61,6 +61,7 @@ def test_wire_decoder_under_libfuzzer(tmp_path):
            os.path.join(BUILD, "common", "envelope.pb-c.c"),
            os.path.join(BUILD, "common", "ps.pb-c.c"),
            os.path.join(BUILD, "common", "data_service.pb-c.c"),
+           os.path.join(BUILD, "common", "elastic.pb-c.c"),
            os.path.join(ROOT, "common", "src", "core", "status.c"),
            os.path.join(ROOT, "common", "src", "core", "clock.c"),
            "-lprotobuf-c", "-lzmq", "-o", str(exe)]
