@@ -28,6 +28,7 @@ typedef struct member {
     char beat_from[CT__EL_ADDR_MAX]; /* its heartbeat connection's address, as it says */
     uint64_t assigned;               /* chunks of the current step */
     int done;                        /* said DONE for the current step and waits for the sum */
+    double since; /* when it was last given chunks (a REDO, a welcome): its stall clock */
 } member;
 
 struct ct__el_coord {
@@ -183,6 +184,7 @@ static void lose(ct__el_coord *c, member *gone, const char *why) {
             el.view = c->view;
             el.chunks = give[i];
             m->done = 0;
+            m->since = ct__now_s();
             send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_REDO, &el, NULL, NULL, 0);
         }
     }
@@ -258,6 +260,7 @@ static void on_done(ct__el_coord *c, member *m, const ct__el_msg *el) {
     r.step = c->step;
     r.view = c->view;
     r.chunks = extra;
+    m->since = ct__now_s();
     send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_REDO, &r, NULL, NULL, 0);
 }
 
@@ -277,7 +280,7 @@ static void welcome_incoming(ct__el_coord *c, const void *const *data, const siz
         el->step = c->step;
         send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_WELCOME, el, data, bytes, n);
         m->state = M_ACTIVE;
-        m->last_heard = ct__now_s();
+        m->last_heard = m->since = ct__now_s();
     }
 }
 
@@ -515,7 +518,8 @@ static void tick(ct__el_coord *c) {
             snprintf(why, sizeof why, "no heartbeat for %.0f s", c->beat_timeout);
             lose(c, m, why);
         } else if (c->started && !c->holding && m->state != M_PENDING && !m->done &&
-                   m->assigned & ~c->have && now - c->step_start > c->stall_timeout) {
+                   m->assigned & ~c->have &&
+                   now - (m->since > c->step_start ? m->since : c->step_start) > c->stall_timeout) {
             snprintf(why, sizeof why, "no gradient for %.0f s", c->stall_timeout);
             lose(c, m, why);
         }
