@@ -27,7 +27,7 @@ struct ct__el_rank {
     uint64_t job_id;
     int chief;
     double register_timeout;
-    uint64_t mine, todo; /* this step's chunks; those of the current pass */
+    uint64_t mine, pass_mask; /* this step's chunks; those of the current pass */
     int again, send_state, stop;
     int hold;         /* the last sum said: wait for RESUME before the next step */
     ct_status failed; /* a failure begin_step met (it cannot return one): finish returns it */
@@ -228,13 +228,13 @@ static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, i
         nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
     }
     r->step = step;
-    r->todo = r->mine;
+    r->pass_mask = r->mine;
     r->again = 0;
     r->step_start = ct__now_s();
 }
 
 static uint64_t chunks(void *user) {
-    return ((ct__el_rank *)user)->todo;
+    return ((ct__el_rank *)user)->pass_mask;
 }
 
 static ct_status chunk_done(void *user, int chunk, const float *grad, const double sums[3],
@@ -295,7 +295,7 @@ static ct_status finish(void *user, ct_err *err) {
             return on_sum(r, &r->msg, err);
         }
         if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_REDO && got->step == r->step) {
-            r->todo = got->chunks; /* a lost rank's chunks */
+            r->pass_mask = got->chunks; /* a lost rank's chunks */
             r->again = 1;
             return CT_OK;
         }
