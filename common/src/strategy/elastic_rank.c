@@ -69,10 +69,16 @@ static void *beat_loop(void *arg) {
         el.from = from;
         ct__el_send(sock, NULL, 0, CTRAIN__WIRE__KIND__ELASTIC_BEAT, &el, r->job_id, NULL, NULL, 0,
                     &err);
-        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&item, 1, (long)(CT__EL_BEAT_S * 1000));
-        while (ct__msg_recv(sock, 0, r->job_id, &m, &err) == CT_OK) { /* the answers */
-            atomic_store(&r->last_ack, ct__now_s());
+        /* the answers, until the next beat is due (an answer must not start the next beat at
+         * once: the beats would then go back and forth as fast as the link allows) */
+        const double next = ct__now_s() + CT__EL_BEAT_S;
+        for (double left = CT__EL_BEAT_S; left > 0 && !atomic_load(&r->beat_quit);
+             left = next - ct__now_s()) {
+            zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+            zmq_poll(&item, 1, (long)(left * 1000) + 1);
+            while (ct__msg_recv(sock, 0, r->job_id, &m, &err) == CT_OK) {
+                atomic_store(&r->last_ack, ct__now_s());
+            }
         }
     }
     ct__msg_finish(&m);
