@@ -72,9 +72,9 @@ class Job:
                                             env=ENV)
         log.close()
 
-    def rank(self, name, slow=3):
+    def rank(self, name, slow=3, *extra):
         self.start(name, WORKER, "--chief", f"127.0.0.1:{self.port}", "--slow-factor",
-                   str(slow))
+                   str(slow), *extra)
 
     def log(self, name):
         return (self.dir / f"{name}.log").read_text()
@@ -112,10 +112,16 @@ def identical(a, b):
     return r.returncode == 0 and "identical" in r.stdout and "same position" in r.stdout, r.stdout
 
 
-def test_four_ranks_give_the_standalone_bits(tmp_path, standalone):
+NO_SHM = ["--set", "strategy.elastic.shared_memory=false"]
+
+
+@pytest.mark.parametrize("socket_ranks", [0, 1], ids=["shared_memory", "one_rank_by_socket"])
+def test_four_ranks_give_the_standalone_bits(tmp_path, standalone, socket_ranks):
+    """On one machine the ranks pass gradients through the chief's shared-memory segments; a
+    rank told not to (as one on another machine) sends them over its socket, in the same job."""
     job = Job(tmp_path, 4)
     for i in range(3):
-        job.rank(f"rank{i}", slow=1)
+        job.rank(f"rank{i}", 1, *(NO_SHM if i < socket_ranks else []))
     codes = job.finish()
     assert codes == {"chief": 0, "rank0": 0, "rank1": 0, "rank2": 0}, job.log("chief")
     assert "4 to 4 replicas, 4 chunks per step" in job.log("chief")
@@ -290,8 +296,9 @@ def test_a_host_cut_off_with_two_ranks_is_lost_and_the_job_goes_on(two_hosts, tm
     args = ["--job", MLP, *SETS, *ELASTIC, "--set", "strategy.elastic.min_replicas=2",
             "--set", f"run_dir={tmp_path / 'run'}"]
     roles.start("chief", 0, [CHIEF, *args, "--bind", chief])
-    for name, host in (("a", 0), ("b", 1), ("c", 1)):
-        roles.start(name, host, [WORKER, *args, "--chief", chief, "--slow-factor", "3"])
+    for name, host in (("a", 0), ("b", 1), ("c", 1)):  # host 1 cannot share host 0's memory
+        roles.start(name, host, [WORKER, *args, *(NO_SHM if host else []), "--chief", chief,
+                                 "--slow-factor", "3"])
     roles.wait_for("chief", r"4 ranks")
     roles.wait_for("chief", r"epoch 2/20")
     c.link(1, up=False)
@@ -344,3 +351,27 @@ def test_a_stopped_chief_saves_and_the_job_resumes_to_the_same_bits(tmp_path, st
     assert "resumed from" in again.log("chief"), again.log("chief")
     same, out = identical(standalone, again.checkpoint())
     assert same, out
+
+
+def segments(pid):
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"ctrain-el-{pid}-"))
+
+
+def test_shared_memory_segments_go_with_the_job_and_a_killed_chiefs_are_swept(tmp_path):
+    """A view's segment exists while the job runs and none is left when it ends; those of a
+    chief killed with SIGKILL are removed by the next elastic chief on the machine."""
+    (tmp_path / "a").mkdir()
+    job = Job(tmp_path / "a", 2)
+    job.rank("rank0")
+    job.wait_step(50)
+    pid = job.procs["chief"].pid
+    left = segments(pid)
+    assert len(left) == 1 and left[0].endswith("-1"), left  # view 1: two ranks from the start
+    job.procs["chief"].send_signal(signal.SIGKILL)
+    job.procs["rank0"].send_signal(signal.SIGKILL)
+    job.finish()
+    assert segments(pid) == left  # a killed chief cleans nothing
+    (tmp_path / "b").mkdir()
+    again = Job(tmp_path / "b", 1, "--set", "train.max_steps=20")
+    assert again.finish() == {"chief": 0}, again.log("chief")
+    assert segments(pid) == [] and segments(again.procs["chief"].pid) == []

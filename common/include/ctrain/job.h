@@ -292,6 +292,8 @@ typedef struct ct_elastic_spec {
     int max_replicas;           /* strategy.elastic.max_replicas: ranks at most (4) */
     int64_t commit_every_steps; /* strategy.elastic.commit_every_steps: a joining rank takes the
                                    state and joins at steps that are multiples of this (1) */
+    int shared_memory;          /* strategy.elastic.shared_memory: ranks on the chief's machine pass
+                                   gradients through shared memory, not the socket (1) */
 } ct_elastic_spec;
 
 /* strategy.* of a mirrored job: the mirrored strategy's options. */

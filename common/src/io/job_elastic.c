@@ -7,7 +7,7 @@
 #define MAX_REPLICAS 64 /* a step's chunks are a 64-bit mask */
 
 static const char *const elastic_keys[] = {"min_replicas", "max_replicas", "commit_every_steps",
-                                           NULL};
+                                           "shared_memory", NULL};
 
 void ct__job_read_elastic(ct__job_reader *r, const ct__job_section *s, ct_job *job) {
     char key[CT__JOB_KEY_CAP];
@@ -21,9 +21,11 @@ void ct__job_read_elastic(ct__job_reader *r, const ct__job_section *s, ct_job *j
     el->min_replicas = 1;
     el->max_replicas = 4;
     el->commit_every_steps = 1;
+    el->shared_memory = 1;
     ct__job_sec_int(&e, "min_replicas", 1, &el->min_replicas);
     ct__job_sec_int(&e, "max_replicas", 1, &el->max_replicas);
     ct__job_sec_i64(&e, "commit_every_steps", 1, &el->commit_every_steps);
+    ct__job_sec_bool(&e, "shared_memory", &el->shared_memory);
     if (r->status != CT_OK) {
         return;
     }

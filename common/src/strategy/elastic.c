@@ -79,6 +79,7 @@ static ct_status open_rank(run *r, ct_err *err) {
         ct__el_rank_options ro = {.address = chief ? ct__el_coord_inproc(r->coord) : r->o->chief,
                                   .name = r->o->name,
                                   .chief = chief,
+                                  .chunks = r->chunks,
                                   .slow_factor = r->o->slow_factor,
                                   .report = chief ? &r->o->report : NULL};
         st = ct__el_rank_join(r->t, r->job, &ro, &r->rank, err);

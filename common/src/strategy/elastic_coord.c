@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "core/clock.h"
@@ -28,8 +30,12 @@ typedef struct member {
     char beat_from[CT__EL_ADDR_MAX]; /* its heartbeat connection's address, as it says */
     uint64_t assigned;               /* chunks of the current step */
     int done;                        /* said DONE for the current step and waits for the sum */
-    double since; /* when it was last given chunks (a REDO, a welcome): its stall clock */
+    double since;       /* when it was last given chunks (a REDO, a welcome): its stall clock */
+    uint32_t done_view; /* its DONE: the view whose segment it has mapped (done_shm) */
+    int done_shm;
 } member;
+
+#define MAX_SEGS 8 /* views' segments mapped at once: the current one, those ended this step */
 
 struct ct__el_coord {
     void *router;
@@ -72,6 +78,12 @@ struct ct__el_coord {
     int state_n;
     int64_t state_pos[4];
     double state_scale[4];
+    /* shared memory (strategy.elastic.shared_memory): each view's segment, for the ranks on
+     * this machine; those of views that ended in the step being summed are kept until its sum */
+    char shm_prefix[CT__EL_SHM_NAME_MAX];
+    uint64_t shm_nonce;
+    ct__el_seg segs[MAX_SEGS];
+    int n_segs;
 };
 
 static ct_status send_to(ct__el_coord *c, const member *m, int kind, ct__el_msg *el,
@@ -154,6 +166,41 @@ static int admit(ct__el_coord *c) {
     return joined;
 }
 
+static ct__el_seg *seg_of(ct__el_coord *c, uint32_t view) {
+    for (int k = 0; k < c->n_segs; k++) {
+        if (c->segs[k].view == view) {
+            return &c->segs[k];
+        }
+    }
+    return NULL;
+}
+
+/* The current view's segment, made when the view is new (none when shared memory is off, or
+ * /dev/shm cannot hold it: the ranks then send their gradients over the socket). */
+static void ensure_segment(ct__el_coord *c) {
+    if (!c->shm_prefix[0] || seg_of(c, c->view) || c->n_segs == MAX_SEGS) {
+        return;
+    }
+    ct_err err = {0};
+    if (ct__el_seg_create(&c->segs[c->n_segs], c->shm_prefix, c->shm_nonce, c->view, c->len,
+                          c->n_chunks, &err) == CT_OK) {
+        c->n_segs++;
+    }
+}
+
+/* The segments of views before the current one: no rank writes them again. */
+static void retire_segments(ct__el_coord *c, int all) {
+    int kept = 0;
+    for (int k = 0; k < c->n_segs; k++) {
+        if (!all && c->segs[k].view == c->view) {
+            c->segs[kept++] = c->segs[k];
+        } else {
+            ct__el_seg_close(&c->segs[k], c->shm_prefix);
+        }
+    }
+    c->n_segs = kept;
+}
+
 /* A rank is gone: its chunks of this step that have not come go to the others, round-robin;
  * a rank already waiting for the sum is told to compute them (REDO). */
 static void lose(ct__el_coord *c, member *gone, const char *why) {
@@ -161,6 +208,7 @@ static void lose(ct__el_coord *c, member *gone, const char *why) {
     gone->state = M_GONE;
     gone->assigned = 0;
     c->view++;
+    ensure_segment(c);
     int left = count(c, M_ACTIVE) + count(c, M_INCOMING);
     add_note(c, "lost rank %s at step %lld (%s): %d ranks now", gone->name, (long long)c->step + 1,
              why, left);
@@ -234,7 +282,14 @@ static void on_leaf(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el
         return; /* a step already summed, or a chunk another rank sent first (the same bits) */
     }
     const uint64_t bit = (uint64_t)1 << j;
-    if (msg->env->n_tensors == 1 && msg->env->tensors[0]->bytes == (uint64_t)c->len * 4) {
+    const ct__el_seg *seg = el->in_shm ? seg_of(c, el->view) : NULL;
+    if (el->in_shm && !seg) {
+        return; /* not a segment of this step's views: never accepted (its chunk is redone) */
+    }
+    if (seg) {
+        memcpy(c->leaves[j], ct__el_seg_slot(seg, j), (size_t)c->len * sizeof(float));
+        c->empty &= ~bit;
+    } else if (msg->env->n_tensors == 1 && msg->env->tensors[0]->bytes == (uint64_t)c->len * 4) {
         memcpy(c->leaves[j], ct__msg_tensor((ct__msg *)msg, 0), (size_t)c->len * sizeof(float));
         c->empty &= ~bit;
     } else {
@@ -251,6 +306,8 @@ static void on_done(ct__el_coord *c, member *m, const ct__el_msg *el) {
     if (el->step != c->step) {
         return;
     }
+    m->done_view = el->view;
+    m->done_shm = el->in_shm;
     uint64_t extra = m->assigned & ~c->have;
     if (!extra) {
         m->done = 1;
@@ -267,18 +324,21 @@ static void on_done(ct__el_coord *c, member *m, const ct__el_msg *el) {
 /* Every incoming rank gets the chief's state (data[0, n), position, loss scale in el) with
  * its welcome, and is active from then on. */
 static void welcome_incoming(ct__el_coord *c, const void *const *data, const size_t *bytes, int n,
-                             ct__el_msg *el) {
+                             const ct__el_msg *el) {
     for (int i = 0; i < c->n_members; i++) {
         member *m = &c->m[i];
         if (m->state != M_INCOMING) {
             continue;
         }
-        el->member = i;
-        el->view = c->view;
-        el->size = (uint32_t)(count(c, M_ACTIVE) + count(c, M_INCOMING));
-        el->chunks = m->assigned;
-        el->step = c->step;
-        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_WELCOME, el, data, bytes, n);
+        ct__el_msg w = *el; /* el may be a received message: its fields are not ours to set */
+        w.member = i;
+        w.view = c->view;
+        w.size = (uint32_t)(count(c, M_ACTIVE) + count(c, M_INCOMING));
+        w.chunks = m->assigned;
+        w.step = c->step;
+        w.shm = c->shm_prefix;
+        w.shm_nonce = c->shm_nonce;
+        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_WELCOME, &w, data, bytes, n);
         m->state = M_ACTIVE;
         m->last_heard = m->since = ct__now_s();
     }
@@ -339,6 +399,7 @@ static void try_resume(ct__el_coord *c) {
     admit(c);
     live = count(c, M_ACTIVE) + count(c, M_INCOMING);
     c->view++;
+    ensure_segment(c);
     assign(c);
     const void *data[CT__EL_MAX_FRAMES];
     for (int k = 0; k < c->state_n; k++) {
@@ -420,6 +481,7 @@ static int take_joiners(ct__el_coord *c) {
     int joined = admit(c);
     if (joined) {
         c->view++;
+        ensure_segment(c);
         add_note(c, "%d rank%s join%s at step %lld: %d ranks now", joined, joined > 1 ? "s" : "",
                  joined > 1 ? "" : "s", (long long)c->step + 1,
                  count(c, M_ACTIVE) + count(c, M_INCOMING));
@@ -438,6 +500,7 @@ static void start(ct__el_coord *c) {
     c->started = 1;
     int joined = admit(c);
     c->view = 1;
+    ensure_segment(c);
     add_note(c, "%d ranks start at step %lld", joined + 1, (long long)c->step + 1);
     assign(c);
     ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
@@ -447,12 +510,29 @@ static void start(ct__el_coord *c) {
     el.chunks = chief->assigned;
     el.send_state = joined > 0;
     el.member = (int32_t)(chief - c->m);
+    el.shm = c->shm_prefix;
+    el.shm_nonce = c->shm_nonce;
     send_to(c, chief, CTRAIN__WIRE__KIND__ELASTIC_WELCOME, &el, NULL, NULL, 0);
     c->step_start = ct__now_s();
 }
 
-/* Every chunk came and every rank waits: the canonical sum to all, with the next step's
- * chunks. */
+/* The sum into the segments of the views the ranks say they have mapped (their DONE). */
+static void sum_to_segments(ct__el_coord *c) {
+    for (int k = 0; k < c->n_segs; k++) {
+        int wanted = 0;
+        for (int i = 0; i < c->n_members; i++) {
+            const member *m = &c->m[i];
+            wanted |= m->state == M_ACTIVE && m->done_shm && m->done_view == c->segs[k].view;
+        }
+        if (wanted) {
+            memcpy(ct__el_seg_slot(&c->segs[k], c->n_chunks), c->sum,
+                   (size_t)c->len * sizeof(float));
+        }
+    }
+}
+
+/* Every chunk came and every rank waits: the canonical sum to all (into shared memory for
+ * those that have their view's segment), with the next step's chunks. */
 static void finish_step(ct__el_coord *c) {
     double sums[3] = {0.0, 0.0, 0.0};
     for (int j = 0; j < c->n_chunks; j++) {
@@ -468,6 +548,7 @@ static void finish_step(ct__el_coord *c) {
             sums[k] += c->sums[j][k];
         }
     }
+    sum_to_segments(c);
     c->step++;
     c->have = c->empty = 0;
     int joined = take_joiners(c);
@@ -499,8 +580,10 @@ static void finish_step(ct__el_coord *c) {
         el.send_state = m->chief && (joined > 0 || c->holding);
         el.hold = c->holding;
         el.message = m->chief ? c->note : "";
-        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_SUM, &el, data, bytes, 1);
+        el.in_shm = m->done_shm && seg_of(c, m->done_view);
+        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_SUM, &el, data, bytes, el.in_shm ? 0 : 1);
     }
+    retire_segments(c, 0);
     c->note[0] = '\0';
     c->step_start = ct__now_s();
 }
@@ -609,6 +692,7 @@ static void free_coord(ct__el_coord *c) {
     free(c->leaves);
     free(c->sum);
     ct__tree_acc_free(&c->acc);
+    retire_segments(c, 1);
     drop_state(c);
     ct__msg_finish(&c->msg);
     if (c->monitor) {
@@ -633,6 +717,13 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     c->register_timeout = job->ps.register_timeout;
     c->len = grad_floats;
     c->n_chunks = chunks;
+    if (c->spec.shared_memory) {
+        ct__el_seg_sweep(); /* what killed chiefs left in /dev/shm */
+        if (getrandom(&c->shm_nonce, sizeof c->shm_nonce, 0) != sizeof c->shm_nonce) {
+            c->shm_nonce = (uint64_t)(ct__now_s() * 1e9) ^ (uint64_t)getpid() << 40;
+        }
+        ct__el_seg_prefix(c->shm_prefix, sizeof c->shm_prefix, c->shm_nonce);
+    }
     ct__tree_acc_init(&c->acc, grad_floats);
     int ok = (c->leaves = calloc((size_t)chunks, sizeof *c->leaves)) &&
              (c->sum = malloc((size_t)(grad_floats ? grad_floats : 1) * sizeof(float)));

@@ -47,6 +47,33 @@ int ct__el_monitor_event(void *mon, int *fd);
 /* "address:port" of TCP connection fd: its peer's (peer) or its own end; "" when unknown. */
 void ct__el_fd_addr(int fd, int peer, char *out, size_t cap);
 
+/* ---- elastic_shm.c: a view's shared-memory segment (chunk gradients and the sum) ---- */
+#define CT__EL_SHM_NAME_MAX 64 /* "/ctrain-el-PID-NONCE" */
+
+typedef struct ct__el_seg {
+    uint32_t view;
+    int chunks;
+    int64_t len; /* floats per slot */
+    void *base;  /* NULL: not mapped */
+    size_t bytes;
+} ct__el_seg;
+
+/* The coordinator's segment names: /ctrain-el-PID-NONCE (each view's: that, "-VIEW"). */
+void ct__el_seg_prefix(char *out, size_t cap, uint64_t nonce);
+/* Makes and maps view's segment (chunks slots and the sum's, len floats each). CT_EIO, named,
+ * when /dev/shm cannot hold it. */
+ct_status ct__el_seg_create(ct__el_seg *s, const char *prefix, uint64_t nonce, uint32_t view,
+                            int64_t len, int chunks, ct_err *err);
+/* Maps view's segment when there is one with this header: 1; 0 otherwise (s->base NULL). */
+int ct__el_seg_open(ct__el_seg *s, const char *prefix, uint64_t nonce, uint32_t view, int64_t len,
+                    int chunks);
+/* Slot j (j == chunks: the sum's). */
+float *ct__el_seg_slot(const ct__el_seg *s, int j);
+/* Unmaps s; and removes its name when unlink_prefix is its coordinator's prefix. */
+void ct__el_seg_close(ct__el_seg *s, const char *unlink_prefix);
+/* Removes the segments of coordinators whose process is gone (killed chiefs). */
+void ct__el_seg_sweep(void);
+
 /* ---- elastic_coord.c: the coordinator, a thread of the chief's process ---- */
 typedef struct ct__el_coord ct__el_coord;
 
@@ -68,6 +95,7 @@ typedef struct ct__el_rank_options {
     const char *address; /* the coordinator's endpoint */
     const char *name;    /* this rank in messages (NULL: host:pid) */
     int chief;           /* the chief's own rank: it holds the state others take */
+    int chunks;          /* train.invariant's chunks per step */
     double slow_factor;  /* benchmarks and tests: sleep (F - 1) x the last step's compute */
     const ct_train_reporter *report; /* the chief's notices (a rank lost or joined) */
 } ct__el_rank_options;

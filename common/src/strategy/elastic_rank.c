@@ -42,6 +42,14 @@ struct ct__el_rank {
     double chief_timeout;    /* strategy.chief_timeout: its silence that ends a wait */
     int beat_started;
     ct__msg msg;
+    /* shared memory: the coordinator's segment names (WELCOME; "" none), the view the last
+     * message named, and the segment mapped (seg.view: the view it was tried for) */
+    char shm[CT__EL_SHM_NAME_MAX];
+    uint64_t shm_nonce;
+    uint32_t view;
+    ct__el_seg seg;
+    int n_chunks;
+    int use_shm; /* its job's strategy.elastic.shared_memory (false: the socket only) */
 };
 
 static void *beat_loop(void *arg) {
@@ -216,6 +224,7 @@ static ct_status hold(ct__el_rank *r, ct_err *err) {
         }
         if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_RESUME) {
             r->mine = r->msg.env->elastic->chunks;
+            r->view = r->msg.env->elastic->view;
             return CT_OK;
         }
     }
@@ -243,6 +252,19 @@ static uint64_t chunks(void *user) {
     return ((ct__el_rank *)user)->pass_mask;
 }
 
+/* The current view's segment, mapped when the view is new; NULL when there is none here (the
+ * coordinator is on another machine, or has none): the socket carries the gradients. */
+static const ct__el_seg *segment(ct__el_rank *r) {
+    if (!r->shm[0]) {
+        return NULL;
+    }
+    if (r->seg.view != r->view) {
+        ct__el_seg_close(&r->seg, NULL);
+        ct__el_seg_open(&r->seg, r->shm, r->shm_nonce, r->view, r->p->trainable_total, r->n_chunks);
+    }
+    return r->seg.base ? &r->seg : NULL;
+}
+
 static ct_status chunk_done(void *user, int chunk, const float *grad, const double sums[3],
                             ct_err *err) {
     ct__el_rank *r = user;
@@ -251,6 +273,13 @@ static ct_status chunk_done(void *user, int chunk, const float *grad, const doub
     el.loss_sum = sums[0];
     el.acc_sum = sums[1];
     el.examples = (int64_t)sums[2];
+    const ct__el_seg *seg = grad ? segment(r) : NULL;
+    if (seg) { /* the view's slot for this chunk: no other rank writes it in this view */
+        memcpy(ct__el_seg_slot(seg, chunk), grad, (size_t)r->p->trainable_total * sizeof(float));
+        el.in_shm = 1;
+        el.view = seg->view;
+        return send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_LEAF, &el, NULL, NULL, 0, err);
+    }
     const void *data[1] = {grad};
     const size_t bytes[1] = {(size_t)r->p->trainable_total * sizeof(float)};
     return send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_LEAF, &el, data, bytes, grad ? 1 : 0, err);
@@ -259,13 +288,16 @@ static ct_status chunk_done(void *user, int chunk, const float *grad, const doub
 static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
     const ct__el_msg *el = m->env->elastic;
     const uint64_t bytes = (uint64_t)r->p->trainable_total * sizeof(float);
-    if (m->env->n_tensors != 1 || m->env->tensors[0]->bytes != bytes || el->step != r->step) {
+    const int framed = m->env->n_tensors == 1 && m->env->tensors[0]->bytes == bytes;
+    if (el->step != r->step || (el->in_shm ? !r->seg.base : !framed)) {
         return ct_err_set(err, CT_EPROTO,
                           "rank %s: a sum for step %lld that does not fit step %lld", r->name,
                           (long long)el->step, (long long)r->step);
     }
-    memcpy(r->p->grad, ct__msg_tensor(m, 0), (size_t)bytes);
+    memcpy(r->p->grad, el->in_shm ? ct__el_seg_slot(&r->seg, r->n_chunks) : ct__msg_tensor(m, 0),
+           (size_t)bytes);
     r->mine = el->chunks;
+    r->view = el->view;
     r->sums[0] = el->loss_sum;
     r->sums[1] = el->acc_sum;
     r->sums[2] = (double)el->examples;
@@ -290,6 +322,9 @@ static ct_status finish(void *user, ct_err *err) {
         r->last_compute = ct__now_s() - r->step_start;
     }
     ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
+    const ct__el_seg *seg = segment(r); /* where the sum may come */
+    el.in_shm = seg != NULL;
+    el.view = seg ? seg->view : r->view;
     ct_status st = send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_DONE, &el, NULL, NULL, 0, err);
     r->again = 0;
     while (st == CT_OK) {
@@ -302,6 +337,7 @@ static ct_status finish(void *user, ct_err *err) {
         }
         if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_REDO && got->step == r->step) {
             r->pass_mask = got->chunks; /* a lost rank's chunks */
+            r->view = got->view;
             r->again = 1;
             return CT_OK;
         }
@@ -345,6 +381,9 @@ static ct_status welcome(ct__el_rank *r, ct_err *err) {
     const ct__el_msg *el = r->msg.env->elastic;
     r->mine = el->chunks;
     r->send_state = el->send_state;
+    r->view = el->view;
+    snprintf(r->shm, sizeof r->shm, "%s", el->shm && r->use_shm ? el->shm : "");
+    r->shm_nonce = el->shm_nonce;
     return r->chief ? CT_OK : load_state(r, &r->msg, err);
 }
 
@@ -368,6 +407,8 @@ ct_status ct__el_rank_join(ct_trainer *t, const ct_job *job, const ct__el_rank_o
     r->t = t;
     r->p = ct_trainer_params(t);
     r->chief = o->chief;
+    r->n_chunks = o->chunks;
+    r->use_shm = job->mirrored.elastic.shared_memory;
     r->report = o->report;
     r->slow_factor = o->slow_factor;
     r->job_id = ct_job_id(job, CT_JOB_ID_TRAINING);
@@ -428,5 +469,6 @@ void ct__el_rank_leave(ct__el_rank *r, int finished) {
     }
     ct__msg_finish(&r->msg);
     ct_net_close(r->sock);
+    ct__el_seg_close(&r->seg, NULL);
     free(r);
 }
