@@ -53,8 +53,9 @@ struct ct__el_coord {
     double beat_timeout, stall_timeout;
     int64_t len; /* floats per gradient */
     int n_chunks;
-    float **leaves;
-    uint64_t have, empty; /* chunks received this step; those without examples */
+    float **leaves;        /* chunk j's gradient when it came in a frame */
+    const float **leaf_at; /* where chunk j's gradient is: leaves[j], or its slot in a segment */
+    uint64_t have, empty;  /* chunks received this step; those without examples */
     double sums[64][3];
     ct__tree_acc acc;
     float *sum;
@@ -286,11 +287,12 @@ static void on_leaf(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el
     if (el->in_shm && !seg) {
         return; /* not a segment of this step's views: never accepted (its chunk is redone) */
     }
-    if (seg) {
-        memcpy(c->leaves[j], ct__el_seg_slot(seg, j), (size_t)c->len * sizeof(float));
+    if (seg) { /* read in place: the segment stays until the step is summed */
+        c->leaf_at[j] = ct__el_seg_slot(seg, j);
         c->empty &= ~bit;
     } else if (msg->env->n_tensors == 1 && msg->env->tensors[0]->bytes == (uint64_t)c->len * 4) {
         memcpy(c->leaves[j], ct__msg_tensor((ct__msg *)msg, 0), (size_t)c->len * sizeof(float));
+        c->leaf_at[j] = c->leaves[j];
         c->empty &= ~bit;
     } else {
         c->empty |= bit;
@@ -516,17 +518,34 @@ static void start(ct__el_coord *c) {
     c->step_start = ct__now_s();
 }
 
-/* The sum into the segments of the views the ranks say they have mapped (their DONE). */
-static void sum_to_segments(ct__el_coord *c) {
-    for (int k = 0; k < c->n_segs; k++) {
-        int wanted = 0;
-        for (int i = 0; i < c->n_members; i++) {
-            const member *m = &c->m[i];
-            wanted |= m->state == M_ACTIVE && m->done_shm && m->done_view == c->segs[k].view;
+/* Whether a rank waits for its sum in segment k (its DONE said it has that view mapped). */
+static int seg_wanted(const ct__el_coord *c, int k) {
+    for (int i = 0; i < c->n_members; i++) {
+        const member *m = &c->m[i];
+        if (m->state == M_ACTIVE && m->done_shm && m->done_view == c->segs[k].view) {
+            return 1;
         }
-        if (wanted) {
-            memcpy(ct__el_seg_slot(&c->segs[k], c->n_chunks), c->sum,
-                   (size_t)c->len * sizeof(float));
+    }
+    return 0;
+}
+
+/* Where the step's sum is written: the sum slot of the first segment a rank waits in (no
+ * copy for it), else the coordinator's own buffer. */
+static float *sum_target(ct__el_coord *c) {
+    for (int k = 0; k < c->n_segs; k++) {
+        if (seg_wanted(c, k)) {
+            return ct__el_seg_slot(&c->segs[k], c->n_chunks);
+        }
+    }
+    return c->sum;
+}
+
+/* The sum, at `at`, into the other segments ranks wait in. */
+static void sum_to_segments(ct__el_coord *c, const float *at) {
+    for (int k = 0; k < c->n_segs; k++) {
+        float *slot = ct__el_seg_slot(&c->segs[k], c->n_chunks);
+        if (slot != at && seg_wanted(c, k)) {
+            memcpy(slot, at, (size_t)c->len * sizeof(float));
         }
     }
 }
@@ -535,10 +554,11 @@ static void sum_to_segments(ct__el_coord *c) {
  * those that have their view's segment), with the next step's chunks. */
 static void finish_step(ct__el_coord *c) {
     double sums[3] = {0.0, 0.0, 0.0};
+    float *at = sum_target(c);
     for (int j = 0; j < c->n_chunks; j++) {
-        const float *leaf = c->empty >> j & 1 ? NULL : c->leaves[j];
+        const float *leaf = c->empty >> j & 1 ? NULL : c->leaf_at[j];
         if (j == c->n_chunks - 1) {
-            ct__tree_acc_finish_with(&c->acc, leaf, c->sum);
+            ct__tree_acc_finish_with(&c->acc, leaf, at);
         } else if (ct__tree_acc_push(&c->acc, leaf) != CT_OK) {
             snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
             atomic_store(&c->quit, 1);
@@ -548,7 +568,7 @@ static void finish_step(ct__el_coord *c) {
             sums[k] += c->sums[j][k];
         }
     }
-    sum_to_segments(c);
+    sum_to_segments(c, at);
     c->step++;
     c->have = c->empty = 0;
     int joined = take_joiners(c);
@@ -562,7 +582,7 @@ static void finish_step(ct__el_coord *c) {
                  "job waits for ranks to join (strategy.register_timeout %.0f s)",
                  live, c->spec.min_replicas, c->register_timeout);
     }
-    const void *data[1] = {c->sum};
+    const void *data[1] = {at};
     const size_t bytes[1] = {(size_t)c->len * sizeof(float)};
     for (int i = 0; i < c->n_members; i++) {
         member *m = &c->m[i];
@@ -690,6 +710,7 @@ static void free_coord(ct__el_coord *c) {
         free(c->leaves[j]);
     }
     free(c->leaves);
+    free(c->leaf_at);
     free(c->sum);
     ct__tree_acc_free(&c->acc);
     retire_segments(c, 1);
@@ -726,6 +747,7 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     }
     ct__tree_acc_init(&c->acc, grad_floats);
     int ok = (c->leaves = calloc((size_t)chunks, sizeof *c->leaves)) &&
+             (c->leaf_at = calloc((size_t)chunks, sizeof *c->leaf_at)) &&
              (c->sum = malloc((size_t)(grad_floats ? grad_floats : 1) * sizeof(float)));
     for (int j = 0; ok && j < chunks; j++) {
         ok = (c->leaves[j] = malloc((size_t)(grad_floats ? grad_floats : 1) * sizeof(float))) !=
