@@ -98,6 +98,11 @@ static void listening(const char *endpoint, void *user) {
     l->thread_started = pthread_create(&l->thread, NULL, watch, l) == 0;
 }
 
+/* The chief's run has ended: a rank that ends from now on is not restarted. */
+static void ending(void *user) {
+    atomic_store(&((launch *)user)->quit, 1);
+}
+
 /* The ranks have said goodbye by the chief's end: each gets REAP_GRACE_S to exit, then is
  * killed. */
 static void reap(launch *l) {
@@ -170,7 +175,8 @@ int elastic_run_replicas(cli *c) {
                                                                          .notice = print_notice},
                                 .stop = &cli_stop_requested,
                                 .listening = listening,
-                                .listening_user = &l};
+                                .listening_user = &l,
+                                .ending = ending};
         ct_train_result r;
         ct_status st = ct_elastic_train(job, &o, &r, &err);
         reap(&l);

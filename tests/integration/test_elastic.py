@@ -166,6 +166,19 @@ def test_a_rank_that_joins_mid_run_takes_the_state(tmp_path, standalone):
     assert same, out
 
 
+def test_a_registered_joiner_waits_past_register_timeout_for_its_commit_step(tmp_path):
+    """register_timeout bounds a rank's wait for the coordinator to know it; a registered rank
+    then waits for its commit step as long as the coordinator answers its heartbeats."""
+    job = Job(tmp_path, 2, "--set", "strategy.elastic.commit_every_steps=250",
+              "--set", "strategy.register_timeout=1", "--set", "train.max_steps=300")
+    job.rank("rank0", slow=40)  # 200 steps of it take far longer than register_timeout
+    job.wait_step(30)
+    job.rank("late", slow=1)
+    codes = job.finish()
+    assert codes == {"chief": 0, "rank0": 0, "late": 0}, job.log("chief") + job.log("late")
+    assert "1 rank joins at step 251: 3 ranks now" in job.log("chief"), job.log("chief")
+
+
 @pytest.mark.parametrize("when", ["waiting for its commit", "taking the state"])
 def test_a_joining_rank_killed(tmp_path, standalone, when):
     """A joiner killed while it waits for a commit that never comes (commit_every_steps larger

@@ -35,6 +35,9 @@ typedef struct ct_elastic_options {
      * chief waits for min_replicas of them (a launcher starts them there). NULL: none. */
     void (*listening)(const char *endpoint, void *user);
     void *listening_user;
+    /* The chief: called when its run has ended, before the coordinator ends the ranks (a
+     * launcher stops restarting them), with listening_user. NULL: none. */
+    void (*ending)(void *user);
 } ct_elastic_options;
 
 /* Trains job (strategy.type mirrored with strategy.elastic) as the chief or as a rank (see

@@ -104,6 +104,9 @@ ct_status ct_elastic_train(const ct_job *job, const ct_elastic_options *opts, ct
         st = ct_trainer_fit_loaders(r.t, r.train, r.eval, opts->chief ? NULL : rep->progress,
                                     rep->user, opts->stop, ret, err);
     }
+    if (r.coord && opts->ending) {
+        opts->ending(opts->listening_user);
+    }
     ct__el_rank_leave(r.rank, st == CT_OK);
     ct__el_coord_stop(r.coord, st == CT_OK ? NULL : err->msg,
                       st == CT_OK ? job->mirrored.stall_timeout : 0.0);

@@ -17,6 +17,7 @@
 #include "core/tree_sum.h"
 #include "ctrain/net.h"
 #include "elastic_internal.h"
+#include "net/link.h"
 #include "net/wire.h"
 
 enum { M_PENDING, M_INCOMING, M_ACTIVE, M_GONE };
@@ -47,7 +48,8 @@ struct ct__el_coord {
     int n_conns;
     pthread_t thread;
     atomic_int quit;
-    char why[256];
+    char why[256];      /* the coordinator thread's own reason to end the job ("": none) */
+    char stop_why[256]; /* ct__el_coord_stop's, written before quit is raised */
     uint64_t job_id;
     ct_elastic_spec spec;
     double beat_timeout, stall_timeout;
@@ -67,7 +69,7 @@ struct ct__el_coord {
     double step_start;
     char note[512]; /* for the chief's rank with the next sum: what changed */
     ct__msg msg;
-    atomic_int others; /* ranks besides the chief's not gone: ct__el_coord_stop waits for 0 */
+    atomic_int others; /* active ranks besides the chief's: ct__el_coord_stop waits for 0 */
     char inproc[64];   /* where the chief's own rank connects */
     double register_timeout;
     /* Fewer than min_replicas ranks: every rank waits at a step boundary (hold) until enough
@@ -247,20 +249,34 @@ static void refuse(ct__el_coord *c, const ct__msg *msg, const char *why) {
     send_to(c, &tmp, CTRAIN__WIRE__KIND__ELASTIC_STOP, &el, NULL, NULL, 0);
 }
 
+/* A slot for a new member: the next one, or once all were used, one of a rank that is gone. */
+static member *free_slot(ct__el_coord *c) {
+    if (c->n_members < CT__EL_MAX_MEMBERS) {
+        return &c->m[c->n_members++];
+    }
+    for (int i = 0; i < c->n_members; i++) {
+        if (c->m[i].state == M_GONE && !c->m[i].chief) {
+            return &c->m[i];
+        }
+    }
+    return NULL;
+}
+
 static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) {
     member *m = find_name(c, el->name);
     char why[160];
-    if (m || c->n_members == CT__EL_MAX_MEMBERS) { /* a full job keeps it waiting (pending) */
-        if (m) {
-            snprintf(why, sizeof why, "a rank named %.60s joined before: use a new name", el->name);
-        } else {
-            snprintf(why, sizeof why, "%d ranks joined this job already: the most it takes",
-                     CT__EL_MAX_MEMBERS);
-        }
+    if (m) {
+        snprintf(why, sizeof why, "a rank named %.60s joined before: use a new name", el->name);
+    } else if (!(m = free_slot(c))) {
+        snprintf(why, sizeof why, "%d ranks are in this job: the most it takes",
+                 CT__EL_MAX_MEMBERS);
+    } else {
+        why[0] = '\0';
+    }
+    if (why[0]) {
         refuse(c, msg, why);
         return;
     }
-    m = &c->m[c->n_members++];
     memset(m, 0, sizeof *m);
     m->rid_len = msg->peer_len;
     memcpy(m->rid, msg->peer, msg->peer_len);
@@ -279,7 +295,7 @@ static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) 
 
 static void on_leaf(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el_msg *el) {
     int j = el->chunk;
-    if (el->step != c->step || j < 0 || j >= c->n_chunks || (c->have >> j & 1)) {
+    if (c->holding || el->step != c->step || j < 0 || j >= c->n_chunks || (c->have >> j & 1)) {
         return; /* a step already summed, or a chunk another rank sent first (the same bits) */
     }
     const uint64_t bit = (uint64_t)1 << j;
@@ -629,7 +645,7 @@ static void tick(ct__el_coord *c) {
     }
     int others = 0;
     for (int i = 0; i < c->n_members; i++) {
-        others += !c->m[i].chief && c->m[i].state != M_GONE;
+        others += !c->m[i].chief && c->m[i].state == M_ACTIVE; /* the others get no sum */
     }
     atomic_store(&c->others, others);
     if (!c->started) {
@@ -687,10 +703,10 @@ static void *run(void *arg) {
     while (!atomic_load(&c->quit)) {
         zmq_pollitem_t items[2] = {{c->router, 0, ZMQ_POLLIN, 0}, {c->monitor, 0, ZMQ_POLLIN, 0}};
         zmq_poll(items, c->monitor ? 2 : 1, 20);
-        drain_monitor(c);
         while (ct__msg_recv(c->router, 1, c->job_id, &c->msg, &err) == CT_OK) {
-            on_message(c, &c->msg);
+            on_message(c, &c->msg); /* first: a killed rank's last gradients still count */
         }
+        drain_monitor(c);
         tick(c);
     }
     int linger = 1000; /* the goodbyes go out before the socket closes */
@@ -698,7 +714,7 @@ static void *run(void *arg) {
     for (int i = 0; i < c->n_members; i++) {
         if (c->m[i].state != M_GONE) { /* the chief's rank has left unless the job failed */
             ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
-            el.message = c->why;
+            el.message = c->why[0] ? c->why : c->stop_why;
             send_to(c, &c->m[i], CTRAIN__WIRE__KIND__ELASTIC_STOP, &el, NULL, NULL, 0);
         }
     }
@@ -758,6 +774,9 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
     if (st == CT_OK) {
         st = ct_net_socket(ZMQ_ROUTER, NULL, 1, &c->router, err);
     }
+    if (st == CT_OK) { /* a rank's connection that comes back keeps its routing id */
+        st = ct__router_handover(c->router, err);
+    }
     if (st == CT_OK) {
         st = ct_net_bind(c->router, bind && *bind ? bind : "127.0.0.1:0", endpoint, cap, err);
     }
@@ -772,7 +791,7 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
         snprintf(name, sizeof name, "inproc://ctrain-elastic-monitor-%p", (void *)c);
         c->monitor = ct__el_monitor(c->router, name, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     }
-    snprintf(c->why, sizeof c->why, "the run ended");
+    snprintf(c->stop_why, sizeof c->stop_why, "the run ended");
     if (st == CT_OK && pthread_create(&c->thread, NULL, run, c) != 0) {
         st = ct_err_set(err, CT_ENOMEM, "elastic: cannot start the coordinator's thread");
     }
@@ -792,7 +811,7 @@ void ct__el_coord_stop(ct__el_coord *c, const char *why, double wait_s) {
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
     if (why) {
-        snprintf(c->why, sizeof c->why, "%s", why);
+        snprintf(c->stop_why, sizeof c->stop_why, "%s", why);
     }
     atomic_store(&c->quit, 1);
     pthread_join(c->thread, NULL);

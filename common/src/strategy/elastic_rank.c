@@ -50,6 +50,10 @@ struct ct__el_rank {
     ct__el_seg seg;
     int n_chunks;
     int use_shm; /* its job's strategy.elastic.shared_memory (false: the socket only) */
+    /* a rank waiting for its welcome: once the coordinator answers its heartbeats (it is
+     * registered, and waits for a commit step or a free place), the wait is bounded by the
+     * coordinator's silence, not by register_timeout */
+    int registered_waits;
 };
 
 static void *beat_loop(void *arg) {
@@ -111,6 +115,9 @@ static ct_status send_msg(ct__el_rank *r, int kind, ct__el_msg *el, const void *
 static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_err *err) {
     double t0 = ct__now_s();
     for (;;) {
+        if (r->registered_waits && atomic_load(&r->last_ack) > t0) {
+            timeout_s = 0; /* the coordinator knows this rank (it answers its heartbeats) */
+        }
         double silent = ct__now_s() - atomic_load(&r->last_ack);
         if (timeout_s == 0 && silent > r->chief_timeout) {
             return ct_err_set(err, CT_ETIMEDOUT,
@@ -215,7 +222,9 @@ static ct_status hold(ct__el_rank *r, ct_err *err) {
         }
     }
     for (;;) {
-        ct_status st = await(r, r->register_timeout,
+        /* the coordinator bounds the hold (register_timeout) and names the count when it
+         * ends the job; this rank waits while it answers */
+        ct_status st = await(r, 0,
                              "resume (fewer than strategy.elastic.min_replicas ranks are left: "
                              "start ranks with ctrain-worker --chief ADDR)",
                              err);
@@ -249,7 +258,8 @@ static void begin_step(void *user, ct_graph *g, int64_t step, int64_t local_n, i
 }
 
 static uint64_t chunks(void *user) {
-    return ((ct__el_rank *)user)->pass_mask;
+    const ct__el_rank *r = user;
+    return r->failed == CT_OK ? r->pass_mask : 0; /* a failed hold: nothing to compute */
 }
 
 /* The current view's segment, mapped when the view is new; NULL when there is none here (the
@@ -370,14 +380,17 @@ static ct_status welcome(ct__el_rank *r, ct_err *err) {
                                   "registered; strategy.register_timeout)"
                                 : "welcome with the state (strategy.register_timeout)";
     ct_status st = CT_OK;
+    r->registered_waits = !r->chief;
     for (;;) {
         if ((st = await(r, r->register_timeout, what, err)) != CT_OK) {
+            r->registered_waits = 0;
             return st;
         }
         if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_WELCOME) {
             break;
         }
     }
+    r->registered_waits = 0;
     const ct__el_msg *el = r->msg.env->elastic;
     r->mine = el->chunks;
     r->send_state = el->send_state;
@@ -427,6 +440,9 @@ ct_status ct__el_rank_join(ct_trainer *t, const ct_job *job, const ct__el_rank_o
                                  .step_sums = step_sums};
     ct_trainer_set_data_parallel(t, &r->iface, 0, 1);
     ct_status st = ct_net_socket(ZMQ_DEALER, NULL, 0, &r->sock, err);
+    if (st == CT_OK) { /* its own name: a connection that breaks and comes back keeps it */
+        st = ct__set_routing_id(r->sock, "elastic", 0, err);
+    }
     if (st == CT_OK) {
         st = ct_net_connect(r->sock, r->address, err);
     }
