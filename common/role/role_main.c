@@ -28,6 +28,8 @@ int ct_role_main(const ct_role_main_spec *spec, int argc, char **argv) {
     if (job->strategy == CT_STRATEGY_PARAMETER_SERVER) {
         rc = ct_role_run_ps(spec->role, spec->task_type, spec->any_task, spec->runners, &f, job,
                             text);
+    } else if (job->mirrored.elastic.max_replicas > 0 && ct_role_elastic_under_mpi(&f)) {
+        rc = ct_role_run_elastic_mpi(spec->role, spec->chief_only, &f, job, text, &argc, &argv);
     } else if (job->mirrored.elastic.max_replicas > 0) {
         rc = ct_role_run_elastic(spec->role, spec->task_type == CT_TASK_CHIEF, &f, job, text);
     } else {

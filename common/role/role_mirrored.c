@@ -13,6 +13,8 @@
 #include <mpi.h>
 #endif
 
+#define CHIEF_ADDR_MAX 256 /* the coordinator's address, broadcast to the ranks */
+
 void ct_role_no_x_display(void) {
     const char *have = getenv("HWLOC_COMPONENTS");
     if (!have || !*have) {
@@ -90,25 +92,25 @@ static int end_rank(const char *role, const ct_cluster_spec *spec, ct_status st,
     return rc;
 }
 
-int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
-                         const ct_job *job, const char *job_text, int *argc, char ***argv) {
-    /* everything that can be checked without MPI first: a bad job or environment never
-     * reaches a collective */
+/* A rank's start under mpirun: its place (spec), the chief's checks (rank 0; a new run
+ * directory unless resuming), MPI_Init. Everything that can be checked without MPI comes first:
+ * a bad job or environment never reaches a collective. Returns 0, or the exit code. */
+static int start_rank(const char *role, int chief_only, const ct_role_flags *f, const ct_job *job,
+                      int *argc, char ***argv, ct_cluster_spec *spec) {
     ct_err err = {0};
-    ct_cluster_spec spec;
-    if (ct_cluster_spec_read(f->rank, f->world_size, f->local_rank, NULL, NULL, &spec, &err) !=
+    if (ct_cluster_spec_read(f->rank, f->world_size, f->local_rank, NULL, NULL, spec, &err) !=
         CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);
         return 2;
     }
-    if (chief_only && spec.rank != 0) {
+    if (chief_only && spec->rank != 0) {
         fprintf(stderr,
                 "%s: the chief must be rank 0, this is rank %d (%s); list it first: "
                 "mpirun -np 1 ctrain-chief ... : -np N ctrain-worker ...\n",
-                role, spec.rank, spec.source);
+                role, spec->rank, spec->source);
         return 2;
     }
-    if (spec.rank == 0 && ct_role_start_over(f, job, &err) != CT_OK) {
+    if (spec->rank == 0 && ct_role_start_over(f, job, &err) != CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);
         return 1; /* before MPI_Init: mpirun ends the other ranks */
     }
@@ -119,7 +121,18 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
         fprintf(stderr, "%s: MPI_Init_thread failed (start me with mpirun)\n", role);
         return 1;
     }
-    tell_launcher_started(spec.rank);
+    tell_launcher_started(spec->rank);
+    return 0;
+}
+
+int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
+                         const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    ct_err err = {0};
+    ct_cluster_spec spec;
+    int rc = start_rank(role, chief_only, f, job, argc, argv, &spec);
+    if (rc != 0) {
+        return rc;
+    }
     ct_role_catch_signals();
     ct_log_set(CT_LOG_WARN, ct_role_log_line, "ctrain"); /* "ctrain: warning: ..." while resuming */
     ct_mirrored_options o = {.job_text = job_text,
@@ -129,11 +142,69 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
                              .slow_factor = f->ps.slow_factor};
     ct_mirrored_result r;
     ct_status st = ct_mirrored_train(job, &spec, &o, &r, &err);
-    int rc = end_rank(role, &spec, st, &r, &err);
+    rc = end_rank(role, &spec, st, &r, &err);
     MPI_Finalize();
     return rc;
 }
+
+int ct_role_elastic_under_mpi(const ct_role_flags *f) {
+    return !f->ps.cluster.chief && env_int("OMPI_COMM_WORLD_SIZE") > 1;
+}
+
+/* The chief's coordinator listens: its address to every rank (the ranks wait in the
+ * broadcast), and MPI is done: a rank that dies later must not hang the others' MPI_Finalize. */
+static void broadcast_address(const char *endpoint, void *user) {
+    char buf[CHIEF_ADDR_MAX] = "";
+    snprintf(buf, sizeof buf, "%s", endpoint);
+    MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    *(int *)user = 1;
+}
+
+int ct_role_run_elastic_mpi(const char *role, int chief_only, const ct_role_flags *f,
+                            const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    ct_cluster_spec spec;
+    int rc = start_rank(role, chief_only, f, job, argc, argv, &spec);
+    if (rc != 0) {
+        return rc;
+    }
+    int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (spec.rank == 0) { /* one host: loopback; several: an address the others reach */
+        int sent = 0;
+        rc = ct_role_elastic_rank(role, 1, NULL, local == spec.world_size ? NULL : "0.0.0.0:0", f,
+                                  job, job_text, broadcast_address, &sent);
+        if (!sent) { /* it failed before listening: the ranks wait in the broadcast */
+            char none[CHIEF_ADDR_MAX] = "";
+            MPI_Bcast(none, (int)sizeof none, MPI_CHAR, 0, MPI_COMM_WORLD);
+            MPI_Finalize();
+        }
+    } else {
+        char chief[CHIEF_ADDR_MAX] = "";
+        MPI_Bcast(chief, (int)sizeof chief, MPI_CHAR, 0, MPI_COMM_WORLD);
+        MPI_Finalize();
+        if (!chief[0]) {
+            fprintf(stderr,
+                    "%s: rank %d: the chief (rank 0) failed before its coordinator "
+                    "listened (its own line says why)\n",
+                    role, spec.rank);
+            rc = 1;
+        } else {
+            rc = ct_role_elastic_rank(role, 0, chief, NULL, f, job, job_text, NULL, NULL);
+        }
+    }
+    return rc;
+}
 #else
+int ct_role_elastic_under_mpi(const ct_role_flags *f) {
+    (void)f;
+    return 0;
+}
+
+int ct_role_run_elastic_mpi(const char *role, int chief_only, const ct_role_flags *f,
+                            const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    return ct_role_run_mirrored(role, chief_only, f, job, job_text, argc, argv);
+}
+
 int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
                          const ct_job *job, const char *job_text, int *argc, char ***argv) {
     (void)chief_only;

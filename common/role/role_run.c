@@ -117,7 +117,8 @@ int ct_role_run_elastic(const char *role, int chief_binary, const ct_role_flags 
                 chief_binary ? "%s: the chief of an elastic job runs the coordinator itself: drop "
                                "--chief (ranks dial the address it prints)\n"
                              : "%s: an elastic rank needs --chief HOST:PORT, the address the chief "
-                               "printed ('elastic: ranks join at ...')\n",
+                               "printed ('elastic: ranks join at ...'), or mpirun (rank 0 is the "
+                               "chief)\n",
                 role);
         return 2;
     }
@@ -125,18 +126,27 @@ int ct_role_run_elastic(const char *role, int chief_binary, const ct_role_flags 
         fprintf(stderr, "%s: %s\n", role, err.msg);
         return 1;
     }
+    return ct_role_elastic_rank(role, chief_binary, chief, NULL, f, job, job_text, NULL, NULL);
+}
+
+int ct_role_elastic_rank(const char *role, int as_chief, const char *chief, const char *bind,
+                         const ct_role_flags *f, const ct_job *job, const char *job_text,
+                         void (*listening)(const char *endpoint, void *user), void *user) {
+    ct_err err = {0};
     ct_role_catch_signals();
     ct_log_set(CT_LOG_WARN, ct_role_log_line, (void *)role);
     ct_elastic_options o = {.job_text = job_text,
                             .no_resume = f->no_resume,
-                            .report = ct_role_console_reporter(f->quiet || !chief_binary, ""),
+                            .report = ct_role_console_reporter(f->quiet || !as_chief, ""),
                             .stop = &ct_role_stop_requested,
                             .slow_factor = f->ps.slow_factor,
-                            .chief = chief,
-                            .bind = f->ps.bind};
+                            .chief = as_chief ? NULL : chief,
+                            .bind = f->ps.bind && *f->ps.bind ? f->ps.bind : bind,
+                            .listening = listening,
+                            .listening_user = user};
     ct_train_result r;
     ct_status st = ct_elastic_train(job, &o, &r, &err);
-    if (st == CT_OK && chief_binary) {
+    if (st == CT_OK && as_chief) {
         ct_role_print_done(&r, "elastic");
     } else if (st != CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);

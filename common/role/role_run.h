@@ -50,6 +50,23 @@ int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *
 int ct_role_run_elastic(const char *role, int chief_binary, const ct_role_flags *f,
                         const ct_job *job, const char *job_text);
 
+/* One elastic rank: the chief (as_chief: the coordinator at --bind, or at `bind` when --bind
+ * is not given) or a rank that dials `chief`. listening (NULL: none) gets the address ranks
+ * dial, on the chief. Returns the exit code. */
+int ct_role_elastic_rank(const char *role, int as_chief, const char *chief, const char *bind,
+                         const ct_role_flags *f, const ct_job *job, const char *job_text,
+                         void (*listening)(const char *endpoint, void *user), void *user);
+
+/* An elastic job started by mpirun (no --chief, more than one rank in Open MPI's environment):
+ * rank 0 is the chief and broadcasts its coordinator's address over MPI, the others dial it;
+ * MPI carries nothing else, so a rank may die (mpirun --enable-recovery keeps the others) and
+ * standalone `ctrain-worker --chief ADDR` processes may join. chief_only: the binary must be
+ * rank 0 (ctrain-chief). Returns the exit code. */
+int ct_role_run_elastic_mpi(const char *role, int chief_only, const ct_role_flags *f,
+                            const ct_job *job, const char *job_text, int *argc, char ***argv);
+/* 1 when this process is one of several ranks started by mpirun and has no --chief. */
+int ct_role_elastic_under_mpi(const ct_role_flags *f);
+
 /* The epoch lines and notices of a training driver on stdout (each notice after notice_prefix, a
  * static string); none when quiet (--quiet: only the done line). */
 ct_train_reporter ct_role_console_reporter(int quiet, const char *notice_prefix);

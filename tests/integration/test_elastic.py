@@ -388,3 +388,57 @@ def test_shared_memory_segments_go_with_the_job_and_a_killed_chiefs_are_swept(tm
     again = Job(tmp_path / "b", 1, "--set", "train.max_steps=20")
     assert again.finish() == {"chief": 0}, again.log("chief")
     assert segments(pid) == [] and segments(again.procs["chief"].pid) == []
+
+
+def mpi_rank_pid(run_dir, rank):
+    """The pid of the ctrain-worker that mpirun started as `rank` for run_dir."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "ctrain-worker" in cmd and str(run_dir) in cmd and f"OMPI_COMM_WORLD_RANK={rank}" in env:
+            return int(pid)
+    return None
+
+
+def test_mpirun_starts_the_job_a_standalone_rank_joins_and_an_mpi_rank_dies(tmp_path, standalone):
+    """Under mpirun (--enable-recovery: a dead rank does not end the others) rank 0 is the chief
+    and tells the others its address over MPI; a standalone ctrain-worker joins that address,
+    an MPI rank is killed, and the job ends with the standalone run's bits."""
+    run = tmp_path / "run"
+    sets = [*SETS, *ELASTIC, "--set", "strategy.elastic.min_replicas=3",
+            "--set", "strategy.elastic.commit_every_steps=10", "--set", f"run_dir={run}"]
+    env = dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    with open(tmp_path / "chief.log", "w") as log:  # mpirun's output: the chief's lines
+        mpi = subprocess.Popen(["mpirun", "--enable-recovery", "-np", "3", WORKER, "--job", MLP,
+                                *sets, "--slow-factor", "3"], stdout=log,
+                               stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    job = Job.__new__(Job)  # the log and step helpers over mpirun's output
+    job.dir, job.run, job.procs = tmp_path, run, {"chief": mpi}
+    out = wait_log(job, "chief", "3 ranks start")
+    address = re.search(r"ranks join at (tcp://\S+)", out).group(1)
+    job.wait_step(100)
+    with open(tmp_path / "late.log", "w") as log:
+        late = subprocess.Popen([WORKER, "--job", MLP, *sets, "--chief", address], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
+    wait_log(job, "chief", "1 rank joins at step")
+    victim = mpi_rank_pid(run, 2)
+    assert victim, "no MPI rank 2"
+    os.kill(victim, signal.SIGKILL)
+    try:
+        mpi.wait(timeout=600)
+        assert late.wait(timeout=120) == 0, (tmp_path / "late.log").read_text()
+    finally:
+        for p in (mpi, late):
+            if p.poll() is None:
+                p.kill()
+    out = job.log("chief")
+    assert re.search(r"lost rank \S+ at step \d+ \(its connection closed\): 3 ranks now", out), out
+    assert "done: " in out, out
+    same, diff = identical(standalone, os.path.join(run, "checkpoints", f"ckpt-{STEPS}.ctck"))
+    assert same, diff
