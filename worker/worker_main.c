@@ -20,13 +20,16 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np N ctrain-worker --job JOB.yaml [options]\n"
                "       ctrain-worker --job J --chief HOST:PORT --task worker:I\n"
+               "       ctrain-worker --job ELASTIC_JOB --chief HOST:PORT\n"
                "\n"
                "Mirrored (strategy.type mirrored): one replica per MPI rank, gradients\n"
                "all-reduced in buckets while backward runs; rank 0 is the chief (it writes\n"
                "checkpoints and logs and prints the done line). Parameter-server\n"
                "(strategy.type parameter_server): a worker that pulls parameters and pushes\n"
                "gradients; under srun or mpirun every rank runs this binary and becomes the task\n"
-               "of its rank (0 the chief, 1..M the servers: see --num-ps).\n"
+               "of its rank (0 the chief, 1..M the servers: see --num-ps). Elastic\n"
+               "(strategy.elastic): a rank that joins the chief at --chief ADDR, at the start or\n"
+               "later; under mpirun rank 0 is the chief and tells the others its address.\n"
                "\n");
     ct_role_print_options(f);
 }

@@ -25,6 +25,8 @@ static void usage(FILE *f) {
                "parameter_server): registration, dispatch, checkpoints and logs; servers\n"
                "(ctrain-ps) and workers (ctrain-worker) connect to it over ZeroMQ. Under srun or\n"
                "mpirun a parameter-server job runs ctrain-worker on every rank instead.\n"
+               "Elastic (strategy.elastic): it runs the coordinator at --bind and trains as the\n"
+               "first rank; ranks (ctrain-worker --chief ADDR) join and leave while it trains.\n"
                "\n");
     ct_role_print_options(f);
 }
