@@ -60,15 +60,23 @@ static void *beat_loop(void *arg) {
     ct__el_rank *r = arg;
     void *sock = NULL;
     ct_err err = {0};
-    if (ct_net_socket(ZMQ_DEALER, NULL, 0, &sock, &err) != CT_OK ||
-        ct_net_connect(sock, r->address, &err) != CT_OK) {
-        ct_net_close(sock);
+    if (ct_net_socket(ZMQ_DEALER, NULL, 0, &sock, &err) != CT_OK) {
         return NULL; /* the coordinator will call this rank silent, and name it */
     }
     ct__msg m = {0};
     char mon_name[64], from[CT__EL_ADDR_MAX] = "";
     snprintf(mon_name, sizeof mon_name, "inproc://ctrain-elastic-beat-%p", (void *)r);
+    /* the monitor before the connection: a connection made first would go unseen, its
+     * address never said, and this rank's death found by its silence only */
     void *mon = ct__el_monitor(sock, mon_name, ZMQ_EVENT_CONNECTED);
+    if (ct_net_connect(sock, r->address, &err) != CT_OK) {
+        if (mon) {
+            zmq_socket_monitor(sock, NULL, 0);
+            ct_net_close(mon);
+        }
+        ct_net_close(sock);
+        return NULL;
+    }
     while (!atomic_load(&r->beat_quit)) {
         int event, fd;
         while ((event = ct__el_monitor_event(mon, &fd)) != 0) {
