@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctrain/cluster.h"
 #include "ctrain/mirrored.h"
@@ -92,11 +93,10 @@ static int end_rank(const char *role, const ct_cluster_spec *spec, ct_status st,
     return rc;
 }
 
-/* A rank's start under mpirun: its place (spec), the chief's checks (rank 0; a new run
- * directory unless resuming), MPI_Init. Everything that can be checked without MPI comes first:
- * a bad job or environment never reaches a collective. Returns 0, or the exit code. */
-static int start_rank(const char *role, int chief_only, const ct_role_flags *f, const ct_job *job,
-                      int *argc, char ***argv, ct_cluster_spec *spec) {
+/* A rank's place under mpirun (spec) and, on rank 0, the chief's checks (a new run directory
+ * unless resuming). Returns 0, or the exit code after printing why. */
+static int place_rank(const char *role, int chief_only, const ct_role_flags *f, const ct_job *job,
+                      ct_cluster_spec *spec) {
     ct_err err = {0};
     if (ct_cluster_spec_read(f->rank, f->world_size, f->local_rank, NULL, NULL, spec, &err) !=
         CT_OK) {
@@ -112,8 +112,12 @@ static int start_rank(const char *role, int chief_only, const ct_role_flags *f, 
     }
     if (spec->rank == 0 && ct_role_start_over(f, job, &err) != CT_OK) {
         fprintf(stderr, "%s: %s\n", role, err.msg);
-        return 1; /* before MPI_Init: mpirun ends the other ranks */
+        return 1;
     }
+    return 0;
+}
+
+static int init_mpi(const char *role, const ct_role_flags *f, int *argc, char ***argv) {
     int provided = 0;
     ct_role_no_x_display();
     mpi_defaults(f);
@@ -121,8 +125,22 @@ static int start_rank(const char *role, int chief_only, const ct_role_flags *f, 
         fprintf(stderr, "%s: MPI_Init_thread failed (start me with mpirun)\n", role);
         return 1;
     }
-    tell_launcher_started(spec->rank);
     return 0;
+}
+
+/* A rank's start under mpirun: its place and checks, then MPI_Init. Everything that can be
+ * checked without MPI comes first: a bad job or environment never reaches a collective, and
+ * mpirun ends the other ranks. Returns 0, or the exit code. */
+static int start_rank(const char *role, int chief_only, const ct_role_flags *f, const ct_job *job,
+                      int *argc, char ***argv, ct_cluster_spec *spec) {
+    int rc = place_rank(role, chief_only, f, job, spec);
+    if (rc == 0) {
+        rc = init_mpi(role, f, argc, argv);
+    }
+    if (rc == 0) {
+        tell_launcher_started(spec->rank);
+    }
+    return rc;
 }
 
 int ct_role_run_mirrored(const char *role, int chief_only, const ct_role_flags *f,
@@ -152,47 +170,100 @@ int ct_role_elastic_under_mpi(const ct_role_flags *f) {
 }
 
 /* The chief's coordinator listens: its address to every rank (the ranks wait in the
- * broadcast), and MPI is done: a rank that dies later must not hang the others' MPI_Finalize. */
+ * broadcast; "" when the chief failed), and MPI is done: a rank that dies later must not hang
+ * the others' MPI_Finalize. */
 static void broadcast_address(const char *endpoint, void *user) {
-    char buf[CHIEF_ADDR_MAX] = "";
+    char buf[CHIEF_ADDR_MAX];
     snprintf(buf, sizeof buf, "%s", endpoint);
-    MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Request req; /* the ranks wait in MPI_Ibcast: a blocking MPI_Bcast would not match */
+    MPI_Ibcast(buf, (int)sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
     MPI_Finalize();
     *(int *)user = 1;
 }
 
-int ct_role_run_elastic_mpi(const char *role, int chief_only, const ct_role_flags *f,
-                            const ct_job *job, const char *job_text, int *argc, char ***argv) {
-    ct_cluster_spec spec;
-    int rc = start_rank(role, chief_only, f, job, argc, argv, &spec);
-    if (rc != 0) {
-        return rc;
+/* Rank 0's address, waited for register_timeout seconds at most, sleeping between tests: a rank
+ * spinning in MPI_Bcast would take a core from the chief while it starts. Returns 1 when it came
+ * (and MPI is done), 0 when the wait ran out or a signal stopped it (MPI is left as it is: the
+ * broadcast is still pending). */
+static int receive_address(char *buf, double timeout) {
+    MPI_Request req;
+    MPI_Ibcast(buf, CHIEF_ADDR_MAX, MPI_CHAR, 0, MPI_COMM_WORLD, &req);
+    double deadline = MPI_Wtime() + timeout;
+    int done = 0;
+    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        if (MPI_Wtime() > deadline || ct_role_stop_requested) {
+            return 0;
+        }
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
     }
-    int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (spec.rank == 0) { /* one host: loopback; several: an address the others reach */
-        int sent = 0;
-        rc = ct_role_elastic_rank(role, 1, NULL, local == spec.world_size ? NULL : "0.0.0.0:0", f,
+    MPI_Finalize();
+    return done;
+}
+
+static int run_elastic_rank0(const char *role, const ct_role_flags *f, const ct_job *job,
+                             const char *job_text, const ct_cluster_spec *spec) {
+    int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE"), sent = 0;
+    /* one host: loopback; several: an address the others reach */
+    int rc = ct_role_elastic_rank(role, 1, NULL, local == spec->world_size ? NULL : "0.0.0.0:0", f,
                                   job, job_text, broadcast_address, &sent);
-        if (!sent) { /* it failed before listening: the ranks wait in the broadcast */
-            char none[CHIEF_ADDR_MAX] = "";
-            MPI_Bcast(none, (int)sizeof none, MPI_CHAR, 0, MPI_COMM_WORLD);
-            MPI_Finalize();
-        }
-    } else {
-        char chief[CHIEF_ADDR_MAX] = "";
-        MPI_Bcast(chief, (int)sizeof chief, MPI_CHAR, 0, MPI_COMM_WORLD);
-        MPI_Finalize();
-        if (!chief[0]) {
-            fprintf(stderr,
-                    "%s: rank %d: the chief (rank 0) failed before its coordinator "
-                    "listened (its own line says why)\n",
-                    role, spec.rank);
-            rc = 1;
-        } else {
-            rc = ct_role_elastic_rank(role, 0, chief, NULL, f, job, job_text, NULL, NULL);
-        }
+    if (!sent) { /* it failed before listening: the ranks wait in the broadcast */
+        broadcast_address("", &sent);
     }
     return rc;
+}
+
+static int run_elastic_other(const char *role, const ct_role_flags *f, const ct_job *job,
+                             const char *job_text, int rank) {
+    char chief[CHIEF_ADDR_MAX] = "";
+    double timeout = job->ps.register_timeout; /* the elastic coordinator's too */
+    if (receive_address(chief, timeout)) {
+        if (chief[0]) {
+            return ct_role_elastic_rank(role, 0, chief, NULL, f, job, job_text, NULL, NULL);
+        }
+        fprintf(stderr,
+                "%s: rank %d: the chief (rank 0) failed before its coordinator listened (its own "
+                "line says why)\n",
+                role, rank);
+        return 1;
+    }
+    if (ct_role_stop_requested) {
+        return ct_exit_code(CT_EINTR, ct_role_stop_signal, 0);
+    }
+    fprintf(stderr,
+            "%s: rank %d: rank 0 (the chief) did not say its coordinator's address in %g s "
+            "(strategy.register_timeout); its own lines say why\n",
+            role, rank, timeout);
+    return 1;
+}
+
+/* Every rank reaches MPI_Init before any check: under --enable-recovery a rank that ended
+ * before it would leave the others waiting there for ever (and MPI_Abort ends no other rank).
+ * The ranks then agree on their checks (one failed: all end, rank 0 saying so) before the
+ * chief starts. mpirun --enable-recovery exits 0 whatever its ranks return: their lines say. */
+int ct_role_run_elastic_mpi(const char *role, int chief_only, const ct_role_flags *f,
+                            const ct_job *job, const char *job_text, int *argc, char ***argv) {
+    int rank = 0, worst = 0;
+    if (init_mpi(role, f, argc, argv) != 0) {
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    ct_cluster_spec spec;
+    int rc = place_rank(role, chief_only, f, job, &spec);
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst != 0) {
+        if (rank == 0 && rc == 0) {
+            fprintf(stderr, "%s: rank 0: another rank failed to start (its own line says why)\n",
+                    role);
+        }
+        MPI_Finalize();
+        return rc ? rc : worst;
+    }
+    tell_launcher_started(spec.rank);
+    ct_role_catch_signals();
+    return rank == 0 ? run_elastic_rank0(role, f, job, job_text, &spec)
+                     : run_elastic_other(role, f, job, job_text, rank);
 }
 #else
 int ct_role_elastic_under_mpi(const ct_role_flags *f) {

@@ -390,6 +390,10 @@ def test_shared_memory_segments_go_with_the_job_and_a_killed_chiefs_are_swept(tm
     assert segments(pid) == [] and segments(again.procs["chief"].pid) == []
 
 
+MPI_ENV = dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
 def mpi_rank_pid(run_dir, rank):
     """The pid of the ctrain-worker that mpirun started as `rank` for run_dir."""
     for pid in os.listdir("/proc"):
@@ -412,12 +416,10 @@ def test_mpirun_starts_the_job_a_standalone_rank_joins_and_an_mpi_rank_dies(tmp_
     run = tmp_path / "run"
     sets = [*SETS, *ELASTIC, "--set", "strategy.elastic.min_replicas=3",
             "--set", "strategy.elastic.commit_every_steps=10", "--set", f"run_dir={run}"]
-    env = dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
     with open(tmp_path / "chief.log", "w") as log:  # mpirun's output: the chief's lines
         mpi = subprocess.Popen(["mpirun", "--enable-recovery", "-np", "3", WORKER, "--job", MLP,
                                 *sets, "--slow-factor", "3"], stdout=log,
-                               stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+                               stderr=subprocess.STDOUT, cwd=ROOT, env=MPI_ENV)
     job = Job.__new__(Job)  # the log and step helpers over mpirun's output
     job.dir, job.run, job.procs = tmp_path, run, {"chief": mpi}
     out = wait_log(job, "chief", "3 ranks start")
@@ -442,3 +444,27 @@ def test_mpirun_starts_the_job_a_standalone_rank_joins_and_an_mpi_rank_dies(tmp_
     assert "done: " in out, out
     same, diff = identical(standalone, os.path.join(run, "checkpoints", f"ckpt-{STEPS}.ctck"))
     assert same, diff
+
+
+
+@pytest.mark.parametrize("case", ["a misplaced chief", "the chief fails to start"])
+def test_mpirun_with_recovery_ends_every_rank_when_one_cannot_start(tmp_path, case):
+    """Under --enable-recovery mpirun neither ends the ranks when one fails nor exits non-zero
+    (Open MPI 4.1), so a rank that failed before MPI_Init, or a chief that failed before its
+    coordinator listened, would leave the others waiting for ever. Every rank ends at once,
+    and each says why in one line."""
+    if case == "a misplaced chief":  # rank 1 is a ctrain-chief: its check fails after MPI_Init
+        cmd, words = [CHIEF, "--set", f"run_dir={tmp_path / 'run'}"], [
+            "the chief must be rank 0, this is rank 1", "rank 0: another rank failed to start"]
+    else:  # the run directory cannot be made: rank 0 fails in the trainer, before listening
+        (tmp_path / "file").write_text("")
+        cmd, words = [WORKER, "--set", f"run_dir={tmp_path / 'file' / 'run'}"], [
+            "cannot create the directory", "rank 1: the chief (rank 0) failed before",
+            "rank 2: the chief (rank 0) failed before"]
+    r = subprocess.run(["mpirun", "--enable-recovery", "-np", "3" if "fails" in case else "2",
+                        cmd[0], "--job", MLP, *SETS, *ELASTIC, *cmd[1:]],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=MPI_ENV)
+    out = r.stdout + r.stderr
+    for w in words:
+        assert w in out, out
+    assert "done: " not in out, out
