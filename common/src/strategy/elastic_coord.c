@@ -205,13 +205,18 @@ static void retire_segments(ct__el_coord *c, int all) {
 }
 
 /* A rank is gone: its chunks of this step that have not come go to the others, round-robin;
- * a rank already waiting for the sum is told to compute them (REDO). */
+ * a rank already waiting for the sum is told to compute them (REDO). A pending rank computed
+ * nothing: the view stays. A segment is made only for a view that computes a step now (not
+ * before the start, not while the job holds: start and try_resume make theirs). */
 static void lose(ct__el_coord *c, member *gone, const char *why) {
     uint64_t missing = gone->assigned & ~c->have;
+    int computing = gone->state == M_ACTIVE || gone->state == M_INCOMING;
     gone->state = M_GONE;
     gone->assigned = 0;
-    c->view++;
-    ensure_segment(c);
+    c->view += computing;
+    if (computing && c->started && !c->holding) {
+        ensure_segment(c);
+    }
     int left = count(c, M_ACTIVE) + count(c, M_INCOMING);
     add_note(c, "lost rank %s at step %lld (%s): %d ranks now", gone->name, (long long)c->step + 1,
              why, left);
@@ -418,6 +423,7 @@ static void try_resume(ct__el_coord *c) {
     live = count(c, M_ACTIVE) + count(c, M_INCOMING);
     c->view++;
     ensure_segment(c);
+    retire_segments(c, 0); /* those of views lost while the job held */
     assign(c);
     const void *data[CT__EL_MAX_FRAMES];
     for (int k = 0; k < c->state_n; k++) {
@@ -519,6 +525,7 @@ static void start(ct__el_coord *c) {
     int joined = admit(c);
     c->view = 1;
     ensure_segment(c);
+    retire_segments(c, 0);
     add_note(c, "%d ranks start at step %lld", joined + 1, (long long)c->step + 1);
     assign(c);
     ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
