@@ -38,7 +38,7 @@ static ct_status check_job(run *r, ct_err *err) {
     if (st == CT_OK) {
         st = ct_job_chunks(job, 1, &r->chunks, err);
     }
-    if (st == CT_OK && r->chunks > 64) {
+    if (st == CT_OK && r->chunks > CT__EL_MAX_CHUNKS) {
         st = ct_err_set(err, CT_EINVAL,
                         "%s: train.invariant_chunks %d: an elastic job takes 64 "
                         "at most",

@@ -298,14 +298,16 @@ static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) 
     }
 }
 
-static void on_leaf(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el_msg *el) {
-    int j = el->chunk;
-    if (c->holding || el->step != c->step || j < 0 || j >= c->n_chunks || (c->have >> j & 1)) {
+/* Chunk j's gradient for this step: in view `view`'s segment (in_shm), in the message's frame,
+ * or none (an empty chunk); with its loss, accuracy and example sums. */
+static void take_leaf(ct__el_coord *c, const ct__msg *msg, int64_t step, int j, int in_shm,
+                      uint32_t view, const double sums[3]) {
+    if (c->holding || step != c->step || j < 0 || j >= c->n_chunks || (c->have >> j & 1)) {
         return; /* a step already summed, or a chunk another rank sent first (the same bits) */
     }
     const uint64_t bit = (uint64_t)1 << j;
-    const ct__el_seg *seg = el->in_shm ? seg_of(c, el->view) : NULL;
-    if (el->in_shm && !seg) {
+    const ct__el_seg *seg = in_shm ? seg_of(c, view) : NULL;
+    if (in_shm && !seg) {
         return; /* not a segment of this step's views: never accepted (its chunk is redone) */
     }
     if (seg) { /* read in place: the segment stays until the step is summed */
@@ -318,14 +320,22 @@ static void on_leaf(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el
     } else {
         c->empty |= bit;
     }
-    c->sums[j][0] = el->loss_sum;
-    c->sums[j][1] = el->acc_sum;
-    c->sums[j][2] = (double)el->examples;
+    memcpy(c->sums[j], sums, 3 * sizeof(double));
     c->have |= bit;
-    (void)m;
 }
 
-static void on_done(ct__el_coord *c, member *m, const ct__el_msg *el) {
+static void on_leaf(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) {
+    const double sums[3] = {el->loss_sum, el->acc_sum, (double)el->examples};
+    take_leaf(c, msg, el->step, el->chunk, el->in_shm, el->view, sums);
+}
+
+static void on_done(ct__el_coord *c, member *m, const ct__msg *msg, const ct__el_msg *el) {
+    for (int j = 0, k = 0; j < c->n_chunks && el->in_shm; j++) { /* leaves it put in shm */
+        if ((el->leaves >> j & 1) && k + 3 <= (int)el->n_leaf_sums) {
+            take_leaf(c, msg, el->step, j, 1, el->view, &el->leaf_sums[k]);
+            k += 3;
+        }
+    }
     if (el->step != c->step) {
         return;
     }
@@ -483,9 +493,9 @@ static void on_message(ct__el_coord *c, ct__msg *msg) {
     }
     m->last_heard = ct__now_s();
     if (kind == CTRAIN__WIRE__KIND__ELASTIC_LEAF) {
-        on_leaf(c, m, msg, el);
+        on_leaf(c, msg, el);
     } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_DONE) {
-        on_done(c, m, el);
+        on_done(c, m, msg, el);
     } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_STATE && m->chief) {
         on_state(c, msg, el);
     } else if (kind == CTRAIN__WIRE__KIND__ELASTIC_BYE && el->finished) {

@@ -25,6 +25,7 @@
 
 #define CT__EL_MAX_MEMBERS 256 /* ranks over a job's life, lost ones included */
 #define CT__EL_MAX_FRAMES 8    /* STATE: the weights and up to 7 optimizer slots */
+#define CT__EL_MAX_CHUNKS 64   /* train.invariant_chunks of an elastic job */
 #define CT__EL_BEAT_S 0.2      /* a rank's heartbeat period */
 #define CT__EL_ADDR_MAX 80     /* "address:port" of one end of a TCP connection */
 

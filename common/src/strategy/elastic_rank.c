@@ -50,6 +50,10 @@ struct ct__el_rank {
     ct__el_seg seg;
     int n_chunks;
     int use_shm; /* its job's strategy.elastic.shared_memory (false: the socket only) */
+    /* the chunks put in the segment since the last DONE, and their sums: the DONE says them,
+     * one message a step instead of a LEAF per chunk and a DONE */
+    uint64_t in_seg;
+    double seg_sums[3 * CT__EL_MAX_CHUNKS];
     /* a rank waiting for its welcome: once the coordinator answers its heartbeats (it is
      * registered, and waits for a commit step or a free place), the wait is bounded by the
      * coordinator's silence, not by register_timeout */
@@ -294,9 +298,9 @@ static ct_status chunk_done(void *user, int chunk, const float *grad, const doub
     const ct__el_seg *seg = grad ? segment(r) : NULL;
     if (seg) { /* the view's slot for this chunk: no other rank writes it in this view */
         memcpy(ct__el_seg_slot(seg, chunk), grad, (size_t)r->p->trainable_total * sizeof(float));
-        el.in_shm = 1;
-        el.view = seg->view;
-        return send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_LEAF, &el, NULL, NULL, 0, err);
+        r->in_seg |= (uint64_t)1 << chunk;
+        memcpy(&r->seg_sums[3 * chunk], sums, 3 * sizeof(double));
+        return CT_OK; /* the DONE says it */
     }
     const void *data[1] = {grad};
     const size_t bytes[1] = {(size_t)r->p->trainable_total * sizeof(float)};
@@ -340,9 +344,19 @@ static ct_status finish(void *user, ct_err *err) {
         r->last_compute = ct__now_s() - r->step_start;
     }
     ct__el_msg el = CTRAIN__ELASTIC__ELASTIC__INIT;
-    const ct__el_seg *seg = segment(r); /* where the sum may come */
+    const ct__el_seg *seg = segment(r); /* where the sum may come, and the leaves are */
+    double sums[3 * CT__EL_MAX_CHUNKS];
     el.in_shm = seg != NULL;
     el.view = seg ? seg->view : r->view;
+    el.leaves = seg ? r->in_seg : 0;
+    for (int j = 0; j < r->n_chunks; j++) {
+        if (el.leaves >> j & 1) {
+            memcpy(&sums[el.n_leaf_sums], &r->seg_sums[3 * j], 3 * sizeof(double));
+            el.n_leaf_sums += 3;
+        }
+    }
+    el.leaf_sums = sums;
+    r->in_seg = 0;
     ct_status st = send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_DONE, &el, NULL, NULL, 0, err);
     r->again = 0;
     while (st == CT_OK) {
