@@ -187,7 +187,7 @@ def test_a_joining_rank_killed(tmp_path, standalone, when):
     waiting = when == "waiting for its commit"
     extra = ["--set", f"strategy.elastic.commit_every_steps={10 * STEPS}"] if waiting else []
     job = Job(tmp_path, 2, *extra)
-    job.rank("rank0")
+    job.rank("rank0", slow=20)  # the job outlasts the joiner's start, the kill and its note
     job.wait_step(50)
     job.rank("late", slow=3 if waiting else 1)
     if waiting:
