@@ -34,6 +34,7 @@ typedef struct member {
     double since;       /* when it was last given chunks (a REDO, a welcome): its stall clock */
     uint32_t done_view; /* its DONE: the view whose segment it has mapped (done_shm) */
     int done_shm;
+    int part; /* its part of the last sum the ranks made (-1: none) */
 } member;
 
 #define MAX_SEGS 8 /* views' segments mapped at once: the current one, those ended this step */
@@ -87,6 +88,13 @@ struct ct__el_coord {
     uint64_t shm_nonce;
     ct__el_seg segs[MAX_SEGS];
     int n_segs;
+    /* the last step the ranks summed themselves, in parts (0: the coordinator summed it): a
+     * lost rank's part is summed here */
+    int parts;
+    int64_t parts_step;
+    uint32_t parts_view;
+    uint64_t parts_empty;
+    ct__tree_acc part_acc;
 };
 
 static ct_status send_to(ct__el_coord *c, const member *m, int kind, ct__el_msg *el,
@@ -195,13 +203,30 @@ static void ensure_segment(ct__el_coord *c) {
 static void retire_segments(ct__el_coord *c, int all) {
     int kept = 0;
     for (int k = 0; k < c->n_segs; k++) {
-        if (!all && c->segs[k].view == c->view) {
+        if (!all &&
+            (c->segs[k].view == c->view || (c->parts && c->segs[k].view == c->parts_view))) {
             c->segs[kept++] = c->segs[k];
         } else {
             ct__el_seg_close(&c->segs[k], c->shm_prefix);
         }
     }
     c->n_segs = kept;
+}
+
+/* A rank lost while the ranks summed: its part, here, unless it made it; before that, the view
+ * that follows goes in the segment, so the others leave it (the lost rank may wake up). */
+static void sum_lost_part(ct__el_coord *c, const member *gone) {
+    const ct__el_seg *seg = c->parts ? seg_of(c, c->parts_view) : NULL;
+    const uint32_t tag = (uint32_t)(c->parts_step + 1);
+    if (!seg || gone->part < 0 || ct__el_seg_part_done(seg, gone->part, tag)) {
+        return;
+    }
+    ct__el_seg_set_next_view(seg, c->view, gone->part);
+    if (ct__el_seg_sum_part(seg, &c->part_acc, c->parts_empty, gone->part, c->parts, tag) !=
+        CT_OK) {
+        snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
+        atomic_store(&c->quit, 1);
+    }
 }
 
 /* A rank is gone: its chunks of this step that have not come go to the others, round-robin;
@@ -217,6 +242,7 @@ static void lose(ct__el_coord *c, member *gone, const char *why) {
     if (computing && c->started && !c->holding) {
         ensure_segment(c);
     }
+    sum_lost_part(c, gone);
     int left = count(c, M_ACTIVE) + count(c, M_INCOMING);
     add_note(c, "lost rank %s at step %lld (%s): %d ranks now", gone->name, (long long)c->step + 1,
              why, left);
@@ -283,6 +309,7 @@ static void on_hello(ct__el_coord *c, const ct__msg *msg, const ct__el_msg *el) 
         return;
     }
     memset(m, 0, sizeof *m);
+    m->part = -1;
     m->rid_len = msg->peer_len;
     memcpy(m->rid, msg->peer, msg->peer_len);
     snprintf(m->name, sizeof m->name, "%s", el->name);
@@ -583,25 +610,65 @@ static void sum_to_segments(ct__el_coord *c, const float *at) {
     }
 }
 
+/* Whether the ranks make this step's sum themselves, a part each (the MPI shared-memory
+ * engine's scheme): every rank that waits has the current view's segment and every gradient is
+ * in it. Then it numbers their parts (member order) and keeps what a lost rank's part needs. */
+static int ranks_sum(ct__el_coord *c) {
+    const ct__el_seg *seg = seg_of(c, c->view);
+    int parts = 0;
+    for (int i = 0; i < c->n_members; i++) {
+        c->m[i].part = -1;
+    }
+    c->parts = 0;
+    for (int i = 0; seg && i < c->n_members; i++) {
+        const member *m = &c->m[i];
+        if (m->state == M_ACTIVE && (!m->done_shm || m->done_view != c->view)) {
+            return 0;
+        }
+        parts += m->state == M_ACTIVE;
+    }
+    for (int j = 0; seg && j < c->n_chunks; j++) {
+        if (!(c->empty >> j & 1) && c->leaf_at[j] != ct__el_seg_slot(seg, j)) {
+            return 0;
+        }
+    }
+    if (!seg || parts == 0 || parts > CT__EL_MAX_CHUNKS) {
+        return 0;
+    }
+    for (int i = 0, k = 0; i < c->n_members; i++) {
+        c->m[i].part = c->m[i].state == M_ACTIVE ? k++ : -1;
+    }
+    c->parts = parts;
+    c->parts_step = c->step;
+    c->parts_view = c->view;
+    c->parts_empty = c->empty;
+    return parts;
+}
+
 /* Every chunk came and every rank waits: the canonical sum to all (into shared memory for
  * those that have their view's segment), with the next step's chunks. */
 static void finish_step(ct__el_coord *c) {
     double sums[3] = {0.0, 0.0, 0.0};
-    float *at = sum_target(c);
     for (int j = 0; j < c->n_chunks; j++) {
-        const float *leaf = c->empty >> j & 1 ? NULL : c->leaf_at[j];
-        if (j == c->n_chunks - 1) {
-            ct__tree_acc_finish_with(&c->acc, leaf, at);
-        } else if (ct__tree_acc_push(&c->acc, leaf) != CT_OK) {
-            snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
-            atomic_store(&c->quit, 1);
-            return;
-        }
         for (int k = 0; k < 3; k++) {
             sums[k] += c->sums[j][k];
         }
     }
-    sum_to_segments(c, at);
+    float *at = NULL;
+    if (!ranks_sum(c)) {
+        at = sum_target(c);
+        for (int j = 0; j < c->n_chunks; j++) {
+            const float *leaf = c->empty >> j & 1 ? NULL : c->leaf_at[j];
+            if (j == c->n_chunks - 1) {
+                ct__tree_acc_finish_with(&c->acc, leaf, at);
+            } else if (ct__tree_acc_push(&c->acc, leaf) != CT_OK) {
+                snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
+                atomic_store(&c->quit, 1);
+                return;
+            }
+        }
+        sum_to_segments(c, at);
+    }
     c->step++;
     c->have = c->empty = 0;
     int joined = take_joiners(c);
@@ -617,6 +684,7 @@ static void finish_step(ct__el_coord *c) {
     }
     const void *data[1] = {at};
     const size_t bytes[1] = {(size_t)c->len * sizeof(float)};
+    const int framed = at != NULL;
     for (int i = 0; i < c->n_members; i++) {
         member *m = &c->m[i];
         if (m->state != M_ACTIVE) {
@@ -634,7 +702,13 @@ static void finish_step(ct__el_coord *c) {
         el.hold = c->holding;
         el.message = m->chief ? c->note : "";
         el.in_shm = m->done_shm && seg_of(c, m->done_view);
-        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_SUM, &el, data, bytes, el.in_shm ? 0 : 1);
+        if (m->part >= 0) {
+            el.part = m->part;
+            el.parts = c->parts;
+            el.empty = c->parts_empty;
+        }
+        send_to(c, m, CTRAIN__WIRE__KIND__ELASTIC_SUM, &el, data, bytes,
+                el.in_shm || !framed ? 0 : 1);
     }
     retire_segments(c, 0);
     c->note[0] = '\0';
@@ -746,6 +820,7 @@ static void free_coord(ct__el_coord *c) {
     free(c->leaf_at);
     free(c->sum);
     ct__tree_acc_free(&c->acc);
+    ct__tree_acc_free(&c->part_acc);
     retire_segments(c, 1);
     drop_state(c);
     ct__msg_finish(&c->msg);
@@ -779,6 +854,7 @@ ct_status ct__el_coord_start(const ct_job *job, int64_t grad_floats, int chunks,
         ct__el_seg_prefix(c->shm_prefix, sizeof c->shm_prefix, c->shm_nonce);
     }
     ct__tree_acc_init(&c->acc, grad_floats);
+    ct__tree_acc_init(&c->part_acc, 0);
     int ok = (c->leaves = calloc((size_t)chunks, sizeof *c->leaves)) &&
              (c->leaf_at = calloc((size_t)chunks, sizeof *c->leaf_at)) &&
              (c->sum = malloc((size_t)(grad_floats ? grad_floats : 1) * sizeof(float)));

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tree_sum.h"
 #include "ctrain/job.h"
 #include "ctrain/report.h"
 #include "ctrain/train.h"
@@ -70,6 +71,23 @@ int ct__el_seg_open(ct__el_seg *s, const char *prefix, uint64_t nonce, uint32_t 
                     int chunks);
 /* Slot j (j == chunks: the sum's). */
 float *ct__el_seg_slot(const ct__el_seg *s, int j);
+/* The ranks sum the step themselves when all are in one segment: part k of P (a range of the
+ * gradient's floats) is the canonical tree sum over the chunks' slots (those in `empty`: none),
+ * written into the sum slot; then part k's word is set to tag (the step + 1) and its waiters
+ * woken. CT_ENOMEM when acc cannot grow (acc: the caller's, re-sized to the part). */
+ct_status ct__el_seg_sum_part(const ct__el_seg *s, ct__tree_acc *acc, uint64_t empty, int part,
+                              int parts, uint32_t tag);
+/* Whether part k was summed for tag. */
+int ct__el_seg_part_done(const ct__el_seg *s, int part, uint32_t tag);
+/* 1 once every part of P was summed for tag; 0 after wait_ms without it (check, then again). */
+int ct__el_seg_parts_wait(const ct__el_seg *s, int parts, uint32_t tag, int wait_ms);
+/* The view after this one, set by the coordinator when it summed the part of a rank it lost:
+ * the others then leave this segment (the lost rank may wake up and write into it; it finds its
+ * part marked lost and ends, never following them). 0: none. */
+void ct__el_seg_set_next_view(const ct__el_seg *s, uint32_t view, int lost_part);
+/* Whether part k's rank was lost (the coordinator summed its part). */
+int ct__el_seg_part_lost(const ct__el_seg *s, int part);
+uint32_t ct__el_seg_next_view(const ct__el_seg *s);
 /* Unmaps s; and removes its name when unlink_prefix is its coordinator's prefix. */
 void ct__el_seg_close(ct__el_seg *s, const char *unlink_prefix);
 /* Removes the segments of coordinators whose process is gone (killed chiefs). */

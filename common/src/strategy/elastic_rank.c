@@ -54,6 +54,8 @@ struct ct__el_rank {
      * one message a step instead of a LEAF per chunk and a DONE */
     uint64_t in_seg;
     double seg_sums[3 * CT__EL_MAX_CHUNKS];
+    ct__tree_acc part_acc; /* this rank's part of a sum the ranks make */
+    int pending;           /* r->msg holds a message that came while it waited for the parts */
     /* a rank waiting for its welcome: once the coordinator answers its heartbeats (it is
      * registered, and waits for a commit step or a free place), the wait is bounded by the
      * coordinator's silence, not by register_timeout */
@@ -137,7 +139,8 @@ static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_er
                               "(strategy.chief_timeout) while this rank waited for a %s",
                               r->name, r->address, silent, what);
         }
-        ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
+        ct_status st = r->pending ? CT_OK : ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
+        r->pending = 0;
         if (st == CT_OK && r->msg.env->elastic) {
             if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
                 return ct_err_set(err, CT_EPEER, "rank %s: the job ended: %s", r->name,
@@ -307,6 +310,45 @@ static ct_status chunk_done(void *user, int chunk, const float *grad, const doub
     return send_msg(r, CTRAIN__WIRE__KIND__ELASTIC_LEAF, &el, data, bytes, grad ? 1 : 0, err);
 }
 
+/* This rank's part of the step's sum, then the wait for the others' (a message that comes
+ * meanwhile is kept for await; a STOP ends the wait; so does the coordinator's silence). */
+static ct_status sum_parts(ct__el_rank *r, const ct__el_msg *el, ct_err *err) {
+    const uint32_t tag = (uint32_t)(el->step + 1);
+    if (el->part < 0 || el->part >= el->parts ||
+        ct__el_seg_sum_part(&r->seg, &r->part_acc, el->empty, el->part, el->parts, tag) != CT_OK) {
+        return ct_err_set(err, CT_ENOMEM, "rank %s: its part %d of %d of step %lld's sum failed",
+                          r->name, el->part, el->parts, (long long)el->step);
+    }
+    while (!ct__el_seg_parts_wait(&r->seg, el->parts, tag, 50)) {
+        double silent = ct__now_s() - atomic_load(&r->last_ack);
+        if (silent > r->chief_timeout) {
+            return ct_err_set(err, CT_ETIMEDOUT,
+                              "rank %s: the chief's coordinator at %s has been silent for %.0f s "
+                              "(strategy.chief_timeout) while the ranks summed step %lld",
+                              r->name, r->address, silent, (long long)el->step);
+        }
+        zmq_pollitem_t item = {r->sock, 0, ZMQ_POLLIN, 0};
+        if (!r->pending && zmq_poll(&item, 1, 0) > 0) {
+            ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
+            if (st != CT_OK && st != CT_ETIMEDOUT) {
+                return st;
+            }
+            r->pending = st == CT_OK && r->msg.env->elastic;
+            if (r->pending && r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
+                return ct_err_set(err, CT_EPEER, "rank %s: the job ended: %s", r->name,
+                                  r->msg.env->elastic->message);
+            }
+        }
+    }
+    if (ct__el_seg_part_lost(&r->seg, el->part)) { /* it was stopped, or silent, too long */
+        return ct_err_set(err, CT_EPEER,
+                          "rank %s: the job ended: this rank was dropped from the job (lost); "
+                          "start a new one to join",
+                          r->name);
+    }
+    return CT_OK;
+}
+
 static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
     const ct__el_msg *el = m->env->elastic;
     const uint64_t bytes = (uint64_t)r->p->trainable_total * sizeof(float);
@@ -316,10 +358,17 @@ static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
                           "rank %s: a sum for step %lld that does not fit step %lld", r->name,
                           (long long)el->step, (long long)r->step);
     }
+    ct_status st = el->parts > 0 && el->in_shm ? sum_parts(r, el, err) : CT_OK;
+    if (st != CT_OK) {
+        return st;
+    }
     memcpy(r->p->grad, el->in_shm ? ct__el_seg_slot(&r->seg, r->n_chunks) : ct__msg_tensor(m, 0),
            (size_t)bytes);
     r->mine = el->chunks;
     r->view = el->view;
+    if (el->parts > 0 && ct__el_seg_next_view(&r->seg) > r->view) {
+        r->view = ct__el_seg_next_view(&r->seg); /* a rank was lost while the ranks summed */
+    }
     r->sums[0] = el->loss_sum;
     r->sums[1] = el->acc_sum;
     r->sums[2] = (double)el->examples;
@@ -508,5 +557,6 @@ void ct__el_rank_leave(ct__el_rank *r, int finished) {
     ct__msg_finish(&r->msg);
     ct_net_close(r->sock);
     ct__el_seg_close(&r->seg, NULL);
+    ct__tree_acc_free(&r->part_acc);
     free(r);
 }

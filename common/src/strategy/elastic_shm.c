@@ -2,27 +2,37 @@
  * view, made by the coordinator, in which the ranks on the chief's machine leave their chunk
  * gradients and find the step's sum, instead of sending them over a socket.
  *
- * A segment is a POSIX shared-memory object "NAME-VIEW": a 64-byte header (magic, the
- * coordinator's nonce, the view, the chunk count and the gradient's floats), then one slot per
- * chunk and the sum's slot, each 64-byte aligned. Its pages are reserved when it is made
- * (posix_fallocate), so that a full /dev/shm is an error here and never a SIGBUS in a rank.
- * A view's segment is never written after the view ends: a rank dropped while it wrote (a
- * stopped process that wakes up) writes into a segment no one reads any more. */
+ * A segment is a POSIX shared-memory object "NAME-VIEW": a header (magic, the coordinator's
+ * nonce, the view, the chunk count and the gradient's floats; the view that follows when a
+ * rank was lost while the ranks summed, and the parts of the ranks lost; one word per part of the
+ * sum: the step it was last summed for, plus one), then one slot per chunk and the sum's slot, each
+ * 64-byte aligned. Its pages are reserved when it is made (posix_fallocate), so that a full
+ * /dev/shm is an error here and never a SIGBUS in a rank. A view's segment is never written after
+ * the view ends: a rank dropped while it wrote (a stopped process that wakes up) writes into a
+ * segment no one reads any more. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "elastic_internal.h"
 
 #define SEG_MAGIC 0x314745534c455443ull /* "CTELSEG1" */
-#define SEG_HEAD 64
+#define SEG_NEXT_VIEW 64                /* offset of the view that follows (0: none yet) */
+#define SEG_LOST 72   /* offset of the parts whose ranks were lost (bit k: part k) */
+#define SEG_PARTS 128 /* offset of the parts' words, CT__EL_MAX_CHUNKS of them */
+#define SEG_HEAD (SEG_PARTS + CT__EL_MAX_CHUNKS * 4)
 #define SEG_PREFIX "ctrain-el-"
 
 typedef struct seg_head {
@@ -107,6 +117,79 @@ int ct__el_seg_open(ct__el_seg *s, const char *prefix, uint64_t nonce, uint32_t 
 
 float *ct__el_seg_slot(const ct__el_seg *s, int j) {
     return (float *)((char *)s->base + SEG_HEAD) + (int64_t)j * stride(s->len);
+}
+
+static _Atomic uint32_t *word(const ct__el_seg *s, size_t offset) {
+    return (_Atomic uint32_t *)((char *)s->base + offset);
+}
+
+/* Part k of P of the gradient's floats: [k len / P, (k + 1) len / P), each end rounded down to
+ * a cache line (16 floats) but the last, so that two parts never share one. */
+static void part_range(int64_t len, int part, int parts, int64_t *lo, int64_t *hi) {
+    *lo = (int64_t)part * len / parts / 16 * 16;
+    *hi = part + 1 == parts ? len : (int64_t)(part + 1) * len / parts / 16 * 16;
+}
+
+ct_status ct__el_seg_sum_part(const ct__el_seg *s, ct__tree_acc *acc, uint64_t empty, int part,
+                              int parts, uint32_t tag) {
+    int64_t lo, hi;
+    part_range(s->len, part, parts, &lo, &hi);
+    if (hi > lo && acc->len != hi - lo) {
+        ct__tree_acc_free(acc);
+        ct__tree_acc_init(acc, hi - lo);
+    }
+    float *out = ct__el_seg_slot(s, s->chunks) + lo;
+    for (int j = 0; j < s->chunks && hi > lo; j++) { /* the canonical tree, on [lo, hi) */
+        const float *leaf = empty >> j & 1 ? NULL : ct__el_seg_slot(s, j) + lo;
+        if (j == s->chunks - 1) {
+            ct__tree_acc_finish_with(acc, leaf, out);
+        } else if (ct__tree_acc_push(acc, leaf) != CT_OK) {
+            return CT_ENOMEM;
+        }
+    }
+    _Atomic uint32_t *w = word(s, SEG_PARTS + 4 * (size_t)part);
+    atomic_store_explicit(w, tag, memory_order_release);
+    syscall(SYS_futex, w, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    return CT_OK;
+}
+
+int ct__el_seg_part_done(const ct__el_seg *s, int part, uint32_t tag) {
+    return atomic_load_explicit(word(s, SEG_PARTS + 4 * (size_t)part), memory_order_acquire) == tag;
+}
+
+int ct__el_seg_parts_wait(const ct__el_seg *s, int parts, uint32_t tag, int wait_ms) {
+    for (int k = 0; k < parts; k++) {
+        _Atomic uint32_t *w = word(s, SEG_PARTS + 4 * (size_t)k);
+        uint32_t now = atomic_load_explicit(w, memory_order_acquire);
+        for (int spin = 0; now != tag && spin < 64; spin++) { /* a part just being finished */
+            sched_yield();
+            now = atomic_load_explicit(w, memory_order_acquire);
+        }
+        if (now != tag) {
+            struct timespec t = {wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L};
+            syscall(SYS_futex, w, FUTEX_WAIT, now, &t, NULL, 0);
+            if (atomic_load_explicit(w, memory_order_acquire) != tag) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+void ct__el_seg_set_next_view(const ct__el_seg *s, uint32_t view, int lost_part) {
+    _Atomic uint64_t *lost = (_Atomic uint64_t *)((char *)s->base + SEG_LOST);
+    atomic_fetch_or(lost, (uint64_t)1 << lost_part);
+    atomic_store(word(s, SEG_NEXT_VIEW), view);
+}
+
+int ct__el_seg_part_lost(const ct__el_seg *s, int part) {
+    atomic_thread_fence(memory_order_seq_cst);
+    const _Atomic uint64_t *lost = (const _Atomic uint64_t *)((char *)s->base + SEG_LOST);
+    return (int)(atomic_load(lost) >> part & 1);
+}
+
+uint32_t ct__el_seg_next_view(const ct__el_seg *s) {
+    return atomic_load_explicit(word(s, SEG_NEXT_VIEW), memory_order_acquire);
 }
 
 void ct__el_seg_close(ct__el_seg *s, const char *unlink_prefix) {
