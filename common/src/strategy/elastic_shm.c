@@ -139,8 +139,15 @@ ct_status ct__el_seg_sum_part(const ct__el_seg *s, ct__tree_acc *acc, uint64_t e
         ct__tree_acc_init(acc, hi - lo);
     }
     float *out = ct__el_seg_slot(s, s->chunks) + lo;
-    for (int j = 0; j < s->chunks && hi > lo; j++) { /* the canonical tree, on [lo, hi) */
-        const float *leaf = empty >> j & 1 ? NULL : ct__el_seg_slot(s, j) + lo;
+    const float *src[CT__EL_MAX_CHUNKS];
+    for (int j = 0; j < s->chunks; j++) {
+        src[j] = ct__el_seg_slot(s, j) + lo;
+    }
+    if (empty == 0 && hi > lo) { /* every leaf there: one pass, no copies */
+        ct__tree_sum(out, src, s->chunks, hi - lo);
+    }
+    for (int j = 0; j < s->chunks && hi > lo && empty; j++) { /* the same tree, on [lo, hi) */
+        const float *leaf = empty >> j & 1 ? NULL : src[j];
         if (j == s->chunks - 1) {
             ct__tree_acc_finish_with(acc, leaf, out);
         } else if (ct__tree_acc_push(acc, leaf) != CT_OK) {
