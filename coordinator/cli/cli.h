@@ -62,5 +62,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 /* ctrain predict CKPT INPUT (coordinator/cli/cmd_predict.c). */
 int cmd_predict(int argc, char **argv);
+/* ctrain plan JOB: predicted step and strategy on 1 to 1,000 hosts (coordinator/cli/cmd_plan.c). */
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -41,6 +41,8 @@ static void usage(FILE *f) {
         "                      eval pipeline, as JSON lines or an .npy\n"
         "  profile RUN_DIR     report a run trained with --profile A:B (step time, top ops,\n"
         "                      input-bound verdict)\n"
+        "  plan JOB.yaml       predict the step time and the best strategy on 1 to 1,000\n"
+        "                      hosts (the cost model of docs/scaling.md)\n"
         "  keygen DIR          make a parameter-server job's CURVE keys (strategy.keys: DIR)\n"
         "  version             print the version\n"
         "\n"
@@ -118,9 +120,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "predict")) {
         return cmd_predict(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "plan")) {
+        return cmd_plan(argc - 2, argv + 2);
+    }
     fprintf(stderr,
             "ctrain: unknown command '%s' (commands: train, summary, graph, ckpt, data, profile, "
-            "generate, export, predict, keygen, version)\n",
+            "generate, export, predict, plan, keygen, version)\n",
             cmd);
     return EXIT_BAD_INPUT;
 }
