@@ -55,7 +55,9 @@ struct ct__el_rank {
     uint64_t in_seg;
     double seg_sums[3 * CT__EL_MAX_CHUNKS];
     ct__tree_acc part_acc; /* this rank's part of a sum the ranks make */
-    int pending;           /* r->msg holds a message that came while it waited for the parts */
+    ct__msg held;          /* a message that came while it waited for the parts (r->msg still holds
+                              the sum being applied); await takes it first */
+    int pending;
     /* a rank waiting for its welcome: once the coordinator answers its heartbeats (it is
      * registered, and waits for a commit step or a free place), the wait is bounded by the
      * coordinator's silence, not by register_timeout */
@@ -139,8 +141,15 @@ static ct_status await(ct__el_rank *r, double timeout_s, const char *what, ct_er
                               "(strategy.chief_timeout) while this rank waited for a %s",
                               r->name, r->address, silent, what);
         }
-        ct_status st = r->pending ? CT_OK : ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
-        r->pending = 0;
+        ct_status st = CT_OK;
+        if (r->pending) { /* the held message first; the old one goes to be reused */
+            ct__msg old = r->msg;
+            r->msg = r->held;
+            r->held = old;
+            r->pending = 0;
+        } else {
+            st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
+        }
         if (st == CT_OK && r->msg.env->elastic) {
             if (r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
                 return ct_err_set(err, CT_EPEER, "rank %s: the job ended: %s", r->name,
@@ -311,7 +320,8 @@ static ct_status chunk_done(void *user, int chunk, const float *grad, const doub
 }
 
 /* This rank's part of the step's sum, then the wait for the others' (a message that comes
- * meanwhile is kept for await; a STOP ends the wait; so does the coordinator's silence). */
+ * meanwhile is held for await, apart from r->msg, whose sum el points into; a STOP ends the
+ * wait; so does the coordinator's silence). */
 static ct_status sum_parts(ct__el_rank *r, const ct__el_msg *el, ct_err *err) {
     const uint32_t tag = (uint32_t)(el->step + 1);
     if (el->part < 0 || el->part >= el->parts ||
@@ -329,14 +339,14 @@ static ct_status sum_parts(ct__el_rank *r, const ct__el_msg *el, ct_err *err) {
         }
         zmq_pollitem_t item = {r->sock, 0, ZMQ_POLLIN, 0};
         if (!r->pending && zmq_poll(&item, 1, 0) > 0) {
-            ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->msg, err);
+            ct_status st = ct__msg_recv(r->sock, 0, r->job_id, &r->held, err);
             if (st != CT_OK && st != CT_ETIMEDOUT) {
                 return st;
             }
-            r->pending = st == CT_OK && r->msg.env->elastic;
-            if (r->pending && r->msg.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
+            r->pending = st == CT_OK && r->held.env->elastic;
+            if (r->pending && r->held.env->kind == CTRAIN__WIRE__KIND__ELASTIC_STOP) {
                 return ct_err_set(err, CT_EPEER, "rank %s: the job ended: %s", r->name,
-                                  r->msg.env->elastic->message);
+                                  r->held.env->elastic->message);
             }
         }
     }
@@ -555,6 +565,7 @@ void ct__el_rank_leave(ct__el_rank *r, int finished) {
         pthread_join(r->beat, NULL);
     }
     ct__msg_finish(&r->msg);
+    ct__msg_finish(&r->held);
     ct_net_close(r->sock);
     ct__el_seg_close(&r->seg, NULL);
     ct__tree_acc_free(&r->part_acc);
