@@ -213,20 +213,42 @@ static void retire_segments(ct__el_coord *c, int all) {
     c->n_segs = kept;
 }
 
-/* A rank lost while the ranks summed: its part, here, unless it made it; before that, the view
- * that follows goes in the segment, so the others leave it (the lost rank may wake up). */
+/* A rank lost while the ranks summed: its part is marked lost and the view that follows goes in
+ * the segment first (so the others leave it, and the lost rank, if it wakes, ends instead of
+ * following them), then its part is summed here unless it made it. In that order, with the
+ * ranks' sequentially consistent reads: a rank that passes its wait on the lost rank's own
+ * word either sees the next view, or the check here saw that word and sums nothing. */
 static void sum_lost_part(ct__el_coord *c, const member *gone) {
     const ct__el_seg *seg = c->parts ? seg_of(c, c->parts_view) : NULL;
     const uint32_t tag = (uint32_t)(c->parts_step + 1);
-    if (!seg || gone->part < 0 || ct__el_seg_part_done(seg, gone->part, tag)) {
+    if (!seg || gone->part < 0) {
         return;
     }
     ct__el_seg_set_next_view(seg, c->view, gone->part);
+    if (ct__el_seg_part_done(seg, gone->part, tag)) {
+        return;
+    }
     if (ct__el_seg_sum_part(seg, &c->part_acc, c->parts_empty, gone->part, c->parts, tag) !=
         CT_OK) {
         snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
         atomic_store(&c->quit, 1);
     }
+}
+
+/* Whether m made its part of the last sum the ranks made and waits for another's: its stall
+ * clock then starts again (only the ranks whose part is missing can be stalled). */
+static int waits_for_parts(ct__el_coord *c, const member *m) {
+    const ct__el_seg *seg = c->parts ? seg_of(c, c->parts_view) : NULL;
+    const uint32_t tag = (uint32_t)(c->parts_step + 1);
+    if (!seg || m->part < 0 || !ct__el_seg_part_done(seg, m->part, tag)) {
+        return 0;
+    }
+    for (int k = 0; k < c->parts; k++) {
+        if (!ct__el_seg_part_done(seg, k, tag)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* A rank is gone: its chunks of this step that have not come go to the others, round-robin;
@@ -727,6 +749,8 @@ static void tick(ct__el_coord *c) {
         if (now - m->last_heard > c->beat_timeout) {
             snprintf(why, sizeof why, "no heartbeat for %.0f s", c->beat_timeout);
             lose(c, m, why);
+        } else if (waits_for_parts(c, m)) {
+            m->since = now;
         } else if (c->started && !c->holding && m->state != M_PENDING && !m->done &&
                    m->assigned & ~c->have &&
                    now - (m->since > c->step_start ? m->since : c->step_start) > c->stall_timeout) {

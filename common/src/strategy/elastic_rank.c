@@ -324,7 +324,7 @@ static ct_status chunk_done(void *user, int chunk, const float *grad, const doub
  * wait; so does the coordinator's silence). */
 static ct_status sum_parts(ct__el_rank *r, const ct__el_msg *el, ct_err *err) {
     const uint32_t tag = (uint32_t)(el->step + 1);
-    if (el->part < 0 || el->part >= el->parts ||
+    if (el->part < 0 || el->part >= el->parts || el->parts > CT__EL_MAX_CHUNKS ||
         ct__el_seg_sum_part(&r->seg, &r->part_acc, el->empty, el->part, el->parts, tag) != CT_OK) {
         return ct_err_set(err, CT_ENOMEM, "rank %s: its part %d of %d of step %lld's sum failed",
                           r->name, el->part, el->parts, (long long)el->step);
@@ -350,12 +350,6 @@ static ct_status sum_parts(ct__el_rank *r, const ct__el_msg *el, ct_err *err) {
             }
         }
     }
-    if (ct__el_seg_part_lost(&r->seg, el->part)) { /* it was stopped, or silent, too long */
-        return ct_err_set(err, CT_EPEER,
-                          "rank %s: the job ended: this rank was dropped from the job (lost); "
-                          "start a new one to join",
-                          r->name);
-    }
     return CT_OK;
 }
 
@@ -376,8 +370,16 @@ static ct_status on_sum(ct__el_rank *r, ct__msg *m, ct_err *err) {
            (size_t)bytes);
     r->mine = el->chunks;
     r->view = el->view;
-    if (el->parts > 0 && ct__el_seg_next_view(&r->seg) > r->view) {
-        r->view = ct__el_seg_next_view(&r->seg); /* a rank was lost while the ranks summed */
+    if (el->parts > 0) { /* a rank was lost while the ranks summed: the next view (this rank,
+                          * if it is the lost one, ends: its part is marked, before the view) */
+        const uint32_t next = ct__el_seg_next_view(&r->seg);
+        if (ct__el_seg_part_lost(&r->seg, el->part)) {
+            return ct_err_set(err, CT_EPEER,
+                              "rank %s: the job ended: this rank was dropped from the job "
+                              "(lost); start a new one to join",
+                              r->name);
+        }
+        r->view = next > r->view ? next : r->view;
     }
     r->sums[0] = el->loss_sum;
     r->sums[1] = el->acc_sum;

@@ -155,27 +155,27 @@ ct_status ct__el_seg_sum_part(const ct__el_seg *s, ct__tree_acc *acc, uint64_t e
         }
     }
     _Atomic uint32_t *w = word(s, SEG_PARTS + 4 * (size_t)part);
-    atomic_store_explicit(w, tag, memory_order_release);
+    atomic_store(w, tag);
     syscall(SYS_futex, w, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
     return CT_OK;
 }
 
 int ct__el_seg_part_done(const ct__el_seg *s, int part, uint32_t tag) {
-    return atomic_load_explicit(word(s, SEG_PARTS + 4 * (size_t)part), memory_order_acquire) == tag;
+    return atomic_load(word(s, SEG_PARTS + 4 * (size_t)part)) == tag;
 }
 
 int ct__el_seg_parts_wait(const ct__el_seg *s, int parts, uint32_t tag, int wait_ms) {
     for (int k = 0; k < parts; k++) {
         _Atomic uint32_t *w = word(s, SEG_PARTS + 4 * (size_t)k);
-        uint32_t now = atomic_load_explicit(w, memory_order_acquire);
+        uint32_t now = atomic_load(w);
         for (int spin = 0; now != tag && spin < 64; spin++) { /* a part just being finished */
             sched_yield();
-            now = atomic_load_explicit(w, memory_order_acquire);
+            now = atomic_load(w);
         }
         if (now != tag) {
             struct timespec t = {wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L};
             syscall(SYS_futex, w, FUTEX_WAIT, now, &t, NULL, 0);
-            if (atomic_load_explicit(w, memory_order_acquire) != tag) {
+            if (atomic_load(w) != tag) {
                 return 0;
             }
         }
@@ -196,7 +196,7 @@ int ct__el_seg_part_lost(const ct__el_seg *s, int part) {
 }
 
 uint32_t ct__el_seg_next_view(const ct__el_seg *s) {
-    return atomic_load_explicit(word(s, SEG_NEXT_VIEW), memory_order_acquire);
+    return atomic_load(word(s, SEG_NEXT_VIEW));
 }
 
 void ct__el_seg_close(ct__el_seg *s, const char *unlink_prefix) {
