@@ -148,3 +148,22 @@ void ct__tree_acc_free(ct__tree_acc *a) {
         a->buf[d] = NULL;
     }
 }
+
+ct_status ct__tree_acc_sum(ct__tree_acc *a, float *out, const float *const *src, int n) {
+    int empty = 0;
+    for (int j = 0; j < n; j++) {
+        empty |= src[j] == NULL;
+    }
+    if (!empty && a->len > 0) {
+        ct__tree_sum(out, src, n, a->len);
+        return CT_OK;
+    }
+    for (int j = 0; j < n - 1; j++) {
+        if (ct__tree_acc_push(a, src[j]) != CT_OK) {
+            a->depth = 0; /* the next sum starts empty */
+            return CT_ENOMEM;
+        }
+    }
+    ct__tree_acc_finish_with(a, src[n - 1], out);
+    return CT_OK;
+}

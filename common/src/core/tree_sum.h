@@ -44,5 +44,9 @@ void ct__tree_acc_finish(ct__tree_acc *a, float *out);
  * out: the last chunk's gradient, still in the buffer that takes the sum). */
 void ct__tree_acc_finish_with(ct__tree_acc *a, const float *x, float *out);
 void ct__tree_acc_free(ct__tree_acc *a);
+/* The tree sum of the n leaves src[0..n) (a NULL entry: an empty leaf) into out[0, a->len),
+ * all of them at hand: ct__tree_sum's one pass with no copies when none is empty, else pushed
+ * through a (its buffers). CT_ENOMEM when a level cannot be allocated. */
+ct_status ct__tree_acc_sum(ct__tree_acc *a, float *out, const float *const *src, int n);
 
 #endif

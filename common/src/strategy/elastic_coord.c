@@ -678,16 +678,15 @@ static void finish_step(ct__el_coord *c) {
     }
     float *at = NULL;
     if (!ranks_sum(c)) {
-        at = sum_target(c);
+        const float *src[CT__EL_MAX_CHUNKS];
         for (int j = 0; j < c->n_chunks; j++) {
-            const float *leaf = c->empty >> j & 1 ? NULL : c->leaf_at[j];
-            if (j == c->n_chunks - 1) {
-                ct__tree_acc_finish_with(&c->acc, leaf, at);
-            } else if (ct__tree_acc_push(&c->acc, leaf) != CT_OK) {
-                snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
-                atomic_store(&c->quit, 1);
-                return;
-            }
+            src[j] = c->empty >> j & 1 ? NULL : c->leaf_at[j];
+        }
+        at = sum_target(c);
+        if (ct__tree_acc_sum(&c->acc, at, src, c->n_chunks) != CT_OK) {
+            snprintf(c->why, sizeof c->why, "the chief's coordinator: out of memory");
+            atomic_store(&c->quit, 1);
+            return;
         }
         sum_to_segments(c, at);
     }

@@ -138,21 +138,13 @@ ct_status ct__el_seg_sum_part(const ct__el_seg *s, ct__tree_acc *acc, uint64_t e
         ct__tree_acc_free(acc);
         ct__tree_acc_init(acc, hi - lo);
     }
-    float *out = ct__el_seg_slot(s, s->chunks) + lo;
-    const float *src[CT__EL_MAX_CHUNKS];
+    const float *src[CT__EL_MAX_CHUNKS]; /* the canonical tree, on [lo, hi) */
     for (int j = 0; j < s->chunks; j++) {
-        src[j] = ct__el_seg_slot(s, j) + lo;
+        src[j] = empty >> j & 1 ? NULL : ct__el_seg_slot(s, j) + lo;
     }
-    if (empty == 0 && hi > lo) { /* every leaf there: one pass, no copies */
-        ct__tree_sum(out, src, s->chunks, hi - lo);
-    }
-    for (int j = 0; j < s->chunks && hi > lo && empty; j++) { /* the same tree, on [lo, hi) */
-        const float *leaf = empty >> j & 1 ? NULL : src[j];
-        if (j == s->chunks - 1) {
-            ct__tree_acc_finish_with(acc, leaf, out);
-        } else if (ct__tree_acc_push(acc, leaf) != CT_OK) {
-            return CT_ENOMEM;
-        }
+    if (hi > lo &&
+        ct__tree_acc_sum(acc, ct__el_seg_slot(s, s->chunks) + lo, src, s->chunks) != CT_OK) {
+        return CT_ENOMEM;
     }
     _Atomic uint32_t *w = word(s, SEG_PARTS + 4 * (size_t)part);
     atomic_store(w, tag);
