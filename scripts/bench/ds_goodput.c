@@ -4,10 +4,12 @@
  *       reads STEPS batches of JOB's data.train through ct_pipeline_loader (the data service
  *       when the job has data.service) and prints {"bytes": B, "seconds": S} for the batches
  *       after the first (the first pays for the connection and the leases).
- *   bench_ds_goodput raw BYTES COUNT
+ *   bench_ds_goodput raw BYTES COUNT [--no-copy]
  *       a child process sends COUNT messages of BYTES over ZeroMQ PUSH/PULL on loopback TCP,
- *       each copied out of its buffer, and this process copies each into its own: the same
- *       bytes with nothing else; prints {"bytes": B, "seconds": S}. */
+ *       each copied out of its buffer, and this process copies each into its own (with
+ *       --no-copy it reads each message's first and last byte in place, as the data service's
+ *       consumer now keeps the frames it receives): the same bytes with nothing else; prints
+ *       {"bytes": B, "seconds": S}. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +60,7 @@ static int consume(const char *job_path, long steps, const char **sets, int n_se
     return 0;
 }
 
-static int raw(size_t bytes, long count) {
+static int raw(size_t bytes, long count, int copy) {
     void *ctx = zmq_ctx_new();
     void *pull = zmq_socket(ctx, ZMQ_PULL);
     char endpoint[128];
@@ -87,7 +89,13 @@ static int raw(size_t bytes, long count) {
         zmq_msg_t m;
         zmq_msg_init(&m);
         zmq_msg_recv(&m, pull, 0);
-        memcpy(buf, zmq_msg_data(&m), zmq_msg_size(&m) < bytes ? zmq_msg_size(&m) : bytes);
+        const size_t got = zmq_msg_size(&m) < bytes ? zmq_msg_size(&m) : bytes;
+        if (copy) {
+            memcpy(buf, zmq_msg_data(&m), got);
+        } else if (got > 0) { /* touched, as a consumer reads what it keeps */
+            const volatile char *in = zmq_msg_data(&m);
+            buf[0] = (char)(buf[0] + in[0] + in[got - 1]);
+        }
         zmq_msg_close(&m);
         start = i == 0 ? now_s() : start;
     }
@@ -109,10 +117,10 @@ int main(int argc, char **argv) {
         }
         return consume(argv[2], strtol(argv[3], NULL, 10), sets, n);
     }
-    if (argc == 4 && !strcmp(argv[1], "raw")) {
-        return raw((size_t)strtoull(argv[2], NULL, 10), strtol(argv[3], NULL, 10));
+    if ((argc == 4 || (argc == 5 && !strcmp(argv[4], "--no-copy"))) && !strcmp(argv[1], "raw")) {
+        return raw((size_t)strtoull(argv[2], NULL, 10), strtol(argv[3], NULL, 10), argc == 4);
     }
     fprintf(stderr, "usage: bench_ds_goodput consume JOB STEPS [--set K=V ...] | raw BYTES "
-                    "COUNT\n");
+                    "COUNT [--no-copy]\n");
     return 2;
 }

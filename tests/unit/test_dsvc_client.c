@@ -259,8 +259,9 @@ static float feature(uint64_t incarnation, int64_t epoch, int64_t step, int64_t 
 /* Data worker w sends batch (epoch, step) of `incarnation` with `size` examples. */
 static void send_batch(harness *h, int w, uint64_t incarnation, int64_t epoch, int64_t step,
                        int64_t size) {
-    float x[64 * DIMS];
-    int32_t y[64];
+    float *x = malloc(sizeof(float) * (size_t)(size * DIMS));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)size);
+    cr_assert(x && y);
     for (int64_t i = 0; i < size; i++) {
         for (int d = 0; d < DIMS; d++) {
             x[i * DIMS + d] = feature(incarnation, epoch, step, i, d);
@@ -296,6 +297,8 @@ static void send_batch(harness *h, int w, uint64_t incarnation, int64_t epoch, i
     cr_assert_eq(ct__msg_send(h->worker[w], h->wpeer[w], h->wpeer_len[w], &env, h->job_id, data,
                               bytes, 2, &err),
                  CT_OK, "%s", err.msg);
+    free(x);
+    free(y);
 }
 
 /* Waits (bounded) until the client's statistics count `elements` examples received and
@@ -410,6 +413,27 @@ Test(dsvc_client, hands_out_batches_by_step_whatever_their_order_and_counts_dupl
     take(&h, 1, 0, 2, 3);
     send_batch(&h, 0, 1, 0, 1, 8); /* a step it used already */
     await_stats(&h, 8 + 8 + 3, 3);
+    finish(&h);
+}
+
+/* A batch's features of 32 KiB are the received frame's bytes, handed out with no copy; the
+ * element gives the frame back when cleared (take clears it). Small frames are copied. */
+Test(dsvc_client, a_large_batch_is_handed_out_without_a_copy) {
+    static harness h;
+    start(&h, SPE);
+    send_batch(&h, 0, 1, 0, 0, 4096);
+    send_batch(&h, 0, 1, 0, 1, 8);
+    await_stats(&h, 4096 + 8, 0);
+    ct_element el = {0};
+    ct_err err = {0};
+    cr_assert_eq(ct__dsvc_client_batch(h.c, 0, 0, &el, &err), CT_OK, "%s", err.msg);
+    cr_expect_not_null(el.v[0].release, "32 KiB of features: the frame itself");
+    check_batch(&el, 1, 0, 0, 4096);
+    ct_element_clear(&el);
+    cr_assert_eq(ct__dsvc_client_batch(h.c, 0, 1, &el, &err), CT_OK, "%s", err.msg);
+    cr_expect_null(el.v[0].release, "64 bytes of features: copied");
+    check_batch(&el, 1, 0, 1, 8);
+    ct_element_clear(&el);
     finish(&h);
 }
 

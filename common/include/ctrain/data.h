@@ -127,7 +127,8 @@ CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 
 /* Hands over the features of `b`, the batch ct_loader_next returned last: the malloc'ed buffer
  * behind b->x, which the caller frees (b->x is then the caller's alone; the loader no longer
- * frees it). NULL when b is not that batch. A data worker sends it with no copy. */
+ * frees it). NULL when b is not that batch, or when its features are a received frame's bytes
+ * (the data service's consumer borrows them). A data worker sends it with no copy. */
 CT_API void *ct_loader_take_x(ct_loader *l, const ct_batch *b);
 
 /* Opens `epoch` from its first batch now: its pipeline fills (a shuffle buffer, the prefetch) in

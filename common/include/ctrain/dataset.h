@@ -33,12 +33,17 @@
 #define CT_VALUE_BYTES (-1) /* ct_value.dtype of one raw byte string (a record, a file) */
 
 /* One component: a dense row-major tensor of `dtype` (a ct_dtype) and `shape`, or with dtype
- * CT_VALUE_BYTES one byte string of `nbytes` (shape rank 0). `data` is owned by the element. */
+ * CT_VALUE_BYTES one byte string of `nbytes` (shape rank 0). `data` is owned by the element:
+ * from malloc when `release` is NULL, else borrowed from a buffer that release(release_ctx)
+ * gives back (a received message's frame: the data service's batches come with no copy).
+ * ct_element_clear does either. */
 typedef struct ct_value {
     int dtype;
     ct_shape shape;
     size_t nbytes;
     void *data;
+    void (*release)(void *release_ctx);
+    void *release_ctx;
 } ct_value;
 
 /* A tuple of values. `key` identifies the element for random maps (see above). */

@@ -4,6 +4,7 @@
  * (ct__dsvc_client_batch) under a mutex and a condition variable. Requests from the consumer
  * thread (a move, an ack, the close) are flags the I/O thread picks up between two polls. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,10 @@
 
 #define MAX_WORKERS 256
 #define POLL_MS 5
+/* A consumer's progress goes to the dispatcher once a lease's worth of steps (split_steps) has
+ * passed, on a new incarnation, or this long after the last: an ACK per step (thousands a
+ * second with small batches) was most of the dispatcher's work and a share of the consumer's. */
+#define ACK_EVERY_S 0.01
 
 typedef struct slot {
     uint64_t incarnation;
@@ -43,6 +48,9 @@ struct ct__dsvc_client {
     void *workers[MAX_WORKERS];
     double last_beat, last_heard;
     ct__msg msg;
+    int64_t ack_every_steps, acked_global; /* the last ACK sent: incarnation, step, time */
+    uint64_t acked_incarnation;
+    double acked_at;
     /* shared, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -195,6 +203,31 @@ static int used_already(const ct__dsvc_client *c, int64_t epoch, int64_t step) {
     return epoch < c->next_epoch || (epoch == c->next_epoch && step < c->next_step);
 }
 
+/* Frames at least this large, their bytes aligned for any element type, become the batch's
+ * values with no copy (ct__element_borrow); smaller ones are copied (ZeroMQ packs small messages
+ * into its shared receive buffer, at any offset). */
+#define BORROW_MIN_BYTES 16384
+
+/* Component i of `batch`: frame k of m, borrowed or copied. CT_ENOMEM. */
+static ct_status frame_value(ct_element *batch, int i, int dtype, const ct_shape *shape, ct__msg *m,
+                             int k) {
+    const size_t bytes = zmq_msg_size(&m->frames[k]);
+    void *frame = NULL, *data = NULL;
+    if (bytes >= BORROW_MIN_BYTES && (uintptr_t)zmq_msg_data(&m->frames[k]) % 8 == 0 &&
+        (data = ct__msg_take_frame(m, k, &frame)) != NULL) {
+        ct_status st = ct__element_borrow(batch, i, dtype, shape, data, ct__frame_release, frame);
+        if (st != CT_OK) {
+            ct__frame_release(frame);
+        }
+        return st;
+    }
+    ct_status st = ct__element_alloc_uninit(batch, i, dtype, shape);
+    if (st == CT_OK) {
+        memcpy(batch->v[i].data, zmq_msg_data(&m->frames[k]), bytes);
+    }
+    return st;
+}
+
 static void on_batch(ct__dsvc_client *c, ct__msg *m) {
     const Ctrain__DataService__Batch *b = m->env->batch;
     int64_t per = 1;
@@ -209,20 +242,18 @@ static void on_batch(ct__dsvc_client *c, ct__msg *m) {
         ct_log(CT_LOG_WARN, "data service: %s: dropped a malformed DS_BATCH", c->name);
         return;
     }
-    /* the copy is made before the lock: the trainer's thread takes batches meanwhile */
+    /* the values are made before the lock: the trainer's thread takes batches meanwhile */
     ct_element batch = {0};
     ct_shape xs = {.rank = 1 + (int)b->n_x_dims, .dims = {b->size}};
     for (size_t d = 0; d < b->n_x_dims; d++) {
         xs.dims[1 + d] = b->x_dims[d];
     }
     ct_shape ys = {.rank = labels > 1 ? 2 : 1, .dims = {b->size, labels}}; /* [b] or [b, T] */
-    if (ct__element_alloc_uninit(&batch, 0, CT_F32, &xs) != CT_OK ||
-        ct__element_alloc_uninit(&batch, 1, b->targets ? CT_F32 : CT_I32, &ys) != CT_OK) {
+    if (frame_value(&batch, 0, CT_F32, &xs, m, 0) != CT_OK ||
+        frame_value(&batch, 1, b->targets ? CT_F32 : CT_I32, &ys, m, 1) != CT_OK) {
         ct_element_clear(&batch); /* out of memory: the re-seek will ask again */
         return;
     }
-    memcpy(batch.v[0].data, zmq_msg_data(&m->frames[0]), zmq_msg_size(&m->frames[0]));
-    memcpy(batch.v[1].data, zmq_msg_data(&m->frames[1]), zmq_msg_size(&m->frames[1]));
     pthread_mutex_lock(&c->mu);
     int dup = b->incarnation < c->incarnation ||
               (b->incarnation == c->incarnation && used_already(c, b->epoch, b->step));
@@ -324,12 +355,27 @@ static void send_ack(ct__dsvc_client *c, uint64_t incarnation, int64_t epoch, in
 
 /* Sends what the consumer thread asked for, the heartbeats and the hellos; notices a silent
  * dispatcher. Returns 1 when the thread should end. */
+/* Under mu: whether the ACK asked for goes now (see ACK_EVERY_S); if so it is taken. */
+static int take_ack(ct__dsvc_client *c, double now) {
+    int64_t global = c->ack_epoch * c->info.steps_per_epoch + c->ack_step;
+    int due = c->want_ack && (c->ack_incarnation != c->acked_incarnation ||
+                              global - c->acked_global >= c->ack_every_steps ||
+                              now - c->acked_at >= ACK_EVERY_S || c->closing);
+    if (due) {
+        c->want_ack = 0;
+        c->acked_incarnation = c->ack_incarnation;
+        c->acked_global = global;
+        c->acked_at = now;
+    }
+    return due;
+}
+
 static int io_requests(ct__dsvc_client *c) {
     pthread_mutex_lock(&c->mu);
-    int seek = c->want_seek, ack = c->want_ack, closing = c->closing, stop = c->stop;
+    int seek = c->want_seek, ack = take_ack(c, ct__now_s()), closing = c->closing, stop = c->stop;
     int64_t se = c->seek_epoch, ss = c->seek_step, ae = c->ack_epoch, as = c->ack_step;
     uint64_t ai = c->ack_incarnation;
-    c->want_seek = c->want_ack = 0;
+    c->want_seek = 0;
     Ctrain__DataService__ConsumerStats cs = CTRAIN__DATA_SERVICE__CONSUMER_STATS__INIT;
     cs.wait_s = c->wait_s;
     cs.step_s = c->step_s;
@@ -472,6 +518,7 @@ static ct_status client_init(ct__dsvc_client *c, const ct_job *job, int eval, in
     memcpy(c->input_shape, job->model.input_shape, sizeof c->input_shape);
     c->job_id = ct_job_id(job, CT_JOB_ID_INPUT);
     c->heartbeat_s = job->data_service.heartbeat_s > 0 ? job->data_service.heartbeat_s : 0.5;
+    c->ack_every_steps = job->data_service.split_steps > 0 ? job->data_service.split_steps : 8;
     c->timeout_s = job->data_service.timeout_s > 0 ? job->data_service.timeout_s : 60.0;
     c->reseek_s =
         c->heartbeat_s * (job->data_service.lost_after > 0 ? job->data_service.lost_after : 4);

@@ -121,6 +121,21 @@ void ct__msg_free(ct__msg *m) {
     m->env = NULL;
 }
 
+void *ct__msg_take_frame(ct__msg *m, int k, void **ret_frame) {
+    zmq_msg_t *frame = malloc(sizeof *frame);
+    if (frame == NULL || zmq_msg_init(frame) != 0 || zmq_msg_move(frame, &m->frames[k]) != 0) {
+        free(frame);
+        return NULL;
+    }
+    *ret_frame = frame;
+    return zmq_msg_data(frame);
+}
+
+void ct__frame_release(void *frame) {
+    zmq_msg_close(frame);
+    free(frame);
+}
+
 void ct__msg_finish(ct__msg *m) {
     ct__msg_free(m);
     free(m->frames);

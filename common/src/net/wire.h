@@ -49,6 +49,12 @@ void ct__env_destroy(ct__env *env);
 ct_status ct__msg_recv(void *sock, int router, uint64_t job_id, ct__msg *m, ct_err *err);
 /* Releases the envelope and the frames of the last message (keeps the array). */
 void ct__msg_free(ct__msg *m);
+/* Takes frame k out of `m` (its bytes stay where they are; ct__msg_free no longer touches
+ * it): returns the frame's bytes, valid until ct__frame_release(*ret_frame). NULL when out of
+ * memory (the frame stays in m). */
+void *ct__msg_take_frame(ct__msg *m, int k, void **ret_frame);
+/* Gives a frame taken by ct__msg_take_frame back to ZeroMQ; any thread. */
+void ct__frame_release(void *frame);
 /* ct__msg_free, then frees the array. */
 void ct__msg_finish(ct__msg *m);
 

@@ -192,6 +192,12 @@ ct_status ct__dataset_get_into(const ct_dataset *ds, int64_t epoch, int64_t inde
 /* ct_element_alloc of a tensor whose every byte the caller writes next: not zeroed first (a
  * batch of 16 MiB: its zeroing was a tenth of a data-service consumer's time). */
 ct_status ct__element_alloc_uninit(ct_element *e, int i, int dtype, const ct_shape *shape);
+/* Makes component i of `e` a `dtype` tensor of `shape` whose bytes are `data`, borrowed:
+ * clearing the element calls release(release_ctx) instead of free. CT_EINVAL. */
+ct_status ct__element_borrow(ct_element *e, int i, int dtype, const ct_shape *shape, void *data,
+                             void (*release)(void *), void *release_ctx);
+/* Frees a value's bytes (free, or its release) and zeroes it. */
+void ct__value_free(ct_value *v);
 /* Moves component values of `src` into `dst` (dst must be empty); src becomes empty. */
 void ct__element_move(ct_element *dst, ct_element *src);
 /* Bytes held by an element's values. */

@@ -39,8 +39,7 @@ static ct_status element_alloc(ct_element *e, int i, int dtype, const ct_shape *
         return CT_EINVAL;
     }
     ct_value *v = &e->v[i];
-    free(v->data);
-    memset(v, 0, sizeof *v);
+    ct__value_free(v);
     v->dtype = dtype;
     if (dtype != CT_VALUE_BYTES) {
         v->shape = *shape;
@@ -67,9 +66,36 @@ ct_status ct__element_alloc_uninit(ct_element *e, int i, int dtype, const ct_sha
     return element_alloc(e, i, dtype, shape, 0, 0);
 }
 
+void ct__value_free(ct_value *v) {
+    if (v->release != NULL) {
+        v->release(v->release_ctx);
+    } else {
+        free(v->data);
+    }
+    memset(v, 0, sizeof *v);
+}
+
+ct_status ct__element_borrow(ct_element *e, int i, int dtype, const ct_shape *shape, void *data,
+                             void (*release)(void *), void *release_ctx) {
+    if (i < 0 || i >= CT_ELEMENT_MAX || dtype == CT_VALUE_BYTES || !dtype_valid(dtype) ||
+        shape == NULL || shape->rank < 0 || shape->rank > CT_MAX_DIMS || release == NULL) {
+        return CT_EINVAL;
+    }
+    ct_value *v = &e->v[i];
+    ct__value_free(v);
+    v->dtype = dtype;
+    v->shape = *shape;
+    v->nbytes = ct__value_bytes(v);
+    v->data = data;
+    v->release = release;
+    v->release_ctx = release_ctx;
+    e->n = e->n < i + 1 ? i + 1 : e->n;
+    return CT_OK;
+}
+
 void ct_element_clear(ct_element *e) {
     for (int i = 0; i < CT_ELEMENT_MAX; i++) {
-        free(e->v[i].data);
+        ct__value_free(&e->v[i]);
     }
     memset(e, 0, sizeof *e);
 }

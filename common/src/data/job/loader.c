@@ -342,7 +342,8 @@ int64_t ct_loader_batches_per_epoch(const ct_loader *l) {
 }
 
 void *ct_loader_take_x(ct_loader *l, const ct_batch *b) {
-    if (b == NULL || b->x == NULL || l->held.n < 1 || l->held.v[0].data != b->x) {
+    if (b == NULL || b->x == NULL || l->held.n < 1 || l->held.v[0].data != b->x ||
+        l->held.v[0].release != NULL) { /* borrowed: not ours to give */
         return NULL;
     }
     void *x = l->held.v[0].data;

@@ -67,14 +67,14 @@ ct_status ct__maps_new_value(int dtype, const ct_shape *shape, ct_value *ret, ct
 }
 
 void ct__maps_install(ct_element *e, int c, ct_value *v) {
-    free(e->v[c].data);
+    ct__value_free(&e->v[c]);
     e->v[c] = *v;
     memset(v, 0, sizeof *v);
 }
 
 void ct__maps_splice(ct_element *e, int c, ct_value *vals, int n) {
     CT_ASSERT(e->n + n - 1 <= CT_ELEMENT_MAX);
-    free(e->v[c].data);
+    ct__value_free(&e->v[c]);
     memmove(&e->v[c + n], &e->v[c + 1], sizeof(ct_value) * (size_t)(e->n - c - 1));
     memcpy(&e->v[c], vals, sizeof(ct_value) * (size_t)n);
     memset(vals, 0, sizeof(ct_value) * (size_t)n);

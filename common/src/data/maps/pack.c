@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/hash.h"
+#include "data/core/dataset_impl.h"
 #include "data/maps/maps_impl.h"
 
 static ct_status pack_spec(const ct_element_spec *in, ct_element_spec *ret, void *user,
@@ -71,7 +72,7 @@ static ct_status pack_map(ct_element *in, ct_element *ret, const ct_map_ctx *ctx
     }
     ct_value label = ret->v[ret->n - 1];
     for (int c = 1; c + 1 < ret->n; c++) {
-        free(ret->v[c].data);
+        ct__value_free(&ret->v[c]);
     }
     ct__maps_install(ret, 0, &out);
     ret->v[1] = label;
