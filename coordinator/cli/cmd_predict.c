@@ -1,6 +1,7 @@
-/* `ctrain predict CKPT INPUT [--out OUT] [--batch N]`: a checkpoint's model on new inputs, in
- * inference mode (dropout off, batch norm's moving statistics), in batches: from an .npy or .npz
- * of model inputs, or through the job's eval pipeline (its maps: the trainer's preprocessing),
+/* `ctrain predict CKPT INPUT... [--out OUT] [--batch N]`: a checkpoint's model on new inputs,
+ * in inference mode (dropout off, batch norm's moving statistics), in batches: from an .npy or
+ * .npz of model inputs, through the job's eval pipeline (its maps: the trainer's
+ * preprocessing), or from image or data files through that pipeline's maps (predict_inputs.c),
  * out as JSON lines or an .npy of the outputs. */
 #include <math.h>
 #include <stdio.h>
@@ -12,9 +13,12 @@
 #include "ctrain/half.h"
 #include "ctrain/npz.h"
 #include "ctrain/pipeline.h"
+#include "predict_inputs.h"
 
 typedef struct predict_opts {
     const char *ckpt, *input, *out;
+    const char **inputs; /* every INPUT (argv's) */
+    int n_inputs;
     int64_t batch;
 } predict_opts;
 
@@ -26,11 +30,13 @@ typedef struct sink {
     ct_shape out;        /* per example */
     int classes;         /* 1: a softmax classifier, whose argmax is the class */
     int64_t written;
+    char *const *files; /* image inputs: example i's file, named in its line (NULL: none) */
+    int n_files;
 } sink;
 
 static void usage(FILE *f) {
     fprintf(
-        f, "usage: ctrain predict CKPT INPUT [--out OUT] [--batch N]\n"
+        f, "usage: ctrain predict CKPT INPUT... [--out OUT] [--batch N]\n"
            "\n"
            "Runs the model of checkpoint CKPT (a file, or a directory: its newest good\n"
            "checkpoint) on INPUT in inference mode (dropout off, batch norm's moving\n"
@@ -39,7 +45,13 @@ static void usage(FILE *f) {
            "               inputs [N, model.input_shape...] in any numeric dtype, taken as the\n"
            "               values the model's first layer sees (preprocess them as the job's\n"
            "               pipeline does); or `eval`: the job's data.eval pipeline, maps and all,\n"
-           "               each output with its label\n"
+           "               each output with its label; or image files (.png, .jpg, .jpeg) and\n"
+           "               folders of them, each output with its file; or data files of the\n"
+           "               kind the job's pipeline reads (TFRecord, CSV, text, CIFAR), each\n"
+           "               output with its label. Files go through the maps of the job's eval\n"
+           "               pipeline (else its train pipeline): its preprocessing, not its\n"
+           "               shuffles, filters or takes; a short-form (IDX) job scales image\n"
+           "               bytes by 1/255 as its loader does\n"
            "  --out OUT    OUT.npy: the outputs [N, ...] (logits); OUT.jsonl or - (the\n"
            "               default: stdout): one JSON object per example, {\"output\": [...]}\n"
            "               with \"class\" (\"classes\" per position) for a softmax classifier\n"
@@ -70,11 +82,9 @@ static int parse(int argc, char **argv, predict_opts *o) {
             return EXIT_BAD_INPUT;
         } else if (!o->ckpt) {
             o->ckpt = a;
-        } else if (!o->input) {
-            o->input = a;
         } else {
-            fprintf(stderr, "ctrain: predict: unexpected argument '%s'\n", a);
-            return EXIT_BAD_INPUT;
+            o->input = o->input ? o->input : a;
+            o->inputs[o->n_inputs++] = a;
         }
     }
     if (!o->ckpt || !o->input) {
@@ -104,10 +114,33 @@ static int64_t argmax(const float *v, int64_t n) {
     return best;
 }
 
-/* One example's JSON line: its output, its class(es) for a classifier, its label(s). */
-static void line(sink *s, const float *y, const int32_t *label, int64_t labels) {
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *v) {
+    fputc('"', f);
+    for (; *v; v++) {
+        unsigned char c = (unsigned char)*v;
+        if (c == '"' || c == '\\') {
+            fprintf(f, "\\%c", c);
+        } else if (c < 0x20) {
+            fprintf(f, "\\u%04x", c);
+        } else {
+            fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+/* One example's JSON line: its file (image inputs), its output, its class(es) for a
+ * classifier, its label(s). */
+static void line(sink *s, int64_t index, const float *y, const int32_t *label, int64_t labels) {
     FILE *f = s->lines;
-    fputs("{\"output\": ", f);
+    fputc('{', f);
+    if (s->files && index < s->n_files) {
+        fputs("\"file\": ", f);
+        json_string(f, s->files[index]);
+        fputs(", ", f);
+    }
+    fputs("\"output\": ", f);
     json_floats(f, y, s->per);
     int64_t c = s->out.dims[s->out.rank - 1], rows = s->per / (c ? c : 1);
     if (s->classes && rows == 1) {
@@ -136,7 +169,8 @@ static ct_status take(sink *s, const float *y, int64_t n, const int32_t *labels,
                       int64_t per_label) {
     if (s->lines) {
         for (int64_t i = 0; i < n; i++) {
-            line(s, y + i * s->per, labels ? labels + i * per_label : NULL, per_label);
+            line(s, s->written + i, y + i * s->per, labels ? labels + i * per_label : NULL,
+                 per_label);
         }
     } else {
         if (s->n + n > s->cap) {
@@ -230,14 +264,10 @@ static ct_status from_file(ct_trainer *t, const ct_job *job, sink *s, const char
     return st;
 }
 
-/* The job's eval pipeline: batches of its loader, labels alongside. */
-static ct_status from_eval(ct_trainer *t, const ct_job *job, sink *s, int64_t batch, ct_err *err) {
-    if (!job->has_eval_data) {
-        return ct_err_set(err, CT_EINVAL, "%s: the job has no data.eval to predict on", job->path);
-    }
-    ct_loader *l = NULL;
-    ct_status st = ct_pipeline_loader(job, 1, 0, 1, &l, err);
-    st = st == CT_OK ? ct_loader_start_epoch(l, 0, 0) : st;
+/* Every batch of loader l's first epoch (labels alongside, or not); destroys l. */
+static ct_status drain(ct_trainer *t, ct_loader *l, sink *s, int64_t batch, int labels,
+                       ct_err *err) {
+    ct_status st = ct_loader_start_epoch(l, 0, 0);
     while (st == CT_OK) {
         ct_batch b;
         if ((st = ct_loader_next_err(l, &b, err)) != CT_OK || b.size == 0) {
@@ -251,16 +281,53 @@ static ct_status from_eval(ct_trainer *t, const ct_job *job, sink *s, int64_t ba
         for (int k = 0; k < b.rank; k++) {
             example *= b.example_shape[k];
         }
-        st = run_batches(t, s, b.x, b.size, example, batch, b.y, b.labels_per_example, err);
+        st = run_batches(t, s, b.x, b.size, example, batch, labels ? b.y : NULL,
+                         b.labels_per_example, err);
     }
     ct_loader_destroy(l);
     return st;
 }
 
+/* The job's eval pipeline: batches of its loader, labels alongside. */
+static ct_status from_eval(ct_trainer *t, const ct_job *job, sink *s, int64_t batch, ct_err *err) {
+    if (!job->has_eval_data) {
+        return ct_err_set(err, CT_EINVAL, "%s: the job has no data.eval to predict on", job->path);
+    }
+    ct_loader *l = NULL;
+    ct_status st = ct_pipeline_loader(job, 1, 0, 1, &l, err);
+    return st == CT_OK ? drain(t, l, s, batch, 1, err) : st;
+}
+
+/* Image or data files through the job's pipeline maps (predict_inputs.c). */
+static ct_status from_files(ct_trainer *t, const ct_job *job, sink *s, const predict_opts *o,
+                            int64_t batch, ct_err *err) {
+    predict_files f;
+    ct_status st = predict_files_collect(o->inputs, o->n_inputs, &f, err);
+    if (st != CT_OK) {
+        return st;
+    }
+    ct_loader *l = NULL;
+    st = predict_files_loader(job, &f, batch, &l, err);
+    if (st == CT_OK) {
+        s->files = f.images ? f.paths : NULL;
+        s->n_files = f.images ? f.n : 0;
+        st = drain(t, l, s, batch, !f.images, err);
+        s->files = NULL;
+    }
+    predict_files_free(&f);
+    return st;
+}
+
+static int is_array_file(const char *path) {
+    size_t len = strlen(path);
+    return len > 4 && (!strcmp(path + len - 4, ".npy") || !strcmp(path + len - 4, ".npz"));
+}
+
 int cmd_predict(int argc, char **argv) {
-    predict_opts o = {0};
-    int rc = parse(argc, argv, &o);
+    predict_opts o = {.inputs = malloc(sizeof(char *) * (size_t)(argc > 0 ? argc : 1))};
+    int rc = o.inputs ? parse(argc, argv, &o) : EXIT_RUNTIME;
     if (rc) {
+        free(o.inputs);
         return rc < 0 ? 0 : rc;
     }
     ct_err err = {0};
@@ -283,8 +350,10 @@ int cmd_predict(int argc, char **argv) {
                     : st == CT_OK && job->train.eval_batch_size > 0 ? job->train.eval_batch_size
                                                                     : 256;
     if (st == CT_OK) {
-        st = !strcmp(o.input, "eval") ? from_eval(t, job, &s, batch, &err)
-                                      : from_file(t, job, &s, o.input, batch, &err);
+        st = o.n_inputs == 1 && !strcmp(o.input, "eval") ? from_eval(t, job, &s, batch, &err)
+             : o.n_inputs == 1 && is_array_file(o.input)
+                 ? from_file(t, job, &s, o.input, batch, &err)
+                 : from_files(t, job, &s, &o, batch, &err);
     }
     if (st == CT_OK && npy) {
         ct_named_array a = {.name = "output",
@@ -304,6 +373,7 @@ int cmd_predict(int argc, char **argv) {
         printf("predicted %lld examples into %s\n", (long long)s.written, o.out);
     }
     free(s.rows);
+    free(o.inputs);
     ct_trainer_destroy(t);
     free(job);
     return st == CT_OK ? 0 : st == CT_EIO || st == CT_ENOMEM ? EXIT_RUNTIME : EXIT_BAD_INPUT;

@@ -2,7 +2,8 @@
 export FILE --format onnx OUT`) on a trained run: onnxruntime, given the eval set, scores the
 accuracy the run reported; the directory form takes the newest checkpoint. `ctrain predict` on
 the job's eval pipeline scores it too, in JSON lines, and its .npy outputs are onnxruntime's and
-the same from an .npy or .npz of inputs in any batch size. Bad arguments, a missing checkpoint
+the same from an .npy or .npz of inputs in any batch size, and from PNG files of the inputs
+(each line naming its file). Bad arguments, a missing checkpoint
 and inputs of the wrong shape get one line and exit code 2."""
 import pytest
 import gzip
@@ -98,12 +99,34 @@ def test_predict_on_the_eval_pipeline_and_on_arrays(tmp_path):
         assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "x16.npy.out.npy"),
                                   np.load(tmp_path / "x16f.npy.out.npy"))
+    # image files (a folder, and files one by one): the short form's bytes / 255, the same bits
+    from PIL import Image
+    (tmp_path / "images").mkdir()
+    for i in range(12):
+        Image.fromarray(x[i, :, :, 0]).save(tmp_path / "images" / f"{i:02d}.png")
+    r = ctrain("predict", ckpts, str(tmp_path / "images"), "--batch", "5", "--out",
+               str(tmp_path / "images.npy"))
+    assert r.returncode == 0 and "predicted 12 examples" in r.stdout, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "images.npy"), want[:12])
+    files = [str(tmp_path / "images" / f"{i:02d}.png") for i in (3, 0)]
+    r = ctrain("predict", ckpts, *files)
+    lines = [json.loads(l) for l in r.stdout.splitlines()]
+    assert r.returncode == 0 and [l["file"] for l in lines] == files, r.stderr
+    np.testing.assert_allclose([l["output"] for l in lines], want[[3, 0]], rtol=1e-6, atol=1e-6)
+    assert all("label" not in l for l in lines)
     np.save(tmp_path / "bad.npy", np.zeros((4, 27, 28), np.float32))
     for args, says in (([str(tmp_path / "bad.npy")], "bad.npy: 756 values per example, but the "
                         "model's input_shape holds 784"),
                        ([str(tmp_path / "x.npz"), "--batch", "0"],
                         "--batch needs an integer in [1, 16777216]"),
-                       ([], "predict needs CKPT INPUT")):
+                       ([], "predict needs CKPT INPUT"),
+                       ([str(tmp_path / "images"), str(tmp_path / "x.npy")],
+                        "give image files (and folders of them) or data files, not both"),
+                       ([str(tmp_path / "x.npy"), str(tmp_path / "x.npz")],
+                        "the job's data.eval reads IDX files (the short form), not files given "
+                        "here"),
+                       ([str(tmp_path / "none.png")], "none.png: No such file or directory"),
+                       ([str(tmp_path)], "no .png, .jpg or .jpeg files in this folder")):
         r = ctrain("predict", ckpts, *args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)

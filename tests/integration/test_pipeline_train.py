@@ -5,6 +5,7 @@ pipeline with interleave, a shuffle buffer, parallel maps and random augmentatio
 same weights, bit for bit, as an uninterrupted one; and two mirrored ranks reading their shards
 of that pipeline equal one process on the global batch."""
 import gzip
+import json
 import os
 import re
 import shutil
@@ -289,6 +290,14 @@ run_dir: {tmp_path / "run"}
     assert r.returncode == 0, r.stderr
     d = done_line(r.stdout)
     assert d["test_accuracy"] == 1.0, r.stdout
+    # ctrain predict on the folders' files: decoded to 3 channels and scaled by the eval
+    # pipeline's map, as in training: every dark image class 0, every light one class 1
+    r = run("predict", str(tmp_path / "run" / "checkpoints"), str(root / "light"),
+            str(root / "dark"))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [l["class"] for l in lines] == [1] * 12 + [0] * 12, r.stdout
+    assert [os.path.basename(l["file"]) for l in lines[:3]] == ["0.jpg", "1.png", "10.png"]
 
 
 TWO_INPUTS = """seed: 4

@@ -2,7 +2,8 @@
 nonlinear function, written here) through the pipeline's csv source and pack map. Under
 train.invariant the standalone run, 2 mirrored ranks, 2 sync parameter-server workers and the
 data service end on the same bits; the test loss is NumPy's mean squared error of the saved
-model on the eval file, whose outputs `ctrain predict` gives; metrics.jsonl stays JSON (the accuracy figure, which has no meaning
+model on the eval file, whose outputs `ctrain predict` gives (on `eval`, and on CSV files given
+to it: the job's eval pipeline's maps with its source swapped); metrics.jsonl stays JSON (the accuracy figure, which has no meaning
 here, is null). Integer labels are taken as numbers. f32 labels under a cross-entropy, a
 model with more outputs than targets and an eval set of another example size get one line
 each."""
@@ -88,6 +89,17 @@ def test_mean_squared_error_by_every_strategy(tmp_path):
                         str(tmp_path / "p.npy")], capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(np.load(tmp_path / "p.npy")[:, 0], pred[:, 0], rtol=1e-4, atol=1e-5)
+    # and on CSV files given here (named from the working directory), through the eval
+    # pipeline's maps: the eval file's outputs, then the training file's in its order
+    r = subprocess.run([CTRAIN, "predict", str(one / "checkpoints"), "eval.csv", "train.csv",
+                        "--out", "files.npy", "--batch", "64"], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and "predicted 356 examples" in r.stdout, r.stderr
+    files = np.load(tmp_path / "files.npy")
+    np.testing.assert_array_equal(files[:100], np.load(tmp_path / "p.npy"))
+    xt = data["train"][:, :4]
+    np.testing.assert_allclose(files[100:, 0], (np.tanh(xt @ w["dense_0/kernel"] + w[
+        "dense_0/bias"]) @ w["dense_1/kernel"] + w["dense_1/bias"])[:, 0], rtol=1e-4, atol=1e-5)
     same_bits_by_every_strategy(lambda run, *args: train(job, run, *args), one, 16, tmp_path)
 
 
