@@ -291,8 +291,16 @@ static void on_done(void *cls, struct MHD_Connection *c, void **state,
 ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t max_body,
                            serve_http **ret, int *ret_port, ct_err *err) {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+    int v6 = 0;
     if (inet_pton(AF_INET, bind, &addr.sin_addr) != 1) {
-        return ct_err_set(err, CT_EINVAL, "--rest_api_bind %s: not an IPv4 address", bind);
+        if (inet_pton(AF_INET6, bind, &addr6.sin6_addr) != 1) {
+            return ct_err_set(err, CT_EINVAL,
+                              "--rest_api_bind %s: not an IPv4 or IPv6 address (0.0.0.0, ::, "
+                              "127.0.0.1, ::1, or one of this host's)",
+                              bind);
+        }
+        v6 = 1; /* "::" takes IPv4 clients too (dual stack), as TF Serving's [::] does */
     }
     struct serve_http *h = calloc(1, sizeof *h);
     if (!h) {
@@ -301,16 +309,18 @@ ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t ma
     h->m = m;
     h->max_body = max_body;
     pthread_mutex_init(&h->mu, NULL);
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
-                            (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS, MHD_OPTION_END);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     (v6 ? MHD_USE_DUAL_STACK : 0);
+    h->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                            v6 ? (struct sockaddr *)&addr6 : (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_done, h, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+                            MHD_OPTION_END);
     if (!h->d) {
         pthread_mutex_destroy(&h->mu);
         free(h);
-        return ct_err_set(err, CT_EIO, "cannot listen on %s:%d (in use, or not this host's)", bind,
-                          port);
+        return ct_err_set(err, CT_EIO, "cannot listen on %s%s%s:%d (in use, or not this host's)",
+                          v6 ? "[" : "", bind, v6 ? "]" : "", port);
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     *ret_port = info ? (int)info->port : port;

@@ -41,7 +41,8 @@ static void usage(FILE *f) {
             "  --model_base_path DIR  the versions' directory (required)\n"
             "  --model_name NAME      the name in the URLs (default: default)\n"
             "  --rest_api_port N      the port (default 8501; 0: any free port, printed)\n"
-            "  --rest_api_bind ADDR   the IPv4 address to listen on (default 0.0.0.0)\n"
+            "  --rest_api_bind ADDR   the IPv4 or IPv6 address to listen on (default 0.0.0.0;\n"
+            "                         :: takes IPv6 and IPv4 clients)\n"
             "  --max_body_bytes N     the largest request body (default 8388608; 413 past it)\n"
             "  --max_batch_size N     concurrent requests run as one forward pass of up to N\n"
             "                         examples (default 64; 1: each alone)\n"
@@ -200,8 +201,9 @@ int main(int argc, char **argv) {
         st = serve_http_start(m, o.bind, o.port, o.max_body, &h, &port, &err);
     }
     if (st == CT_OK) {
-        printf("ctrain-serve: serving model '%s' version %lld at http://%s:%d/v1/models/%s\n",
-               m->name, (long long)m->version, o.bind, port, m->name);
+        int v6 = strchr(o.bind, ':') != NULL; /* a URL brackets an IPv6 address */
+        printf("ctrain-serve: serving model '%s' version %lld at http://%s%s%s:%d/v1/models/%s\n",
+               m->name, (long long)m->version, v6 ? "[" : "", o.bind, v6 ? "]" : "", port, m->name);
         fflush(stdout);
         watch(&o, h);
         serve_http_stop(h); /* frees the model served */

@@ -154,6 +154,30 @@ def test_serve_bad_flags_and_paths_are_one_line(tmp_path):
                                                      text=True, timeout=60).stdout
 
 
+def test_serve_on_ipv6_and_both_stacks(tmp_path):
+    """--rest_api_bind :: answers on [::1] and on 127.0.0.1 (dual stack), ::1 on IPv6 alone;
+    an address that is neither is one line."""
+    run, accuracy, x, y = trained(tmp_path)
+    base = tmp_path / "models"
+    os.makedirs(base / "1")
+    shutil.copy(run / "checkpoints" / "ckpt-30.ctck", base / "1")
+    for bind, hosts in (("::", ["[::1]", "127.0.0.1"]), ("::1", ["[::1]"])):
+        p, url = start(base, 1, "--rest_api_bind", bind)
+        try:
+            port = url.rsplit(":", 1)[1]
+            for host in hosts:
+                code, body = call(f"http://{host}:{port}/v1/models/mlp")
+                assert code == 200 and json.loads(body)["model_version_status"], (host, body)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=60) == 143
+    r = subprocess.run([SERVE, "--model_base_path", str(base), "--rest_api_bind", "::zz"],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and \
+        "--rest_api_bind ::zz: not an IPv4 or IPv6 address" in lines[0], r.stderr
+
+
 def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
     run, accuracy, x, y = trained(tmp_path)
     base = tmp_path / "models"
