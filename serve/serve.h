@@ -22,6 +22,33 @@ typedef struct serve_batching {
 
 typedef struct serve_pending serve_pending;
 
+#define SERVE_MAX_VERSIONS 16
+#define SERVE_MAX_LABELS 16
+#define SERVE_LABEL_MAX 64
+
+/* Which versions under the base path are served (TF Serving's model_version_policy: the
+ * `latest` highest, every one, or specific ones) and the labels that name versions (its
+ * version_labels: /v1/models/NAME/labels/L). */
+typedef struct serve_policy {
+    int latest; /* the latest N versions (default 1) unless all or specific */
+    int all;
+    int n_specific;
+    int64_t specific[SERVE_MAX_VERSIONS];
+    int n_labels;
+    char label[SERVE_MAX_LABELS][SERVE_LABEL_MAX];
+    int64_t label_version[SERVE_MAX_LABELS];
+} serve_policy;
+
+/* Parses "latest", "latest:N", "all" or "specific:V,V,..." into p. 0, or -1 (why[] says). */
+int serve_policy_parse(serve_policy *p, const char *text, char *why, size_t cap);
+/* Parses "L=V,L=V,..." into p's labels. 0, or -1 (why[] says). */
+int serve_labels_parse(serve_policy *p, const char *text, char *why, size_t cap);
+/* The versions under base that p serves, ascending (the highest SERVE_MAX_VERSIONS of them);
+ * their count. */
+int serve_wanted_versions(const char *base, const serve_policy *p, int64_t *out);
+/* The version label L names, or -1. */
+int64_t serve_label_version(const serve_policy *p, const char *label, size_t len);
+
 /* The servable: a version under a TF Serving base path (numbered directories, each holding
  * ctrain checkpoints), restored for inference, with its batcher thread. */
 typedef struct serve_model {
@@ -35,7 +62,8 @@ typedef struct serve_model {
     int64_t out_values;
     int ids;     /* the input is token ids (a model that starts with an embedding) */
     int classes; /* a softmax classifier: :classify answers with scores and classes */
-    int refs;    /* requests using it (serve_http.c swaps in a newer version under them) */
+    int refs;    /* requests using it (serve_http.c unloads a version under them) */
+    int served;  /* in the server's set of versions (a request may hold one taken out) */
     /* the batcher (serve_batch.c) */
     serve_batching batching;
     pthread_mutex_t mu;
@@ -79,20 +107,23 @@ int serve_parse_request(const serve_model *m, const char *body, size_t len, floa
  * output nested as the output shape; classify: {"results": [[["class", score], ...], ...]}. */
 void serve_answer(const serve_model *m, const float *y, int64_t n, int columnar, int classify,
                   serve_text *out);
-/* GET /v1/models/NAME and its /metadata. */
-void serve_status(const serve_model *m, serve_text *out);
+/* GET /v1/models/NAME (every version served) or /versions/N (one), and /metadata. */
+void serve_status(const int64_t *versions, int n, serve_text *out);
 void serve_metadata(const serve_model *m, serve_text *out);
 
-/* Serves m (owned from now on) over HTTP on bind:port (port 0: any free port, *ret_port says
- * which) until serve_http_stop. max_body bounds a request's body (413 past it). */
+/* Serves model `name`'s versions (serve_http_add; p's labels name them; p borrowed) over HTTP
+ * on bind:port (port 0: any free port, *ret_port says which) until serve_http_stop. max_body
+ * bounds a request's body (413 past it). Without a version or label a request goes to the
+ * highest version served. */
 typedef struct serve_http serve_http;
-ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t max_body,
-                           serve_http **ret, int *ret_port, ct_err *err);
-/* Serves m (owned) from now on: requests in flight finish on the version they started with,
- * which is freed after the last. */
-void serve_http_swap(serve_http *h, serve_model *m);
-/* The version served. */
-int64_t serve_http_version(serve_http *h);
+ct_status serve_http_start(const char *name, const serve_policy *p, const char *bind, int port,
+                           size_t max_body, serve_http **ret, int *ret_port, ct_err *err);
+/* Serves m (owned from now on) beside the versions served. */
+void serve_http_add(serve_http *h, serve_model *m);
+/* Stops serving version v: requests in flight on it finish, and the last frees it. */
+void serve_http_remove(serve_http *h, int64_t v);
+/* The versions served, ascending, into out[SERVE_MAX_VERSIONS]; their count. */
+int serve_http_versions(serve_http *h, int64_t *out);
 void serve_http_stop(serve_http *h);
 
 #endif

@@ -1,7 +1,7 @@
 /* ctrain-serve's HTTP side (serve.h) on libmicrohttpd, a thread per connection: TF Serving's REST
- * routes (the model's status and metadata, :predict and :classify, on the served version or
- * /versions/N), bad requests answered with TF Serving's {"error": ...} and a 400 (404 for an
- * unknown model, version or path; 413 past the body limit), and Prometheus counters at
+ * routes (the model's status and metadata, :predict and :classify, on the highest version served,
+ * /versions/N or /labels/L), bad requests answered with TF Serving's {"error": ...} and a 400 (404
+ * for an unknown model, version or path; 413 past the body limit), and Prometheus counters at
  * /monitoring/prometheus/metrics. libmicrohttpd (Debian's libmicrohttpd-dev) parses HTTP/1.1,
  * keep-alive and chunked bodies, which a hand-written server would have to get right again. */
 #include <arpa/inet.h>
@@ -22,8 +22,11 @@ static const int CODES[N_CODES] = {200, 400, 404, 413, 503, 500};
 
 struct serve_http {
     struct MHD_Daemon *d;
-    pthread_mutex_t mu; /* guards m and the models' refs */
-    serve_model *m;     /* the version served */
+    char name[SERVE_NAME_MAX];
+    const serve_policy *policy;              /* its labels */
+    pthread_mutex_t mu;                      /* guards models, n and the models' refs and served */
+    serve_model *models[SERVE_MAX_VERSIONS]; /* ascending versions */
+    int n;
     size_t max_body;
     atomic_llong requests[N_CODES], predict_requests, examples, predict_ns;
 };
@@ -34,11 +37,16 @@ typedef struct body {
     int too_big;
 } body;
 
-/* The version served, held for one request. */
-static serve_model *acquire(struct serve_http *h) {
+/* Version v (-1: the highest) held for one request, or NULL when it is not served. */
+static serve_model *acquire(struct serve_http *h, int64_t v) {
     pthread_mutex_lock(&h->mu);
-    serve_model *m = h->m;
-    m->refs++;
+    serve_model *m = NULL;
+    for (int i = 0; i < h->n && !m; i++) {
+        m = v == h->models[i]->version || (v < 0 && i == h->n - 1) ? h->models[i] : NULL;
+    }
+    if (m) {
+        m->refs++;
+    }
     pthread_mutex_unlock(&h->mu);
     return m;
 }
@@ -48,32 +56,60 @@ static void free_model(serve_model *m) {
     free(m);
 }
 
-/* Lets go of m; the last request on a version swapped out frees it. */
+/* Lets go of m; the last request on a version taken out frees it. */
 static void release(struct serve_http *h, serve_model *m) {
     pthread_mutex_lock(&h->mu);
-    int last = --m->refs == 0 && m != h->m;
+    int last = --m->refs == 0 && !m->served;
     pthread_mutex_unlock(&h->mu);
     if (last) {
         free_model(m);
     }
 }
 
-void serve_http_swap(serve_http *h, serve_model *m) {
+void serve_http_add(serve_http *h, serve_model *m) {
     pthread_mutex_lock(&h->mu);
-    serve_model *old = h->m;
-    h->m = m;
-    int unused = old->refs == 0;
+    int i = h->n;
+    if (h->n == SERVE_MAX_VERSIONS) { /* full (never, by the policy): the lowest goes */
+        pthread_mutex_unlock(&h->mu);
+        serve_http_remove(h, h->models[0]->version);
+        pthread_mutex_lock(&h->mu);
+        i = h->n;
+    }
+    for (; i > 0 && h->models[i - 1]->version > m->version; i--) {
+        h->models[i] = h->models[i - 1];
+    }
+    h->models[i] = m;
+    h->n++;
+    m->served = 1;
+    pthread_mutex_unlock(&h->mu);
+}
+
+void serve_http_remove(serve_http *h, int64_t v) {
+    pthread_mutex_lock(&h->mu);
+    serve_model *gone = NULL;
+    for (int i = 0; i < h->n; i++) {
+        gone = gone ? gone : h->models[i]->version == v ? h->models[i] : NULL;
+        h->models[i] = gone && i + 1 < h->n ? h->models[i + 1] : h->models[i];
+    }
+    h->n -= gone != NULL;
+    int unused = gone && gone->refs == 0;
+    if (gone) {
+        gone->served = 0;
+    }
     pthread_mutex_unlock(&h->mu);
     if (unused) {
-        free_model(old);
+        free_model(gone);
     }
 }
 
-int64_t serve_http_version(serve_http *h) {
+int serve_http_versions(serve_http *h, int64_t *out) {
     pthread_mutex_lock(&h->mu);
-    int64_t v = h->m->version;
+    int n = h->n;
+    for (int i = 0; i < n; i++) {
+        out[i] = h->models[i]->version;
+    }
     pthread_mutex_unlock(&h->mu);
-    return v;
+    return n;
 }
 
 /* Sends text with `status`, counted. */
@@ -121,7 +157,7 @@ static enum MHD_Result error(struct serve_http *h, struct MHD_Connection *c, int
     return reply(h, c, status, "application/json", &t);
 }
 
-static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c, serve_model *m) {
+static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c) {
     serve_text t = {.ok = 1};
     serve_text_add(&t, "# HELP ctrain_serve_requests_total HTTP requests answered, by status.\n"
                        "# TYPE ctrain_serve_requests_total counter\n");
@@ -140,18 +176,25 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c, s
         "ctrain_serve_examples_total %lld\n"
         "# TYPE :tensorflow:serving:request_count counter\n"
         ":tensorflow:serving:request_count{model_name=\"%s\",status=\"OK\"} %lld\n",
-        1e-9 * (double)ns, n, (long long)atomic_load(&h->examples), m->name,
+        1e-9 * (double)ns, n, (long long)atomic_load(&h->examples), h->name,
         (long long)atomic_load(&h->requests[CODE_200]));
-    pthread_mutex_lock(&m->mu);
+    serve_text_add(&t, "# HELP ctrain_serve_batches_total Forward passes of each version served "
+                       "(batched requests).\n# TYPE ctrain_serve_batches_total counter\n");
+    long long queued = 0;
+    pthread_mutex_lock(&h->mu); /* then each model's: the order everywhere */
+    for (int i = 0; i < h->n; i++) {
+        serve_model *m = h->models[i];
+        pthread_mutex_lock(&m->mu);
+        serve_text_add(&t, "ctrain_serve_batches_total{version=\"%lld\"} %lld\n",
+                       (long long)m->version, (long long)m->batches);
+        queued += (long long)m->queued;
+        pthread_mutex_unlock(&m->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
     serve_text_add(&t,
-                   "# HELP ctrain_serve_batches_total Forward passes of the version served "
-                   "(batched requests).\n# TYPE ctrain_serve_batches_total counter\n"
-                   "ctrain_serve_batches_total{version=\"%lld\"} %lld\n"
                    "# HELP ctrain_serve_queued_examples Examples waiting for a batch.\n"
-                   "# TYPE ctrain_serve_queued_examples gauge\n"
-                   "ctrain_serve_queued_examples %lld\n",
-                   (long long)m->version, (long long)m->batches, (long long)m->queued);
-    pthread_mutex_unlock(&m->mu);
+                   "# TYPE ctrain_serve_queued_examples gauge\nctrain_serve_queued_examples %lld\n",
+                   queued);
     return reply(h, c, 200, "text/plain; version=0.0.4", &t);
 }
 
@@ -193,31 +236,55 @@ static enum MHD_Result predict(struct serve_http *h, struct MHD_Connection *c, s
     return reply(h, c, 200, "application/json", &t);
 }
 
-/* /v1/models/NAME[/versions/N][/metadata | :predict | :classify]: the route, or an error. */
-static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, serve_model *m,
-                             const char *url, int post, const body *b) {
-    char msg[300];
-    size_t prefix = strlen("/v1/models/"), name_len = strlen(m->name);
-    if (strncmp(url, "/v1/models/", prefix) || strncmp(url + prefix, m->name, name_len)) {
-        snprintf(msg, sizeof msg, "Servable not found for request: %s (this server has model '%s')",
-                 url, m->name);
-        return error(h, c, 404, msg);
-    }
-    const char *rest = url + prefix + name_len;
-    if (!strncmp(rest, "/versions/", 10)) {
+/* The version a request names after the model's name: /versions/N or /labels/L (*rest moves
+ * past it), else -1 (the highest); -2 with msg[] when it names none that exists. */
+static int64_t requested_version(struct serve_http *h, const char **rest, char *msg, size_t cap) {
+    const char *r = *rest;
+    if (!strncmp(r, "/versions/", 10)) {
         char *end = NULL;
-        long long v = strtoll(rest + 10, &end, 10);
-        if (end == rest + 10 || v != m->version) {
-            snprintf(msg, sizeof msg,
-                     "Servable not found for request: Specific(%s, %.*s): version %lld is served",
-                     m->name, (int)(end - (rest + 10)), rest + 10, (long long)m->version);
-            return error(h, c, 404, msg);
+        long long v = strtoll(r + 10, &end, 10);
+        *rest = end;
+        if (end == r + 10 || v < 0) {
+            snprintf(msg, cap, "Servable not found for request: Specific(%s, %.*s)", h->name,
+                     (int)strcspn(r + 10, "/:"), r + 10);
+            return -2;
         }
-        rest = end;
+        return (int64_t)v;
     }
+    if (!strncmp(r, "/labels/", 8)) {
+        size_t len = strcspn(r + 8, "/:");
+        int64_t v = serve_label_version(h->policy, r + 8, len);
+        *rest = r + 8 + len;
+        if (v < 0) {
+            snprintf(msg, cap,
+                     "Unrecognized servable version label: %.*s (--version_labels names the "
+                     "labels)",
+                     (int)len, r + 8);
+            return -2;
+        }
+        return v;
+    }
+    return -1;
+}
+
+/* "1, 7": the versions served, for messages. */
+static void served_str(struct serve_http *h, char *buf, size_t cap) {
+    int64_t v[SERVE_MAX_VERSIONS];
+    int n = serve_http_versions(h, v);
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && len < cap; i++) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)v[i]);
+    }
+}
+
+/* /v1/models/NAME[/versions/N | /labels/L][/metadata | :predict | :classify] on m. */
+static enum MHD_Result route_model(struct serve_http *h, struct MHD_Connection *c, serve_model *m,
+                                   const char *rest, int whole, int post, const body *b) {
     serve_text t = {.ok = 1};
     if (!post && !*rest) {
-        serve_status(m, &t);
+        int64_t v[SERVE_MAX_VERSIONS] = {m->version};
+        serve_status(v, whole ? serve_http_versions(h, v) : 1, &t);
         return reply(h, c, 200, "application/json", &t);
     }
     if (!post && !strcmp(rest, "/metadata")) {
@@ -227,11 +294,40 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, ser
     if (post && (!strcmp(rest, ":predict") || !strcmp(rest, ":classify"))) {
         return predict(h, c, m, b, !strcmp(rest, ":classify"));
     }
+    char msg[300];
     snprintf(msg, sizeof msg,
-             "no %s route %s (GET /v1/models/%s[/metadata], POST "
-             "/v1/models/%s:predict or :classify)",
-             post ? "POST" : "GET", url, m->name, m->name);
+             "no %s route %s (GET /v1/models/%s[/versions/N|/labels/L][/metadata], POST "
+             "/v1/models/%s[/versions/N|/labels/L]:predict or :classify)",
+             post ? "POST" : "GET", rest, h->name, h->name);
     return error(h, c, 404, msg);
+}
+
+/* The route, or an error. */
+static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
+                             int post, const body *b) {
+    char msg[400], served[160];
+    size_t prefix = strlen("/v1/models/"), name_len = strlen(h->name);
+    if (strncmp(url, "/v1/models/", prefix) || strncmp(url + prefix, h->name, name_len)) {
+        snprintf(msg, sizeof msg, "Servable not found for request: %s (this server has model '%s')",
+                 url, h->name);
+        return error(h, c, 404, msg);
+    }
+    const char *rest = url + prefix + name_len;
+    int64_t v = requested_version(h, &rest, msg, sizeof msg);
+    serve_model *m = v >= -1 ? acquire(h, v) : NULL;
+    if (!m) {
+        served_str(h, served, sizeof served);
+        if (v >= 0) {
+            snprintf(msg, sizeof msg, "Servable not found for request: Specific(%s, %lld)", h->name,
+                     (long long)v);
+        }
+        size_t len = strlen(msg);
+        snprintf(msg + len, sizeof msg - len, ": the versions served are %s", served);
+        return error(h, c, 404, msg);
+    }
+    enum MHD_Result r = route_model(h, c, m, rest, v == -1, post, b);
+    release(h, m);
+    return r;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -269,12 +365,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!post && strcmp(method, "GET")) {
         return error(h, c, 404, "only GET and POST are served");
     }
-    serve_model *m = acquire(h);
-    enum MHD_Result r = !strcmp(url, "/monitoring/prometheus/metrics") && !post
-                            ? metrics(h, c, m)
-                            : route(h, c, m, url, post, b);
-    release(h, m);
-    return r;
+    if (!strcmp(url, "/monitoring/prometheus/metrics") && !post) {
+        return metrics(h, c);
+    }
+    return route(h, c, url, post, b);
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **state,
@@ -288,8 +382,8 @@ static void on_done(void *cls, struct MHD_Connection *c, void **state,
     *state = NULL;
 }
 
-ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t max_body,
-                           serve_http **ret, int *ret_port, ct_err *err) {
+ct_status serve_http_start(const char *name, const serve_policy *p, const char *bind, int port,
+                           size_t max_body, serve_http **ret, int *ret_port, ct_err *err) {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
     int v6 = 0;
@@ -306,7 +400,8 @@ ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t ma
     if (!h) {
         return ct_err_set(err, CT_ENOMEM, "out of memory");
     }
-    h->m = m;
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->policy = p;
     h->max_body = max_body;
     pthread_mutex_init(&h->mu, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
@@ -331,7 +426,9 @@ ct_status serve_http_start(serve_model *m, const char *bind, int port, size_t ma
 void serve_http_stop(serve_http *h) {
     if (h) {
         MHD_stop_daemon(h->d); /* joins the connections' threads: no request holds a model */
-        free_model(h->m);
+        for (int i = 0; i < h->n; i++) {
+            free_model(h->models[i]);
+        }
         pthread_mutex_destroy(&h->mu);
         free(h);
     }

@@ -197,11 +197,15 @@ void serve_answer(const serve_model *m, const float *y, int64_t n, int columnar,
     serve_text_add(out, "]}");
 }
 
-void serve_status(const serve_model *m, serve_text *out) {
-    serve_text_add(out,
-                   "{\"model_version_status\": [{\"version\": \"%lld\", \"state\": \"AVAILABLE\", "
-                   "\"status\": {\"error_code\": \"OK\", \"error_message\": \"\"}}]}",
-                   (long long)m->version);
+void serve_status(const int64_t *versions, int n, serve_text *out) {
+    serve_text_add(out, "{\"model_version_status\": [");
+    for (int i = n - 1; i >= 0; i--) { /* TF Serving lists the highest first */
+        serve_text_add(out,
+                       "%s{\"version\": \"%lld\", \"state\": \"AVAILABLE\", \"status\": "
+                       "{\"error_code\": \"OK\", \"error_message\": \"\"}}",
+                       i < n - 1 ? ", " : "", (long long)versions[i]);
+    }
+    serve_text_add(out, "]}");
 }
 
 static void tensor_info(serve_text *out, const char *name, const char *dtype, const ct_shape *s) {

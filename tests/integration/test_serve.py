@@ -1,4 +1,5 @@
-"""ctrain-serve over real HTTP: a base path with versions 1 and 7 of a trained model serves 7;
+"""ctrain-serve over real HTTP: a base path with versions 1 and 7 of a trained model serves 7
+(both, with labels, under a version policy);
 TF Serving's status, metadata, :predict (row and columnar) and :classify answer as `ctrain
 predict` does (the same floats); many clients at once get the same answers; malformed and
 mismatched bodies get a 400 with {"error": ...} naming the field, unknown versions and paths a
@@ -119,7 +120,8 @@ def test_serve_like_tf_serving(tmp_path):
                 .encode(), 400, "instances[0]: expected a finite number, got 'NaN'"),
                (model + ":predict", ("{" + ", ".join(f'"k{i}": 0' for i in range(40)) + "}")
                 .encode(), 400, "more than 16 keys in one mapping"),
-               (model + "/versions/1:predict", b"{}", 404, "Specific(mlp, 1): version 7"),
+               (model + "/versions/1:predict", b"{}", 404,
+                "Specific(mlp, 1): the versions served are 7"),
                (url + "/v1/models/other:predict", b"{}", 404, "Servable not found"),
                (model + ":explain", b"{}", 404, "no POST route"),
                (model + ":predict", b"[" + b"0, " * 1000000 + b"0]", 413, "--max_body_bytes")]
@@ -176,6 +178,88 @@ def test_serve_on_ipv6_and_both_stacks(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and \
         "--rest_api_bind ::zz: not an IPv4 or IPv6 address" in lines[0], r.stderr
+
+
+def test_serve_several_versions_and_labels(tmp_path):
+    """--model_version_policy all with --version_labels: both versions answer by number and by
+    label as `ctrain predict` on their directories, the default is the highest, the status
+    lists both; latest:2 takes a new version in and lets the lowest go; specific:1 serves 1
+    alone; unknown versions and labels are 404s naming what is served; bad policies, labels
+    and a label of a version not served are one line."""
+    run, accuracy, x, y = trained(tmp_path)
+    base = tmp_path / "models"
+    for version, step in ((1, 10), (7, 30)):
+        os.makedirs(base / str(version))
+        shutil.copy(run / "checkpoints" / f"ckpt-{step}.ctck", base / str(version))
+    xs = x[:5].astype(np.float32) / 255
+    np.save(tmp_path / "x.npy", xs)
+    want = {}
+    for v in (1, 7):
+        assert ctrain("predict", str(base / str(v)), str(tmp_path / "x.npy"), "--out",
+                      str(tmp_path / f"{v}.npy")).returncode == 0
+        want[v] = np.load(tmp_path / f"{v}.npy")
+    body = {"instances": xs.tolist()}
+
+    def predictions(url):
+        code, text = call(url + ":predict", body)
+        assert code == 200, (url, text)
+        return np.array(json.loads(text)["predictions"], np.float32)
+
+    p, url = start(base, 7, "--model_version_policy", "all", "--version_labels",
+                   "stable=1,canary=7", "--file_system_poll_wait_seconds", "0.2")
+    model = url + "/v1/models/mlp"
+    try:
+        for where, v in (("/versions/1", 1), ("/labels/stable", 1), ("/versions/7", 7),
+                         ("/labels/canary", 7), ("", 7)):
+            np.testing.assert_array_equal(predictions(model + where), want[v])
+        code, text = call(model)
+        assert [s["version"] for s in json.loads(text)["model_version_status"]] == ["7", "1"]
+        code, text = call(model + "/labels/stable")
+        assert [s["version"] for s in json.loads(text)["model_version_status"]] == ["1"]
+        code, text = call(model + "/labels/stable/metadata")
+        assert code == 200 and json.loads(text)["model_spec"]["version"] == "1", text
+        for where, says in (("/versions/3", "Specific(mlp, 3): the versions served are 1, 7"),
+                            ("/labels/beta", "Unrecognized servable version label: beta")):
+            code, text = call(model + where + ":predict", body)
+            assert code == 404 and says in json.loads(text)["error"], (where, text)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    p, url = start(base, 7, "--model_version_policy", "latest:2",
+                   "--file_system_poll_wait_seconds", "0.2")
+    model = url + "/v1/models/mlp"
+    try:
+        os.makedirs(tmp_path / "v9")
+        shutil.copy(run / "checkpoints" / "ckpt-20.ctck", tmp_path / "v9")
+        os.rename(tmp_path / "v9", base / "9")
+        wait_for(lambda: call(model + "/versions/9")[0] == 200, "version 9")
+        wait_for(lambda: call(model + "/versions/1")[0] == 404, "version 1 unloaded")
+        np.testing.assert_array_equal(predictions(model + "/versions/7"), want[7])
+        code, text = call(model)
+        assert [s["version"] for s in json.loads(text)["model_version_status"]] == ["9", "7"]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    p, url = start(base, 1, "--model_version_policy", "specific:1")
+    try:
+        code, text = call(url + "/v1/models/mlp")
+        assert [s["version"] for s in json.loads(text)["model_version_status"]] == ["1"]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    for args, says in ((["--model_version_policy", "newest"], "--model_version_policy newest: "
+                        "give latest, latest:N"),
+                       (["--version_labels", "stable"], "--version_labels stable: give "
+                        "LABEL=VERSION"),
+                       (["--version_labels", "a=1,a=7"], "at most 16 distinct labels"),
+                       (["--version_labels", "old=1"], "--version_labels: old=1 names a version "
+                        "that is not served"),
+                       (["--model_version_policy", "specific:3"], "no version directory in it "
+                        "that --model_version_policy specific:3 names")):
+        r = subprocess.run([SERVE, "--model_base_path", str(base), *args], capture_output=True,
+                           text=True, timeout=120, env=ENV)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)
 
 
 def test_serve_batches_turns_away_and_loads_new_versions(tmp_path):
