@@ -248,6 +248,10 @@ int ct_role_run_elastic_mpi(const char *role, int chief_only, const ct_role_flag
     if (init_mpi(role, f, argc, argv) != 0) {
         return 1;
     }
+    /* A rank that gave up waiting for the address (register_timeout) ends without finishing
+     * the broadcast: the chief's MPI_Wait and MPI_Finalize then meet a dead peer, which must
+     * not end the chief (MPI_ERRORS_ARE_FATAL would) */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     ct_cluster_spec spec;
     int rc = place_rank(role, chief_only, f, job, &spec);
