@@ -130,3 +130,44 @@ def test_predict_on_the_eval_pipeline_and_on_arrays(tmp_path):
         r = ctrain("predict", ckpts, *args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (args, r.stderr)
+
+
+def test_predictor_is_thread_safe(tmp_path):
+    """ct_predictor (the library's inference-only model) with 3 contexts, called by 8 threads at
+    once, 5 times each on their own slice: every answer is the bits `ctrain predict` gives for
+    those examples; a bad context count and a missing checkpoint are errors that say so."""
+    import sys
+    import threading
+    sys.path.insert(0, os.path.join(ROOT, "tests", "oracle"))
+    from ctrain_ffi import Predictor
+    run, accuracy, x, y = trained(tmp_path)
+    xs = x.astype(np.float32) / 255
+    np.save(tmp_path / "x.npy", xs)
+    assert ctrain("predict", str(run / "checkpoints"), str(tmp_path / "x.npy"), "--out",
+                  str(tmp_path / "want.npy")).returncode == 0
+    want = np.load(tmp_path / "want.npy")
+    p = Predictor(run / "checkpoints", 3)
+    got, errors = {}, []
+
+    def caller(k):
+        try:
+            for _ in range(5):
+                out = p.run(xs[k * 60:(k + 1) * 60])
+                assert k not in got or np.array_equal(got[k], out)
+                got[k] = out
+        except Exception as e:  # noqa: BLE001: reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    p.close()
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    for k in range(8):
+        np.testing.assert_array_equal(got[k], want[k * 60:(k + 1) * 60])
+    for args, says in (((run / "checkpoints", 0), "0 contexts: give 1 to 64"),
+                       ((tmp_path / "none.ctck", 2), "none.ctck")):
+        with pytest.raises(RuntimeError, match=says):
+            Predictor(*args)

@@ -53,8 +53,13 @@ for name, args in {
     "ct_trainer_get_param": [vp, ctypes.c_char_p, vp, i64, ctypes.POINTER(Err)],
     "ct_trainer_set_param": [vp, ctypes.c_char_p, vp, i64, ctypes.POINTER(Err)],
     "ct_trainer_predict": [vp, vp, i64, vp, ctypes.POINTER(Err)],
+    "ct_predictor_load": [ctypes.c_char_p, i32, ctypes.POINTER(vp), ctypes.POINTER(Err)],
+    "ct_predictor_run": [vp, vp, i64, vp, ctypes.POINTER(Err)],
+    "ct_predictor_outputs": [vp],
+    "ct_predictor_destroy": [vp],
 }.items():
     getattr(LIB, name).argtypes = args
+LIB.ct_predictor_outputs.restype = i64
 
 
 class Graph:
@@ -170,4 +175,29 @@ class Trainer:
         st = LIB.ct_trainer_predict(self.t, x.ctypes.data_as(vp), x.shape[0],
                                     out.ctypes.data_as(vp), ctypes.byref(err))
         assert st == 0, err.msg.decode()
+        return out
+
+
+class Predictor:
+    """ct_predictor: a checkpoint's model for inference, thread-safe (`contexts` at once)."""
+
+    def __init__(self, path, contexts):
+        self.p, err = vp(), Err()
+        st = LIB.ct_predictor_load(str(path).encode(), contexts, ctypes.byref(self.p),
+                                   ctypes.byref(err))
+        if st != 0:
+            raise RuntimeError(err.msg.decode())
+        self.outputs = LIB.ct_predictor_outputs(self.p)
+
+    def close(self):
+        LIB.ct_predictor_destroy(self.p)
+
+    def run(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((x.shape[0], self.outputs), dtype=np.float32)
+        err = Err()
+        st = LIB.ct_predictor_run(self.p, x.ctypes.data_as(vp), x.shape[0],
+                                  out.ctypes.data_as(vp), ctypes.byref(err))
+        if st != 0:
+            raise RuntimeError(err.msg.decode())
         return out

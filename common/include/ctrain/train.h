@@ -200,6 +200,23 @@ CT_API ct_status ct_trainer_set_logging(ct_trainer *t, const char *run_dir, ct_e
  * the file). */
 CT_API ct_status ct_trainer_load_checkpoint(const char *path, ct_job *job, ct_trainer **t,
                                             ct_err *err);
+/* ---- inference only ---- */
+
+/* A checkpoint's model for inference only, thread-safe: `contexts` copies of it loaded as
+ * ct_trainer_load_checkpoint does (no optimizer state; only prediction graphs are built), so
+ * that many predictions run at once from different threads and further callers wait their
+ * turn. Each context holds its own weights (contexts x the model's memory) and runs the job's
+ * train.threads. The outputs do not depend on the context or on the other callers. */
+typedef struct ct_predictor ct_predictor;
+CT_API ct_status ct_predictor_load(const char *path, int contexts, ct_predictor **ret, ct_err *err);
+/* ct_trainer_predict on a free context: out [batch, ct_predictor_outputs] floats. */
+CT_API ct_status ct_predictor_run(ct_predictor *p, const float *x, int64_t batch, float *out,
+                                  ct_err *err);
+/* The job the checkpoint holds; floats out per example. */
+CT_API const ct_job *ct_predictor_job(const ct_predictor *p);
+CT_API int64_t ct_predictor_outputs(const ct_predictor *p);
+CT_API void ct_predictor_destroy(ct_predictor *p);
+
 /* The last checkpoint written or restored ("" if none). */
 CT_API const char *ct_trainer_last_checkpoint(const ct_trainer *t);
 CT_API int64_t ct_trainer_step_count(const ct_trainer *t);
