@@ -353,8 +353,6 @@ static void send_ack(ct__dsvc_client *c, uint64_t incarnation, int64_t epoch, in
     io_send(c, c->dealer, &env);
 }
 
-/* Sends what the consumer thread asked for, the heartbeats and the hellos; notices a silent
- * dispatcher. Returns 1 when the thread should end. */
 /* Under mu: whether the ACK asked for goes now (see ACK_EVERY_S); if so it is taken. */
 static int take_ack(ct__dsvc_client *c, double now) {
     int64_t global = c->ack_epoch * c->info.steps_per_epoch + c->ack_step;
@@ -370,6 +368,8 @@ static int take_ack(ct__dsvc_client *c, double now) {
     return due;
 }
 
+/* Sends what the consumer thread asked for, the heartbeats and the hellos; notices a silent
+ * dispatcher. Returns 1 when the thread should end. */
 static int io_requests(ct__dsvc_client *c) {
     pthread_mutex_lock(&c->mu);
     int seek = c->want_seek, ack = take_ack(c, ct__now_s()), closing = c->closing, stop = c->stop;
