@@ -70,8 +70,9 @@ void serve_http_add(serve_http *h, serve_model *m) {
     pthread_mutex_lock(&h->mu);
     int i = h->n;
     if (h->n == SERVE_MAX_VERSIONS) { /* full (never, by the policy): the lowest goes */
+        int64_t lowest = h->models[0]->version;
         pthread_mutex_unlock(&h->mu);
-        serve_http_remove(h, h->models[0]->version);
+        serve_http_remove(h, lowest);
         pthread_mutex_lock(&h->mu);
         i = h->n;
     }
