@@ -5,7 +5,8 @@
  * output's maximum within its example's input (H*W*C floats); its gradient scatters dy through
  * those indices, or, when windows do not overlap, writes each window's cells directly. Indices
  * within the example let graph mode's executor run any range of examples on a view of the
- * tensors (exec_part.c) with forward and gradient split alike or not. */
+ * tensors (exec_part.c) with forward and gradient split alike or not. A max pool whose argmax
+ * no gradient reads (ops.h: i7, set by graph mode's compile) computes the maxima alone. */
 #include <string.h>
 
 #include "graph/op_impl.h"
@@ -70,11 +71,39 @@ static void max_cell(float *restrict best, int32_t *restrict arg, const float *r
     }
 }
 
+/* The maxima alone, for a max pool whose argmax no gradient reads (ops.h: i7): the values of
+ * the argmax kernel below, by the same comparison, without writing an index per output. */
+static void max_values(const pool_geom *g, const float *x, float *out) {
+    const int64_t C = g->channels;
+    for (int64_t b = 0; b < g->batch; b++) {
+        const float *image = x + b * example_floats(g);
+        for (int64_t oh = 0; oh < g->out_h; oh++) {
+            for (int64_t ow = 0; ow < g->out_w; ow++) {
+                window w = window_at(g, oh, ow);
+                float *restrict best = out + ((b * g->out_h + oh) * g->out_w + ow) * C;
+                memcpy(best, image + cell(g, 0, w.h0, w.w0), (size_t)C * sizeof(float));
+                for (int64_t ih = w.h0; ih < w.h1; ih++) {
+                    for (int64_t iw = ih == w.h0 ? w.w0 + 1 : w.w0; iw < w.w1; iw++) {
+                        const float *restrict src = image + cell(g, 0, ih, iw);
+                        for (int64_t c = 0; c < C; c++) {
+                            best[c] = src[c] > best[c] ? src[c] : best[c];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 void ct__cpu_max_pool(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     (void)ctx;
     pool_geom g = geometry(&in[0]->out.shape, &n->out.shape, &n->attrs);
     const float *x = CT__F32(&in[0]->out);
     float *out = CT__F32(&n->out);
+    if (n->attrs.i[7]) {
+        max_values(&g, x, out);
+        return;
+    }
     int32_t *arg = CT__I32(&n->aux);
     const int64_t C = g.channels;
     for (int64_t b = 0; b < g.batch; b++) {

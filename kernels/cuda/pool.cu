@@ -45,7 +45,7 @@ __global__ void pool_kernel(ct_cuda_pool g, const float *x, float *out, int32_t 
             }
         }
         out[i] = avg ? acc * (1.0f / (float)((h1 - h0) * (w1 - w0))) : acc;
-        if (!avg) {
+        if (!avg && arg != nullptr) { /* none: no gradient reads it (ops.h, MAX_POOL's i7) */
             arg[i] = (int32_t)best_at;
         }
     }

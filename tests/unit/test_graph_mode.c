@@ -102,6 +102,44 @@ Test(graph_mode, dead_code_is_removed_and_effects_stay) {
     ct_graph_destroy(g);
 }
 
+/* The max pool of compiled graph g (its only one). */
+static const ct_node *the_max_pool(ct_graph *g) {
+    for (int i = 0; i < ct_graph_size(g); i++) {
+        if (ct_graph_node(g, i)->op == CT_OP_MAX_POOL) {
+            return ct_graph_node(g, i);
+        }
+    }
+    cr_assert_fail("no max pool left in the compiled graph");
+    return NULL;
+}
+
+/* A max pool whose argmax no gradient reads (an inference graph) is compiled without it (no
+ * aux, ops.h's i7) and gives the same sum; with its gradient in the graph it keeps it. */
+Test(graph_mode, dead_code_elimination_drops_an_unread_argmax) {
+    float x[2 * 4 * 4 * 3];
+    ct_rng_uniform(5, 1, 0, x, 2 * 4 * 4 * 3);
+    float sums[2];
+    for (int with_grad = 0; with_grad < 2; with_grad++) {
+        ct_graph *g;
+        ct_graph_create(be, 0, &g, NULL);
+        int xi = ct_placeholder(g, CT_F32, &S(2, 4, 4, 3), "x");
+        int out = ct_sum(g, ct_max_pool(g, xi, 2, 2, 2, 2, 0), 0, 0);
+        int keep[3] = {xi, out, -1};
+        if (with_grad) {
+            cr_assert_eq(ct_graph_gradients(g, out, -1, 1, &xi, &keep[2], NULL), CT_OK);
+        }
+        ct_graph *cg = test_compile(g, CT_PASS_DCE, 1, 2 + with_grad, keep);
+        const ct_node *pool = the_max_pool(cg);
+        cr_expect_eq(pool->attrs.i[7], !with_grad);
+        cr_expect_eq(pool->aux.shape.rank, with_grad ? 4 : 0);
+        ct_graph_bind(cg, keep[0], x);
+        sums[with_grad] = run_scalar(cg, keep[1]);
+        ct_graph_destroy(cg);
+        ct_graph_destroy(g);
+    }
+    cr_expect(memcmp(&sums[0], &sums[1], sizeof(float)) == 0, "%.9g vs %.9g", sums[0], sums[1]);
+}
+
 Test(graph_mode, algebraic_simplification) {
     ct_graph *g;
     ct_graph_create(be, 0, &g, NULL);

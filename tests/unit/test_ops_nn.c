@@ -418,6 +418,17 @@ ParameterizedTest(pool_case *p, ops_nn, pool) {
                   ct_op_name(op));
         naive_pool(p, is_max, x, oh, ow, pt, pl, want);
         cr_expect(max_rel_err(got, want, count) < FWD_TOL, "%s forward", ct_op_name(op));
+        if (is_max) { /* without its argmax (i7: inference): the same bits */
+            ct_attrs values_only = attrs;
+            values_only.i[7] = 1;
+            int v = ct_graph_add(e.g, op, 1, &xid, &values_only);
+            cr_expect_eq(ct_graph_node(e.g, v)->aux.shape.rank, 0);
+            cr_expect(memcmp(out_f32(&e, v), got, (size_t)count * sizeof(float)) == 0,
+                      "max_pool without its argmax differs");
+            int in[2] = {v, v};
+            cr_expect_lt(ct_graph_add(e.g, CT_OP_MAX_POOL_GRAD, 2, in, NULL), 0,
+                         "a gradient of a max pool without argmax is refused");
+        }
         test_graph_close(&e);
 
         /* distinct values: a perturbation of FD_EPS never changes which cell is the maximum */

@@ -98,6 +98,7 @@
     /* or (dy, w, forward node, y): relu's gradient y > 0 ? dx : 0 (graph mode makes it) */        \
     X(CONV2D_GRAD_FILTER, conv2d_grad_filter, 0) /* (dy, forward node, x); accumulates */          \
     X(MAX_POOL, max_pool, 1) /* i0,i1: window; i2,i3: stride; i4: same; aux: i32 argmax */         \
+    /* none when i7 (graph mode sets it where no gradient reads the argmax: inference) */          \
     X(MAX_POOL_GRAD, max_pool_grad, 0) /* (dy, forward node) */                                    \
     X(AVG_POOL, avg_pool, 1)           /* attrs as MAX_POOL; same padding counts valid cells */    \
     X(AVG_POOL_GRAD, avg_pool_grad, 0) /* (dy, forward node) */                                    \

@@ -53,6 +53,27 @@ static int copy_mapped(pass *p, int i) {
 
 /* ---- dead-code elimination ---- */
 
+/* 1 when a node of g reads max pool i's argmax (its gradient). */
+static int argmax_read(ct_graph *g, int i) {
+    for (int j = i + 1; j < ct_graph_size(g); j++) {
+        const ct_node *node = ct_graph_node(g, j);
+        if (node->op == CT_OP_MAX_POOL_GRAD && node->in[1] == i) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Copies max pool i without its argmax, which no gradient reads (inference, evaluation): the
+ * same values, without writing an index per output. */
+static int copy_values_only(pass *p, int i) {
+    ct_node n = *ct_graph_node(p->src, i);
+    n.attrs.i[7] = 1; /* ops.h: MAX_POOL's i7 */
+    int in[1] = {p->map[n.in[0]]};
+    CT_ASSERT(n.n_in == 1 && in[0] >= 0);
+    return ct__graph_copy_node(p->dst, &n, in);
+}
+
 /* Nodes that matter without a consumer: they write caller memory or state. */
 static int has_effect(const ct_node *n) {
     return n->op == CT_OP_PLACEHOLDER ||
@@ -648,6 +669,9 @@ static ct_status run_pass(ct_graph *src, int step, unsigned passes, char *keep, 
                 id = find_equal(&p, i, in);
                 st->merged += id >= 0;
             }
+        }
+        if (id < 0 && step == STEP_DCE && node->op == CT_OP_MAX_POOL && !argmax_read(src, i)) {
+            id = copy_values_only(&p, i);
         }
         p.map[i] = id >= 0 ? id : copy_mapped(&p, i);
     }
