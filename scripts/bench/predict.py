@@ -7,9 +7,9 @@ of the examples (batch 256) and the GPT example (batch 16 of 128 tokens).
   build-venv/bin/python scripts/bench/predict.py      (from the repo root, after a build;
   ROUNDS=5 REPS=10 ...                                  the test venv has onnxruntime)
 
-Each round times REPS batches of each model in each runtime, the rounds interleaved; prints the
-median over the rounds of examples per second and the ratio ctrain / onnxruntime (goal: at
-least 1.0)."""
+Each round times REPS batches of each model in each runtime, the rounds interleaved, each
+measure after 0.1 s idle (the other runtime's threads stop spinning); prints the median over
+the rounds of examples per second and the ratio ctrain / onnxruntime (goal: at least 1.0)."""
 import os
 import statistics
 import sys
@@ -25,6 +25,7 @@ from ctrain_ffi import Trainer  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 REPS = int(os.environ.get("REPS", "10"))
+PAUSE_S = 0.1  # idle before each measure
 MODELS = {  # job, input per example, output per example, token ids, batch
     "MLP": ("examples/fashion_mnist_mlp.yaml", (28, 28, 1), (10,), False, 256),
     "CNN": ("examples/fashion_mnist_cnn.yaml", (28, 28, 1), (10,), False, 256),
@@ -54,6 +55,10 @@ def setup(tmp):
 
 
 def time_it(fn):
+    # a quiet start: onnxruntime's pool spins for a while after a run, and ctrain's workers wait
+    # out their last run; either runtime's threads left spinning would take the other's cores
+    # (ctrain's adaptive executor saw them as another process and ran on one thread)
+    time.sleep(PAUSE_S)
     t0 = time.perf_counter()
     for _ in range(REPS):
         fn()
