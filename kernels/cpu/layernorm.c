@@ -2,7 +2,8 @@
  * its own. A row's statistics accumulate in double in channel order (the backward computes them
  * again rather than reading the forward's f32 copies); dgamma and dbeta, sums over the rows, add
  * the rows in order: every sum's order is fixed by the shapes (the determinism
- * rule), and the kernels run whole (the executor does not split them). */
+ * rule). The forward runs on any range of rows (the executor splits it by examples:
+ * exec_part.c), each row with the same bits; the gradients run whole. */
 #include <math.h>
 #include <string.h>
 

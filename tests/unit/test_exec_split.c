@@ -192,6 +192,68 @@ Test(exec_split, row_pipeline_matches_one_thread) {
     }
 }
 
+/* ---- layer and RMS norm by examples ---- */
+
+/* Whether node i of compiled graph cg ran as parts in its last run. */
+static int ran_split(ct_graph *cg, ct_op op) {
+    int split = 0;
+    for (int i = 0; i < ct_graph_size(cg); i++) {
+        split |= ct_graph_node(cg, i)->op == op && ct__exec_part_thread(cg, i, 1) >= 0;
+    }
+    return split;
+}
+
+/* x [5, 7, 48] + b -> layer norm -> RMS norm -> sum(y * k), and its gradients: at 2 and 3
+ * threads both norms split by examples (5 do not divide evenly) and follow the add's rows;
+ * every value is one thread's to the bit (each row is normalized on its own, the gradients
+ * run whole on the same inputs). */
+Test(exec_split, norms_split_by_examples_match_one_thread) {
+    enum { B = 5, T = 7, C = 48, N = B * T * C };
+    static float x[N], b[C], gamma[C], beta[C], gamma2[C], k[N];
+    ct_rng_uniform(7, 1, 0, x, N);
+    ct_rng_uniform(7, 2, 0, b, C);
+    ct_rng_uniform(7, 3, 0, gamma, C);
+    ct_rng_uniform(7, 4, 0, beta, C);
+    ct_rng_uniform(7, 5, 0, gamma2, C);
+    ct_rng_uniform(7, 6, 0, k, N);
+    static float got[3][1 + N + 3 * C];
+    for (int threads = 1; threads <= 3; threads++) {
+        ct_graph *g;
+        ct_graph_create(be, 0, &g, NULL);
+        int xi = ct_placeholder(g, CT_F32, &S(B, T, C), "x");
+        int v[4] = {ct_variable(g, &S(C), b, "b"), ct_variable(g, &S(C), gamma, "gamma"),
+                    ct_variable(g, &S(C), beta, "beta"), ct_variable(g, &S(C), gamma2, "gamma2")};
+        int ln = ct_layer_norm(g, ct_add(g, xi, v[0]), v[1], v[2], 1e-5f);
+        int y = ct_rms_norm(g, ln, v[3], 1e-6f);
+        int loss = ct_sum(g, ct_mul(g, y, ct_constant(g, CT_F32, &S(B, T, C), k)), 0, 0);
+        int src[4] = {xi, v[1], v[2], v[3]}, grads[4];
+        cr_assert_eq(ct_graph_gradients(g, loss, -1, 4, src, grads, NULL), CT_OK);
+        int keep[6] = {xi, loss, grads[0], grads[1], grads[2], grads[3]};
+        ct_graph *cg = test_compile(g, CT_PASS_ALL, threads, 6, keep);
+        ct_graph_bind(cg, keep[0], x);
+        ct_err err = {0};
+        cr_assert_eq(ct_graph_run(cg, 0, ct_graph_size(cg), &err), CT_OK, "%s", err.msg);
+        if (threads > 1) {
+            cr_expect(ran_split(cg, CT_OP_LAYER_NORM) && ran_split(cg, CT_OP_RMS_NORM),
+                      "%d threads: a norm ran whole", threads);
+        }
+        float *out = got[threads - 1];
+        cr_assert_eq(ct_graph_read(cg, keep[1], out, sizeof(float), &err), CT_OK);
+        cr_assert_eq(ct_graph_read(cg, keep[2], out + 1, N * sizeof(float), &err), CT_OK);
+        for (int j = 0; j < 3; j++) {
+            cr_assert_eq(
+                ct_graph_read(cg, keep[3 + j], out + 1 + N + j * C, C * sizeof(float), &err),
+                CT_OK);
+        }
+        ct_graph_destroy(cg);
+        ct_graph_destroy(g);
+    }
+    for (int t = 1; t < 3; t++) {
+        cr_expect(memcmp(got[t], got[0], sizeof got[0]) == 0,
+                  "%d threads: the loss or a gradient differs from one thread's bits", t + 1);
+    }
+}
+
 /* ---- a small weight gradient split over a pipeline's rows ---- */
 
 /* An MLP step whose second weight is small: with a split threshold above its gradient h^T dl

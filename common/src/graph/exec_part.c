@@ -64,6 +64,25 @@ static void run_dropout_part(const ct_exec *e, int i, ct_node *const *ins, ct__p
     e->be->vt->kernels[n->op](&c, &view, vins);
 }
 
+/* A layer or RMS norm part: rows [begin, end) / C of x seen as [rows, C] (whole examples), and
+ * those rows' statistics in aux. */
+static void run_norm_part(const ct_exec *e, int i, ct_node *const *ins, ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    const int64_t c = n->out.shape.dims[n->out.shape.rank - 1];
+    const int64_t stats_per_row = ct_tensor_numel(&n->aux) / (ct_tensor_numel(&n->out) / c);
+    ct_node view = *n, x = *ins[0];
+    ct_node *vins[CT_MAX_INPUTS] = {&x};
+    for (int k = 1; k < n->n_in; k++) {
+        vins[k] = ins[k];
+    }
+    view.out.shape = (ct_shape){.rank = 2, .dims = {(v.end - v.begin) / c, c}};
+    x.out.shape = view.out.shape;
+    view.out.data = CT__F32(&n->out) + v.begin;
+    x.out.data = CT__F32(&ins[0]->out) + v.begin;
+    view.aux.data = CT__F32(&n->aux) + v.begin / c * stats_per_row;
+    e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
+}
+
 /* A softmax cross-entropy part: rows [r0, r1) of the logits (and labels); the forward writes the
  * mean over its rows into row_partial (the pool combines them when the node ends), the gradient
  * still divides by the whole batch (attrs.i[0]). */
@@ -215,6 +234,8 @@ static void run_part_kernel(ct_exec *e, int i, int part, ct__part_view v) {
         run_matmul_part(e, i, part, ins, v);
     } else if (n->op == CT_OP_DROPOUT) {
         run_dropout_part(e, i, ins, v);
+    } else if (n->op == CT_OP_LAYER_NORM || n->op == CT_OP_RMS_NORM) {
+        run_norm_part(e, i, ins, v);
     } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
         run_xent_part(e, i, part, ins, v);
     } else if (n->op == CT_OP_ATTENTION || n->op == CT_OP_ATTENTION_GRAD) {

@@ -1,11 +1,11 @@
 /* Graph mode's split plan: which nodes run as several parts on different threads, and how
  * (executor.c has the overview). Large GEMMs split by output rows, output columns or k;
- * elementwise ops, fused loops, dropout and softmax cross-entropy by element ranges or whole
- * example rows; convolutions, pools and their gradients by examples (the filter gradient over
- * them as k); the optimizer update by ranges (exec_update.c).
+ * elementwise ops, fused loops, dropout, layer and RMS norm and softmax cross-entropy by
+ * element ranges or whole example rows; convolutions, pools and their gradients by examples (the
+ * filter gradient over them as k); the optimizer update by ranges (exec_update.c).
  *
  * Row pipelines: a node split by example rows whose input is split into the same rows, and
- * reads only those rows of it (elementwise ops, x W, dropout, softmax cross-entropy,
+ * reads only those rows of it (elementwise ops, x W, dropout, norms, softmax cross-entropy,
  * convolutions, pools and their gradients), follows that split even when it is small, and its
  * part p waits only for part p of that input (a linked edge) instead of the whole node. The
  * forward and backward chain of a batch then runs as one pipeline per thread, each on its own
@@ -52,6 +52,8 @@ static int row_input(const ct_exec *e, ct_graph *g, int i, int k) {
                    ? n->attrs.i[0] && !n->attrs.i[1]
                    : k == 0 && !n->attrs.i[0] && e->mm_split[i] == CT__MM_ROWS;
     case CT_OP_DROPOUT:
+    case CT_OP_LAYER_NORM: /* (x, gamma[, beta]): x by rows */
+    case CT_OP_RMS_NORM:
         return k == 0;
     case CT_OP_DROPOUT_GRAD:
     case CT_OP_SOFTMAX_XENT:
@@ -145,6 +147,16 @@ static void plan_dropout(ct_exec *e, int i, const ct_node *n, split_ctx *s) {
     e->work[i] = ct_tensor_numel(&n->out);
     e->row_len[i] = e->part_unit[i] = e->work[i] / s->batch_rows;
     s->cost = n->op == CT_OP_DROPOUT ? e->work[i] * 8 : 0; /* a Philox draw per element */
+}
+
+/* Layer and RMS norm (the forward): whole examples per part, each row of x normalized on its
+ * own, so a part computes its rows' bits; cost: about 8 operations an element (two passes for
+ * the statistics in double, one for y). Their gradients, which sum dgamma over every row in
+ * order, run whole. */
+static void plan_norm(ct_exec *e, int i, const ct_node *n, split_ctx *s) {
+    e->work[i] = ct_tensor_numel(&n->out);
+    e->row_len[i] = e->part_unit[i] = e->work[i] / s->batch_rows;
+    s->cost = e->work[i] * 8;
 }
 
 /* Convolutions, pools and their gradients: whole examples per part, each a view of the node on
@@ -294,6 +306,9 @@ static int split_plan(ct_graph *g, ct_exec *e, int i, int threads, int64_t split
                ct_graph_node(g, n->op == CT_OP_DROPOUT ? i : n->in[1])->aux.shape.rank > 0 &&
                !(n->flags & CT_NODE_ALIAS)) {
         plan_dropout(e, i, n, &s);
+    } else if ((n->op == CT_OP_LAYER_NORM || n->op == CT_OP_RMS_NORM) && s.batch_rows > 0 &&
+               n->out.dtype == CT_F32) {
+        plan_norm(e, i, n, &s);
     } else if (n->op == CT_OP_SOFTMAX_XENT || n->op == CT_OP_SOFTMAX_XENT_GRAD) {
         if (!plan_xent(g, e, i, &s)) {
             return 1;
