@@ -34,8 +34,12 @@
 #include "graph/op_impl.h"
 
 #define TILE 64
-#define ROWS 4             /* rows computed together, sharing loads */
-#define MAX_ROWS 6         /* the most rows a kernel computes */
+#define ROWS 4     /* rows computed together, sharing loads */
+#define MAX_ROWS 6 /* the most rows a kernel computes */
+/* The most accumulators a kernel keeps, R x NV: with 16 vector registers (AVX2, SSE) 4 x 4 left
+ * none for the broadcast weight, and GCC kept all 16 sums on the stack, storing every one at each
+ * step of the sum (the forward's products ran at about half speed); AVX-512 has 32. */
+#define MAX_ACC (VEC == 16 ? 24 : 12)
 #define CHUNK (512 * TILE) /* floats of the backward's packed queries: >= TILE rows of MAX_HEAD */
 #define MAX_HEAD CT__ATTENTION_MAX_HEAD /* the shape check refuses larger heads */
 enum { ATT_FIRST = 2, ATT_END = 3, ATT_KEY = 4, ATT_TRAINING = 5 };
@@ -133,6 +137,10 @@ typedef struct mm {
     const float *rs;
 } mm;
 
+/* A vector in a register: the sums' type (with `vec`'s may_alias and 4-byte alignment GCC kept
+ * them in memory too, storing each at every step). */
+typedef float vreg __attribute__((vector_size(VEC * sizeof(float))));
+
 /* y_a += sum over b in [b0, b1) in order of w[a sa + b sb] x_b for R rows from a0 by NV vectors
  * of columns from c0: R x NV accumulators in registers, each x row's vectors loaded once for the
  * R rows. */
@@ -141,7 +149,7 @@ static inline __attribute__((always_inline)) void mm_block(const mm *m, int R, i
     const int64_t sa = m->sa, sb = m->sb, ldx = m->ldx, ldy = m->ldy;
     const float *w = m->w + a0 * sa + b0 * sb, *x = m->x + b0 * ldx + c0;
     float *y = m->y + a0 * ldy + c0;
-    vec acc[MAX_ROWS][4];
+    vreg acc[MAX_ROWS][4];
     for (int r = 0; r < R; r++) {
         for (int v = 0; v < NV; v++) {
             acc[r][v] = *(const vec *)(y + r * ldy + v * VEC);
@@ -198,9 +206,10 @@ static void mm_group(const mm *m, int R, int64_t a0, int64_t c_lo, int64_t c_hi,
         }
     }
     int64_t c0 = c_lo;
+    const int max_nv = MAX_ACC / R < 4 ? MAX_ACC / R : 4;
     while (c0 + VEC <= c_hi) {
         int nv = (int)((c_hi - c0) / VEC);
-        nv = nv < 4 ? nv : 4;
+        nv = nv < max_nv ? nv : max_nv;
         mm_kernels[R - 1][nv - 1](m, a0, c0, b0, b1);
         c0 += nv * VEC;
     }
