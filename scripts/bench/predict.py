@@ -47,9 +47,12 @@ def setup(tmp):
         x = (rng.integers(0, 256, (batch, *shape)) if ids else rng.random((batch, *shape)))
         x = x.astype(np.float32)
         feed = {"input": x.astype(np.int32) if ids else x}
-        for _ in range(3):  # warm both
+        for _ in range(3):  # warm each alone: the other's spinning pool would take its cores
             t.predict(x, per)
+        time.sleep(PAUSE_S)
+        for _ in range(3):
             s.run(None, feed)
+        time.sleep(PAUSE_S)
         out[name] = (t, s, x, feed, per, batch)
     return out
 
