@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/json_quote.h"
 #include "serve.h"
 
 #define MAX_CONNECTIONS 128 /* each a thread, and a body being read and parsed */
@@ -140,21 +141,13 @@ static enum MHD_Result reply(struct serve_http *h, struct MHD_Connection *c, int
     return ok;
 }
 
-/* TF Serving's error body: {"error": "message"} (the message JSON-escaped). */
+/* TF Serving's error body: {"error": "message"} (core/json_quote.h's escape; UTF-8 as it is). */
 static enum MHD_Result error(struct serve_http *h, struct MHD_Connection *c, int status,
                              const char *msg) {
     serve_text t = {.ok = 1};
-    serve_text_add(&t, "{\"error\": \"");
-    for (const char *p = msg; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            serve_text_add(&t, "\\%c", *p);
-        } else if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x80) {
-            serve_text_add(&t, "\\u%04x", (unsigned)*p);
-        } else {
-            serve_text_add(&t, "%c", *p);
-        }
-    }
-    serve_text_add(&t, "\"}");
+    char *q = ct__json_quote(msg);
+    serve_text_add(&t, "{\"error\": %s}", q ? q : "\"out of memory\"");
+    free(q);
     return reply(h, c, status, "application/json", &t);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/json_quote.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/half.h"
 #include "ctrain/npz.h"
@@ -114,20 +115,11 @@ static int64_t argmax(const float *v, int64_t n) {
     return best;
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped. */
+/* A JSON string (core/json_quote.h's escape; "" when out of memory). */
 static void json_string(FILE *f, const char *v) {
-    fputc('"', f);
-    for (; *v; v++) {
-        unsigned char c = (unsigned char)*v;
-        if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-        } else if (c < 0x20) {
-            fprintf(f, "\\u%04x", c);
-        } else {
-            fputc(c, f);
-        }
-    }
-    fputc('"', f);
+    char *q = ct__json_quote(v);
+    fputs(q ? q : "\"\"", f);
+    free(q);
 }
 
 /* One example's JSON line: its file (image inputs), its output, its class(es) for a

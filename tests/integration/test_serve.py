@@ -123,6 +123,8 @@ def test_serve_like_tf_serving(tmp_path):
                (model + "/versions/1:predict", b"{}", 404,
                 "Specific(mlp, 1): the versions served are 7"),
                (url + "/v1/models/other:predict", b"{}", 404, "Servable not found"),
+               # the URL's UTF-8 in the message, as it is (its escape was not JSON)
+               (url + "/v1/models/caf%C3%A9:predict", b"{}", 404, "/v1/models/caf\u00e9"),
                (model + ":explain", b"{}", 404, "no POST route"),
                (model + ":predict", b"[" + b"0, " * 1000000 + b"0]", 413, "--max_body_bytes")]
         for where, body, status, says in bad:
@@ -134,7 +136,7 @@ def test_serve_like_tf_serving(tmp_path):
         counts = dict(l.rsplit(" ", 1) for l in text.decode().splitlines() if l[:1] not in "#")
         assert counts['ctrain_serve_requests_total{code="200"}'] == "14", text  # this one aside
         assert counts['ctrain_serve_requests_total{code="400"}'] == "6"
-        assert counts['ctrain_serve_requests_total{code="404"}'] == "3"
+        assert counts['ctrain_serve_requests_total{code="404"}'] == "4"
         assert counts['ctrain_serve_requests_total{code="413"}'] == "1"
         assert counts["ctrain_serve_examples_total"] == str(64 + 3 + 1 + 64 + 1)
     finally:

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_quote.h"
 #include "core/tree_sum.h"
 #include "ctrain/rng.h"
 #include "ctrain/status.h"
@@ -353,4 +354,25 @@ Test(core, tree_sum_differs_from_other_orders) {
     ts_sum(tree, src, 12, len);
     ts_replicated(split, src, 12, 2, len);
     cr_expect_neq(memcmp(split, tree, sizeof tree), 0, "6 leaves on each of 2 replicas");
+}
+
+/* JSON string literals (safetensors names, `ctrain predict`'s file names, ctrain-serve's error
+ * bodies): quotes, backslashes and control bytes escaped, UTF-8 bytes as they are. */
+Test(core, json_quote_escapes_what_json_requires) {
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"", "\"\""},
+        {"plain", "\"plain\""},
+        {"a \"b\" c\\d", "\"a \\\"b\\\" c\\\\d\""},
+        {"tab\tnew\nline\x01", "\"tab\\u0009new\\u000aline\\u0001\""},
+        {"caf\xc3\xa9 \xe2\x82\xac", "\"caf\xc3\xa9 \xe2\x82\xac\""},
+        {"/", "\"/\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = ct__json_quote(cases[i].in);
+        cr_assert_not_null(got);
+        cr_expect_str_eq(got, cases[i].want, "case %zu", i);
+        free(got);
+    }
 }

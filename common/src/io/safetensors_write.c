@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "core/json_quote.h"
 #include "npz_internal.h"
 
 #define SAFETENSORS_MAX_HEADER 100000000 /* the safetensors crate refuses larger headers */
@@ -51,22 +52,16 @@ static void sb_fmt(sbuf *b, const char *fmt, long long v) {
     sb_add(b, tmp, (size_t)len);
 }
 
-/* Appends `s` as a JSON string: quotes, backslashes and control bytes escaped; other bytes (UTF-8
- * names) as they are. */
+/* Appends `s` as a JSON string (core/json_quote.h: UTF-8 names as they are); out of memory
+ * sets oom, as sb_add does. */
 static void sb_json_string(sbuf *b, const char *s) {
-    sb_add(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            char esc[2] = {'\\', (char)ch};
-            sb_add(b, esc, 2);
-        } else if (ch < 0x20) {
-            sb_fmt(b, "\\u%04llx", ch);
-        } else {
-            sb_add(b, s, 1);
-        }
+    char *q = ct__json_quote(s);
+    if (q == NULL) {
+        b->oom = 1;
+        return;
     }
-    sb_add(b, "\"", 1);
+    sb_add(b, q, strlen(q));
+    free(q);
 }
 
 static const char *skip_json_ws(const char *p) {
