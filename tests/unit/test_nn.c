@@ -32,6 +32,34 @@ Test(nn, params_layout_trainable_first_and_aligned) {
     ct_params_finish(NULL);
 }
 
+/* A set made to read another's values (ct_predictor's contexts): it reads them, drops its own
+ * values and gradients, frees nothing of the other's; a set of another layout is refused. */
+Test(nn, params_share_another_sets_values) {
+    ct_params a, b, c;
+    ct_shape w = {.rank = 2, .dims = {3, 7}}, v = {.rank = 1, .dims = {5}};
+    ct_params *sets[3] = {&a, &b, &c};
+    for (int k = 0; k < 3; k++) {
+        ct_params_init(sets[k]);
+        ct_params_declare(sets[k], "w", &w, 1, CT_INIT_GLOROT_UNIFORM, 3, 7);
+        ct_params_declare(sets[k], k < 2 ? "bias" : "other", &v, 1, CT_INIT_ZEROS, 3, 7);
+        cr_assert_eq(ct_params_allocate(sets[k], 40 + (uint64_t)k, NULL), CT_OK);
+    }
+    ct_err err = {0};
+    cr_assert_eq(ct_params_share(&b, &a, &err), CT_OK, "%s", err.msg);
+    cr_expect(b.data == a.data && b.shared && b.grad == NULL);
+    cr_expect_float_eq(ct_params_data(&b, 0)[5], ct_params_data(&a, 0)[5], 0);
+    ct_params_zero_grad(&b); /* no gradients to zero: a no-op */
+    float *own = c.data;
+    cr_expect_eq(ct_params_share(&c, &a, &err), CT_EINVAL, "a set of other names was shared");
+    cr_expect(strstr(err.msg, "layout differ") != NULL, "%s", err.msg);
+    cr_expect(c.data == own && !c.shared);
+    const float kept = ct_params_data(&a, 0)[5];
+    ct_params_finish(&b); /* leaves a's values (a free of them shows under the sanitizers) */
+    cr_expect_float_eq(ct_params_data(&a, 0)[5], kept, 0);
+    ct_params_finish(&c);
+    ct_params_finish(&a);
+}
+
 static void init_stats(ct_init init, int64_t fan_in, int64_t fan_out, uint64_t seed,
                        double *ret_mean, double *ret_std, double *ret_absmax, float *first) {
     ct_params p;

@@ -12,6 +12,7 @@
 #include "ctrain/rng.h"
 #include "ctrain/train.h"
 #include "helpers.h"
+#include "train/trainer_internal.h" /* ct__trainer_share_weights */
 
 enum { N = 256, D = 4 };
 static float xs[N * D];
@@ -59,6 +60,35 @@ Test(train, learns_a_separable_problem) {
     cr_expect(loss < 0.3 * loss0, "loss %f -> %f", loss0, loss);
     cr_expect(acc > 0.95, "accuracy %f", acc);
     ct_trainer_destroy(t);
+}
+
+/* A trainer made to read another's weights (ct_predictor's contexts) predicts what the other
+ * predicts, with no values of its own; one that already built a step graph is refused (its
+ * variables would point at the freed copy). */
+Test(train, a_trainer_reads_anothers_weights) {
+    ct_job job = small_job(CT_OPT_ADAM, 0.0f);
+    ct_trainer *a, *b, *c;
+    ct_err err = {0};
+    cr_assert_eq(ct_trainer_create(&job, &a, &err), CT_OK, "%s", err.msg);
+    job.seed += 1; /* other initial weights: the shared ones must be what b predicts with */
+    cr_assert_eq(ct_trainer_create(&job, &b, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_trainer_create(&job, &c, &err), CT_OK, "%s", err.msg);
+    float l, acc;
+    cr_assert_eq(ct_trainer_step(a, xs, ys, 32, &l, &acc, &err), CT_OK, "%s", err.msg);
+    float want[N * 3], got[N * 3];
+    cr_assert_eq(ct_trainer_predict(a, xs, N, want, &err), CT_OK, "%s", err.msg);
+    cr_assert_eq(ct_trainer_predict(c, xs, N, got, &err), CT_OK, "%s", err.msg);
+    cr_expect_eq(ct__trainer_share_weights(c, a, &err), CT_EINVAL, "c had built a graph");
+    cr_assert_eq(ct__trainer_share_weights(b, a, &err), CT_OK, "%s", err.msg);
+    cr_expect(ct_trainer_params(b)->data == ct_trainer_params(a)->data);
+    cr_expect(ct_trainer_params(b)->grad == NULL);
+    cr_assert_eq(ct_trainer_predict(b, xs, N, got, &err), CT_OK, "%s", err.msg);
+    cr_expect(memcmp(got, want, sizeof got) == 0, "b does not predict with a's weights");
+    ct_trainer_destroy(b);
+    ct_trainer_destroy(c);
+    cr_assert_eq(ct_trainer_predict(a, xs, N, got, &err), CT_OK, "%s", err.msg);
+    cr_expect(memcmp(got, want, sizeof got) == 0, "a's weights changed when b went");
+    ct_trainer_destroy(a);
 }
 
 /* Runs 6 steps with dropout and returns the final loss; the weights go into `w`. */

@@ -38,7 +38,8 @@ typedef struct ct_params {
     int64_t total;           /* floats in data (all parameters, padded) */
     int64_t trainable_total; /* floats in [0, trainable_total) hold trainable parameters */
     float *data;             /* [total] */
-    float *grad;             /* [total] (only the trainable range is used) */
+    float *grad;             /* [total] (only the trainable range is used); NULL when shared */
+    int shared;              /* data is another set's (ct_params_share): not freed here */
     /* Set while a ct_function traces (its name): declaring then fails and records the name. */
     const char *tracing;
     char created_while_tracing[64];
@@ -57,6 +58,12 @@ CT_API int ct_params_declare(ct_params *p, const char *name, const ct_shape *sha
  * with each parameter's initializer from (seed, parameter index): the same seed gives the same
  * weights on every machine. */
 CT_API ct_status ct_params_allocate(ct_params *p, uint64_t seed, ct_err *err);
+
+/* Makes p read `from`'s values instead of its own (which it frees, with its gradients): sets
+ * of one model for inference only (ct_predictor's contexts), which never write them. `from`
+ * must outlive p. CT_EINVAL (p unchanged) unless both have the same parameters, in the same
+ * layout. */
+CT_API ct_status ct_params_share(ct_params *p, const ct_params *from, ct_err *err);
 
 /* Index of the parameter named `name`, or -1. */
 CT_API int ct_params_find(const ct_params *p, const char *name);

@@ -205,8 +205,9 @@ CT_API ct_status ct_trainer_load_checkpoint(const char *path, ct_job *job, ct_tr
 /* A checkpoint's model for inference only, thread-safe: `contexts` copies of it loaded as
  * ct_trainer_load_checkpoint does (no optimizer state; only prediction graphs are built), so
  * that many predictions run at once from different threads and further callers wait their
- * turn. Each context holds its own weights (contexts x the model's memory) and runs the job's
- * train.threads. The outputs do not depend on the context or on the other callers. */
+ * turn. The contexts read one copy of the weights (ct_params_share) and each has its own graphs
+ * and buffers, running the job's train.threads. The outputs do not depend on the context or on
+ * the other callers. */
 typedef struct ct_predictor ct_predictor;
 CT_API ct_status ct_predictor_load(const char *path, int contexts, ct_predictor **ret, ct_err *err);
 /* ct_trainer_predict on a free context: out [batch, ct_predictor_outputs] floats. */

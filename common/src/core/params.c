@@ -17,9 +17,34 @@ void ct_params_finish(ct_params *p) {
         return;
     }
     free(p->items);
-    free(p->data);
+    if (!p->shared) {
+        free(p->data);
+    }
     free(p->grad);
     memset(p, 0, sizeof *p);
+}
+
+ct_status ct_params_share(ct_params *p, const ct_params *from, ct_err *err) {
+    int same = p->n == from->n && p->total == from->total &&
+               p->trainable_total == from->trainable_total && from->data != NULL;
+    for (int i = 0; same && i < p->n; i++) {
+        const ct_param *a = &p->items[i], *b = &from->items[i];
+        same = !strcmp(a->name, b->name) && a->offset == b->offset && a->size == b->size &&
+               ct_shape_equal(&a->shape, &b->shape);
+    }
+    if (!same) {
+        return ct_err_set(err, CT_EINVAL,
+                          "params: cannot share the values of another model "
+                          "(its parameters or their layout differ)");
+    }
+    if (!p->shared) {
+        free(p->data);
+    }
+    free(p->grad);
+    p->data = from->data;
+    p->grad = NULL;
+    p->shared = 1;
+    return CT_OK;
 }
 
 int ct_params_declare(ct_params *p, const char *name, const ct_shape *shape, int trainable,
@@ -128,5 +153,7 @@ int ct_params_find(const ct_params *p, const char *name) {
 }
 
 void ct_params_zero_grad(ct_params *p) {
-    memset(p->grad, 0, (size_t)p->total * sizeof(float));
+    if (p->grad != NULL) { /* none in a shared set (inference only) */
+        memset(p->grad, 0, (size_t)p->total * sizeof(float));
+    }
 }

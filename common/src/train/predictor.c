@@ -2,14 +2,17 @@
  * ct_predictor): `contexts` trainers loaded for inference from the same checkpoint file (no
  * optimizer state, no gradient graph: each builds prediction graphs only), handed to callers
  * one each under a mutex, so up to `contexts` predictions run at once and the others wait their
- * turn. Each context holds its own copy of the weights and its own graphs; the outputs do not
- * depend on which context ran them (a prediction's bits depend on the batch alone). */
+ * turn. The contexts read one copy of the weights, the first's (the others free theirs, and
+ * their gradients, once loaded: ct_params_share); each has its own graphs and buffers. The
+ * outputs do not depend on which context ran them (a prediction's bits depend on the batch
+ * alone). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctrain/train.h"
+#include "trainer_internal.h"
 
 #define MAX_CONTEXTS 64
 
@@ -51,6 +54,9 @@ ct_status ct_predictor_load(const char *path, int contexts, ct_predictor **ret, 
     while (st == CT_OK && p->n < contexts) {
         st = ct_trainer_load_checkpoint(file, &p->jobs[p->n], &p->ts[p->n], err);
         p->n += st == CT_OK;
+        if (st == CT_OK) { /* one copy of the weights: the first context's */
+            st = ct__trainer_share_weights(p->ts[p->n - 1], p->ts[0], err);
+        }
     }
     if (st != CT_OK) {
         ct_predictor_destroy(p);
@@ -110,7 +116,7 @@ void ct_predictor_destroy(ct_predictor *p) {
     if (!p) {
         return;
     }
-    for (int i = 0; p->ts && i < p->n; i++) {
+    for (int i = p->ts ? p->n - 1 : -1; i >= 0; i--) { /* the first, which owns the weights, last */
         ct_trainer_destroy(p->ts[i]);
     }
     pthread_mutex_destroy(&p->mu);

@@ -209,6 +209,16 @@ ct_status ct_trainer_set_param(ct_trainer *t, const char *name, const float *src
     return st;
 }
 
+ct_status ct__trainer_share_weights(ct_trainer *t, ct_trainer *from, ct_err *err) {
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        if (t->cache[i].g != NULL) {
+            return ct_err_set(err, CT_EINVAL,
+                              "trainer: weights shared after a step graph was built");
+        }
+    }
+    return ct_params_share(ct_model_params(t->model), ct_model_params(from->model), err);
+}
+
 ct_model *ct_trainer_model(ct_trainer *t) {
     return t->model;
 }

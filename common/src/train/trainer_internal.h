@@ -219,6 +219,13 @@ ct_status ct__trainer_log_step(ct_trainer *t, double loss_sum, double acc_sum, i
  * scalars, validation scalars, histograms and a metrics line. */
 void ct__trainer_log_epoch(ct_trainer *t, const ct_train_progress *p);
 
+/* ---- trainer.c ---- */
+
+/* Makes t's model read `from`'s weights (ct_params_share: t's own copy and its gradients are
+ * freed): contexts of one checkpoint for inference only (predictor.c). Before t builds any step
+ * graph (its variables would point at the freed copy): CT_EINVAL after. `from` outlives t. */
+ct_status ct__trainer_share_weights(ct_trainer *t, ct_trainer *from, ct_err *err);
+
 /* ---- trainer_ckpt.c ---- */
 
 /* The step of the last checkpoint written or restored, from its file name; -1 if none. */
