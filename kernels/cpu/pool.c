@@ -100,7 +100,7 @@ void ct__cpu_max_pool(const ct_kctx *ctx, ct_node *n, ct_node *const *in) {
     pool_geom g = geometry(&in[0]->out.shape, &n->out.shape, &n->attrs);
     const float *x = CT__F32(&in[0]->out);
     float *out = CT__F32(&n->out);
-    if (n->attrs.i[7]) {
+    if (n->attrs.i[CT__POOL_NO_ARGMAX]) {
         max_values(&g, x, out);
         return;
     }

@@ -68,7 +68,7 @@ static int argmax_read(ct_graph *g, int i) {
  * same values, without writing an index per output. */
 static int copy_values_only(pass *p, int i) {
     ct_node n = *ct_graph_node(p->src, i);
-    n.attrs.i[7] = 1; /* ops.h: MAX_POOL's i7 */
+    n.attrs.i[CT__POOL_NO_ARGMAX] = 1;
     int in[1] = {p->map[n.in[0]]};
     CT_ASSERT(n.n_in == 1 && in[0] >= 0);
     return ct__graph_copy_node(p->dst, &n, in);

@@ -64,25 +64,6 @@ static void run_dropout_part(const ct_exec *e, int i, ct_node *const *ins, ct__p
     e->be->vt->kernels[n->op](&c, &view, vins);
 }
 
-/* A layer or RMS norm part: rows [begin, end) / C of x seen as [rows, C] (whole examples), and
- * those rows' statistics in aux. */
-static void run_norm_part(const ct_exec *e, int i, ct_node *const *ins, ct__part_view v) {
-    ct_node *n = ct_graph_node(e->g, i);
-    const int64_t c = n->out.shape.dims[n->out.shape.rank - 1];
-    const int64_t stats_per_row = ct_tensor_numel(&n->aux) / (ct_tensor_numel(&n->out) / c);
-    ct_node view = *n, x = *ins[0];
-    ct_node *vins[CT_MAX_INPUTS] = {&x};
-    for (int k = 1; k < n->n_in; k++) {
-        vins[k] = ins[k];
-    }
-    view.out.shape = (ct_shape){.rank = 2, .dims = {(v.end - v.begin) / c, c}};
-    x.out.shape = view.out.shape;
-    view.out.data = CT__F32(&n->out) + v.begin;
-    x.out.data = CT__F32(&ins[0]->out) + v.begin;
-    view.aux.data = CT__F32(&n->aux) + v.begin / c * stats_per_row;
-    e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
-}
-
 /* A softmax cross-entropy part: rows [r0, r1) of the logits (and labels); the forward writes the
  * mean over its rows into row_partial (the pool combines them when the node ends), the gradient
  * still divides by the whole batch (attrs.i[0]). */
@@ -144,6 +125,20 @@ static void rows_view(ct_tensor *t, int64_t batch, int64_t r0, int64_t r1) {
     int64_t per_row = ct_tensor_numel(t) / batch;
     t->shape.dims[0] = r1 - r0;
     t->data = (char *)t->data + (size_t)(r0 * per_row) * ct_dtype_size(t->dtype);
+}
+
+/* A layer or RMS norm part: examples [begin, end) / row_len of x, y and their rows' statistics
+ * (aux), each row normalized on its own. */
+static void run_norm_part(const ct_exec *e, int i, ct_node *const *ins, ct__part_view v) {
+    ct_node *n = ct_graph_node(e->g, i);
+    const int64_t batch = n->out.shape.dims[0], r0 = v.begin / e->row_len[i];
+    const int64_t r1 = v.end / e->row_len[i];
+    ct_node view = *n, x = *ins[0];
+    ct_node *vins[CT_MAX_INPUTS] = {&x, ins[1], n->n_in > 2 ? ins[2] : NULL};
+    rows_view(&view.out, batch, r0, r1);
+    rows_view(&view.aux, batch, r0, r1);
+    rows_view(&x.out, batch, r0, r1);
+    e->be->vt->kernels[n->op](ct_graph_ctx(e->g), &view, vins);
 }
 
 /* Node a's aux from example r0 on (aux_row floats or indices per example). */

@@ -71,6 +71,10 @@ enum {
     CT__WINOGRAD_POSITIONS = 36,    /* the 6 x 6 input tile */
 };
 
+/* MAX_POOL's attribute slot saying it keeps no argmax (ops.h: i7), which graph mode's dead-code
+ * pass sets where no gradient reads it; shape inference then gives it no aux. */
+enum { CT__POOL_NO_ARGMAX = 7 };
+
 static inline int64_t ct__winograd_ld(int64_t channels) {
     return (channels + 15) / 16 * 16; /* rows of whole 16-float vectors */
 }

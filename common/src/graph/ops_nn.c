@@ -18,7 +18,6 @@ enum {
     CONV_RELU = 5, /* with a bias input: relu(conv + bias) (graph mode's epilogue fusion) */
     POOL_PAD_TOP = 5,
     POOL_PAD_LEFT = 6,
-    POOL_NO_ARGMAX = 7, /* max pool: values only (compile.c sets it where no gradient reads aux) */
 };
 
 static int need_f32_rank(ct_graph *g, const ct_node *n, ct_node *const *in, int k, int rank,
@@ -316,7 +315,7 @@ static int shape_pool(ct_graph *g, ct_node *n, ct_node *const *in) {
     n->attrs.i[POOL_PAD_LEFT] = pad_left;
     ct_shape out = {.rank = 4, .dims = {x->dims[0], oh, ow, x->dims[3]}};
     ct_tensor_set_shape(&n->out, CT_F32, &out);
-    if (n->op == CT_OP_MAX_POOL && !a[POOL_NO_ARGMAX]) {
+    if (n->op == CT_OP_MAX_POOL && !a[CT__POOL_NO_ARGMAX]) {
         ct_tensor_set_shape(&n->aux, CT_I32, &out);
     }
     return 0;
@@ -341,7 +340,7 @@ int ct__shape_avg_pool(ct_graph *g, ct_node *n, ct_node *const *in) {
 }
 
 int ct__shape_max_pool_grad(ct_graph *g, ct_node *n, ct_node *const *in) {
-    if (in[1]->op == CT_OP_MAX_POOL && in[1]->attrs.i[POOL_NO_ARGMAX]) {
+    if (in[1]->op == CT_OP_MAX_POOL && in[1]->attrs.i[CT__POOL_NO_ARGMAX]) {
         return ct_graph_fail(g, CT_EINVAL,
                              "max_pool_grad: the forward max_pool keeps no argmax "
                              "(compiled for inference)");
